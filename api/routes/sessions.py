@@ -1,0 +1,31 @@
+"""Session history."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, status
+
+from api.deps import TenantDep
+from api.routes.turns import SessionKey
+from api.schemas import ID_PATTERN, MessageOut, MessagesOut
+from shared import db
+from shared.turns import list_messages
+
+router = APIRouter(prefix="/v1", tags=["sessions"])
+
+
+@router.get(
+    "/sessions/{session_key}/messages", response_model=MessagesOut, responses={404: {"description": "No such session"}}
+)
+def session_messages(
+    session_key: SessionKey,
+    tenant: TenantDep,
+    user_id: Annotated[str, Query(pattern=ID_PATTERN, description="The session's user")],
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> MessagesOut:
+    with db.connection() as conn:
+        rows = list_messages(conn, tenant.id, user_id, session_key, limit)
+    if rows is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {user_id!r} has no session {session_key!r}")
+    return MessagesOut(session_key=session_key, user_id=user_id, messages=[MessageOut(**row) for row in rows])

@@ -1,0 +1,171 @@
+"""Submitting turns and following them: status, long poll, live event stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import redis
+from fastapi import APIRouter, Header, HTTPException, Path, Query, Response, status
+from kombu.exceptions import OperationalError as BrokerUnavailable
+from sse_starlette.sse import EventSourceResponse
+
+from api.deps import TenantDep
+from api.schemas import ID_PATTERN, TurnAccepted, TurnIn, TurnOut
+from shared import db
+from shared.config import get_settings
+from shared.events import TERMINAL_EVENTS, read_events
+from shared.logging import get_logger
+from shared.redis_client import new_async_redis
+from shared.turns import TERMINAL_STATUSES, IdempotencyConflict, get_turn, submit_turn
+
+router = APIRouter(prefix="/v1", tags=["turns"])
+log = get_logger(__name__)
+
+SessionKey = Annotated[str, Path(pattern=ID_PATTERN, description="Your key for the conversation")]
+
+
+@router.post(
+    "/sessions/{session_key}/turns",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=TurnAccepted,
+    responses={409: {"description": "Idempotency-Key reused for a different request"}},
+)
+def post_turn(
+    session_key: SessionKey,
+    body: TurnIn,
+    tenant: TenantDep,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None, Header(max_length=200, description="Repeat a request safely: the same key returns the same turn")
+    ] = None,
+) -> TurnAccepted:
+    settings = get_settings()
+    if len(body.text) > settings.max_turn_chars:
+        raise HTTPException(
+            status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            f"text is {len(body.text)} characters; the limit is {settings.max_turn_chars} (ENGRAM_MAX_TURN_CHARS)",
+        )
+    try:
+        with db.connection() as conn:
+            submitted = submit_turn(
+                conn,
+                tenant_id=tenant.id,
+                session_key=session_key,
+                user_external_id=body.user_id,
+                text=body.text,
+                idempotency_key=idempotency_key,
+            )
+    except IdempotencyConflict as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
+    turn = submitted.turn
+    if submitted.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    else:
+        _enqueue(turn["session_id"])
+    return TurnAccepted(turn_id=turn["turn_id"], session_id=turn["session_id"], status=turn["status"])
+
+
+def _enqueue(session_id: int) -> None:
+    from workers.dispatch import enqueue_drain  # the Celery app reads settings; load it on first use
+
+    try:
+        enqueue_drain(session_id)
+    except (BrokerUnavailable, redis.RedisError, OSError) as exc:
+        # The turn is stored; the stalled-turn sweep enqueues it once the broker is back.
+        log.warning("broker unavailable; turn will be re-driven by the sweep", session_id=session_id, error=str(exc))
+
+
+def _load_turn(tenant_id: int, turn_id: int) -> dict[str, Any]:
+    with db.connection() as conn:
+        turn = get_turn(conn, tenant_id, turn_id)
+    if turn is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no turn {turn_id}")
+    return turn
+
+
+@router.get("/turns/{turn_id}", response_model=TurnOut, responses={404: {"description": "No such turn"}})
+async def read_turn(
+    turn_id: int,
+    tenant: TenantDep,
+    wait: Annotated[float, Query(ge=0, description="Seconds to wait for the turn to finish (long poll)")] = 0,
+) -> TurnOut:
+    deadline = time.monotonic() + min(wait, get_settings().max_wait_seconds)
+    turn = await asyncio.to_thread(_load_turn, tenant.id, turn_id)
+    if turn["status"] in TERMINAL_STATUSES or wait <= 0:
+        return TurnOut(**turn)
+    client = new_async_redis()
+    try:
+        # Wake on the turn's own events; re-read the row (the truth) after each wake-up or second.
+        async for _entry, event, _data in _events_until(client, turn_id, deadline):
+            if event in TERMINAL_EVENTS or event == "idle":
+                turn = await asyncio.to_thread(_load_turn, tenant.id, turn_id)
+                if turn["status"] in TERMINAL_STATUSES:
+                    break
+    finally:
+        await client.aclose()
+    return TurnOut(**turn)
+
+
+async def _events_until(client: Any, turn_id: int, deadline: float) -> AsyncIterator[tuple[str, str, dict[str, Any]]]:
+    last_id = "0"
+    while time.monotonic() < deadline:
+        block_ms = int(max(50, min(1000, (deadline - time.monotonic()) * 1000)))
+        try:
+            async for entry, event, data in read_events(client, turn_id, last_id=last_id, block_ms=block_ms):
+                if entry:
+                    last_id = entry
+                yield entry, event, data
+                if event == "idle" or time.monotonic() >= deadline:
+                    break
+        except redis.RedisError:
+            await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+            yield "", "idle", {}
+
+
+@router.get(
+    "/turns/{turn_id}/events",
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "Server-Sent Events: delta, tool_call, tool_result, reset, then done or error",
+        },
+        404: {"description": "No such turn"},
+    },
+)
+async def turn_events(
+    turn_id: int,
+    tenant: TenantDep,
+    last_event_id: Annotated[str | None, Header(description="Resume after this event id")] = None,
+) -> EventSourceResponse:
+    turn = await asyncio.to_thread(_load_turn, tenant.id, turn_id)
+    return EventSourceResponse(_sse(tenant.id, turn, last_event_id or "0"), ping=15)
+
+
+async def _sse(tenant_id: int, turn: dict[str, Any], last_id: str) -> AsyncIterator[dict[str, str]]:
+    turn_id = turn["turn_id"]
+    client = new_async_redis()
+    try:
+        forever = time.monotonic() + 24 * 3600
+        async for entry, event, data in _events_until(client, turn_id, forever):
+            if event != "idle":
+                yield {"id": entry, "event": event, "data": json.dumps(data)}
+                if event in TERMINAL_EVENTS:
+                    return
+                continue
+            # Quiet: if the turn finished but its stream is gone (expired, Redis restarted), end from the row.
+            turn = await asyncio.to_thread(_load_turn, tenant_id, turn_id)
+            if turn["status"] in TERMINAL_STATUSES:
+                if turn["status"] == "done":
+                    yield {
+                        "event": "done",
+                        "data": json.dumps({"status": "done", "reply": turn["reply"], "usage": turn["usage"]}),
+                    }
+                else:
+                    yield {"event": "error", "data": json.dumps({"error": turn["error"]})}
+                return
+    finally:
+        await client.aclose()

@@ -1,0 +1,70 @@
+"""Request and response bodies of the HTTP API (they also make the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+TurnStatus = Literal["queued", "running", "done", "failed"]
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@\-]{0,127}$"
+
+
+class TurnIn(BaseModel):
+    user_id: str = Field(pattern=ID_PATTERN, description="Your id for the user (letters, digits, ._:@-)")
+    text: str = Field(description="The user's message")
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text must not be empty")
+        if "\x00" in value:
+            raise ValueError("text must not contain NUL characters")
+        return value
+
+
+class TurnAccepted(BaseModel):
+    turn_id: int
+    session_id: int
+    status: TurnStatus
+
+
+class TurnOut(BaseModel):
+    turn_id: int
+    session_id: int
+    session_key: str
+    user_id: str
+    status: TurnStatus
+    reply: str | None = None
+    error: str | None = None
+    usage: dict[str, Any] = Field(default_factory=dict, description="input/output/cache read/cache write tokens")
+    timings: dict[str, Any] = Field(default_factory=dict, description="queued_ms, run_ms, llm_ms, overhead_ms")
+    attempts: int
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class MessageOut(BaseModel):
+    id: int
+    turn_id: int | None
+    role: str
+    content: str
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_results: dict[str, Any] | None = None
+    is_compacted: bool
+    created_at: datetime
+
+
+class MessagesOut(BaseModel):
+    session_key: str
+    user_id: str
+    messages: list[MessageOut]
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "unavailable"]
+    checks: dict[str, str]
+    failing: list[str] = Field(default_factory=list)

@@ -1,0 +1,230 @@
+"""The `engram` command."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from types import FrameType
+from typing import Annotated, NoReturn
+
+import typer
+
+from shared.config import Settings, get_settings
+
+app = typer.Typer(help="engram: durable, automatic memory for chat agents.", no_args_is_help=True, add_completion=False)
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+def _settings() -> Settings:
+    from pydantic import ValidationError
+
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        problems = "; ".join(f"ENGRAM_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors())
+        _fail(f"invalid settings: {problems}", 2)
+
+
+# --------------------------------------------------------------------------------------------- up
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum: int, _frame: FrameType | None) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+@app.command()
+def up() -> None:
+    """Start the whole stack in the foreground (Ctrl-C stops it)."""
+    from ops.stack import Stack, StackError
+
+    settings = _settings()
+    stack = Stack(settings)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGINT, _raise_stop)
+    try:
+        banner = stack.start()
+        typer.echo(banner)
+        while True:
+            stack.supervisor.check_children()
+            time.sleep(1)
+    except _Stop as stop:
+        typer.echo(f"\n{stop}: stopping engram…")
+    except StackError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        stack.stop()
+        raise typer.Exit(1) from None
+    except Exception as exc:
+        typer.secho(f"error: {type(exc).__name__}: {exc}", fg=typer.colors.RED, err=True)
+        stack.stop()
+        raise typer.Exit(1) from None
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean stop
+    stack.stop()
+    typer.echo("engram stopped; data kept in " + str(settings.data_dir))
+
+
+# ---------------------------------------------------------------------------------------- migrate
+
+
+@app.command()
+def migrate() -> None:
+    """Apply pending database migrations (safe to run any time, from several processes)."""
+    from shared.db import connect
+    from shared.migrate import apply_migrations
+    from shared.services import ServiceNotConfigured
+
+    _settings()
+    try:
+        with connect() as conn:
+            applied = apply_migrations(conn)
+    except ServiceNotConfigured as exc:
+        _fail(str(exc))
+    except Exception as exc:
+        _fail(f"migration failed: {exc}")
+    typer.echo(f"applied {len(applied)} migration(s)" + "".join(f"\n  {m.version:04d}_{m.name}" for m in applied))
+
+
+# ----------------------------------------------------------------------------------- keys, client
+
+
+@app.command("create-key")
+def create_key_command(tenant: Annotated[str, typer.Option(help="Tenant the key belongs to")] = "default") -> None:
+    """Create an API key for a tenant (created if new); prints the key once."""
+    from shared.auth import create_key
+    from shared.db import connect
+
+    _settings()
+    with connect() as conn:
+        key = create_key(conn, tenant, "cli")
+        conn.commit()
+    typer.echo(key)
+
+
+def _client_args(settings: Settings, url: str | None, api_key: str | None) -> tuple[str, str]:
+    base = url or os.environ.get("ENGRAM_URL") or f"http://{settings.host}:{settings.port}"
+    key = api_key or os.environ.get("ENGRAM_API_KEY")
+    if not key and settings.dev_key_file.exists():
+        key = settings.dev_key_file.read_text().strip()
+    if not key:
+        _fail(
+            "no API key: pass --api-key, set ENGRAM_API_KEY, or start the stack "
+            f"(`engram up` writes {settings.dev_key_file})"
+        )
+    return base, key
+
+
+UrlOpt = Annotated[str | None, typer.Option(help="Gateway URL (default http://ENGRAM_HOST:ENGRAM_PORT)")]
+KeyOpt = Annotated[str | None, typer.Option(help="API key (default ENGRAM_API_KEY or the dev key)")]
+
+
+def _say(client: object, session: str, user: str, text: str) -> None:
+    from ops.client import EngramAPIError, EngramClient
+
+    assert isinstance(client, EngramClient)
+    try:
+        turn = client.submit_turn(session, user, text)
+        typer.echo("engram> ", nl=False)
+        for event in client.events(turn["turn_id"]):
+            if event.event == "delta":
+                typer.echo(event.data["text"], nl=False)
+            elif event.event == "reset":
+                typer.echo("\n(retrying) engram> ", nl=False)
+            elif event.event == "tool_call":
+                typer.secho(f"[{event.data['name']}…] ", nl=False, dim=True)
+            elif event.event == "error":
+                typer.secho(f"\nturn failed: {event.data.get('error')}", fg=typer.colors.RED)
+        typer.echo("")
+    except EngramAPIError as exc:
+        typer.secho(f"request refused: {exc}", fg=typer.colors.RED, err=True)
+
+
+def _connect_client(url: str | None, api_key: str | None) -> object:
+    import httpx
+
+    from ops.client import EngramClient
+
+    settings = _settings()
+    base, key = _client_args(settings, url, api_key)
+    client = EngramClient(base, key)
+    try:
+        client.http.get("/healthz").raise_for_status()
+    except httpx.HTTPError:
+        _fail(f"cannot reach engram at {base}: is `engram up` running?")
+    return client
+
+
+@app.command()
+def chat(
+    user: Annotated[str, typer.Option(help="Your user id")],
+    session: Annotated[str | None, typer.Option(help="Session key (default: cli-<user>)")] = None,
+    url: UrlOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Chat interactively with the running gateway (empty line or Ctrl-D to quit)."""
+    client = _connect_client(url, api_key)
+    session_key = session or f"cli-{user}"
+    typer.echo(f"chatting as {user} in session {session_key}; empty line or Ctrl-D quits")
+    while True:
+        try:
+            text = input("you> ")
+        except (EOFError, KeyboardInterrupt):
+            typer.echo("")
+            break
+        if not text.strip():
+            break
+        _say(client, session_key, user, text)
+
+
+DEMO_SCRIPT = (
+    "Hi! My name is Alice and I live in Lisbon.",
+    "What time is it?",
+    "I prefer green tea over coffee, and call me Ali.",
+    "What do you remember about me?",
+)
+
+
+@app.command()
+def demo(
+    user: Annotated[str, typer.Option(help="User id for the demo")] = "demo-alice",
+    url: UrlOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Run a short scripted conversation against the running gateway and print each reply."""
+    client = _connect_client(url, api_key)
+    session_key = f"demo-{int(time.time())}"
+    for text in DEMO_SCRIPT:
+        typer.echo(f"you> {text}")
+        _say(client, session_key, user, text)
+
+
+# ----------------------------------------------------------------------------------------- doctor
+
+
+@app.command()
+def doctor() -> None:
+    """Check database, pgvector, Redis, workers and provider config; say how to fix what is wrong."""
+    from ops.doctor import run_checks
+
+    settings = _settings()
+    failures = 0
+    for check in run_checks(settings):
+        mark = typer.style("ok  ", fg=typer.colors.GREEN) if check.ok else typer.style("FAIL", fg=typer.colors.RED)
+        typer.echo(f"{mark} {check.name}: {check.detail}")
+        if not check.ok:
+            failures += 1
+            if check.fix:
+                typer.echo(f"     fix: {check.fix}")
+    if failures:
+        raise typer.Exit(1)
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m ops.cli`
+    app()

@@ -1,0 +1,106 @@
+"""`engram doctor`: each check says what it found and, when it fails, how to fix it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from shared.config import Settings
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def run_checks(settings: Settings) -> Iterator[Check]:
+    from shared.services import ServiceNotConfigured, resolve_database_url, resolve_redis_url
+
+    yield Check("data dir", True, str(settings.data_dir))
+    try:
+        database_url = resolve_database_url(settings)
+    except ServiceNotConfigured as exc:
+        yield Check("postgres", False, str(exc), "run `engram up` (embedded) or set ENGRAM_DATABASE_URL")
+        database_url = None
+    if database_url:
+        yield from _check_postgres(database_url)
+    try:
+        redis_url = resolve_redis_url(settings)
+    except ServiceNotConfigured as exc:
+        yield Check("redis", False, str(exc), "run `engram up` (embedded) or set ENGRAM_REDIS_URL")
+        redis_url = None
+    if redis_url:
+        yield from _check_redis_and_workers(redis_url)
+    yield _check_provider(settings)
+
+
+def _check_postgres(url: str) -> Iterator[Check]:
+    from shared.db import connect
+    from shared.migrate import pending_migrations
+
+    try:
+        with connect(url) as conn:
+            version = conn.execute("SELECT current_setting('server_version') AS v").fetchone() or {"v": "?"}
+            yield Check("postgres", True, f"reachable, version {version['v']}")
+            row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+            if row:
+                yield Check("pgvector", True, f"extension installed, version {row['extversion']}")
+            else:
+                available = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone()
+                yield Check(
+                    "pgvector",
+                    False,
+                    "extension not installed" + ("" if available else " and not available"),
+                    "run `engram migrate`"
+                    if available
+                    else "use a Postgres with pgvector (e.g. pgvector/pgvector image)",
+                )
+            pending = pending_migrations(conn)
+            yield Check(
+                "migrations",
+                not pending,
+                "up to date" if not pending else f"{len(pending)} pending: {[m.version for m in pending]}",
+                "run `engram migrate`",
+            )
+    except Exception as exc:
+        yield Check("postgres", False, f"cannot connect: {exc}", "check ENGRAM_DATABASE_URL, or run `engram up`")
+
+
+def _check_redis_and_workers(url: str) -> Iterator[Check]:
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+    except redis.RedisError as exc:
+        yield Check("redis", False, f"cannot connect: {exc}", "check ENGRAM_REDIS_URL, or run `engram up`")
+        return
+    yield Check("redis", True, "reachable")
+    from workers.app import app
+    from workers.queues import QUEUES
+
+    replies = app.control.inspect(timeout=2.0).active_queues() or {}
+    consumed = {queue["name"] for queues in replies.values() for queue in queues}
+    if not replies:
+        yield Check("workers", False, "no worker answered", "start the stack with `engram up` (or run celery workers)")
+        return
+    missing = [q for q in QUEUES if q not in consumed]
+    yield Check(
+        "workers",
+        not missing,
+        f"{len(replies)} worker(s): {', '.join(sorted(replies))}" + (f"; no consumer for {missing}" if missing else ""),
+        f"start a worker with -Q {','.join(missing)}" if missing else "",
+    )
+
+
+def _check_provider(settings: Settings) -> Check:
+    from shared.llm.factory import chat_model, cheap_model, provider_name, provider_problems
+
+    problems = provider_problems(settings)
+    name = provider_name(settings)
+    detail = f"{name}: chat model {chat_model(settings)}, background model {cheap_model(settings)}"
+    if name == "offline" and not problems:
+        detail += " (offline rules, no language model: set ENGRAM_ANTHROPIC_API_KEY or ENGRAM_OPENAI_API_KEY for one)"
+    return Check("llm provider", not problems, detail if not problems else "; ".join(problems), "see README: Settings")

@@ -1,0 +1,604 @@
+"""A local fake LLM server that speaks the OpenAI and Anthropic wire formats.
+
+Tests script the replies (`fake.script(FakeReply(...))`) and inspect what the real SDKs sent
+(`fake.requests`); benchmarks run it as a stand-in with a fixed latency:
+
+    python -m ops.fake_llm --port 8999 --latency-ms 300
+
+Token counts are estimates (about four characters per token), but the prompt-cache accounting follows
+the real rules closely enough to test cache-aware prompt layout:
+
+- Anthropic caches the prefix up to each `cache_control` breakpoint, in the order tools → system →
+  messages. A breakpoint prefix seen before is reported as `cache_read_input_tokens`, the rest of the
+  prefix up to the last breakpoint as `cache_creation_input_tokens`, and the remainder as `input_tokens`.
+- OpenAI caches automatically: the longest previously seen prefix of whole messages (tools included)
+  of at least `openai_cache_min_tokens` is reported as `prompt_tokens_details.cached_tokens`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import itertools
+import json
+import re
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+WireFormat = Literal["openai", "anthropic"]
+Json = dict[str, Any]
+
+
+@dataclass
+class FakeReply:
+    """One scripted reply; consumed by the next request of either format."""
+
+    text: str = ""
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    delay_s: float = 0.0  # before the response starts (time to first byte)
+    status: int = 200  # anything else returns an error body in the provider's format
+    error_body: dict[str, Any] | None = None  # replaces the generated error body
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. {"retry-after": "0.2"}
+    chunk_delay_s: float = 0.0  # between streamed events
+    # Streaming only: drop the connection after this many text deltas, to simulate a broken stream.
+    fail_after_deltas: int | None = None
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    format: WireFormat
+    path: str
+    headers: dict[str, str]
+    body: Json
+
+
+@dataclass(frozen=True)
+class PromptUsage:
+    input_tokens: int  # uncached
+    cache_read_tokens: int
+    cache_write_tokens: int
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+
+class _BrokenStream(Exception):
+    """Raised inside a streaming body to make the server drop the connection mid-reply."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Text and token helpers
+
+
+def estimate_tokens(text: str) -> int:
+    return len(text) // 4 + 1
+
+
+def split_deltas(text: str) -> list[str]:
+    """Split into word-sized fragments that keep their whitespace, so joining them restores `text`."""
+    parts = re.findall(r"\s*\S+\s*", text)
+    return parts if parts else ([text] if text else [])
+
+
+def last_user_text(body: Json) -> str:
+    """The latest user-side text: a user message, or a tool result (either wire format)."""
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") in ("user", "tool"):
+            text = _content_text(message.get("content"))
+            if text:
+                return text
+    return ""
+
+
+def echo_reply(body: Json) -> FakeReply:
+    return FakeReply(text=f"echo: {last_user_text(body)}")
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    texts: list[str] = []
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "tool_result":
+            texts.append(_content_text(block.get("content")))
+        elif isinstance(block.get("text"), str):
+            texts.append(block["text"])
+    return "".join(texts)
+
+
+def _part_tokens(part: Any) -> int:
+    if isinstance(part, str):
+        return estimate_tokens(part)
+    if isinstance(part, dict) and isinstance(part.get("text"), str):
+        return estimate_tokens(part["text"])
+    if isinstance(part, dict) and part.get("type") == "tool_result":
+        return estimate_tokens(_content_text(part.get("content")))
+    return estimate_tokens(_canonical(part))
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _without_cache_control(part: Any) -> Any:
+    # The marker decides where a cache entry ends, not what it contains.
+    if isinstance(part, dict):
+        return {key: value for key, value in part.items() if key != "cache_control"}
+    return part
+
+
+def _prefix_digests(parts: list[Any]) -> Iterator[tuple[str, int]]:
+    """(hash of parts[:i+1], tokens of parts[:i+1]) for every i, computed incrementally."""
+    digest = hashlib.sha256()
+    tokens = 0
+    for part in parts:
+        digest.update(_canonical(_without_cache_control(part)).encode())
+        digest.update(b"\x00")
+        tokens += _part_tokens(part)
+        yield digest.hexdigest(), tokens
+
+
+def _output_tokens(reply: FakeReply) -> int:
+    tokens = estimate_tokens(reply.text) if reply.text else 0
+    tokens += sum(estimate_tokens(name + _canonical(args)) for name, args in reply.tool_calls)
+    return max(tokens, 1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Prompt caches
+
+
+class _AnthropicCache:
+    def __init__(self, min_tokens: int) -> None:
+        self._min_tokens = min_tokens
+        self._seen: set[str] = set()
+
+    def usage(self, body: Json) -> PromptUsage:
+        parts, breakpoints = _anthropic_parts(body)
+        prefixes = list(_prefix_digests(parts))
+        total = prefixes[-1][1] if prefixes else 0
+        cacheable = [prefixes[i] for i in breakpoints if prefixes[i][1] >= self._min_tokens]
+        if not cacheable:
+            return PromptUsage(input_tokens=total, cache_read_tokens=0, cache_write_tokens=0)
+        read = max((tokens for digest, tokens in cacheable if digest in self._seen), default=0)
+        cached_end = cacheable[-1][1]
+        self._seen.update(digest for digest, _ in cacheable)
+        return PromptUsage(
+            input_tokens=total - cached_end, cache_read_tokens=read, cache_write_tokens=cached_end - read
+        )
+
+    def clear(self) -> None:
+        self._seen.clear()
+
+
+def _anthropic_parts(body: Json) -> tuple[list[Any], list[int]]:
+    """Prompt parts in Anthropic's cache order, and the indexes of parts that carry cache_control."""
+    parts: list[Any] = list(body.get("tools") or [])
+    system = body.get("system")
+    if isinstance(system, str) and system:
+        parts.append(system)
+    elif isinstance(system, list):
+        parts.extend(system)
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+        # The role is part of what the model sees, so it is part of the cached identity.
+        parts.extend({**block, "_role": message.get("role")} for block in blocks)
+    breakpoints = [i for i, part in enumerate(parts) if isinstance(part, dict) and part.get("cache_control")]
+    return parts, breakpoints
+
+
+class _OpenAICache:
+    def __init__(self, min_tokens: int) -> None:
+        self._min_tokens = min_tokens
+        self._seen: set[str] = set()
+
+    def usage(self, body: Json) -> PromptUsage:
+        # Tools precede the messages in the prompt, so they open the prefix as one part.
+        parts: list[Any] = [{"tools": body.get("tools") or []}, *(body.get("messages") or [])]
+        prefixes = list(_prefix_digests(parts))[1:]  # only whole-message prefixes count
+        total = prefixes[-1][1] if prefixes else 0
+        cached = max(
+            (tokens for digest, tokens in prefixes if digest in self._seen and tokens >= self._min_tokens),
+            default=0,
+        )
+        self._seen.update(digest for digest, _ in prefixes)
+        return PromptUsage(input_tokens=total - cached, cache_read_tokens=cached, cache_write_tokens=0)
+
+    def clear(self) -> None:
+        self._seen.clear()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Wire formats
+
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def error_body(fmt: WireFormat, status: int) -> Json:
+    kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    message = f"fake {kind} (status {status})"
+    if fmt == "anthropic":
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    return {"error": {"message": message, "type": kind, "param": None, "code": kind}}
+
+
+def _openai_usage(prompt: PromptUsage, output_tokens: int) -> Json:
+    return {
+        "prompt_tokens": prompt.prompt_tokens,
+        "completion_tokens": output_tokens,
+        "total_tokens": prompt.prompt_tokens + output_tokens,
+        "prompt_tokens_details": {"cached_tokens": prompt.cache_read_tokens},
+    }
+
+
+def _anthropic_usage(prompt: PromptUsage, output_tokens: int) -> Json:
+    return {
+        "input_tokens": prompt.input_tokens,
+        "output_tokens": output_tokens,
+        "cache_creation_input_tokens": prompt.cache_write_tokens,
+        "cache_read_input_tokens": prompt.cache_read_tokens,
+    }
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """A scripted reply bound to the request it answers."""
+
+    reply: FakeReply
+    model: str
+    serial: int
+    prompt: PromptUsage
+
+    @property
+    def output_tokens(self) -> int:
+        return _output_tokens(self.reply)
+
+    def call_id(self, fmt: WireFormat, index: int) -> str:
+        return f"toolu_fake_{self.serial}_{index}" if fmt == "anthropic" else f"call_fake_{self.serial}_{index}"
+
+
+def openai_json(r: _Reply) -> Json:
+    message: Json = {"role": "assistant", "content": r.reply.text or None}
+    if r.reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": r.call_id("openai", i),
+                "type": "function",
+                "function": {"name": name, "arguments": _canonical(args)},
+            }
+            for i, (name, args) in enumerate(r.reply.tool_calls)
+        ]
+    return {
+        "id": f"chatcmpl-fake-{r.serial}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": r.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": _openai_finish(r.reply)}],
+        "usage": _openai_usage(r.prompt, r.output_tokens),
+    }
+
+
+def openai_chunks(r: _Reply, include_usage: bool) -> Iterator[Json | None]:
+    """Streamed chunks; None marks a point where a text delta was sent (for fail_after_deltas)."""
+
+    def chunk(delta: Json, finish: str | None = None) -> Json:
+        out: Json = {
+            "id": f"chatcmpl-fake-{r.serial}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": r.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        if include_usage:
+            out["usage"] = None
+        return out
+
+    yield chunk({"role": "assistant", "content": ""})
+    for piece in split_deltas(r.reply.text):
+        yield chunk({"content": piece})
+        yield None
+    for i, (name, args) in enumerate(r.reply.tool_calls):
+        head = {"index": i, "id": r.call_id("openai", i), "type": "function"}
+        yield chunk({"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]})
+        for fragment in _json_fragments(args):
+            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": fragment}}]})
+    yield chunk({}, _openai_finish(r.reply))
+    if include_usage:
+        last = chunk({})
+        last["choices"] = []
+        last["usage"] = _openai_usage(r.prompt, r.output_tokens)
+        yield last
+
+
+def _openai_finish(reply: FakeReply) -> str:
+    return "tool_calls" if reply.tool_calls else "stop"
+
+
+def anthropic_json(r: _Reply) -> Json:
+    content: list[Json] = [{"type": "text", "text": r.reply.text}] if r.reply.text else []
+    content.extend(
+        {"type": "tool_use", "id": r.call_id("anthropic", i), "name": name, "input": args}
+        for i, (name, args) in enumerate(r.reply.tool_calls)
+    )
+    return {
+        "id": f"msg_fake_{r.serial}",
+        "type": "message",
+        "role": "assistant",
+        "model": r.model,
+        "content": content,
+        "stop_reason": _anthropic_stop(r.reply),
+        "stop_sequence": None,
+        "usage": _anthropic_usage(r.prompt, r.output_tokens),
+    }
+
+
+def anthropic_events(r: _Reply) -> Iterator[tuple[str, Json] | None]:
+    """(event, data) pairs; None marks a point where a text delta was sent (for fail_after_deltas)."""
+    start = anthropic_json(r)
+    start.update(content=[], stop_reason=None, usage={**start["usage"], "output_tokens": 1})
+    yield "message_start", {"type": "message_start", "message": start}
+    index = 0
+    if r.reply.text:
+        yield "content_block_start", _block_start(index, {"type": "text", "text": ""})
+        yield "ping", {"type": "ping"}
+        for piece in split_deltas(r.reply.text):
+            yield "content_block_delta", _block_delta(index, {"type": "text_delta", "text": piece})
+            yield None
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+        index += 1
+    for i, (name, args) in enumerate(r.reply.tool_calls):
+        block = {"type": "tool_use", "id": r.call_id("anthropic", i), "name": name, "input": {}}
+        yield "content_block_start", _block_start(index, block)
+        for fragment in _json_fragments(args):
+            yield "content_block_delta", _block_delta(index, {"type": "input_json_delta", "partial_json": fragment})
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+        index += 1
+    delta = {"stop_reason": _anthropic_stop(r.reply), "stop_sequence": None}
+    yield "message_delta", {"type": "message_delta", "delta": delta, "usage": {"output_tokens": r.output_tokens}}
+    yield "message_stop", {"type": "message_stop"}
+
+
+def _block_start(index: int, block: Json) -> Json:
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def _block_delta(index: int, delta: Json) -> Json:
+    return {"type": "content_block_delta", "index": index, "delta": delta}
+
+
+def _anthropic_stop(reply: FakeReply) -> str:
+    return "tool_use" if reply.tool_calls else "end_turn"
+
+
+def _json_fragments(args: dict[str, Any]) -> list[str]:
+    # Split the arguments' JSON in three so clients must concatenate fragments before parsing.
+    raw = _canonical(args)
+    step = max(len(raw) // 3, 1)
+    return [raw[i : i + step] for i in range(0, len(raw), step)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Server
+
+
+class FakeLLM:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        latency_s: float = 0.0,
+        openai_cache_min_tokens: int = 1024,
+        anthropic_cache_min_tokens: int = 0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.latency_s = latency_s  # added to every reply, for benchmarks
+        self.default: Callable[[Json], FakeReply] = echo_reply
+        self._lock = threading.Lock()
+        self._script: deque[FakeReply] = deque()
+        self._requests: list[RecordedRequest] = []
+        self._serials = itertools.count(1)
+        self._anthropic_cache = _AnthropicCache(anthropic_cache_min_tokens)
+        self._openai_cache = _OpenAICache(openai_cache_min_tokens)
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._openai, methods=["POST"]),
+                Route("/v1/messages", self._anthropic, methods=["POST"]),
+                Route("/healthz", self._healthz, methods=["GET"]),
+            ]
+        )
+
+    # -- scripting ------------------------------------------------------------------------------
+
+    def script(self, *replies: FakeReply) -> None:
+        with self._lock:
+            self._script.extend(replies)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._script.clear()
+            self._requests.clear()
+            self._anthropic_cache.clear()
+            self._openai_cache.clear()
+        self.default = echo_reply
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.base_url}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return self.base_url  # the Anthropic SDK adds /v1 itself
+
+    def start(self, timeout_s: float = 10.0) -> FakeLLM:
+        """Serve on a background thread; returns once the socket is accepting connections."""
+        sock = self._bind()
+        self._server = uvicorn.Server(self._config())
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="fake-llm", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("fake LLM server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+        self._server = None
+        self._thread = None
+
+    def serve_forever(self) -> None:
+        """Run in the foreground (the CLI); Ctrl-C stops it."""
+        sock = self._bind()
+        print(f"fake LLM listening on {self.base_url} (OpenAI: {self.openai_base_url})", flush=True)
+        uvicorn.Server(self._config()).run(sockets=[sock])
+
+    def __enter__(self) -> FakeLLM:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _bind(self) -> socket.socket:
+        # Binding here, not in uvicorn, lets port 0 resolve to a free port before the thread starts.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self.port = sock.getsockname()[1]
+        return sock
+
+    def _config(self) -> uvicorn.Config:
+        return uvicorn.Config(
+            self.app, log_level="critical", access_log=False, lifespan="off", timeout_graceful_shutdown=1
+        )
+
+    # -- request handling -----------------------------------------------------------------------
+
+    async def _healthz(self, request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def _openai(self, request: Request) -> Response:
+        return await self._handle(request, "openai")
+
+    async def _anthropic(self, request: Request) -> Response:
+        return await self._handle(request, "anthropic")
+
+    async def _handle(self, request: Request, fmt: WireFormat) -> Response:
+        body: Json = await request.json()
+        reply = self._take_reply(RecordedRequest(fmt, request.url.path, dict(request.headers), body))
+        await asyncio.sleep(self.latency_s + reply.delay_s)
+        if reply.status != 200:
+            payload = reply.error_body if reply.error_body is not None else error_body(fmt, reply.status)
+            return JSONResponse(payload, status_code=reply.status, headers=reply.headers)
+        bound = self._bind_reply(reply, fmt, body)
+        if not body.get("stream"):
+            payload = openai_json(bound) if fmt == "openai" else anthropic_json(bound)
+            return JSONResponse(payload, headers=reply.headers)
+        events = self._openai_sse(bound, body) if fmt == "openai" else self._anthropic_sse(bound)
+        return StreamingResponse(events, media_type="text/event-stream", headers=reply.headers)
+
+    def _take_reply(self, recorded: RecordedRequest) -> FakeReply:
+        with self._lock:
+            self._requests.append(recorded)
+            scripted = self._script.popleft() if self._script else None
+        return scripted if scripted is not None else self.default(recorded.body)
+
+    def _bind_reply(self, reply: FakeReply, fmt: WireFormat, body: Json) -> _Reply:
+        # Only successful requests reach here, so failed attempts never populate the cache.
+        with self._lock:
+            cache = self._openai_cache if fmt == "openai" else self._anthropic_cache
+            prompt = cache.usage(body)
+            serial = next(self._serials)
+        return _Reply(reply=reply, model=str(body.get("model", "fake-model")), serial=serial, prompt=prompt)
+
+    async def _openai_sse(self, bound: _Reply, body: Json) -> AsyncIterator[str]:
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        async for item in _paced(openai_chunks(bound, include_usage), bound.reply):
+            yield f"data: {json.dumps(item)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    async def _anthropic_sse(self, bound: _Reply) -> AsyncIterator[str]:
+        async for event, data in _paced(anthropic_events(bound), bound.reply):
+            yield f"event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+async def _paced(items: Iterator[Any], reply: FakeReply) -> AsyncIterator[Any]:
+    """Yield the non-None items with the reply's pacing; break the stream where it is scripted to."""
+    deltas = 0
+    for item in items:
+        if item is None:
+            deltas += 1
+            if reply.fail_after_deltas is not None and deltas >= reply.fail_after_deltas:
+                raise _BrokenStream(f"scripted failure after {deltas} deltas")
+            continue
+        if reply.chunk_delay_s:
+            await asyncio.sleep(reply.chunk_delay_s)
+        yield item
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Fake OpenAI/Anthropic-compatible LLM server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8999)
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="delay before every reply")
+    parser.add_argument("--openai-cache-min-tokens", type=int, default=1024)
+    args = parser.parse_args(argv)
+    FakeLLM(
+        host=args.host,
+        port=args.port,
+        latency_s=args.latency_ms / 1000.0,
+        openai_cache_min_tokens=args.openai_cache_min_tokens,
+    ).serve_forever()
+
+
+if __name__ == "__main__":
+    main()

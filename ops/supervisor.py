@@ -1,0 +1,128 @@
+"""Runs the stack's processes for `engram up` and stops every one of them on exit.
+
+Each child runs in its own process group and is recorded in `<run_dir>/procs/<name>.pid`, so a
+later start can find and stop the leftovers of a run that was killed (SIGKILL, power loss)
+before it could clean up. A child that dies while the stack runs is restarted with backoff; one
+that keeps dying stops the whole stack with its name and exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+
+STOP_GRACE_SECONDS = 20
+MAX_RESTARTS_PER_MINUTE = 5
+# Marks processes started by a supervisor of this data dir, so stale-PID cleanup never kills a
+# process that merely reused a recorded PID.
+OWNER_ENV = "ENGRAM_SUPERVISOR_RUN_DIR"
+
+
+@dataclass
+class ChildSpec:
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Child:
+    spec: ChildSpec
+    proc: subprocess.Popen[bytes]
+    restarts: list[float] = field(default_factory=list)
+
+
+class ChildKeptDying(RuntimeError):
+    pass
+
+
+def _owned_by(pid: int, run_dir: Path) -> psutil.Process | None:
+    try:
+        proc = psutil.Process(pid)
+        return proc if proc.environ().get(OWNER_ENV) == str(run_dir) else None
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class Supervisor:
+    def __init__(self, run_dir: Path, base_env: dict[str, str]) -> None:
+        self.run_dir = run_dir
+        self.proc_dir = run_dir / "procs"
+        self.base_env = {**base_env, OWNER_ENV: str(run_dir)}
+        self.children: dict[str, Child] = {}
+
+    def clean_stale(self) -> list[str]:
+        """Stop processes left by an earlier run of this data dir; remove their PID files."""
+        cleaned = []
+        self.proc_dir.mkdir(parents=True, exist_ok=True)
+        for pid_file in self.proc_dir.glob("*.pid"):
+            try:
+                pid = int(pid_file.read_text().strip())
+            except ValueError:
+                pid = -1
+            proc = _owned_by(pid, self.run_dir) if pid > 0 else None
+            if proc is not None:
+                _kill_group(pid, signal.SIGTERM)
+                try:
+                    proc.wait(STOP_GRACE_SECONDS)
+                except psutil.TimeoutExpired:
+                    _kill_group(pid, signal.SIGKILL)
+                cleaned.append(f"{pid_file.stem} (pid {pid})")
+            pid_file.unlink(missing_ok=True)
+        return cleaned
+
+    def spawn(self, spec: ChildSpec) -> None:
+        proc = subprocess.Popen(
+            spec.argv, env={**self.base_env, **spec.env}, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        (self.proc_dir / f"{spec.name}.pid").write_text(str(proc.pid))
+        previous = self.children.get(spec.name)
+        self.children[spec.name] = Child(spec, proc, previous.restarts if previous else [])
+
+    def check_children(self) -> None:
+        """Restart children that exited; raise when one keeps dying."""
+        now = time.monotonic()
+        for name, child in list(self.children.items()):
+            code = child.proc.poll()
+            if code is None:
+                continue
+            child.restarts = [t for t in child.restarts if now - t < 60]
+            if len(child.restarts) >= MAX_RESTARTS_PER_MINUTE:
+                raise ChildKeptDying(f"{name} exited with code {code} {len(child.restarts) + 1} times within a minute")
+            log.warning("process exited; restarting", process=name, exit_code=code)
+            child.restarts.append(now)
+            _kill_group(child.proc.pid, signal.SIGKILL)  # its own children must not outlive it
+            self.spawn(child.spec)
+
+    def stop_all(self) -> None:
+        """SIGTERM every process group, wait, SIGKILL what is left; remove PID files."""
+        for child in self.children.values():
+            _kill_group(child.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for child in self.children.values():
+            try:
+                child.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("process did not stop in time; killing", process=child.spec.name)
+        for child in self.children.values():
+            # Kill whatever is left in the group (e.g. pool children of a worker that exited).
+            _kill_group(child.proc.pid, signal.SIGKILL)
+            child.proc.poll()
+            (self.proc_dir / f"{child.spec.name}.pid").unlink(missing_ok=True)
+        self.children.clear()

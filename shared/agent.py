@@ -1,0 +1,336 @@
+"""Running chat turns: one session at a time, turns in order, each turn exactly once.
+
+`drain_session` is what the `turns` queue calls. It takes the session's Redis lock (a busy
+session is left to the current holder, which drains every queued turn before letting go), then
+claims turns oldest first. A turn's output — assistant and tool messages, reply, usage — is
+written in one transaction guarded by the claim's attempt number, so a worker killed mid-turn
+leaves nothing behind and the redelivered attempt writes the turn once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from psycopg.types.json import Jsonb
+
+from shared import db
+from shared.db import Conn
+from shared.events import TurnEventPublisher
+from shared.llm.types import ChatMessage, ChatProvider, ChatRequest, ChatResult, LLMError, ToolCall, Usage
+from shared.locks import HeartbeatLock, session_lock_name
+from shared.logging import get_logger
+from shared.prompt import build_dynamic_suffix, build_static_prompt
+from shared.text import estimate_tokens
+from shared.tools import ToolContext, ToolRegistry
+
+log = get_logger(__name__)
+
+# A turn whose worker died this many times is failed instead of being tried forever.
+MAX_TURN_ATTEMPTS = 5
+TOOL_EVENT_PREVIEW_CHARS = 500
+
+
+class LockLost(RuntimeError):
+    """The session lock expired while we worked; another worker may own the session now."""
+
+
+@dataclass
+class TurnDeps:
+    provider: ChatProvider
+    model: str
+    tools: ToolRegistry
+    redis: redis.Redis
+    max_iterations: int = 8
+    max_output_tokens: int = 1024
+    lock_ttl_seconds: float = 30
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+
+@dataclass
+class TurnOutcome:
+    messages: list[ChatMessage]
+    reply: str
+    usage: Usage
+    llm_calls: int
+    llm_seconds: float
+
+
+def drain_session(session_id: int, deps: TurnDeps) -> int:
+    """Run every queued turn of the session, in order. Returns how many this call ran."""
+    lock = HeartbeatLock(deps.redis, session_lock_name(session_id), deps.lock_ttl_seconds)
+    processed = 0
+    while lock.acquire():
+        try:
+            while (turn := claim_next_turn(session_id)) is not None:
+                run_claimed_turn(turn, deps, lock)
+                processed += 1
+        finally:
+            lock.release()
+        # A turn queued between our last claim and the release saw the lock held and left the
+        # work to us: look once more after letting go.
+        if not has_open_turns(session_id):
+            break
+    return processed
+
+
+def has_open_turns(session_id: int) -> bool:
+    with db.connection() as conn:
+        row = conn.execute(
+            "SELECT 1 FROM turns WHERE session_id = %s AND status IN ('queued', 'running') LIMIT 1", (session_id,)
+        ).fetchone()
+    return row is not None
+
+
+def claim_next_turn(session_id: int) -> dict[str, Any] | None:
+    """Mark the session's oldest open turn running (attempt + 1) and return it.
+
+    A 'running' turn found here was left by a worker that died: it is claimed again.
+    """
+    with db.connection() as conn:
+        while True:
+            row = conn.execute(
+                """SELECT t.*, u.timezone FROM turns t JOIN users u ON u.id = t.user_id
+                   WHERE t.session_id = %s AND t.status IN ('queued', 'running')
+                   ORDER BY t.id LIMIT 1 FOR UPDATE OF t""",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            if row["attempts"] >= MAX_TURN_ATTEMPTS:
+                _fail(conn, row, f"gave up after {row['attempts']} attempts: the worker stopped each time")
+                continue
+            claimed = conn.execute(
+                """UPDATE turns SET status = 'running', attempts = attempts + 1,
+                       started_at = coalesce(started_at, now()), updated_at = now()
+                   WHERE id = %s RETURNING attempts""",
+                (row["id"],),
+            ).fetchone()
+            assert claimed is not None
+            return {**row, "attempts": claimed["attempts"]}
+
+
+def _fail(conn: Conn, turn: dict[str, Any], error: str) -> None:
+    conn.execute(
+        """UPDATE turns SET status = 'failed', error = %s, finished_at = now(), updated_at = now()
+           WHERE id = %s AND status IN ('queued', 'running')""",
+        (error, turn["id"]),
+    )
+
+
+def load_context(conn: Conn, turn: dict[str, Any]) -> list[ChatMessage]:
+    """The session's live (not compacted) messages up to and including this turn."""
+    rows = conn.execute(
+        """SELECT role, content, tool_calls, tool_results FROM session_messages
+           WHERE session_id = %s AND NOT is_compacted AND (turn_id IS NULL OR turn_id <= %s)
+             AND role IN ('user', 'assistant', 'tool')
+           ORDER BY turn_id NULLS FIRST, id""",
+        (turn["session_id"], turn["id"]),
+    ).fetchall()
+    return [_row_to_message(row) for row in rows]
+
+
+def _row_to_message(row: dict[str, Any]) -> ChatMessage:
+    if row["role"] == "assistant":
+        calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in row["tool_calls"] or [])
+        return ChatMessage("assistant", row["content"], tool_calls=calls)
+    if row["role"] == "tool":
+        meta = row["tool_results"] or {}
+        return ChatMessage(
+            "tool",
+            row["content"],
+            tool_call_id=meta.get("tool_call_id"),
+            tool_name=meta.get("name"),
+            is_error=bool(meta.get("is_error")),
+        )
+    return ChatMessage("user", row["content"])
+
+
+def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> None:
+    bound = log.bind(turn_id=turn["id"], session_id=turn["session_id"], attempt=turn["attempts"])
+    events = TurnEventPublisher(deps.redis, turn["id"])
+    if turn["attempts"] > 1:
+        # Deltas of the failed attempt may already be on the stream: tell readers to start over.
+        events.publish("reset", attempt=turn["attempts"])
+    started = time.monotonic()
+    with db.connection() as conn:
+        history = load_context(conn, turn)
+    ctx = ToolContext(
+        tenant_id=turn["tenant_id"],
+        user_id=turn["user_id"],
+        session_id=turn["session_id"],
+        turn_id=turn["id"],
+        now=deps.clock(),
+        timezone=turn.get("timezone") or "UTC",
+    )
+    try:
+        outcome = run_agent_loop(history, ctx, deps, events)
+    except LLMError as exc:
+        bound.warning("turn failed", error=str(exc))
+        with db.connection() as conn:
+            _guarded_update(conn, turn, "failed", error=str(exc), timings=_timings(turn, started, None))
+        events.publish("error", error=str(exc))
+        return
+    if lock.lost:
+        raise LockLost(f"session lock lost while running turn {turn['id']}")
+    with db.connection() as conn:
+        written = _guarded_update(
+            conn,
+            turn,
+            "done",
+            reply=outcome.reply,
+            usage={
+                **outcome.usage.as_dict(),
+                "llm_calls": outcome.llm_calls,
+                "model": deps.model,
+                "provider": deps.provider.name,
+            },
+            timings=_timings(turn, started, outcome.llm_seconds),
+        )
+        if written:
+            _insert_messages(conn, turn, outcome.messages)
+            _refresh_token_count(conn, turn["session_id"])
+    if written:
+        events.publish("done", status="done", reply=outcome.reply, usage=outcome.usage.as_dict())
+        bound.info("turn done", llm_calls=outcome.llm_calls, **outcome.usage.as_dict())
+    else:
+        bound.warning("turn was already finished by another attempt; nothing written")
+
+
+def run_agent_loop(
+    history: list[ChatMessage], ctx: ToolContext, deps: TurnDeps, events: TurnEventPublisher
+) -> TurnOutcome:
+    tool_specs = deps.tools.specs()
+    static = build_static_prompt(tool_specs)
+    produced: list[ChatMessage] = []
+    texts: list[str] = []
+    usage = Usage()
+    llm_seconds = 0.0
+    calls = 0
+    for iteration in range(deps.max_iterations):
+        # The last allowed call offers no tools, so the model has to answer in words.
+        last = iteration == deps.max_iterations - 1
+        request = ChatRequest(
+            model=deps.model,
+            messages=tuple(history + produced),
+            system_static=static,
+            system_dynamic=build_dynamic_suffix(deps.clock(), ctx.timezone, deps.model),
+            tools=() if last else tool_specs,
+            max_tokens=deps.max_output_tokens,
+        )
+        began = time.monotonic()
+        result: ChatResult = deps.provider.chat(request, _DeltaForwarder(events, paragraph_break=bool(texts)))
+        llm_seconds += time.monotonic() - began
+        calls += 1
+        usage.add(result.usage)
+        if result.text:
+            texts.append(result.text)
+        tool_calls = [] if last else result.tool_calls
+        produced.append(ChatMessage("assistant", result.text, tool_calls=tuple(tool_calls)))
+        if not tool_calls:
+            break
+        for call in tool_calls:
+            events.publish("tool_call", id=call.id, name=call.name, arguments=call.arguments)
+            outcome = deps.tools.execute(ctx, call.name, call.arguments)
+            events.publish(
+                "tool_result",
+                id=call.id,
+                name=call.name,
+                is_error=outcome.is_error,
+                content=outcome.content[:TOOL_EVENT_PREVIEW_CHARS],
+            )
+            produced.append(
+                ChatMessage(
+                    "tool", outcome.content, tool_call_id=call.id, tool_name=call.name, is_error=outcome.is_error
+                )
+            )
+    return TurnOutcome(produced, "\n\n".join(texts), usage, calls, llm_seconds)
+
+
+class _DeltaForwarder:
+    """Publishes text fragments; a later iteration's text starts with the paragraph break that
+    joins it to the reply, so concatenated deltas always equal the stored reply."""
+
+    def __init__(self, events: TurnEventPublisher, *, paragraph_break: bool) -> None:
+        self.events = events
+        self.pending_break = paragraph_break
+
+    def __call__(self, fragment: str) -> None:
+        if self.pending_break:
+            self.events.publish("delta", text="\n\n")
+            self.pending_break = False
+        self.events.publish("delta", text=fragment)
+
+
+def _timings(turn: dict[str, Any], started: float, llm_seconds: float | None) -> dict[str, Any]:
+    total = time.monotonic() - started
+    timings: dict[str, Any] = {"run_ms": round(total * 1000, 1), "attempt": turn["attempts"]}
+    if turn.get("created_at") is not None:
+        queued = (datetime.now(UTC) - turn["created_at"]).total_seconds() - total
+        timings["queued_ms"] = round(max(queued, 0) * 1000, 1)
+    if llm_seconds is not None:
+        timings["llm_ms"] = round(llm_seconds * 1000, 1)
+        timings["overhead_ms"] = round((total - llm_seconds) * 1000, 1)
+    return timings
+
+
+def _guarded_update(conn: Conn, turn: dict[str, Any], status: str, **fields: Any) -> bool:
+    """Finish the turn only if this attempt still owns it (same attempt number, still running)."""
+    row = conn.execute(
+        """UPDATE turns SET status = %s, reply = %s, error = %s, usage = %s, timings = %s,
+               finished_at = now(), updated_at = now()
+           WHERE id = %s AND status = 'running' AND attempts = %s RETURNING id""",
+        (
+            status,
+            fields.get("reply"),
+            fields.get("error"),
+            Jsonb(fields.get("usage", {})),
+            Jsonb(fields.get("timings", {})),
+            turn["id"],
+            turn["attempts"],
+        ),
+    ).fetchone()
+    return row is not None
+
+
+def _insert_messages(conn: Conn, turn: dict[str, Any], messages: list[ChatMessage]) -> None:
+    with conn.cursor() as cur:
+        cur.executemany(
+            """INSERT INTO session_messages
+                   (tenant_id, user_id, session_id, turn_id, role, content, tool_calls, tool_results, token_estimate)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+            [
+                (
+                    turn["tenant_id"],
+                    turn["user_id"],
+                    turn["session_id"],
+                    turn["id"],
+                    m.role,
+                    m.content,
+                    Jsonb([{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls])
+                    if m.tool_calls
+                    else None,
+                    Jsonb({"tool_call_id": m.tool_call_id, "name": m.tool_name, "is_error": m.is_error})
+                    if m.role == "tool"
+                    else None,
+                    estimate_tokens(m.content)
+                    + (estimate_tokens(json.dumps([c.arguments for c in m.tool_calls])) if m.tool_calls else 0),
+                )
+                for m in messages
+            ],
+        )
+
+
+def _refresh_token_count(conn: Conn, session_id: int) -> None:
+    conn.execute(
+        """UPDATE sessions SET updated_at = now(), token_count = (
+               SELECT coalesce(sum(token_estimate), 0) FROM session_messages
+               WHERE session_id = %s AND NOT is_compacted)
+           WHERE id = %s""",
+        (session_id, session_id),
+    )

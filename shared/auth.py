@@ -1,0 +1,68 @@
+"""API keys: random secrets shown once, stored only as a sha256 hash, each bound to a tenant."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from shared.db import Conn
+
+KEY_PREFIX = "egm_"
+DEFAULT_TENANT = "default"
+
+
+@dataclass(frozen=True)
+class Tenant:
+    id: int
+    name: str
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def generate_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def ensure_tenant(conn: Conn, name: str) -> int:
+    row = conn.execute(
+        """INSERT INTO tenants (name) VALUES (%s)
+           ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING id""",
+        (name,),
+    ).fetchone()
+    assert row is not None
+    return int(row["id"])
+
+
+def register_key(conn: Conn, tenant_id: int, key: str, name: str = "") -> None:
+    conn.execute(
+        """INSERT INTO api_keys (tenant_id, name, key_prefix, key_hash) VALUES (%s, %s, %s, %s)
+           ON CONFLICT (key_hash) DO NOTHING""",
+        (tenant_id, name, key[:10], hash_key(key)),
+    )
+
+
+def create_key(conn: Conn, tenant_name: str, name: str = "") -> str:
+    key = generate_key()
+    register_key(conn, ensure_tenant(conn, tenant_name), key, name)
+    return key
+
+
+def key_is_valid(conn: Conn, key: str) -> bool:
+    row = conn.execute("SELECT 1 FROM api_keys WHERE key_hash = %s AND revoked_at IS NULL", (hash_key(key),)).fetchone()
+    return row is not None
+
+
+def authenticate(conn: Conn, key: str) -> Tenant | None:
+    row = conn.execute(
+        # last_used_at is refreshed at most once a minute so reads do not each cost a row write.
+        """WITH k AS (SELECT id, tenant_id FROM api_keys WHERE key_hash = %s AND revoked_at IS NULL),
+                touch AS (UPDATE api_keys SET last_used_at = now()
+                          WHERE id IN (SELECT id FROM k)
+                            AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute'))
+           SELECT t.id, t.name FROM k JOIN tenants t ON t.id = k.tenant_id""",
+        (hash_key(key),),
+    ).fetchone()
+    return Tenant(id=row["id"], name=row["name"]) if row else None

@@ -1,0 +1,88 @@
+"""The one settings object. Every field is read from an `ENGRAM_`-prefixed environment variable
+(or a `.env` file in the working directory) and is listed in the README with its default."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ProviderName = Literal["auto", "offline", "anthropic", "openai"]
+
+
+def _default_data_dir() -> Path:
+    return Path.home() / ".engram"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ENGRAM_", env_file=".env", extra="ignore")
+
+    # --- where state lives -------------------------------------------------------------------
+    data_dir: Path = Field(
+        default_factory=_default_data_dir, description="Embedded servers' data, PID files, dev API key"
+    )
+    database_url: str | None = Field(None, description="Postgres URL; unset = embedded Postgres in data_dir")
+    redis_url: str | None = Field(None, description="Redis URL; unset = embedded valkey in data_dir")
+    db_pool_size: int = Field(10, ge=1, description="Max connections per process pool")
+
+    # --- gateway -----------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = 8000
+    flower_port: int = 5555
+    max_turn_chars: int = Field(16_000, ge=1, description="Longest accepted user message")
+    max_wait_seconds: float = Field(60.0, ge=0, description="Cap on ?wait= long polls")
+    # A fixed key for the default tenant (e.g. in docker-compose); unset = one is generated once.
+    dev_api_key: SecretStr | None = None
+
+    # --- language model ----------------------------------------------------------------------
+    llm_provider: ProviderName = Field("auto", description="auto picks anthropic/openai by key, else offline")
+    llm_model: str | None = Field(None, description="Chat model; default per provider")
+    llm_cheap_model: str | None = Field(None, description="Model for background work; default per provider")
+    anthropic_api_key: SecretStr | None = None
+    anthropic_base_url: str | None = None
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str | None = Field(None, description="Any OpenAI-compatible endpoint (Ollama, vLLM), with /v1")
+    llm_timeout_seconds: float = 120.0
+    llm_max_attempts: int = Field(4, ge=1, description="Tries per LLM call on 429/5xx/timeouts")
+    llm_max_retry_wait_seconds: float = 30.0
+    max_output_tokens: int = 1024
+
+    # --- agent loop --------------------------------------------------------------------------
+    max_iterations: int = Field(8, ge=1, description="LLM calls per turn at most (tool loop)")
+    session_lock_ttl_seconds: int = Field(30, ge=5, description="Per-session lock TTL; heartbeat at a third")
+    turn_soft_time_limit: int = 300
+    turn_time_limit: int = 330
+    stalled_turn_seconds: int = Field(60, ge=5, description="Queued turns older than this are re-enqueued")
+    sweep_interval_seconds: float = Field(30.0, gt=0, description="How often beat looks for stalled turns")
+    broker_visibility_timeout: int = Field(
+        3600, ge=60, description="Seconds before an unacked task is redelivered; > any countdown or time limit"
+    )
+
+    # --- processes started by `engram up` ------------------------------------------------------
+    turn_worker_concurrency: int = Field(2, ge=1, description="Processes consuming turns + channels")
+    background_worker_concurrency: int = Field(1, ge=1, description="Processes for the memory queues")
+
+    # --- logging -----------------------------------------------------------------------------
+    log_level: str = "INFO"
+    log_json: bool = Field(False, description="JSON log lines instead of console format")
+
+    @field_validator("data_dir")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @property
+    def run_dir(self) -> Path:
+        return self.data_dir / "run"
+
+    @property
+    def dev_key_file(self) -> Path:
+        return self.data_dir / "dev-api-key"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

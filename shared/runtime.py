@@ -1,0 +1,25 @@
+"""Builds the long-lived collaborators of a worker process from settings, once per process."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from shared.agent import TurnDeps
+from shared.config import get_settings
+from shared.llm.factory import chat_model, chat_provider
+from shared.redis_client import get_redis
+from shared.tools import default_registry
+
+
+@lru_cache(maxsize=1)
+def turn_deps() -> TurnDeps:
+    settings = get_settings()
+    return TurnDeps(
+        provider=chat_provider(settings),
+        model=chat_model(settings),
+        tools=default_registry(),
+        redis=get_redis(),
+        max_iterations=settings.max_iterations,
+        max_output_tokens=settings.max_output_tokens,
+        lock_ttl_seconds=settings.session_lock_ttl_seconds,
+    )

@@ -1,0 +1,8 @@
+"""Small text helpers shared across the domain."""
+
+from __future__ import annotations
+
+
+def estimate_tokens(text: str) -> int:
+    """A cheap token estimate (~4 characters per token for English prose)."""
+    return (len(text) + 3) // 4 if text else 0

@@ -1,0 +1,161 @@
+"""Accepting chat turns and reading them back. Everything here is scoped by tenant."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from shared.db import Conn
+from shared.text import estimate_tokens
+
+TERMINAL_STATUSES = frozenset({"done", "failed"})
+
+
+class IdempotencyConflict(ValueError):
+    """The Idempotency-Key was already used for a different request."""
+
+
+@dataclass(frozen=True)
+class SubmittedTurn:
+    turn: dict[str, Any]
+    replayed: bool  # True when an earlier turn with the same Idempotency-Key was returned
+
+
+def _request_hash(session_key: str, user_external_id: str, text: str) -> str:
+    return hashlib.sha256(json.dumps([session_key, user_external_id, text]).encode()).hexdigest()
+
+
+def ensure_user(conn: Conn, tenant_id: int, external_id: str) -> int:
+    row = conn.execute(
+        """INSERT INTO users (tenant_id, external_id) VALUES (%s, %s)
+           ON CONFLICT (tenant_id, external_id) DO UPDATE SET external_id = EXCLUDED.external_id
+           RETURNING id""",
+        (tenant_id, external_id),
+    ).fetchone()
+    assert row is not None
+    return int(row["id"])
+
+
+def ensure_session(
+    conn: Conn, tenant_id: int, user_id: int, session_key: str, channel: str = "api"
+) -> int:
+    row = conn.execute(
+        """INSERT INTO sessions (tenant_id, user_id, channel, session_key) VALUES (%s, %s, %s, %s)
+           ON CONFLICT (user_id, channel, session_key) DO UPDATE SET updated_at = now()
+           RETURNING id""",
+        (tenant_id, user_id, channel, session_key),
+    ).fetchone()
+    assert row is not None
+    return int(row["id"])
+
+
+def find_user_id(conn: Conn, tenant_id: int, external_id: str) -> int | None:
+    row = conn.execute(
+        "SELECT id FROM users WHERE tenant_id = %s AND external_id = %s", (tenant_id, external_id)
+    ).fetchone()
+    return int(row["id"]) if row else None
+
+
+def find_session(
+    conn: Conn, tenant_id: int, user_external_id: str, session_key: str, channel: str = "api"
+) -> dict[str, Any] | None:
+    return conn.execute(
+        """SELECT s.* FROM sessions s JOIN users u ON u.id = s.user_id
+           WHERE s.tenant_id = %s AND u.external_id = %s AND s.session_key = %s AND s.channel = %s""",
+        (tenant_id, user_external_id, session_key, channel),
+    ).fetchone()
+
+
+_TURN_COLUMNS = """t.id AS turn_id, t.session_id, s.session_key, u.external_id AS user_id, t.status,
+    t.reply, t.error, t.usage, t.timings, t.attempts, t.created_at, t.started_at, t.finished_at"""
+
+
+def submit_turn(
+    conn: Conn,
+    *,
+    tenant_id: int,
+    session_key: str,
+    user_external_id: str,
+    text: str,
+    idempotency_key: str | None = None,
+    channel: str = "api",
+) -> SubmittedTurn:
+    """Persist the user's message and a queued turn in the caller's transaction.
+
+    A repeated Idempotency-Key returns the original turn (and writes nothing); the unique index
+    makes two concurrent requests with the same key agree on one turn.
+    """
+    request_hash = _request_hash(session_key, user_external_id, text)
+    if idempotency_key is not None:
+        existing = _turn_by_idempotency_key(conn, tenant_id, idempotency_key)
+        if existing is not None:
+            return _replay(existing, request_hash)
+
+    user_id = ensure_user(conn, tenant_id, user_external_id)
+    session_id = ensure_session(conn, tenant_id, user_id, session_key, channel)
+    row = conn.execute(
+        """INSERT INTO turns (tenant_id, user_id, session_id, idempotency_key, request_hash)
+           VALUES (%s, %s, %s, %s, %s)
+           ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+           RETURNING id""",
+        (tenant_id, user_id, session_id, idempotency_key, request_hash),
+    ).fetchone()
+    if row is None:  # lost a race with a concurrent request carrying the same key
+        existing = _turn_by_idempotency_key(conn, tenant_id, idempotency_key or "")
+        assert existing is not None
+        return _replay(existing, request_hash)
+    turn_id = int(row["id"])
+    conn.execute(
+        """INSERT INTO session_messages (tenant_id, user_id, session_id, turn_id, role, content, token_estimate)
+           VALUES (%s, %s, %s, %s, 'user', %s, %s)""",
+        (tenant_id, user_id, session_id, turn_id, text, estimate_tokens(text)),
+    )
+    turn = get_turn(conn, tenant_id, turn_id)
+    assert turn is not None
+    return SubmittedTurn(turn=turn, replayed=False)
+
+
+def _turn_by_idempotency_key(conn: Conn, tenant_id: int, key: str) -> dict[str, Any] | None:
+    return conn.execute(
+        f"""SELECT {_TURN_COLUMNS}, t.request_hash FROM turns t
+            JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = t.user_id
+            WHERE t.tenant_id = %s AND t.idempotency_key = %s""",
+        (tenant_id, key),
+    ).fetchone()
+
+
+def _replay(existing: dict[str, Any], request_hash: str) -> SubmittedTurn:
+    if existing.pop("request_hash") != request_hash:
+        raise IdempotencyConflict(
+            "this Idempotency-Key was already used for a different request (session, user or text differ)"
+        )
+    return SubmittedTurn(turn=existing, replayed=True)
+
+
+def get_turn(conn: Conn, tenant_id: int, turn_id: int) -> dict[str, Any] | None:
+    return conn.execute(
+        f"""SELECT {_TURN_COLUMNS} FROM turns t
+            JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = t.user_id
+            WHERE t.tenant_id = %s AND t.id = %s""",
+        (tenant_id, turn_id),
+    ).fetchone()
+
+
+def list_messages(
+    conn: Conn, tenant_id: int, user_external_id: str, session_key: str, limit: int = 100
+) -> list[dict[str, Any]] | None:
+    """The latest `limit` messages of a session in conversation order; None if no such session."""
+    session = find_session(conn, tenant_id, user_external_id, session_key)
+    if session is None:
+        return None
+    rows = conn.execute(
+        """SELECT * FROM (
+               SELECT id, turn_id, role, content, tool_calls, tool_results, is_compacted, created_at
+               FROM session_messages WHERE session_id = %s AND tenant_id = %s
+               ORDER BY turn_id DESC NULLS LAST, id DESC LIMIT %s) recent
+           ORDER BY turn_id NULLS FIRST, id""",
+        (session["id"], tenant_id, limit),
+    ).fetchall()
+    return rows

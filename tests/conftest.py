@@ -1,0 +1,235 @@
+"""Shared fixtures: real Postgres + Redis, a real gateway over HTTP, real Celery workers, and the
+fake LLM server that the official SDKs talk to."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from ops.embedded import free_port
+from ops.fake_llm import FakeLLM
+from tests.support.processes import CeleryProcess, beat, worker
+from tests.support.services import TestServices, start_services
+
+# Short timers so recovery paths run within a test; production defaults are in shared/config.py.
+TEST_ENV = {
+    "ENGRAM_SESSION_LOCK_TTL_SECONDS": "6",
+    "ENGRAM_STALLED_TURN_SECONDS": "5",
+    "ENGRAM_SWEEP_INTERVAL_SECONDS": "2",
+    "ENGRAM_BROKER_VISIBILITY_TIMEOUT": "120",
+    "ENGRAM_TURN_SOFT_TIME_LIMIT": "60",
+    "ENGRAM_TURN_TIME_LIMIT": "90",
+    "ENGRAM_LLM_MAX_ATTEMPTS": "2",
+    "ENGRAM_LLM_MAX_RETRY_WAIT_SECONDS": "1",
+    "ENGRAM_LLM_TIMEOUT_SECONDS": "30",
+    "ENGRAM_MAX_TURN_CHARS": "2000",
+    "ENGRAM_LLM_PROVIDER": "offline",
+}
+_TABLES_KEPT = ("schema_migrations",)
+
+
+def _reset_process_state() -> None:
+    from shared import db
+    from shared.config import get_settings
+    from shared.redis_client import reset_redis
+    from shared.runtime import turn_deps
+
+    get_settings.cache_clear()
+    turn_deps.cache_clear()
+    db.close_pool()
+    reset_redis()
+
+
+@pytest.fixture(scope="session")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestServices]:
+    workdir = tmp_path_factory.mktemp("services")
+    svc = start_services(workdir)
+    os.environ.update(TEST_ENV)
+    os.environ["ENGRAM_DATABASE_URL"] = svc.database_url
+    os.environ["ENGRAM_REDIS_URL"] = svc.redis_url
+    os.environ["ENGRAM_DATA_DIR"] = str(workdir / "data")
+    _reset_process_state()
+    from shared.db import connect
+    from shared.migrate import apply_migrations
+
+    with connect() as conn:
+        apply_migrations(conn)
+    yield svc
+    _reset_process_state()
+    svc.close()
+
+
+def truncate_all() -> None:
+    from shared import db
+
+    with db.connection() as conn:
+        tables = [
+            row["tablename"]
+            for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+            if row["tablename"] not in _TABLES_KEPT
+        ]
+        conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+
+
+def clear_engram_keys() -> None:
+    # Only engram's keys: Celery's queue bindings live in the same database and workers are running.
+    from shared.redis_client import get_redis
+
+    client = get_redis()
+    keys = list(client.scan_iter("engram:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture
+def clean_state(services: TestServices) -> TestServices:
+    truncate_all()
+    clear_engram_keys()
+    return services
+
+
+@pytest.fixture(scope="session")
+def fake_llm_server() -> Iterator[FakeLLM]:
+    with FakeLLM() as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_llm(fake_llm_server: FakeLLM) -> FakeLLM:
+    fake_llm_server.reset()
+    return fake_llm_server
+
+
+class Gateway:
+    def __init__(self) -> None:
+        from api.app import create_app
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> Gateway:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise TimeoutError("gateway did not start")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def gateway(services: TestServices) -> Iterator[Gateway]:
+    gw = Gateway().start()
+    yield gw
+    gw.stop()
+
+
+def make_key(tenant: str) -> str:
+    from shared import db
+    from shared.auth import create_key
+
+    with db.connection() as conn:
+        return create_key(conn, tenant, "test")
+
+
+@pytest.fixture
+def api_key(clean_state: TestServices) -> str:
+    return make_key("tenant-a")
+
+
+@pytest.fixture
+def api(gateway: Gateway, api_key: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60) as client:
+        yield client
+
+
+class CeleryStack:
+    """Worker (and optionally beat) processes configured for one LLM provider at a time."""
+
+    def __init__(self, services: TestServices, fake: FakeLLM, log_dir: Path) -> None:
+        self.services = services
+        self.fake = fake
+        self.log_dir = log_dir
+        self.provider: str | None = None
+        self.worker: CeleryProcess | None = None
+        self.beat: CeleryProcess | None = None
+        self._serial = 0
+
+    def env(self, provider: str) -> dict[str, str]:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_LLM")}
+        env.update(TEST_ENV)
+        env.update({
+            "ENGRAM_DATABASE_URL": self.services.database_url,
+            "ENGRAM_REDIS_URL": self.services.redis_url,
+            "ENGRAM_DATA_DIR": os.environ["ENGRAM_DATA_DIR"],
+            "ENGRAM_LLM_PROVIDER": provider,
+            "ENGRAM_ANTHROPIC_API_KEY": "test-key",
+            "ENGRAM_ANTHROPIC_BASE_URL": self.fake.anthropic_base_url,
+            "ENGRAM_OPENAI_API_KEY": "test-key",
+            "ENGRAM_OPENAI_BASE_URL": self.fake.openai_base_url,
+        })
+        return env
+
+    def ensure(self, provider: str = "anthropic") -> CeleryProcess:
+        if self.worker is not None and self.worker.proc is not None and self.worker.proc.poll() is None:
+            if self.provider == provider:
+                return self.worker
+            self.worker.stop()
+        return self.start_worker(provider)
+
+    def start_worker(self, provider: str = "anthropic", concurrency: int = 2) -> CeleryProcess:
+        self._serial += 1
+        self.provider = provider
+        self.worker = worker(f"w{self._serial}", self.env(provider), self.log_dir, concurrency).start()
+        self.worker.wait_ready()
+        return self.worker
+
+    def start_beat(self) -> CeleryProcess:
+        if self.beat is None or self.beat.proc is None:
+            self.beat = beat(self.env(self.provider or "anthropic"), self.log_dir).start()
+            self.beat.wait_ready("beat: Starting...")
+        return self.beat
+
+    def stop(self) -> None:
+        for proc in (self.worker, self.beat):
+            if proc is not None:
+                proc.stop()
+
+
+@pytest.fixture(scope="session")
+def celery_stack(services: TestServices, fake_llm_server: FakeLLM, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[CeleryStack]:
+    stack = CeleryStack(services, fake_llm_server, tmp_path_factory.mktemp("celery"))
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture
+def workers(celery_stack: CeleryStack, clean_state: TestServices) -> CeleryStack:
+    celery_stack.ensure("anthropic")
+    return celery_stack
+
+
+def wait_turn(api: httpx.Client, turn_id: int, timeout: float = 60) -> dict[str, Any]:
+    """Long-poll a turn until it is done or failed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        body = api.get(f"/v1/turns/{turn_id}", params={"wait": max(0.1, min(remaining, 10))}).json()
+        if body["status"] in ("done", "failed") or remaining <= 0:
+            return body

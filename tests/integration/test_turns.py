@@ -1,0 +1,237 @@
+"""A chat turn end to end: HTTP gateway → Postgres → Celery worker → fake LLM (real SDKs) → reply."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import httpx
+import pytest
+from httpx_sse import connect_sse
+
+from ops.fake_llm import FakeLLM, FakeReply, RecordedRequest
+from shared import db
+from tests.conftest import CeleryStack, wait_turn
+
+pytestmark = pytest.mark.integration
+
+
+def post_turn(api: httpx.Client, session: str, text: str, user: str = "alice", **headers: str) -> httpx.Response:
+    return api.post(f"/v1/sessions/{session}/turns", json={"user_id": user, "text": text}, headers=headers)
+
+
+def user_texts(request: RecordedRequest) -> list[str]:
+    """The user-authored texts of a recorded request, in order (both wire formats)."""
+    texts = []
+    for message in request.body["messages"]:
+        if message["role"] != "user":
+            continue
+        content = message["content"]
+        if isinstance(content, str):
+            texts.append(content)
+        else:
+            texts.extend(block["text"] for block in content if block.get("type") == "text")
+    return texts
+
+
+def count(table: str) -> int:
+    with db.connection() as conn:
+        row = conn.execute(f"SELECT count(*) AS n FROM {table}").fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+def test_turn_end_to_end_with_anthropic(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
+    fake_llm.script(FakeReply(text="Hello Alice, nice to meet you."))
+    accepted = post_turn(api, "s1", "Hi, I am Alice.")
+    assert accepted.status_code == 202
+    body = accepted.json()
+    assert body["status"] == "queued" and body["turn_id"] > 0 and body["session_id"] > 0
+
+    turn = wait_turn(api, body["turn_id"])
+    assert turn["status"] == "done", turn
+    assert turn["reply"] == "Hello Alice, nice to meet you."
+    assert turn["usage"]["llm_calls"] == 1 and turn["usage"]["provider"] == "anthropic"
+    assert turn["usage"]["output_tokens"] > 0
+    # First request writes the cached static prefix; usage records it.
+    assert turn["usage"]["cache_write_tokens"] > 0
+    assert turn["timings"]["llm_ms"] >= 0 and turn["timings"]["run_ms"] >= turn["timings"]["llm_ms"]
+
+    (request,) = fake_llm.requests
+    assert request.format == "anthropic"
+    system = request.body["system"]
+    assert system[0]["cache_control"] == {"type": "ephemeral"} and "Current date and time" in system[1]["text"]
+    assert user_texts(request) == ["Hi, I am Alice."]
+
+    history = api.get("/v1/sessions/s1/messages", params={"user_id": "alice"}).json()["messages"]
+    assert [(m["role"], m["content"]) for m in history] == [
+        ("user", "Hi, I am Alice."),
+        ("assistant", "Hello Alice, nice to meet you."),
+    ]
+
+
+def test_second_turn_reads_cache_and_sees_history(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
+    fake_llm.script(FakeReply(text="First."), FakeReply(text="Second."))
+    first = wait_turn(api, post_turn(api, "s1", "one").json()["turn_id"])
+    second = wait_turn(api, post_turn(api, "s1", "two").json()["turn_id"])
+    assert (first["reply"], second["reply"]) == ("First.", "Second.")
+    assert second["usage"]["cache_read_tokens"] > 0  # the static prefix was byte-identical
+    last = fake_llm.requests[-1]
+    assert [m["role"] for m in last.body["messages"]] == ["user", "assistant", "user"]
+
+
+def test_turn_end_to_end_with_openai(api: httpx.Client, celery_stack: CeleryStack, clean_state: Any,
+                                     fake_llm: FakeLLM) -> None:
+    celery_stack.ensure("openai")
+    fake_llm.script(FakeReply(text="Hi from an OpenAI-compatible model."))
+    turn = wait_turn(api, post_turn(api, "s-openai", "hello").json()["turn_id"])
+    assert turn["status"] == "done", turn
+    assert turn["reply"] == "Hi from an OpenAI-compatible model."
+    assert turn["usage"]["provider"] == "openai"
+    (request,) = fake_llm.requests
+    assert request.format == "openai" and request.body["stream"] is True
+    roles = [m["role"] for m in request.body["messages"]]
+    assert roles == ["system", "system", "user"]
+
+
+def test_sse_stream_delivers_tokens_in_order(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
+    text = "one two three four five six seven eight nine ten"
+    fake_llm.script(FakeReply(text=text, delay_s=0.5, chunk_delay_s=0.02))
+    turn_id = post_turn(api, "s-sse", "count to ten").json()["turn_id"]
+    events: list[tuple[str, dict[str, Any]]] = []
+    with connect_sse(api, "GET", f"/v1/turns/{turn_id}/events") as source:
+        assert source.response.status_code == 200
+        for sse in source.iter_sse():
+            events.append((sse.event, json.loads(sse.data)))
+            if sse.event in ("done", "error"):
+                break
+    deltas = [data["text"] for event, data in events if event == "delta"]
+    assert len(deltas) > 5  # streamed in pieces, not one blob
+    assert "".join(deltas) == text
+    assert events[-1][0] == "done" and events[-1][1]["reply"] == text
+
+
+def test_sse_after_completion_still_ends_with_done(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
+    fake_llm.script(FakeReply(text="already finished"))
+    turn_id = post_turn(api, "s-late", "hi").json()["turn_id"]
+    assert wait_turn(api, turn_id)["status"] == "done"
+    with connect_sse(api, "GET", f"/v1/turns/{turn_id}/events") as source:
+        events = [(sse.event, json.loads(sse.data)) for sse in source.iter_sse()]
+    assert "".join(d["text"] for e, d in events if e == "delta") == "already finished"
+    assert events[-1][0] == "done"
+
+
+def test_tool_call_loop(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
+    fake_llm.script(
+        FakeReply(text="Let me check.", tool_calls=[("current_time", {"timezone": "Europe/Lisbon"})]),
+        FakeReply(text="It is morning in Lisbon."),
+    )
+    turn = wait_turn(api, post_turn(api, "s-tool", "What time is it in Lisbon?").json()["turn_id"])
+    assert turn["status"] == "done", turn
+    assert turn["reply"] == "Let me check.\n\nIt is morning in Lisbon."
+    assert turn["usage"]["llm_calls"] == 2
+
+    first, second = fake_llm.requests
+    assert [tool["name"] for tool in first.body["tools"]] == ["current_time"]
+    tool_result = second.body["messages"][-1]["content"][0]
+    assert tool_result["type"] == "tool_result"
+    assert "Europe/Lisbon" in tool_result["content"] or "Europe/Lisbon" in json.dumps(tool_result["content"])
+
+    history = api.get("/v1/sessions/s-tool/messages", params={"user_id": "alice"}).json()["messages"]
+    assert [m["role"] for m in history] == ["user", "assistant", "tool", "assistant"]
+    assert history[1]["tool_calls"][0]["name"] == "current_time"
+    assert history[2]["tool_results"]["is_error"] is False
+
+
+def test_tool_loop_stops_at_max_iterations(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
+    # A model that asks for a tool forever is cut off; the last call offers no tools.
+    fake_llm.default = lambda body: (
+        FakeReply(text="done looping") if not body.get("tools") else FakeReply(tool_calls=[("current_time", {})])
+    )
+    turn = wait_turn(api, post_turn(api, "s-loop", "loop").json()["turn_id"])
+    assert turn["status"] == "done"
+    assert turn["usage"]["llm_calls"] == 8  # ENGRAM_MAX_ITERATIONS default
+    assert turn["reply"] == "done looping"
+    assert "tools" not in fake_llm.requests[-1].body
+
+
+def test_turns_of_one_session_run_in_order_while_another_session_proceeds(
+    api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM
+) -> None:
+    def slow_for_a(body: dict[str, Any]) -> FakeReply:
+        text = json.dumps(body["messages"][-1])
+        return FakeReply(text="reply", delay_s=0.6 if "A-" in text else 0.0)
+
+    fake_llm.default = slow_for_a
+    a_ids: list[int] = []
+
+    def send_a() -> None:
+        for i in range(5):
+            a_ids.append(post_turn(api, "session-a", f"A-{i}").json()["turn_id"])
+
+    sender = threading.Thread(target=send_a)
+    sender.start()
+    sender.join()
+    b_id = post_turn(api, "session-b", "B-0", user="bob").json()["turn_id"]
+
+    a_turns = [wait_turn(api, turn_id) for turn_id in a_ids]
+    b_turn = wait_turn(api, b_id)
+    assert all(t["status"] == "done" for t in [*a_turns, b_turn])
+    # One at a time, in the order sent: each starts after the previous one finished.
+    for earlier, later in zip(a_turns, a_turns[1:], strict=False):
+        assert later["started_at"] >= earlier["finished_at"]
+    # Session B did not wait for A's queue to drain.
+    assert b_turn["finished_at"] < a_turns[-1]["finished_at"]
+    # Each A turn saw exactly the user messages up to its own, never a later one.
+    a_requests = [r for r in fake_llm.requests if any(t.startswith("A-") for t in user_texts(r))]
+    assert [user_texts(r) for r in a_requests] == [[f"A-{j}" for j in range(i + 1)] for i in range(5)]
+
+
+def test_idempotency_key_returns_the_original_turn(api: httpx.Client, workers: CeleryStack,
+                                                   fake_llm: FakeLLM) -> None:
+    first = post_turn(api, "s-idem", "hello once", **{"Idempotency-Key": "key-1"})
+    again = post_turn(api, "s-idem", "hello once", **{"Idempotency-Key": "key-1"})
+    assert first.status_code == again.status_code == 202
+    assert again.json()["turn_id"] == first.json()["turn_id"]
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert wait_turn(api, first.json()["turn_id"])["status"] == "done"
+    assert count("turns") == 1
+    assert count("session_messages") == 2  # one user message, one reply
+
+    conflict = post_turn(api, "s-idem", "something else", **{"Idempotency-Key": "key-1"})
+    assert conflict.status_code == 409 and "Idempotency-Key" in conflict.json()["detail"]
+    assert count("turns") == 1
+
+
+def test_concurrent_requests_with_one_idempotency_key_make_one_turn(api: httpx.Client, workers: CeleryStack) -> None:
+    results: list[int] = []
+
+    def send() -> None:
+        results.append(post_turn(api, "s-race", "same", **{"Idempotency-Key": "race"}).json()["turn_id"])
+
+    threads = [threading.Thread(target=send) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(results)) == 1
+    assert count("turns") == 1
+
+
+def test_failed_llm_call_marks_turn_failed_with_reason(api: httpx.Client, workers: CeleryStack,
+                                                       fake_llm: FakeLLM) -> None:
+    fake_llm.script(FakeReply(status=401))
+    turn = wait_turn(api, post_turn(api, "s-fail", "hi").json()["turn_id"])
+    assert turn["status"] == "failed"
+    assert "401" in turn["error"]
+    assert len(fake_llm.requests) == 1  # 4xx is not retried
+    history = api.get("/v1/sessions/s-fail/messages", params={"user_id": "alice"}).json()["messages"]
+    assert [m["role"] for m in history] == ["user"]
+
+
+def test_rate_limited_call_is_retried(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
+    fake_llm.script(FakeReply(status=429, headers={"retry-after": "0.1"}), FakeReply(text="after retry"))
+    turn = wait_turn(api, post_turn(api, "s-429", "hi").json()["turn_id"])
+    assert turn["status"] == "done" and turn["reply"] == "after retry"
+    assert len(fake_llm.requests) == 2

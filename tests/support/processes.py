@@ -1,0 +1,95 @@
+"""Real Celery worker and beat processes for integration tests (never eager mode)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from workers.queues import QUEUES
+
+
+class CeleryProcess:
+    """A celery worker or beat in its own process group, with its output in a log file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.log_path = log_dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> CeleryProcess:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        return self
+
+    def wait_ready(self, marker: str = "ready.", timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if marker in self.log_path.read_text(errors="replace"):
+                return
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited early:\n{self.tail()}")
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} not ready after {timeout}s:\n{self.tail()}")
+
+    def tail(self, chars: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    @property
+    def pids(self) -> list[int]:
+        """The main process and its pool children."""
+        if self.proc is None:
+            return []
+        try:
+            parent = psutil.Process(self.proc.pid)
+            return [parent.pid, *(child.pid for child in parent.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
+
+    def kill_hard(self) -> None:
+        """SIGKILL the whole process group: no warm shutdown, no chance to ack or requeue."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+            self.proc = None
+
+    def stop(self, timeout: float = 20) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        except ProcessLookupError:
+            pass
+        self.proc = None
+
+
+def worker(name: str, env: dict[str, str], log_dir: Path, concurrency: int = 2,
+           queues: tuple[str, ...] = QUEUES) -> CeleryProcess:
+    argv = [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", ",".join(queues),
+            "-n", f"{name}@%h", "-c", str(concurrency), "--loglevel", "INFO", "--without-mingle",
+            "--without-gossip"]
+    return CeleryProcess(name, argv, env, log_dir)
+
+
+def beat(env: dict[str, str], log_dir: Path) -> CeleryProcess:
+    argv = [sys.executable, "-m", "celery", "-A", "workers.app", "beat", "-s", str(log_dir / "beat-schedule"),
+            "--loglevel", "INFO"]
+    return CeleryProcess("beat", argv, env, log_dir)

@@ -1,0 +1,88 @@
+"""The Celery application: queues, routing, reliability settings, beat schedule.
+
+Reliability choices (see README "Crash safety"):
+- acks_late + reject_on_worker_lost: a task is acknowledged only after it finished, and a task
+  whose worker process died is put back, so a kill loses nothing; tasks are idempotent, so a
+  redelivery duplicates nothing.
+- prefetch 1: a worker holds one long task at a time instead of hoarding messages others
+  could run.
+- visibility_timeout (Redis transport) longer than any countdown or time limit, otherwise a
+  slow or delayed task would be redelivered while it still runs.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import Celery
+from celery.signals import setup_logging, worker_process_init
+from kombu import Exchange, Queue
+
+from shared import db
+from shared.config import get_settings
+from shared.logging import configure_logging
+from shared.redis_client import reset_redis
+from shared.services import resolve_redis_url
+from workers.queues import QUEUES
+
+TASK_MODULES = ["workers.turns", "workers.maintenance"]
+
+
+def create_celery() -> Celery:
+    settings = get_settings()
+    # One module per queue; workers import them at start (the gateway only sends tasks by name).
+    app = Celery("engram", include=TASK_MODULES)
+    broker_url = resolve_redis_url(settings)
+    app.conf.update(
+        broker_url=broker_url,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={
+            "visibility_timeout": settings.broker_visibility_timeout,
+            "socket_connect_timeout": 3,
+            "socket_timeout": 10,
+        },
+        # Postgres holds every outcome; Celery result storage would be a second, weaker copy.
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue="maintenance",
+        task_queues=[Queue(name, Exchange(name), routing_key=name) for name in QUEUES],
+        task_routes={f"engram.{name}.*": {"queue": name} for name in QUEUES},
+        task_soft_time_limit=settings.turn_soft_time_limit,
+        task_time_limit=settings.turn_time_limit,
+        # A publish with Redis down must fail fast: the gateway has already stored the turn and
+        # the stalled-turn sweep re-enqueues it once Redis is back.
+        task_publish_retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
+        worker_hijack_root_logger=False,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        timezone="UTC",
+        beat_schedule={
+            "redrive-stalled-turns": {
+                "task": "engram.maintenance.redrive_stalled_turns",
+                "schedule": timedelta(seconds=settings.sweep_interval_seconds),
+                "options": {"expires": settings.sweep_interval_seconds},
+            },
+        },
+    )
+    if settings.turn_time_limit >= settings.broker_visibility_timeout:
+        raise ValueError("ENGRAM_BROKER_VISIBILITY_TIMEOUT must exceed ENGRAM_TURN_TIME_LIMIT")
+    return app
+
+
+app = create_celery()
+
+
+@setup_logging.connect
+def _configure_logging(**_: object) -> None:
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_json)
+
+
+@worker_process_init.connect
+def _fresh_connections_after_fork(**_: object) -> None:
+    # Sockets inherited from the parent must not be shared by children: start over.
+    db.forget_pool()
+    reset_redis()
+
