@@ -81,10 +81,17 @@ def migrate() -> None:
     from shared.migrate import apply_migrations
     from shared.services import ServiceNotConfigured
 
-    _settings()
+    settings = _settings()
     try:
         with connect() as conn:
             applied = apply_migrations(conn)
+            if settings.dev_api_key is not None:
+                # Deployments (docker-compose) fix the default tenant's key through the environment.
+                from shared.auth import DEFAULT_TENANT, ensure_tenant, register_key
+
+                conn.autocommit = False
+                register_key(conn, ensure_tenant(conn, DEFAULT_TENANT), settings.dev_api_key.get_secret_value(), "dev")
+                conn.commit()
     except ServiceNotConfigured as exc:
         _fail(str(exc))
     except Exception as exc:
@@ -200,6 +207,7 @@ def demo(
     """Run a short scripted conversation against the running gateway and print each reply."""
     client = _connect_client(url, api_key)
     session_key = f"demo-{int(time.time())}"
+    typer.echo(f"demo: session {session_key} as user {user}")
     for text in DEMO_SCRIPT:
         typer.echo(f"you> {text}")
         _say(client, session_key, user, text)

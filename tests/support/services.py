@@ -29,6 +29,8 @@ def docker_available() -> bool:
 
 @dataclass
 class TestServices:
+    __test__ = False  # not a test class, despite the name
+
     database_url: str
     redis_url: str
     postgres: EmbeddedPostgres | None = None
@@ -53,7 +55,7 @@ class TestServices:
 
     def start_redis(self) -> None:
         assert self.redis is not None
-        self.redis.start()  # same port as before: clients reconnect to the same URL
+        self.redis.start(same_port=True)  # clients reconnect to the same URL
 
     def close(self) -> None:
         for service in (self.redis, self.postgres):

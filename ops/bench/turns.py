@@ -1,0 +1,671 @@
+"""Turn latency and throughput benchmark: N concurrent sessions, each sending M turns in order.
+
+    python -m ops.bench.turns --sessions 20 --turns 10
+    python -m ops.bench.turns --sessions 20 --turns 10 --url http://127.0.0.1:8000 --api-key egm_...
+
+Without --url it starts a private stack in a temporary directory and stops it on exit (also on
+Ctrl-C, SIGTERM or an error): embedded Postgres and valkey (ops/embedded.py), the fake LLM
+(ops/fake_llm.py) speaking the Anthropic format, the gateway as a uvicorn subprocess and one
+Celery worker on every queue. With --url it only drives an existing gateway (no RSS figures).
+
+Reported per turn:
+- accept: POST /v1/sessions/{key}/turns until the 202 arrives (what a chat frontend waits for);
+- end-to-end: POST until the client sees the turn done (long poll GET /v1/turns/{id}?wait=30);
+- engram overhead: the worker's own accounting, queued_ms + overhead_ms (time to done minus LLM
+  time), and the same seen from outside: accepted→done wall time minus llm_ms.
+
+The fake LLM answers at once by default (--llm-latency-ms 0), so everything measured is engram's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+import psutil
+
+from ops.client import EngramAPIError, EngramClient
+from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, wait_for_port
+from workers.queues import QUEUES
+
+TERMINAL = ("done", "failed")
+SAMPLE_INTERVAL_S = 0.1
+STOP_GRACE_S = 15.0
+MB = 1024 * 1024
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------------
+# Processes
+
+
+class Child:
+    """A subprocess in its own process group (so stopping it also stops its children, e.g. the
+    Celery pool), with stdout and stderr in a log file kept for post-mortems."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.log_path = log_dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Child:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except FileNotFoundError:
+            return ""
+
+    def check_alive(self) -> None:
+        code = self.exit_code()
+        if code is not None:
+            raise BenchError(f"{self.name} exited with code {code}; log tail:\n{self.tail()}")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(STOP_GRACE_S)
+        # Whatever is left in the group (a pool child that outlived its parent, or a parent that
+        # ignored SIGTERM) must not outlive the benchmark.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+        self.proc = None
+
+
+def _tree(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+@dataclass
+class Peak:
+    rss: int = 0
+    pss: int | None = None
+    processes: int = 0
+
+
+class MemorySampler(threading.Thread):
+    """Peak memory of process trees, sampled every 100 ms from start to stop.
+
+    RSS is what was asked for; for the worker tree it over-counts, because the prefork pool
+    children share their parent's pages copy-on-write and each one's RSS includes them. PSS
+    splits shared pages between the processes that map them, so the tree's PSS sum is the
+    honest total; it is reported next to the RSS sum when the kernel provides it.
+    """
+
+    def __init__(self, roots: dict[str, int]) -> None:
+        super().__init__(name="memory-sampler", daemon=True)
+        self.roots = {name: psutil.Process(pid) for name, pid in roots.items()}
+        self.peaks = {name: Peak() for name in roots}
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(SAMPLE_INTERVAL_S):
+            self.sample()
+
+    def sample(self) -> None:
+        for name, root in self.roots.items():
+            rss, pss, count = 0, 0, 0
+            pss_known = True
+            for proc in _tree(root):
+                try:
+                    rss += proc.memory_info().rss
+                    count += 1
+                    if pss_known:
+                        pss += getattr(proc.memory_full_info(), "pss", 0)
+                except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                    continue
+                except psutil.AccessDenied:
+                    pss_known = False
+            peak = self.peaks[name]
+            if rss > peak.rss:
+                peak.rss, peak.processes = rss, count
+            if pss_known and count:
+                peak.pss = max(peak.pss or 0, pss)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(2)
+
+
+class LocalStack:
+    """Everything the benchmark runs against, in `workdir`; `stop` undoes whatever `start` got to."""
+
+    def __init__(self, workdir: Path, worker_concurrency: int, llm_latency_ms: float) -> None:
+        self.workdir = workdir
+        self.worker_concurrency = worker_concurrency
+        self.llm_latency_ms = llm_latency_ms
+        self.log_dir = workdir / "logs"
+        self.postgres: EmbeddedPostgres | None = None
+        self.redis: EmbeddedRedis | None = None
+        self.children: list[Child] = []
+        self.gateway: Child | None = None
+        self.worker: Child | None = None
+        self.url = ""
+
+    def start(self) -> str:
+        """Start the stack; return an API key for a fresh tenant."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.postgres = EmbeddedPostgres(self.workdir / "postgres")
+        database_url = self.postgres.start()
+        self.redis = EmbeddedRedis(self.workdir / "valkey")
+        redis_url = self.redis.start()
+        api_key = _prepare_database(database_url)
+
+        py = sys.executable
+        llm_port = free_port()
+        # A process of its own: in this process it would compete with the client threads for
+        # the GIL and inflate the latencies being measured.
+        fake = self._spawn(
+            "fake-llm",
+            [py, "-m", "ops.fake_llm", "--port", str(llm_port), "--latency-ms", str(self.llm_latency_ms)],
+            dict(os.environ),
+        )
+        if not wait_for_port("127.0.0.1", llm_port, 30):
+            fake.check_alive()
+            raise BenchError("the fake LLM did not start listening")
+
+        env = _child_env(database_url, redis_url, self.workdir / "data", f"http://127.0.0.1:{llm_port}")
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.gateway = self._spawn(
+            "gateway",
+            [
+                py,
+                "-m",
+                "uvicorn",
+                "api.app:create_app",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            env,
+        )
+        self.worker = self._spawn(
+            "worker",
+            [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "workers.app",
+                "worker",
+                "-Q",
+                ",".join(QUEUES),
+                "-n",
+                "bench@%h",
+                "-c",
+                str(self.worker_concurrency),
+                "--loglevel",
+                "WARNING",
+                # A lone worker has no peers to sync with or gossip to: skip the start-up delay.
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            env,
+        )
+        self._wait_ready()
+        return api_key
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
+        child = Child(name, argv, env, self.log_dir).start()
+        self.children.append(child)
+        return child
+
+    def _wait_ready(self, timeout: float = 60) -> None:
+        # The worker's readiness is proven by the warm-up turns, which wait in the queue until it runs.
+        deadline = time.monotonic() + timeout
+        with httpx.Client(base_url=self.url, timeout=5) as http:
+            while time.monotonic() < deadline:
+                self.check_alive()
+                with contextlib.suppress(httpx.HTTPError):
+                    if http.get("/readyz").status_code == 200:
+                        return
+                time.sleep(0.1)
+        raise BenchError(f"the gateway was not ready within {timeout:.0f}s")
+
+    def check_alive(self) -> None:
+        for child in self.children:
+            child.check_alive()
+
+    def stop(self) -> None:
+        # Clients of Postgres and Redis first, so none of them logs a storm of connection errors.
+        for child in reversed(self.children):
+            child.stop()
+        self.children.clear()
+        for service in (self.redis, self.postgres):
+            if service is not None:
+                try:
+                    service.stop()
+                except Exception as exc:  # keep stopping the rest
+                    print(f"warning: could not stop {type(service).__name__}: {exc}", file=sys.stderr)
+        self.redis = self.postgres = None
+
+
+def _prepare_database(database_url: str) -> str:
+    from shared.auth import create_key
+    from shared.db import connect
+    from shared.migrate import apply_migrations
+
+    with connect(database_url) as conn:
+        apply_migrations(conn)  # leaves the connection in autocommit mode
+        conn.autocommit = False
+        key = create_key(conn, "bench", "bench")
+        conn.commit()
+    return key
+
+
+def _child_env(database_url: str, redis_url: str, data_dir: Path, llm_url: str) -> dict[str, str]:
+    # The caller's own ENGRAM_* settings (another stack's URLs, a real API key) must not leak in.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_")}
+    env.update(
+        {
+            "ENGRAM_DATABASE_URL": database_url,
+            "ENGRAM_REDIS_URL": redis_url,
+            "ENGRAM_DATA_DIR": str(data_dir),
+            "ENGRAM_LLM_PROVIDER": "anthropic",
+            "ENGRAM_ANTHROPIC_API_KEY": "bench-key",
+            "ENGRAM_ANTHROPIC_BASE_URL": llm_url,
+            # Per-turn INFO lines would add log I/O to every measurement; warnings and errors still show.
+            "ENGRAM_LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+# ---------------------------------------------------------------------------------------------------
+# Load
+
+
+@dataclass
+class TurnResult:
+    session: int
+    index: int
+    status: str  # done, failed, or error (the client gave up: HTTP error, timeout)
+    accept_ms: float | None = None
+    e2e_ms: float | None = None
+    accepted_to_done_ms: float | None = None
+    timings: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    done_at: float | None = None  # perf_counter
+
+
+@dataclass
+class LoadRun:
+    results: list[TurnResult]
+    started: float
+    finished: float
+
+
+def drive(
+    url: str,
+    api_key: str,
+    sessions: int,
+    turns: int,
+    turn_timeout: float,
+    abort: threading.Event,
+    label: str,
+) -> LoadRun:
+    """`sessions` threads, each sending its `turns` one after another and waiting for each to finish."""
+    results: list[TurnResult] = []
+    lock = threading.Lock()
+    # Every session starts at the same moment: the first turns are a burst, as after a deploy.
+    barrier = threading.Barrier(sessions + 1)
+    run_id = uuid.uuid4().hex[:8]
+
+    def session(number: int) -> None:
+        client = EngramClient(url, api_key, timeout=30)
+        session_key = f"{label}-{run_id}-{number}"
+        try:
+            barrier.wait()
+            for index in range(turns):
+                if abort.is_set():
+                    return
+                result = _one_turn(client, session_key, f"user-{number}", number, index, turn_timeout, abort)
+                with lock:
+                    results.append(result)
+                if result.status == "error":
+                    return  # the session's later turns would queue behind one we no longer follow
+        except threading.BrokenBarrierError:
+            return
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=session, args=(n,), name=f"session-{n}", daemon=True) for n in range(sessions)]
+    for thread in threads:
+        thread.start()
+    started = time.perf_counter()
+    try:
+        barrier.wait()
+    except BaseException:
+        barrier.abort()  # Ctrl-C before the start: release the sessions instead of leaving them waiting
+        raise
+    for thread in threads:
+        # Short joins keep the main thread responsive to Ctrl-C and SIGTERM.
+        while thread.is_alive():
+            thread.join(0.2)
+    finished = time.perf_counter()
+    return LoadRun(results, started, finished)
+
+
+def _one_turn(
+    client: EngramClient,
+    session_key: str,
+    user_id: str,
+    session: int,
+    index: int,
+    turn_timeout: float,
+    abort: threading.Event,
+) -> TurnResult:
+    text = f"Turn {index + 1}. Please remember that my lucky number today is {session * 100 + index}."
+    t0 = time.perf_counter()
+    try:
+        accepted = client.submit_turn(session_key, user_id, text)
+        t1 = time.perf_counter()
+        turn = accepted
+        while turn["status"] not in TERMINAL:
+            if abort.is_set():
+                raise BenchError("aborted")
+            if time.perf_counter() - t0 > turn_timeout:
+                raise BenchError(f"turn {accepted['turn_id']} not finished after {turn_timeout:.0f}s")
+            turn = client.get_turn(accepted["turn_id"], wait=30)
+        t2 = time.perf_counter()
+    except (EngramAPIError, httpx.HTTPError, BenchError) as exc:
+        return TurnResult(session, index, "error", error=f"{type(exc).__name__}: {exc}")
+    return TurnResult(
+        session,
+        index,
+        turn["status"],
+        accept_ms=(t1 - t0) * 1000,
+        e2e_ms=(t2 - t0) * 1000,
+        accepted_to_done_ms=(t2 - t1) * 1000,
+        timings=turn.get("timings") or {},
+        error=turn.get("error"),
+        done_at=t2,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Figures
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default), so p99 of a few hundred samples
+    is not just the maximum."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _dist(values: Sequence[float]) -> dict[str, float | int | None]:
+    def r(value: float | None) -> float | None:
+        return None if value is None else round(value, 1)
+
+    return {
+        "p50": r(percentile(values, 50)),
+        "p99": r(percentile(values, 99)),
+        "max": r(max(values)) if values else None,
+        "n": len(values),
+    }
+
+
+METRICS = (
+    ("accept_ms", "gateway accept (POST -> 202)"),
+    ("e2e_ms", "end-to-end (POST -> done seen)"),
+    ("llm_ms", "LLM time (timings.llm_ms)"),
+    ("queued_ms", "queued (timings.queued_ms)"),
+    ("run_overhead_ms", "worker run minus LLM (overhead_ms)"),
+    ("overhead_ms", "engram overhead (queued + overhead)"),
+    ("overhead_wall_ms", "engram overhead, wall (accepted->done - llm)"),
+)
+
+
+def summarize(run: LoadRun, sessions: int, turns: int) -> dict[str, Any]:
+    done = [r for r in run.results if r.status == "done"]
+    series: dict[str, list[float]] = {name: [] for name, _ in METRICS}
+    for r in done:
+        t = r.timings
+        assert r.accept_ms is not None and r.e2e_ms is not None and r.accepted_to_done_ms is not None
+        series["accept_ms"].append(r.accept_ms)
+        series["e2e_ms"].append(r.e2e_ms)
+        if "llm_ms" in t:
+            llm = float(t["llm_ms"])
+            series["llm_ms"].append(llm)
+            series["overhead_wall_ms"].append(r.accepted_to_done_ms - llm)
+        if "queued_ms" in t:
+            series["queued_ms"].append(float(t["queued_ms"]))
+        if "overhead_ms" in t:
+            series["run_overhead_ms"].append(float(t["overhead_ms"]))
+        if "queued_ms" in t and "overhead_ms" in t:
+            series["overhead_ms"].append(float(t["queued_ms"]) + float(t["overhead_ms"]))
+    # Throughput over the span in which turns were being served: first POST to last done.
+    last_done = max((r.done_at for r in done if r.done_at is not None), default=run.finished)
+    span = max(last_done - run.started, 1e-9)
+    errors = [r.error for r in run.results if r.status != "done" and r.error]
+    return {
+        "sessions": sessions,
+        "turns_per_session": turns,
+        "turns_expected": sessions * turns,
+        "turns_done": len(done),
+        "turns_failed": sum(r.status == "failed" for r in run.results),
+        "turns_errored": sum(r.status == "error" for r in run.results),
+        "wall_s": round(span, 3),
+        "turns_per_s": round(len(done) / span, 2),
+        **{name: _dist(values) for name, values in series.items()},
+        "first_errors": sorted(set(errors))[:3],
+    }
+
+
+def _fmt(value: float | int | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _mb(value: int | None) -> float | None:
+    return None if value is None else round(value / MB, 1)
+
+
+def render(summary: dict[str, Any], header: str) -> str:
+    lines = [
+        header,
+        f"turns: {summary['turns_done']}/{summary['turns_expected']} done, {summary['turns_failed']} failed, "
+        f"{summary['turns_errored']} client errors in {summary['wall_s']:.2f} s "
+        f"-> {summary['turns_per_s']:.2f} turns/s",
+        "",
+        f"{'latency per turn':<46}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'n':>6}",
+    ]
+    for name, title in METRICS:
+        d = summary[name]
+        lines.append(f"{title:<46}{_fmt(d['p50']):>10}{_fmt(d['p99']):>10}{_fmt(d['max']):>10}{d['n']:>6}")
+    memory = summary.get("memory")
+    lines.append("")
+    if memory:
+        gw, wk = memory["gateway"], memory["worker"]
+        lines.append(f"peak RSS  gateway      {_fmt(gw['peak_rss_mb']):>8} MB  ({gw['processes']} process)")
+        lines.append(
+            f"peak RSS  worker tree  {_fmt(wk['peak_rss_mb']):>8} MB  ({wk['processes']} processes, RSS summed; "
+            f"PSS sum {_fmt(wk['peak_pss_mb'])} MB)"
+        )
+    else:
+        lines.append("peak RSS: not measured (--url: the processes are not ours)")
+    for error in summary["first_errors"]:
+        lines.append(f"error: {error}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Main
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: stop what we started."""
+
+
+def _on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise _Terminated(signal.Signals(signum).name)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.turns", description=__doc__.split("\n")[0])
+    parser.add_argument("--sessions", type=int, default=4, help="concurrent sessions (one thread each)")
+    parser.add_argument("--turns", type=int, default=5, help="turns per session, sent one after another")
+    parser.add_argument("--url", help="drive this running gateway instead of starting a stack")
+    parser.add_argument("--api-key", default=os.environ.get("ENGRAM_API_KEY"), help="with --url (or ENGRAM_API_KEY)")
+    parser.add_argument("--worker-concurrency", type=int, default=2, help="Celery pool processes (own stack)")
+    parser.add_argument("--llm-latency-ms", type=float, default=0.0, help="fake LLM delay per call (own stack)")
+    parser.add_argument("--warmup-turns", type=int, default=2, help="per pool process, not measured")
+    parser.add_argument("--turn-timeout", type=float, default=120.0, help="give up on a turn after this many s")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
+    args = parser.parse_args(argv)
+    if args.sessions < 1 or args.turns < 1:
+        parser.error("--sessions and --turns must be at least 1")
+    if args.url and not args.api_key:
+        parser.error("--url needs --api-key (or ENGRAM_API_KEY)")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    abort = threading.Event()
+    stack: LocalStack | None = None
+    sampler: MemorySampler | None = None
+    workdir: Path | None = None
+    keep = args.keep
+    try:
+        if args.url:
+            url, api_key = args.url, args.api_key
+            where = f"gateway {url}"
+        else:
+            workdir = Path(tempfile.mkdtemp(prefix="engram-bench-"))
+            # The embedded Postgres runs as an unprivileged user when we are root: it must be able
+            # to reach its data dir below this one.
+            workdir.chmod(0o755)
+            stack = LocalStack(workdir, args.worker_concurrency, args.llm_latency_ms)
+            print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
+            api_key = stack.start()
+            url = stack.url
+            assert stack.gateway is not None and stack.worker is not None
+            sampler = MemorySampler({"gateway": stack.gateway.pid, "worker": stack.worker.pid})
+            sampler.sample()
+            sampler.start()
+            where = (
+                f"private stack: 1 gateway, 1 worker x{args.worker_concurrency} on all queues, "
+                f"fake LLM {args.llm_latency_ms:g} ms"
+            )
+        warmup_sessions = max(1, args.worker_concurrency)
+        if args.warmup_turns > 0:
+            # Imports, connection pools and the first prompt build of each pool process happen
+            # here, not in the measured turns.
+            warm = drive(url, api_key, warmup_sessions, args.warmup_turns, args.turn_timeout, abort, "warmup")
+            bad = [r for r in warm.results if r.status != "done"]
+            if bad:
+                raise BenchError(f"warm-up turn did not succeed: {bad[0].status}: {bad[0].error}")
+        if stack is not None:
+            stack.check_alive()
+        run = drive(url, api_key, args.sessions, args.turns, args.turn_timeout, abort, "bench")
+        if stack is not None:
+            stack.check_alive()
+        summary = summarize(run, args.sessions, args.turns)
+        if sampler is not None:
+            sampler.stop()
+            sampler.sample()  # one last look, in case the peak came after the last tick
+            gw, wk = sampler.peaks["gateway"], sampler.peaks["worker"]
+            summary["memory"] = {
+                "gateway": {"peak_rss_mb": _mb(gw.rss), "peak_pss_mb": _mb(gw.pss), "processes": gw.processes},
+                "worker": {"peak_rss_mb": _mb(wk.rss), "peak_pss_mb": _mb(wk.pss), "processes": wk.processes},
+            }
+        summary["config"] = {
+            "mode": "url" if args.url else "private-stack",
+            "worker_concurrency": None if args.url else args.worker_concurrency,
+            "llm_latency_ms": None if args.url else args.llm_latency_ms,
+            "warmup_turns": warmup_sessions * args.warmup_turns,
+            "cpus": os.cpu_count(),
+        }
+        header = f"engram turn benchmark: {args.sessions} sessions x {args.turns} turns; {where}; {os.cpu_count()} CPUs"
+        print(render(summary, header))
+        print(json.dumps(summary, separators=(",", ":")), flush=True)
+        complete = summary["turns_done"] == summary["turns_expected"]
+        keep = keep or not complete
+        return 0 if complete else 1
+    except KeyboardInterrupt as exc:
+        print(f"\n{'SIGTERM' if isinstance(exc, _Terminated) else 'interrupted'}: stopping", file=sys.stderr)
+        return 130
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        keep = True  # the logs say why
+        return 1
+    finally:
+        abort.set()
+        # A second Ctrl-C or SIGTERM must not cut the cleanup short and leave servers behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if sampler is not None:
+            sampler.stop()
+        if stack is not None:
+            stack.stop()
+        if workdir is not None:
+            if keep:
+                print(f"logs and data kept in {workdir}", file=sys.stderr)
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

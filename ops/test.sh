@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Set up a test virtualenv in ./.venv-test and run lint, type checks and the whole test suite
+# against real Postgres+pgvector, Redis and Celery workers (embedded servers unless
+# ENGRAM_TEST_DATABASE_URL / ENGRAM_TEST_REDIS_URL are set). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv-test/bin/pytest ] || [ pyproject.toml -nt .venv-test/.installed ]; then
+  "$PYTHON" -m venv .venv-test
+  .venv-test/bin/python -m pip install --quiet --upgrade pip
+  .venv-test/bin/python -m pip install --quiet -e ".[test]"
+  touch .venv-test/.installed
+fi
+.venv-test/bin/ruff check .
+.venv-test/bin/mypy
+exec .venv-test/bin/pytest "$@"

@@ -1,0 +1,168 @@
+"""`engram up` as a user runs it: embedded servers, every process, the demo, a clean stop,
+data kept across restarts, and leftovers of a crashed run cleaned up."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from ops.embedded import free_port
+from ops.supervisor import OWNER_ENV
+
+pytestmark = pytest.mark.integration
+
+ENGRAM = [sys.executable, "-m", "ops.cli"]
+
+
+class UpProcess:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.proc = subprocess.Popen(
+            [*ENGRAM, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.output: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            self.output.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+        raise AssertionError(f"{pattern!r} not seen; output:\n{''.join(self.output)[-5000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+
+def owned_processes(run_dir: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(OWNER_ENV) == str(run_dir):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def listening(port: int) -> bool:
+    return any(c.laddr and c.laddr.port == port and c.status == "LISTEN" for c in psutil.net_connections("tcp"))
+
+
+@pytest.fixture
+def up_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    env.update({
+        "ENGRAM_DATA_DIR": str(tmp_path / "data"),
+        "ENGRAM_PORT": str(free_port()),
+        "ENGRAM_FLOWER_PORT": str(free_port()),
+        "ENGRAM_TURN_WORKER_CONCURRENCY": "1",
+    })
+    yield env
+    # Whatever a failed test left running must not outlive it.
+    for proc in owned_processes(tmp_path / "data" / "run"):
+        proc.kill()
+
+
+def run_cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ENGRAM, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_up_runs_demo_stops_cleanly_and_keeps_data(up_env: dict[str, str]) -> None:
+    data_dir = Path(up_env["ENGRAM_DATA_DIR"])
+    port, flower_port = int(up_env["ENGRAM_PORT"]), int(up_env["ENGRAM_FLOWER_PORT"])
+    url = f"http://127.0.0.1:{port}"
+
+    up = UpProcess(up_env)
+    key = up.wait_for(r"API key\s+(egm_\S+)").group(1)
+    up.wait_for(r"try: engram chat")
+    assert (data_dir / "dev-api-key").read_text().strip() == key
+
+    demo = run_cli(up_env, "demo", "--user", "demo-user")
+    assert demo.returncode == 0, demo.stderr
+    replies = [line for line in demo.stdout.splitlines() if line.startswith("engram> ")]
+    assert len(replies) == 4
+    assert all("offline mode (no language model)" in reply for reply in replies)
+    assert "current_time" in demo.stdout  # the tool loop ran for "What time is it?"
+
+    doctor = run_cli(up_env, "doctor")
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "pgvector: extension installed, version 0.8" in doctor.stdout
+    assert "FAIL" not in doctor.stdout
+
+    flower = httpx.get(f"http://127.0.0.1:{flower_port}/healthcheck", timeout=10)
+    assert flower.status_code == 200
+
+    session_match = re.search(r"session (demo-\d+)", demo.stdout)
+    assert session_match is not None
+    session = session_match.group(1)
+    before = httpx.get(f"{url}/v1/sessions/{session}/messages", params={"user_id": "demo-user"},
+                       headers={"Authorization": f"Bearer {key}"}).json()["messages"]
+    assert len(before) >= 8
+
+    assert up.stop() == 0
+    assert owned_processes(data_dir / "run") == []
+    assert not listening(port) and not listening(flower_port)
+    assert not (data_dir / "postgres" / "postmaster.pid").exists()
+
+    # Start again: same key, same history.
+    again = UpProcess(up_env)
+    assert again.wait_for(r"API key\s+(egm_\S+)").group(1) == key
+    again.wait_for(r"try: engram chat")
+    after = httpx.get(f"{url}/v1/sessions/{session}/messages", params={"user_id": "demo-user"},
+                      headers={"Authorization": f"Bearer {key}"}).json()["messages"]
+    assert after == before
+    assert again.stop(signal.SIGINT) == 0
+    assert owned_processes(data_dir / "run") == []
+
+
+def test_up_after_a_crash_cleans_leftovers(up_env: dict[str, str]) -> None:
+    data_dir = Path(up_env["ENGRAM_DATA_DIR"])
+    first = UpProcess(up_env)
+    first.wait_for(r"try: engram chat")
+    survivors = owned_processes(data_dir / "run")
+    assert len(survivors) >= 5  # gateway, 2 workers (+ pool children), beat, flower
+
+    first.proc.kill()  # the supervisor dies without cleaning up; its children live on
+    first.proc.wait(10)
+    assert any(p.is_running() for p in survivors)
+
+    second = UpProcess(up_env)
+    second.wait_for(r"try: engram chat")
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in survivors)
+    assert second.stop() == 0
+    assert owned_processes(data_dir / "run") == []
+
+
+def test_doctor_explains_a_stopped_stack(up_env: dict[str, str]) -> None:
+    doctor = run_cli(up_env, "doctor")
+    assert doctor.returncode == 1
+    assert "FAIL postgres" in doctor.stdout and "engram up" in doctor.stdout

@@ -1,0 +1,180 @@
+"""docker-compose.yml describes the same stack as `engram up`: checked statically, no Docker needed.
+
+These tests catch drift: a queue added to workers/queues.py that no container consumes, a setting
+renamed in shared/config.py but still spelled the old way in the compose file, a port published
+on every interface.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shared.config import Settings
+from workers.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, QUEUES
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    # safe_load resolves the YAML anchors and `<<` merge keys the file uses, as compose does.
+    data = yaml.safe_load(COMPOSE_FILE.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+def argv(service: dict[str, Any]) -> list[str]:
+    command = service.get("command") or []
+    return shlex.split(command) if isinstance(command, str) else [str(part) for part in command]
+
+
+def env(service: dict[str, Any]) -> dict[str, str | None]:
+    raw = service.get("environment") or {}
+    if isinstance(raw, list):
+        pairs = (item.split("=", 1) if "=" in item else (item, None) for item in raw)
+        return {key: value for key, value in pairs}
+    return {key: None if value is None else str(value) for key, value in raw.items()}
+
+
+def engram_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Services that run the engram image (built from ops/Dockerfile)."""
+    return {
+        name: svc
+        for name, svc in services.items()
+        if isinstance(svc.get("build"), dict) and svc["build"].get("dockerfile") == "ops/Dockerfile"
+    }
+
+
+def is_celery_worker(service: dict[str, Any]) -> bool:
+    args = argv(service)
+    return "celery" in args and "worker" in args
+
+
+def worker_queues(service: dict[str, Any]) -> set[str]:
+    args = argv(service)
+    for i, arg in enumerate(args):
+        if arg in ("-Q", "--queues") and i + 1 < len(args):
+            return set(args[i + 1].split(","))
+        if arg.startswith("--queues="):
+            return set(arg.split("=", 1)[1].split(","))
+    return set()  # no -Q: Celery would consume only its default queue
+
+
+def workers(services: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
+    return {name: worker_queues(svc) for name, svc in services.items() if is_celery_worker(svc)}
+
+
+def test_core_services_present(services: dict[str, dict[str, Any]]) -> None:
+    assert {"postgres", "redis", "migrate", "gateway", "beat", "flower"} <= services.keys()
+    assert "pgvector" in services["postgres"]["image"], "the schema needs the vector extension"
+    assert services["redis"]["image"].startswith("redis:")
+
+
+def test_every_engram_process_uses_the_project_image(services: dict[str, dict[str, Any]]) -> None:
+    expected = {"migrate", "gateway", "beat", "flower", *workers(services)}
+    assert expected <= engram_services(services).keys()
+    assert (ROOT / "ops" / "Dockerfile").is_file()
+
+
+def test_every_queue_is_consumed(services: dict[str, dict[str, Any]]) -> None:
+    consumed = set().union(*workers(services).values())
+    assert set(QUEUES) <= consumed, f"no worker consumes {sorted(set(QUEUES) - consumed)}"
+    assert consumed <= set(QUEUES), f"workers consume unknown queues {sorted(consumed - set(QUEUES))}"
+
+
+def test_each_queue_group_has_its_own_worker(services: dict[str, dict[str, Any]]) -> None:
+    groups = workers(services).values()
+    # Turns are interactive: a worker that also takes background work could leave them waiting
+    # behind a long extraction or compaction task.
+    assert any(set(INTERACTIVE_QUEUES) <= queues for queues in groups)
+    assert not any(queues & set(INTERACTIVE_QUEUES) and queues & set(BACKGROUND_QUEUES) for queues in groups)
+    assert all(any(queue in queues for queues in groups) for queue in BACKGROUND_QUEUES)
+
+
+def test_exactly_one_beat(services: dict[str, dict[str, Any]]) -> None:
+    # Two beats would schedule every periodic task twice.
+    beats = [name for name, svc in services.items() if "celery" in argv(svc) and "beat" in argv(svc)]
+    assert beats == ["beat"]
+
+
+def test_engram_services_reach_postgres_and_redis(services: dict[str, dict[str, Any]]) -> None:
+    for name, svc in engram_services(services).items():
+        variables = env(svc)
+        database_url = variables.get("ENGRAM_DATABASE_URL") or ""
+        redis_url = variables.get("ENGRAM_REDIS_URL") or ""
+        assert re.match(r"postgresql://[^@]+@postgres:5432/\w+$", database_url), (name, database_url)
+        assert re.match(r"redis://redis:6379/\d+$", redis_url), (name, redis_url)
+
+
+def test_engram_variables_are_real_settings(services: dict[str, dict[str, Any]]) -> None:
+    # pydantic-settings silently ignores unknown ENGRAM_* variables, so a typo would go unnoticed.
+    known = {f"ENGRAM_{field.upper()}" for field in Settings.model_fields}
+    for name, svc in engram_services(services).items():
+        unknown = {key for key in env(svc) if key.startswith("ENGRAM_")} - known
+        assert not unknown, f"{name}: not settings: {sorted(unknown)}"
+
+
+def test_dev_key_and_llm_settings_come_from_the_host(services: dict[str, dict[str, Any]]) -> None:
+    variables = env(services["gateway"])
+    assert re.fullmatch(r"\$\{ENGRAM_DEV_API_KEY:-[^}]+\}", variables["ENGRAM_DEV_API_KEY"] or "")
+    for key in ("ENGRAM_LLM_PROVIDER", "ENGRAM_ANTHROPIC_API_KEY", "ENGRAM_OPENAI_API_KEY", "ENGRAM_OPENAI_BASE_URL"):
+        # No value = passed through when set on the host, absent otherwise; an empty-string default
+        # would turn "unset" into "" (an invalid provider name, an empty key).
+        assert key in variables and variables[key] is None, key
+
+
+def test_migrate_runs_once_before_the_stack(services: dict[str, dict[str, Any]]) -> None:
+    migrate = services["migrate"]
+    assert argv(migrate) == ["engram", "migrate"]
+    assert str(migrate.get("restart", "no")) == "no"
+    assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for name, svc in engram_services(services).items():
+        if name in ("migrate", "flower"):
+            continue  # flower only reads the broker
+        depends = svc.get("depends_on") or {}
+        assert depends.get("migrate", {}).get("condition") == "service_completed_successfully", name
+        assert depends.get("redis", {}).get("condition") == "service_healthy", name
+
+
+def test_gateway_command_and_healthcheck(services: dict[str, dict[str, Any]]) -> None:
+    gateway = services["gateway"]
+    args = argv(gateway)
+    assert args[:3] == ["uvicorn", "api.app:create_app", "--factory"]
+    assert args[args.index("--host") + 1] == "0.0.0.0"
+    assert "/readyz" in " ".join(gateway["healthcheck"]["test"])
+
+
+def test_backing_services_have_healthchecks_and_volumes(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
+    assert "ping" in services["redis"]["healthcheck"]["test"]
+    assert argv(services["redis"])[argv(services["redis"]).index("--appendonly") + 1] == "yes"
+    for name, mount in (("postgres", "/var/lib/postgresql/data"), ("redis", "/data")):
+        volume = next(v.split(":")[0] for v in services[name]["volumes"] if v.split(":")[1] == mount)
+        assert volume in compose["volumes"], name
+
+
+def test_published_ports_are_loopback_only(services: dict[str, dict[str, Any]]) -> None:
+    published = {}
+    for name, svc in services.items():
+        for port in svc.get("ports") or []:
+            if isinstance(port, dict):
+                host_ip = port.get("host_ip")
+                published[f"{name}:{port.get('published')}"] = host_ip
+            else:
+                parts = str(port).split(":")
+                published[f"{name}:{parts[-2] if len(parts) > 1 else parts[0]}"] = parts[0] if len(parts) == 3 else None
+    assert published.keys() == {"gateway:8000", "flower:5555"}
+    assert all(host_ip == "127.0.0.1" for host_ip in published.values()), published
