@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
+import psycopg
+
 from shared.db import Conn
 
 # Arbitrary constant shared by every engram process: "the migration lock".
@@ -45,7 +47,12 @@ def available_migrations() -> list[Migration]:
 
 
 def apply_migrations(conn: Conn) -> list[Migration]:
-    """Apply every pending migration; return the ones applied by this call."""
+    """Apply every pending migration; return the ones applied by this call.
+
+    Runs in autocommit mode (each file brings its own transaction); a transaction the caller
+    left open on `conn` is committed first."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.commit()
     conn.autocommit = True
     applied_now: list[Migration] = []
     conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_ID,))

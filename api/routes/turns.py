@@ -115,8 +115,9 @@ async def read_turn(
     return TurnOut(**turn)
 
 
-async def _events_until(client: Any, turn_id: int, deadline: float) -> AsyncIterator[tuple[str, str, dict[str, Any]]]:
-    last_id = "0"
+async def _events_until(
+    client: Any, turn_id: int, deadline: float, last_id: str = "0"
+) -> AsyncIterator[tuple[str, str, dict[str, Any]]]:
     while time.monotonic() < deadline:
         block_ms = int(max(50, min(1000, (deadline - time.monotonic()) * 1000)))
         try:
@@ -155,7 +156,7 @@ async def _sse(tenant_id: int, turn: dict[str, Any], last_id: str) -> AsyncItera
     client = new_async_redis()
     try:
         forever = time.monotonic() + 24 * 3600
-        async for entry, event, data in _events_until(client, turn_id, forever):
+        async for entry, event, data in _events_until(client, turn_id, forever, last_id):
             if event != "idle":
                 yield {"id": entry, "event": event, "data": json.dumps(data)}
                 if event in TERMINAL_EVENTS:

@@ -15,6 +15,9 @@ from typing import Any
 import jsonschema
 
 from shared.llm.types import ToolSpec
+from shared.logging import get_logger
+
+log = get_logger(__name__)
 
 
 class ToolError(Exception):
@@ -77,3 +80,7 @@ class ToolRegistry:
             return ToolOutcome(tool.handler(ctx, arguments), False)
         except ToolError as exc:
             return ToolOutcome(f"error: {exc}", True)
+        except Exception as exc:
+            # A bug in one tool must not fail (and endlessly retry) the whole turn.
+            log.exception("tool crashed", tool=name)
+            return ToolOutcome(f"error: tool {name} failed: {type(exc).__name__}: {exc}", True)

@@ -235,3 +235,15 @@ def test_rate_limited_call_is_retried(api: httpx.Client, workers: CeleryStack, f
     turn = wait_turn(api, post_turn(api, "s-429", "hi").json()["turn_id"])
     assert turn["status"] == "done" and turn["reply"] == "after retry"
     assert len(fake_llm.requests) == 2
+
+
+def test_sse_resumes_after_last_event_id(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
+    fake_llm.script(FakeReply(text="alpha beta gamma delta epsilon"))
+    turn_id = post_turn(api, "s-resume", "go").json()["turn_id"]
+    assert wait_turn(api, turn_id)["status"] == "done"
+    with connect_sse(api, "GET", f"/v1/turns/{turn_id}/events") as source:
+        everything = [(sse.id, sse.event, json.loads(sse.data)) for sse in source.iter_sse()]
+    resume_after = everything[1][0]
+    with connect_sse(api, "GET", f"/v1/turns/{turn_id}/events", headers={"Last-Event-ID": resume_after}) as source:
+        rest = [(sse.id, sse.event, json.loads(sse.data)) for sse in source.iter_sse()]
+    assert rest == everything[2:]
