@@ -13,17 +13,24 @@ the real rules closely enough to test cache-aware prompt layout:
   prefix up to the last breakpoint as `cache_creation_input_tokens`, and the remainder as `input_tokens`.
 - OpenAI caches automatically: the longest previously seen prefix of whole messages (tools included)
   of at least `openai_cache_min_tokens` is reported as `prompt_tokens_details.cached_tokens`.
+
+`POST /v1/embeddings` (OpenAI format) returns deterministic hashed bag-of-words vectors
+(`fake_embedding`): texts sharing words get similar vectors. It honours `dimensions` and
+`encoding_format`; failures are scripted on their own queue, `fake.script_embeddings(FakeReply(status=429))`,
+so embedding calls never consume the chat script.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import hashlib
 import itertools
 import json
 import re
 import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -406,6 +413,61 @@ def _json_fragments(args: dict[str, Any]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Embeddings
+
+DEFAULT_EMBEDDING_DIMENSIONS = 64
+# Real models answer with their native size when `dimensions` is not given; so does the fake.
+NATIVE_EMBEDDING_DIMENSIONS = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+
+
+def fake_embedding(text: str, dimensions: int = DEFAULT_EMBEDDING_DIMENSIONS) -> list[float]:
+    """Hashed bag of words, L2-normalised: each lower-cased word adds ±1 to one hashed bucket."""
+    vector = [0.0] * dimensions
+    for word in re.findall(r"\w+", text.lower()) or [text]:
+        digest = hashlib.sha256(word.encode()).digest()
+        bucket = int.from_bytes(digest[:4], "big") % dimensions
+        vector[bucket] += 1.0 if digest[4] & 1 else -1.0
+    norm = sum(x * x for x in vector) ** 0.5
+    if norm == 0.0:  # the words cancelled out; any fixed unit vector keeps the output valid
+        vector[0], norm = 1.0, 1.0
+    return [x / norm for x in vector]
+
+
+def _embedding_inputs(body: Json) -> list[str] | str:
+    """The texts to embed, or an error message in OpenAI's wording."""
+    raw = body.get("input")
+    texts = [raw] if isinstance(raw, str) else raw
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        return "'input' must be a string or a non-empty array of strings (the fake does not take token ids)"
+    if any(t == "" for t in texts):
+        return "'$.input' is invalid: empty strings cannot be embedded"
+    return texts
+
+
+def openai_embeddings_json(body: Json, texts: list[str]) -> Json:
+    model = str(body.get("model", "fake-embedding"))
+    dimensions = int(body.get("dimensions") or NATIVE_EMBEDDING_DIMENSIONS.get(model, DEFAULT_EMBEDDING_DIMENSIONS))
+    data: list[Json] = []
+    for index, text in enumerate(texts):
+        vector = fake_embedding(text, dimensions)
+        encoded: Any = vector
+        if body.get("encoding_format") == "base64":  # the SDK's default: little-endian float32
+            encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"object": "embedding", "index": index, "embedding": encoded})
+    tokens = sum(estimate_tokens(text) for text in texts)
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
 # Server
 
 
@@ -425,6 +487,7 @@ class FakeLLM:
         self.default: Callable[[Json], FakeReply] = echo_reply
         self._lock = threading.Lock()
         self._script: deque[FakeReply] = deque()
+        self._embedding_script: deque[FakeReply] = deque()
         self._requests: list[RecordedRequest] = []
         self._serials = itertools.count(1)
         self._anthropic_cache = _AnthropicCache(anthropic_cache_min_tokens)
@@ -435,6 +498,7 @@ class FakeLLM:
             routes=[
                 Route("/v1/chat/completions", self._openai, methods=["POST"]),
                 Route("/v1/messages", self._anthropic, methods=["POST"]),
+                Route("/v1/embeddings", self._embeddings, methods=["POST"]),
                 Route("/healthz", self._healthz, methods=["GET"]),
             ]
         )
@@ -445,6 +509,12 @@ class FakeLLM:
         with self._lock:
             self._script.extend(replies)
 
+    def script_embeddings(self, *replies: FakeReply) -> None:
+        """Queue outcomes for the next embedding requests; only status, error_body, headers and
+        delay_s are used. Unscripted requests succeed."""
+        with self._lock:
+            self._embedding_script.extend(replies)
+
     @property
     def requests(self) -> list[RecordedRequest]:
         with self._lock:
@@ -453,6 +523,7 @@ class FakeLLM:
     def reset(self) -> None:
         with self._lock:
             self._script.clear()
+            self._embedding_script.clear()
             self._requests.clear()
             self._anthropic_cache.clear()
             self._openai_cache.clear()
@@ -545,6 +616,22 @@ class FakeLLM:
             return JSONResponse(payload, headers=reply.headers)
         events = self._openai_sse(bound, body) if fmt == "openai" else self._anthropic_sse(bound)
         return StreamingResponse(events, media_type="text/event-stream", headers=reply.headers)
+
+    async def _embeddings(self, request: Request) -> Response:
+        body: Json = await request.json()
+        with self._lock:
+            self._requests.append(RecordedRequest("openai", request.url.path, dict(request.headers), body))
+            reply = self._embedding_script.popleft() if self._embedding_script else FakeReply()
+        await asyncio.sleep(self.latency_s + reply.delay_s)
+        if reply.status != 200:
+            payload = reply.error_body if reply.error_body is not None else error_body("openai", reply.status)
+            return JSONResponse(payload, status_code=reply.status, headers=reply.headers)
+        texts = _embedding_inputs(body)
+        if isinstance(texts, str):
+            payload = error_body("openai", 400)
+            payload["error"]["message"] = texts
+            return JSONResponse(payload, status_code=400)
+        return JSONResponse(openai_embeddings_json(body, texts), headers=reply.headers)
 
     def _take_reply(self, recorded: RecordedRequest) -> FakeReply:
         with self._lock:

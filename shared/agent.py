@@ -50,6 +50,7 @@ class TurnDeps:
     max_output_tokens: int = 1024
     lock_ttl_seconds: float = 30
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    memory_written: Callable[[int], None] | None = None  # enqueues embedding of memories tools wrote
 
 
 @dataclass
@@ -167,6 +168,7 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
         turn_id=turn["id"],
         now=deps.clock(),
         timezone=turn.get("timezone") or "UTC",
+        memory_written=deps.memory_written,
     )
     try:
         outcome = run_agent_loop(history, ctx, deps, events)

@@ -50,6 +50,23 @@ class Settings(BaseSettings):
     llm_max_retry_wait_seconds: float = 30.0
     max_output_tokens: int = 1024
 
+    # --- embeddings ----------------------------------------------------------------------------
+    embedding_provider: Literal["local", "openai"] = Field(
+        "local", description="local = bundled MiniLM (offline); openai = OpenAI or any compatible endpoint"
+    )
+    embedding_model: str | None = Field(None, description="Default: all-MiniLM-L6-v2 (local), text-embedding-3-small")
+    embedding_dimensions: int | None = Field(None, ge=1, description="OpenAI text-embedding-3 `dimensions`")
+    embedding_base_url: str | None = Field(None, description="OpenAI-compatible embeddings endpoint, with /v1")
+    embedding_api_key: SecretStr | None = Field(None, description="Default: ENGRAM_OPENAI_API_KEY")
+    embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding call")
+
+    # --- search ------------------------------------------------------------------------------
+    search_fusion: Literal["weighted", "rrf"] = Field("weighted", description="How the search legs are fused")
+    search_rrf_k: int = Field(60, ge=1)
+    search_vector_weight: float = Field(0.7, ge=0, le=1)
+    search_min_score: float = Field(0.3, ge=0, le=1, description="Weighted mode: drop results below this")
+    search_overfetch: int = Field(8, ge=1, description="Each leg fetches limit × this before fusion")
+
     # --- agent loop --------------------------------------------------------------------------
     max_iterations: int = Field(8, ge=1, description="LLM calls per turn at most (tool loop)")
     session_lock_ttl_seconds: int = Field(30, ge=5, description="Per-session lock TTL; heartbeat at a third")

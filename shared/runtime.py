@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 from shared.agent import TurnDeps
@@ -12,7 +13,7 @@ from shared.tools import default_registry
 
 
 @lru_cache(maxsize=1)
-def turn_deps() -> TurnDeps:
+def turn_deps(memory_written: Callable[[int], None] | None = None) -> TurnDeps:
     settings = get_settings()
     return TurnDeps(
         provider=chat_provider(settings),
@@ -22,4 +23,5 @@ def turn_deps() -> TurnDeps:
         max_iterations=settings.max_iterations,
         max_output_tokens=settings.max_output_tokens,
         lock_ttl_seconds=settings.session_lock_ttl_seconds,
+        memory_written=memory_written,
     )

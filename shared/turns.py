@@ -38,9 +38,7 @@ def ensure_user(conn: Conn, tenant_id: int, external_id: str) -> int:
     return int(row["id"])
 
 
-def ensure_session(
-    conn: Conn, tenant_id: int, user_id: int, session_key: str, channel: str = "api"
-) -> int:
+def ensure_session(conn: Conn, tenant_id: int, user_id: int, session_key: str, channel: str = "api") -> int:
     row = conn.execute(
         """INSERT INTO sessions (tenant_id, user_id, channel, session_key) VALUES (%s, %s, %s, %s)
            ON CONFLICT (user_id, channel, session_key) DO UPDATE SET updated_at = now()

@@ -173,16 +173,18 @@ class CeleryStack:
     def env(self, provider: str) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_LLM")}
         env.update(TEST_ENV)
-        env.update({
-            "ENGRAM_DATABASE_URL": self.services.database_url,
-            "ENGRAM_REDIS_URL": self.services.redis_url,
-            "ENGRAM_DATA_DIR": os.environ["ENGRAM_DATA_DIR"],
-            "ENGRAM_LLM_PROVIDER": provider,
-            "ENGRAM_ANTHROPIC_API_KEY": "test-key",
-            "ENGRAM_ANTHROPIC_BASE_URL": self.fake.anthropic_base_url,
-            "ENGRAM_OPENAI_API_KEY": "test-key",
-            "ENGRAM_OPENAI_BASE_URL": self.fake.openai_base_url,
-        })
+        env.update(
+            {
+                "ENGRAM_DATABASE_URL": self.services.database_url,
+                "ENGRAM_REDIS_URL": self.services.redis_url,
+                "ENGRAM_DATA_DIR": os.environ["ENGRAM_DATA_DIR"],
+                "ENGRAM_LLM_PROVIDER": provider,
+                "ENGRAM_ANTHROPIC_API_KEY": "test-key",
+                "ENGRAM_ANTHROPIC_BASE_URL": self.fake.anthropic_base_url,
+                "ENGRAM_OPENAI_API_KEY": "test-key",
+                "ENGRAM_OPENAI_BASE_URL": self.fake.openai_base_url,
+            }
+        )
         return env
 
     def ensure(self, provider: str = "anthropic") -> CeleryProcess:
@@ -212,8 +214,9 @@ class CeleryStack:
 
 
 @pytest.fixture(scope="session")
-def celery_stack(services: TestServices, fake_llm_server: FakeLLM, tmp_path_factory: pytest.TempPathFactory
-                 ) -> Iterator[CeleryStack]:
+def celery_stack(
+    services: TestServices, fake_llm_server: FakeLLM, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CeleryStack]:
     stack = CeleryStack(services, fake_llm_server, tmp_path_factory.mktemp("celery"))
     yield stack
     stack.stop()

@@ -25,7 +25,7 @@ from shared.redis_client import reset_redis
 from shared.services import resolve_redis_url
 from workers.queues import QUEUES
 
-TASK_MODULES = ["workers.turns", "workers.maintenance"]
+TASK_MODULES = ["workers.turns", "workers.maintenance", "workers.embeddings"]
 
 
 def create_celery() -> Celery:
@@ -64,6 +64,11 @@ def create_celery() -> Celery:
                 "schedule": timedelta(seconds=settings.sweep_interval_seconds),
                 "options": {"expires": settings.sweep_interval_seconds},
             },
+            "index-missing-memories": {
+                "task": "engram.embeddings.index_missing_memories",
+                "schedule": timedelta(minutes=5),
+                "options": {"expires": 240},
+            },
         },
     )
     if settings.turn_time_limit >= settings.broker_visibility_timeout:
@@ -85,4 +90,3 @@ def _fresh_connections_after_fork(**_: object) -> None:
     # Sockets inherited from the parent must not be shared by children: start over.
     db.forget_pool()
     reset_redis()
-

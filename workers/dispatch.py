@@ -7,3 +7,7 @@ from workers.app import app
 
 def enqueue_drain(session_id: int) -> None:
     app.send_task("engram.turns.drain", kwargs={"session_id": session_id}, queue="turns")
+
+
+def enqueue_embed_memory(memory_id: int) -> None:
+    app.send_task("engram.embeddings.embed_memory", kwargs={"memory_id": memory_id}, queue="embeddings")

@@ -9,6 +9,7 @@ from shared.agent import LockLost, drain_session
 from shared.db import DatabaseUnavailable
 from shared.runtime import turn_deps
 from workers.base import engram_task
+from workers.dispatch import enqueue_embed_memory
 
 
 @engram_task(
@@ -20,4 +21,4 @@ from workers.base import engram_task
     max_retries=30,
 )
 def drain(session_id: int) -> int:
-    return drain_session(session_id, turn_deps())
+    return drain_session(session_id, turn_deps(enqueue_embed_memory))

@@ -32,6 +32,8 @@ class ToolContext:
     turn_id: int
     now: datetime
     timezone: str = "UTC"
+    # Called with a memory id after a tool committed new text for it (enqueues its embedding).
+    memory_written: Callable[[int], None] | None = None
 
 
 ToolHandler = Callable[[ToolContext, dict[str, Any]], str]

@@ -108,8 +108,14 @@ def test_users_of_one_tenant_have_separate_sessions(api: httpx.Client) -> None:
 def test_openapi_schema_describes_the_api(gateway: Gateway) -> None:
     schema = httpx.get(f"{gateway.url}/openapi.json").json()
     paths = schema["paths"]
-    assert {"/v1/sessions/{session_key}/turns", "/v1/turns/{turn_id}", "/v1/turns/{turn_id}/events",
-            "/v1/sessions/{session_key}/messages", "/healthz", "/readyz"} <= set(paths)
+    assert {
+        "/v1/sessions/{session_key}/turns",
+        "/v1/turns/{turn_id}",
+        "/v1/turns/{turn_id}/events",
+        "/v1/sessions/{session_key}/messages",
+        "/healthz",
+        "/readyz",
+    } <= set(paths)
     post = paths["/v1/sessions/{session_key}/turns"]["post"]
     assert "202" in post["responses"]
     assert any(p["name"] == "idempotency-key" for p in post["parameters"])

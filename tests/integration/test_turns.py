@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from typing import Any
@@ -81,8 +82,9 @@ def test_second_turn_reads_cache_and_sees_history(api: httpx.Client, workers: Ce
     assert [m["role"] for m in last.body["messages"]] == ["user", "assistant", "user"]
 
 
-def test_turn_end_to_end_with_openai(api: httpx.Client, celery_stack: CeleryStack, clean_state: Any,
-                                     fake_llm: FakeLLM) -> None:
+def test_turn_end_to_end_with_openai(
+    api: httpx.Client, celery_stack: CeleryStack, clean_state: Any, fake_llm: FakeLLM
+) -> None:
     celery_stack.ensure("openai")
     fake_llm.script(FakeReply(text="Hi from an OpenAI-compatible model."))
     turn = wait_turn(api, post_turn(api, "s-openai", "hello").json()["turn_id"])
@@ -179,7 +181,7 @@ def test_turns_of_one_session_run_in_order_while_another_session_proceeds(
     b_turn = wait_turn(api, b_id)
     assert all(t["status"] == "done" for t in [*a_turns, b_turn])
     # One at a time, in the order sent: each starts after the previous one finished.
-    for earlier, later in zip(a_turns, a_turns[1:], strict=False):
+    for earlier, later in itertools.pairwise(a_turns):
         assert later["started_at"] >= earlier["finished_at"]
     # Session B did not wait for A's queue to drain.
     assert b_turn["finished_at"] < a_turns[-1]["finished_at"]
@@ -188,8 +190,7 @@ def test_turns_of_one_session_run_in_order_while_another_session_proceeds(
     assert [user_texts(r) for r in a_requests] == [[f"A-{j}" for j in range(i + 1)] for i in range(5)]
 
 
-def test_idempotency_key_returns_the_original_turn(api: httpx.Client, workers: CeleryStack,
-                                                   fake_llm: FakeLLM) -> None:
+def test_idempotency_key_returns_the_original_turn(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
     first = post_turn(api, "s-idem", "hello once", **{"Idempotency-Key": "key-1"})
     again = post_turn(api, "s-idem", "hello once", **{"Idempotency-Key": "key-1"})
     assert first.status_code == again.status_code == 202
@@ -219,8 +220,9 @@ def test_concurrent_requests_with_one_idempotency_key_make_one_turn(api: httpx.C
     assert count("turns") == 1
 
 
-def test_failed_llm_call_marks_turn_failed_with_reason(api: httpx.Client, workers: CeleryStack,
-                                                       fake_llm: FakeLLM) -> None:
+def test_failed_llm_call_marks_turn_failed_with_reason(
+    api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM
+) -> None:
     fake_llm.script(FakeReply(status=401))
     turn = wait_turn(api, post_turn(api, "s-fail", "hi").json()["turn_id"])
     assert turn["status"] == "failed"

@@ -30,7 +30,11 @@ class UpProcess:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
         self.proc = subprocess.Popen(
-            [*ENGRAM, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [*ENGRAM, "up"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             start_new_session=True,
         )
         self.lines: queue.Queue[str] = queue.Queue()
@@ -80,12 +84,14 @@ def listening(port: int) -> bool:
 @pytest.fixture
 def up_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
-    env.update({
-        "ENGRAM_DATA_DIR": str(tmp_path / "data"),
-        "ENGRAM_PORT": str(free_port()),
-        "ENGRAM_FLOWER_PORT": str(free_port()),
-        "ENGRAM_TURN_WORKER_CONCURRENCY": "1",
-    })
+    env.update(
+        {
+            "ENGRAM_DATA_DIR": str(tmp_path / "data"),
+            "ENGRAM_PORT": str(free_port()),
+            "ENGRAM_FLOWER_PORT": str(free_port()),
+            "ENGRAM_TURN_WORKER_CONCURRENCY": "1",
+        }
+    )
     yield env
     # Whatever a failed test left running must not outlive it.
     for proc in owned_processes(tmp_path / "data" / "run"):
@@ -124,8 +130,11 @@ def test_up_runs_demo_stops_cleanly_and_keeps_data(up_env: dict[str, str]) -> No
     session_match = re.search(r"session (demo-\d+)", demo.stdout)
     assert session_match is not None
     session = session_match.group(1)
-    before = httpx.get(f"{url}/v1/sessions/{session}/messages", params={"user_id": "demo-user"},
-                       headers={"Authorization": f"Bearer {key}"}).json()["messages"]
+    before = httpx.get(
+        f"{url}/v1/sessions/{session}/messages",
+        params={"user_id": "demo-user"},
+        headers={"Authorization": f"Bearer {key}"},
+    ).json()["messages"]
     assert len(before) >= 8
 
     assert up.stop() == 0
@@ -137,8 +146,11 @@ def test_up_runs_demo_stops_cleanly_and_keeps_data(up_env: dict[str, str]) -> No
     again = UpProcess(up_env)
     assert again.wait_for(r"API key\s+(egm_\S+)").group(1) == key
     again.wait_for(r"try: engram chat")
-    after = httpx.get(f"{url}/v1/sessions/{session}/messages", params={"user_id": "demo-user"},
-                      headers={"Authorization": f"Bearer {key}"}).json()["messages"]
+    after = httpx.get(
+        f"{url}/v1/sessions/{session}/messages",
+        params={"user_id": "demo-user"},
+        headers={"Authorization": f"Bearer {key}"},
+    ).json()["messages"]
     assert after == before
     assert again.stop(signal.SIGINT) == 0
     assert owned_processes(data_dir / "run") == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -27,7 +28,11 @@ class CeleryProcess:
     def start(self) -> CeleryProcess:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            self.argv,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         return self
@@ -60,10 +65,8 @@ class CeleryProcess:
     def kill_hard(self) -> None:
         """SIGKILL the whole process group: no warm shutdown, no chance to ack or requeue."""
         if self.proc is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.proc.wait(10)
             self.proc = None
 
@@ -81,15 +84,41 @@ class CeleryProcess:
         self.proc = None
 
 
-def worker(name: str, env: dict[str, str], log_dir: Path, concurrency: int = 2,
-           queues: tuple[str, ...] = QUEUES) -> CeleryProcess:
-    argv = [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", ",".join(queues),
-            "-n", f"{name}@%h", "-c", str(concurrency), "--loglevel", "INFO", "--without-mingle",
-            "--without-gossip"]
+def worker(
+    name: str, env: dict[str, str], log_dir: Path, concurrency: int = 2, queues: tuple[str, ...] = QUEUES
+) -> CeleryProcess:
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers.app",
+        "worker",
+        "-Q",
+        ",".join(queues),
+        "-n",
+        f"{name}@%h",
+        "-c",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+        "--without-mingle",
+        "--without-gossip",
+    ]
     return CeleryProcess(name, argv, env, log_dir)
 
 
 def beat(env: dict[str, str], log_dir: Path) -> CeleryProcess:
-    argv = [sys.executable, "-m", "celery", "-A", "workers.app", "beat", "-s", str(log_dir / "beat-schedule"),
-            "--loglevel", "INFO"]
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers.app",
+        "beat",
+        "-s",
+        str(log_dir / "beat-schedule"),
+        "--loglevel",
+        "INFO",
+    ]
     return CeleryProcess("beat", argv, env, log_dir)

@@ -40,8 +40,14 @@ class RecordingEvents:
 
 
 def deps(provider: ScriptedProvider, max_iterations: int = 8) -> TurnDeps:
-    return TurnDeps(provider=provider, model="m", tools=default_registry(), redis=None,  # type: ignore[arg-type]
-                    max_iterations=max_iterations, clock=lambda: NOW)
+    return TurnDeps(
+        provider=provider,
+        model="m",
+        tools=default_registry(),
+        redis=None,  # type: ignore[arg-type]
+        max_iterations=max_iterations,
+        clock=lambda: NOW,
+    )
 
 
 def tool_call(n: int) -> ToolCall:
@@ -60,8 +66,12 @@ def test_tool_results_feed_the_next_iteration() -> None:
     assert [m.role for m in outcome.messages] == ["assistant", "tool", "assistant"]
     assert outcome.messages[1].tool_call_id == "c1" and "09:30" in outcome.messages[1].content
     assert provider.requests[1].messages[-1].role == "tool"
-    assert outcome.usage.as_dict() == {"input_tokens": 30, "output_tokens": 5, "cache_read_tokens": 5,
-                                       "cache_write_tokens": 0}
+    assert outcome.usage.as_dict() == {
+        "input_tokens": 30,
+        "output_tokens": 5,
+        "cache_read_tokens": 5,
+        "cache_write_tokens": 0,
+    }
     deltas = "".join(data["text"] for event, data in events.events if event == "delta")
     assert deltas == outcome.reply  # what a stream reader assembles is what is stored
     assert [e for e, _ in events.events if e != "delta"] == ["tool_call", "tool_result"]

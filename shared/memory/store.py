@@ -1,0 +1,491 @@
+"""The memory write path and reads by id/key, used by agent tools, the REST API and extraction.
+
+Rules (all inside the caller's transaction):
+- keys and namespaces are normalised, values sanitised; injections and oversize text are refused
+  with a reason (`MemoryRejected`);
+- the same key with the same value is a no-op; the same content under another key of the
+  namespace is a no-op;
+- a new value for an existing key supersedes the old row (it gets `valid_until`, the new row
+  records `supersedes`), so a corrected fact keeps its history;
+- style observations are reinforced (count and timestamps) instead of overwritten;
+- every change is written to memory_events with old and new value and the actor.
+
+Writers of one (user, namespace, key) are serialised by a transaction-scoped advisory lock, so
+two concurrent writes never both insert an active row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from psycopg.types.json import Jsonb
+
+from shared.db import Conn
+from shared.memory.entities import link_entities
+from shared.memory.keys import MemoryRejected, content_fingerprint, normalize_namespace, sanitize
+
+KINDS = ("fact", "episode", "preference", "style", "directive", "artifact", "reflection", "summary", "document")
+
+# Where a memory goes when the writer names no namespace.
+DEFAULT_NAMESPACE = {
+    "fact": "tacit/facts",
+    "preference": "tacit/preferences",
+    "style": "tacit/personality",
+    "directive": "tacit/personality",
+    "artifact": "tacit/artifacts",
+    "episode": "episodes",
+    "reflection": "reflections",
+    "summary": "summaries",
+    "document": "documents",
+}
+
+# Daily decay rate by kind (confidence × exp(−rate × days since access)); 0 = never decays.
+DEFAULT_DECAY_RATE = {
+    "fact": 0.01,
+    "preference": 0.005,
+    "style": 0.01,
+    "directive": 0.0,
+    "artifact": 0.005,
+    "episode": 0.02,
+    "reflection": 0.0,
+    "summary": 0.01,
+    "document": 0.0,
+}
+
+MAX_TAGS = 20
+MAX_TAG_CHARS = 64
+
+WriteAction = Literal["added", "superseded", "reinforced", "unchanged", "duplicate"]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whose memory: every read and write is filtered by both ids."""
+
+    tenant_id: int
+    user_id: int
+
+
+@dataclass
+class MemoryInput:
+    key: str
+    value: str
+    namespace: str | None = None
+    kind: str = "fact"
+    tags: Sequence[str] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    confidence: float = 1.0
+    decay_rate: float | None = None
+    event_time: datetime | None = None
+    source_session_id: int | None = None
+    source_message_ids: Sequence[int] = ()
+
+
+@dataclass
+class WriteResult:
+    action: WriteAction
+    memory: dict[str, Any]
+    previous_id: int | None = None
+
+    @property
+    def changed(self) -> bool:
+        """True when the stored text changed, so the memory needs (re-)embedding."""
+        return self.action in ("added", "superseded")
+
+
+MEMORY_COLUMNS = """id, namespace, key, value, kind, tags, metadata, confidence, decay_rate, access_count,
+    last_accessed_at, event_time, valid_from, valid_until, source, source_session_id, source_message_ids,
+    supersedes_id, created_at, updated_at"""
+
+
+def _clean_tags(tags: Sequence[str]) -> list[str]:
+    cleaned = []
+    for tag in tags:
+        tag = " ".join(str(tag).split()).casefold()
+        if not tag:
+            continue
+        if len(tag) > MAX_TAG_CHARS:
+            raise MemoryRejected(f"tag {tag[:20]!r}… is {len(tag)} characters; the limit is {MAX_TAG_CHARS}")
+        if tag not in cleaned:
+            cleaned.append(tag)
+    if len(cleaned) > MAX_TAGS:
+        raise MemoryRejected(f"{len(cleaned)} tags; the limit is {MAX_TAGS}")
+    return cleaned
+
+
+def prepare(item: MemoryInput) -> MemoryInput:
+    """Validate and normalise an input; raises MemoryRejected with the reason."""
+    if item.kind not in KINDS:
+        raise MemoryRejected(f"unknown kind {item.kind!r}; use one of {', '.join(KINDS)}")
+    key, value = sanitize(item.key, item.value)
+    namespace = normalize_namespace(item.namespace or DEFAULT_NAMESPACE[item.kind])
+    if not namespace:
+        raise MemoryRejected("namespace is empty after normalisation")
+    if len(namespace) > 128:
+        raise MemoryRejected(f"namespace is {len(namespace)} characters; the limit is 128")
+    if not 0 <= item.confidence <= 1:
+        raise MemoryRejected("confidence must be between 0 and 1")
+    if item.decay_rate is not None and item.decay_rate < 0:
+        raise MemoryRejected("decay_rate must not be negative")
+    return MemoryInput(
+        key=key,
+        value=value,
+        namespace=namespace,
+        kind=item.kind,
+        tags=_clean_tags(item.tags),
+        metadata=dict(item.metadata),
+        confidence=item.confidence,
+        decay_rate=DEFAULT_DECAY_RATE[item.kind] if item.decay_rate is None else item.decay_rate,
+        event_time=item.event_time,
+        source_session_id=item.source_session_id,
+        source_message_ids=list(item.source_message_ids),
+    )
+
+
+def is_style(item: MemoryInput) -> bool:
+    return item.kind == "style" or (item.namespace or "").startswith("tacit/personality/style")
+
+
+def record_event(
+    conn: Conn,
+    scope: Scope,
+    memory: dict[str, Any],
+    action: str,
+    actor: str,
+    old_value: str | None = None,
+    new_value: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> None:
+    conn.execute(
+        """INSERT INTO memory_events (tenant_id, user_id, memory_id, action, namespace, key, old_value, new_value,
+                                      actor, details)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+        (
+            scope.tenant_id,
+            scope.user_id,
+            memory["id"],
+            action,
+            memory["namespace"],
+            memory["key"],
+            old_value,
+            new_value,
+            actor,
+            Jsonb(details or {}),
+        ),
+    )
+
+
+def _lock_key(conn: Conn, scope: Scope, namespace: str, key: str) -> None:
+    conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"memory:{scope.user_id}:{namespace}:{key}",)
+    )
+
+
+def find_active(conn: Conn, scope: Scope, namespace: str, key: str) -> dict[str, Any] | None:
+    return conn.execute(
+        f"""SELECT {MEMORY_COLUMNS} FROM memories
+            WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key = %s AND valid_until IS NULL""",
+        (scope.tenant_id, scope.user_id, namespace, key),
+    ).fetchone()
+
+
+def _same_content_elsewhere(conn: Conn, scope: Scope, namespace: str, key: str, value: str) -> dict[str, Any] | None:
+    fingerprint = content_fingerprint(value)
+    # Compare fingerprints in Python: few rows share a namespace and length class, and the
+    # fingerprint rules live in one place (keys.py) instead of being re-implemented in SQL.
+    rows = conn.execute(
+        f"""SELECT {MEMORY_COLUMNS} FROM memories
+            WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key <> %s AND valid_until IS NULL
+              AND length(value) BETWEEN %s AND %s""",
+        (scope.tenant_id, scope.user_id, namespace, key, max(0, len(value) // 2), len(value) * 2 + 8),
+    ).fetchall()
+    return next((row for row in rows if content_fingerprint(row["value"]) == fingerprint), None)
+
+
+def _insert(conn: Conn, scope: Scope, item: MemoryInput, actor: str, supersedes: int | None) -> dict[str, Any]:
+    metadata = dict(item.metadata)
+    if supersedes is not None:
+        metadata["supersedes"] = supersedes
+    if is_style(item):
+        # The database clock, as reinforcement uses: timestamps of one memory must be comparable.
+        clock = conn.execute("SELECT to_jsonb(now()) #>> '{}' AS now").fetchone()
+        assert clock is not None
+        now = clock["now"]
+        metadata.setdefault("reinforced_count", 1)
+        metadata.setdefault("first_observed", now)
+        metadata.setdefault("last_reinforced", now)
+    row = conn.execute(
+        f"""INSERT INTO memories (tenant_id, user_id, namespace, key, value, kind, tags, metadata, confidence,
+                                  decay_rate, event_time, source, source_session_id, source_message_ids,
+                                  supersedes_id)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+            RETURNING {MEMORY_COLUMNS}""",
+        (
+            scope.tenant_id,
+            scope.user_id,
+            item.namespace,
+            item.key,
+            item.value,
+            item.kind,
+            list(item.tags),
+            Jsonb(metadata),
+            item.confidence,
+            item.decay_rate,
+            item.event_time,
+            actor,
+            item.source_session_id,
+            list(item.source_message_ids),
+            supersedes,
+        ),
+    ).fetchone()
+    assert row is not None
+    link_entities(conn, scope.tenant_id, scope.user_id, row["id"], f"{item.key.replace('-', ' ')}: {item.value}")
+    return row
+
+
+def store_memory(conn: Conn, scope: Scope, raw: MemoryInput, actor: str) -> WriteResult:
+    item = prepare(raw)
+    assert item.namespace is not None
+    _lock_key(conn, scope, item.namespace, item.key)
+    current = find_active(conn, scope, item.namespace, item.key)
+    if current is not None:
+        if is_style(item):
+            return WriteResult("reinforced", _reinforce(conn, scope, current, actor))
+        if content_fingerprint(current["value"]) == content_fingerprint(item.value):
+            return WriteResult("unchanged", current)
+        return _supersede(conn, scope, current, item, actor)
+    duplicate = _same_content_elsewhere(conn, scope, item.namespace, item.key, item.value)
+    if duplicate is not None:
+        return WriteResult("duplicate", duplicate)
+    memory = _insert(conn, scope, item, actor, None)
+    record_event(conn, scope, memory, "add", actor, new_value=memory["value"])
+    return WriteResult("added", memory)
+
+
+def _reinforce(conn: Conn, scope: Scope, current: dict[str, Any], actor: str) -> dict[str, Any]:
+    row = conn.execute(
+        f"""UPDATE memories SET
+                metadata = metadata
+                    || jsonb_build_object('reinforced_count', coalesce((metadata->>'reinforced_count')::int, 1) + 1,
+                                          'last_reinforced', to_jsonb(now()))
+                    || CASE WHEN metadata ? 'first_observed' THEN '{{}}'::jsonb
+                            ELSE jsonb_build_object('first_observed', to_jsonb(created_at)) END,
+                updated_at = now()
+            WHERE id = %s RETURNING {MEMORY_COLUMNS}""",
+        (current["id"],),
+    ).fetchone()
+    assert row is not None
+    record_event(
+        conn, scope, row, "reinforce", actor, details={"reinforced_count": row["metadata"]["reinforced_count"]}
+    )
+    return row
+
+
+def _supersede(conn: Conn, scope: Scope, current: dict[str, Any], item: MemoryInput, actor: str) -> WriteResult:
+    conn.execute("UPDATE memories SET valid_until = now(), updated_at = now() WHERE id = %s", (current["id"],))
+    successor = MemoryInput(
+        key=item.key,
+        value=item.value,
+        namespace=item.namespace,
+        kind=item.kind,
+        tags=item.tags or current["tags"],
+        metadata={**current["metadata"], **item.metadata},
+        confidence=item.confidence,
+        decay_rate=item.decay_rate,
+        event_time=item.event_time,
+        source_session_id=item.source_session_id,
+        source_message_ids=item.source_message_ids,
+    )
+    memory = _insert(conn, scope, successor, actor, current["id"])
+    record_event(
+        conn,
+        scope,
+        memory,
+        "supersede",
+        actor,
+        old_value=current["value"],
+        new_value=memory["value"],
+        details={"superseded_id": current["id"]},
+    )
+    return WriteResult("superseded", memory, previous_id=current["id"])
+
+
+# ------------------------------------------------------------------------------------- reads
+
+
+def get_memory(conn: Conn, scope: Scope, memory_id: int) -> dict[str, Any] | None:
+    return conn.execute(
+        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s AND id = %s",
+        (scope.tenant_id, scope.user_id, memory_id),
+    ).fetchone()
+
+
+def recall(conn: Conn, scope: Scope, key: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Active memories with this key (in one namespace, or in any)."""
+    key, _ = sanitize(key, "x")
+    if namespace is not None:
+        row = find_active(conn, scope, normalize_namespace(namespace), key)
+        return [row] if row else []
+    return conn.execute(
+        f"""SELECT {MEMORY_COLUMNS} FROM memories
+            WHERE tenant_id = %s AND user_id = %s AND key = %s AND valid_until IS NULL ORDER BY namespace""",
+        (scope.tenant_id, scope.user_id, key),
+    ).fetchall()
+
+
+def list_memories(
+    conn: Conn,
+    scope: Scope,
+    *,
+    namespace_prefix: str | None = None,
+    kinds: Sequence[str] | None = None,
+    tags: Sequence[str] | None = None,
+    include_superseded: bool = False,
+    limit: int = 50,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
+    clauses = ["tenant_id = %(tenant)s", "user_id = %(user)s"]
+    params: dict[str, Any] = {"tenant": scope.tenant_id, "user": scope.user_id, "limit": limit, "offset": offset}
+    if not include_superseded:
+        clauses.append("valid_until IS NULL")
+    if namespace_prefix:
+        clauses.append("(namespace = %(ns)s OR namespace LIKE %(ns_like)s)")
+        params["ns"] = normalize_namespace(namespace_prefix)
+        params["ns_like"] = _like_prefix(params["ns"]) + "/%"
+    if kinds:
+        clauses.append("kind = ANY(%(kinds)s)")
+        params["kinds"] = list(kinds)
+    if tags:
+        clauses.append("tags @> %(tags)s")
+        params["tags"] = _clean_tags(tags)
+    return conn.execute(
+        f"""SELECT {MEMORY_COLUMNS} FROM memories WHERE {" AND ".join(clauses)}
+            ORDER BY updated_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        params,
+    ).fetchall()
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def touch_accessed(conn: Conn, scope: Scope, memory_ids: Sequence[int]) -> None:
+    """Returning memories to the agent counts as use: decay is measured from the last access."""
+    if memory_ids:
+        conn.execute(
+            """UPDATE memories SET access_count = access_count + 1, last_accessed_at = now()
+               WHERE tenant_id = %s AND user_id = %s AND id = ANY(%s)""",
+            (scope.tenant_id, scope.user_id, list(memory_ids)),
+        )
+
+
+# ------------------------------------------------------------------------------ changes by id
+
+
+def delete_memory(conn: Conn, scope: Scope, memory_id: int, actor: str) -> dict[str, Any] | None:
+    """Soft delete: the row stays in history with `valid_until`; search and lists skip it."""
+    row = conn.execute(
+        f"""UPDATE memories SET valid_until = now(), updated_at = now()
+            WHERE tenant_id = %s AND user_id = %s AND id = %s AND valid_until IS NULL
+            RETURNING {MEMORY_COLUMNS}""",
+        (scope.tenant_id, scope.user_id, memory_id),
+    ).fetchone()
+    if row is not None:
+        record_event(conn, scope, row, "delete", actor, old_value=row["value"])
+    return row
+
+
+def correct_memory(conn: Conn, scope: Scope, memory_id: int, new_value: str, actor: str) -> WriteResult | None:
+    """Supersede an active memory with a corrected value (history keeps the old one)."""
+    current = get_memory(conn, scope, memory_id)
+    if current is None or current["valid_until"] is not None:
+        return None
+    item = MemoryInput(
+        key=current["key"],
+        value=new_value,
+        namespace=current["namespace"],
+        kind=current["kind"],
+        tags=current["tags"],
+        confidence=1.0,
+        decay_rate=current["decay_rate"],
+    )
+    prepared = prepare(item)
+    _lock_key(conn, scope, current["namespace"], current["key"])
+    if content_fingerprint(current["value"]) == content_fingerprint(prepared.value):
+        return WriteResult("unchanged", current)
+    return _supersede(conn, scope, current, prepared, actor)
+
+
+def update_attributes(
+    conn: Conn,
+    scope: Scope,
+    memory_id: int,
+    actor: str,
+    *,
+    tags: Sequence[str] | None = None,
+    confidence: float | None = None,
+    decay_rate: float | None = None,
+    event_time: datetime | None = None,
+) -> dict[str, Any] | None:
+    """Change descriptive fields in place (the value itself changes only by superseding)."""
+    current = get_memory(conn, scope, memory_id)
+    if current is None or current["valid_until"] is not None:
+        return None
+    if confidence is not None and not 0 <= confidence <= 1:
+        raise MemoryRejected("confidence must be between 0 and 1")
+    if decay_rate is not None and decay_rate < 0:
+        raise MemoryRejected("decay_rate must not be negative")
+    changes = {
+        "tags": _clean_tags(tags) if tags is not None else None,
+        "confidence": confidence,
+        "decay_rate": decay_rate,
+        "event_time": event_time,
+    }
+    changes = {name: value for name, value in changes.items() if value is not None}
+    if not changes:
+        return current
+    assignments = ", ".join(f"{name} = %({name})s" for name in changes)
+    row = conn.execute(
+        f"""UPDATE memories SET {assignments}, updated_at = now() WHERE id = %(id)s
+            RETURNING {MEMORY_COLUMNS}""",
+        {**changes, "id": memory_id},
+    ).fetchone()
+    assert row is not None
+    record_event(
+        conn,
+        scope,
+        row,
+        "update",
+        actor,
+        details={name: (str(value) if isinstance(value, datetime) else value) for name, value in changes.items()},
+    )
+    return row
+
+
+def confirm_memory(conn: Conn, scope: Scope, memory_id: int, actor: str) -> dict[str, Any] | None:
+    """The user vouched for it: full confidence, never decays."""
+    row = conn.execute(
+        f"""UPDATE memories SET confidence = 1, decay_rate = 0, updated_at = now()
+            WHERE tenant_id = %s AND user_id = %s AND id = %s AND valid_until IS NULL
+            RETURNING {MEMORY_COLUMNS}""",
+        (scope.tenant_id, scope.user_id, memory_id),
+    ).fetchone()
+    if row is not None:
+        record_event(conn, scope, row, "confirm", actor)
+    return row
+
+
+def memory_history(conn: Conn, scope: Scope, memory_id: int) -> list[dict[str, Any]] | None:
+    """Every event of the memory's (namespace, key) chain, oldest first; None if no such memory."""
+    memory = get_memory(conn, scope, memory_id)
+    if memory is None:
+        return None
+    return conn.execute(
+        """SELECT id, memory_id, action, namespace, key, old_value, new_value, actor, details, created_at
+           FROM memory_events
+           WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key = %s ORDER BY id""",
+        (scope.tenant_id, scope.user_id, memory["namespace"], memory["key"]),
+    ).fetchall()

@@ -1,0 +1,302 @@
+"""Memory tools the agent calls: store, recall, search, list, delete, correct, confirm, stats,
+entity info and search over this conversation. Each call runs in its own transaction and sees only
+the calling user's rows; new text is embedded after the commit (via `ToolContext.memory_written`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shared import db
+from shared.memory.entities import entity_info
+from shared.memory.keys import MemoryRejected
+from shared.memory.search import SearchFilters
+from shared.memory.service import search_memories
+from shared.memory.stats import memory_stats
+from shared.memory.store import (
+    KINDS,
+    MemoryInput,
+    Scope,
+    confirm_memory,
+    correct_memory,
+    delete_memory,
+    list_memories,
+    recall,
+    store_memory,
+    touch_accessed,
+)
+from shared.tools.registry import Tool, ToolContext, ToolError
+
+ACTOR = "agent"
+
+
+def _scope(ctx: ToolContext) -> Scope:
+    return Scope(ctx.tenant_id, ctx.user_id)
+
+
+def _brief(memory: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": memory["id"],
+        "namespace": memory["namespace"],
+        "key": memory["key"],
+        "value": memory["value"],
+        "kind": memory["kind"],
+    }
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _written(ctx: ToolContext, memory_id: int) -> None:
+    if ctx.memory_written is not None:
+        ctx.memory_written(memory_id)
+
+
+def memory_store(ctx: ToolContext, args: dict[str, Any]) -> str:
+    item = MemoryInput(
+        key=args["key"],
+        value=args["value"],
+        namespace=args.get("namespace"),
+        kind=args.get("kind", "fact"),
+        tags=args.get("tags", []),
+        source_session_id=ctx.session_id,
+    )
+    try:
+        with db.connection() as conn:
+            result = store_memory(conn, _scope(ctx), item, ACTOR)
+    except MemoryRejected as exc:
+        raise ToolError(f"not stored: {exc}") from exc
+    if result.changed:
+        _written(ctx, result.memory["id"])
+    return _dump({"action": result.action, "memory": _brief(result.memory), "replaced_id": result.previous_id})
+
+
+def memory_recall(ctx: ToolContext, args: dict[str, Any]) -> str:
+    try:
+        with db.connection() as conn:
+            rows = recall(conn, _scope(ctx), args["key"], args.get("namespace"))
+            touch_accessed(conn, _scope(ctx), [row["id"] for row in rows])
+    except MemoryRejected as exc:
+        raise ToolError(str(exc)) from exc
+    if not rows:
+        return f"no memory with key {args['key']!r}"
+    return _dump([_brief(row) for row in rows])
+
+
+def memory_search(ctx: ToolContext, args: dict[str, Any]) -> str:
+    filters = SearchFilters(namespace_prefix=args.get("namespace"), kinds=args.get("kinds"))
+    with db.connection() as conn:
+        results = search_memories(
+            conn, _scope(ctx), args["query"], limit=args.get("limit", 8), filters=filters, touch=True
+        )
+    if not results:
+        return "nothing found"
+    return _dump(
+        [
+            {
+                **{k: v for k, v in r.as_dict().items() if k in ("id", "source", "namespace", "key", "value", "kind")},
+                "score": round(r.score, 3),
+            }
+            for r in results
+        ]
+    )
+
+
+def memory_list(ctx: ToolContext, args: dict[str, Any]) -> str:
+    with db.connection() as conn:
+        rows = list_memories(
+            conn,
+            _scope(ctx),
+            namespace_prefix=args.get("namespace"),
+            kinds=args.get("kinds"),
+            limit=args.get("limit", 20),
+        )
+    return _dump([_brief(row) for row in rows]) if rows else "no memories"
+
+
+def memory_delete(ctx: ToolContext, args: dict[str, Any]) -> str:
+    with db.connection() as conn:
+        row = delete_memory(conn, _scope(ctx), args["id"], ACTOR)
+    if row is None:
+        raise ToolError(f"no active memory {args['id']}")
+    return f"deleted memory {row['id']} ({row['namespace']}/{row['key']})"
+
+
+def memory_correct(ctx: ToolContext, args: dict[str, Any]) -> str:
+    try:
+        with db.connection() as conn:
+            result = correct_memory(conn, _scope(ctx), args["id"], args["value"], ACTOR)
+    except MemoryRejected as exc:
+        raise ToolError(f"not corrected: {exc}") from exc
+    if result is None:
+        raise ToolError(f"no active memory {args['id']}")
+    if result.changed:
+        _written(ctx, result.memory["id"])
+    return _dump({"action": result.action, "memory": _brief(result.memory), "replaced_id": result.previous_id})
+
+
+def memory_confirm(ctx: ToolContext, args: dict[str, Any]) -> str:
+    with db.connection() as conn:
+        row = confirm_memory(conn, _scope(ctx), args["id"], ACTOR)
+    if row is None:
+        raise ToolError(f"no active memory {args['id']}")
+    return f"confirmed memory {row['id']}: it will not decay"
+
+
+def memory_stats_tool(ctx: ToolContext, _args: dict[str, Any]) -> str:
+    with db.connection() as conn:
+        return _dump(memory_stats(conn, _scope(ctx)))
+
+
+def entity_info_tool(ctx: ToolContext, args: dict[str, Any]) -> str:
+    with db.connection() as conn:
+        info = entity_info(conn, ctx.tenant_id, ctx.user_id, args["name"])
+    if info is None:
+        return f"no entity named {args['name']!r}"
+    return _dump(
+        {
+            "name": info["canonical_name"],
+            "type": info["entity_type"],
+            "aliases": info["aliases"],
+            "mentions": info["mention_count"],
+            "memories": [_brief(m) for m in info["memories"]],
+        }
+    )
+
+
+def search_conversation(ctx: ToolContext, args: dict[str, Any]) -> str:
+    """Full text over this session's messages (including compacted ones), best matches first."""
+    with db.connection() as conn:
+        rows = conn.execute(
+            """WITH q AS (
+                   SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS tsq
+                   FROM unnest(tsvector_to_array(to_tsvector('english', %s))) AS lexeme)
+               SELECT sm.id, sm.role, sm.content, sm.created_at, ts_rank(sm.search_tsv, q.tsq) AS score
+               FROM session_messages sm, q
+               WHERE sm.tenant_id = %s AND sm.user_id = %s AND sm.session_id = %s AND q.tsq IS NOT NULL
+                 AND sm.search_tsv @@ q.tsq AND sm.role IN ('user', 'assistant')
+               ORDER BY score DESC, sm.id DESC LIMIT %s""",
+            (args["query"], ctx.tenant_id, ctx.user_id, ctx.session_id, args.get("limit", 5)),
+        ).fetchall()
+    if not rows:
+        return "no matching messages in this conversation"
+    return _dump([{"role": r["role"], "content": r["content"][:1000], "at": r["created_at"]} for r in rows])
+
+
+_ID = {"type": "integer", "minimum": 1}
+_LIMIT = {"type": "integer", "minimum": 1, "maximum": 50}
+_NAMESPACE = {"type": "string", "maxLength": 128, "description": "e.g. tacit/preferences, entity/default"}
+
+MEMORY_TOOLS = (
+    Tool(
+        "memory_store",
+        "Remember a fact about the user or their world (key + value). A new value for an "
+        "existing key replaces it and keeps history.",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["key", "value"],
+            "properties": {
+                "key": {"type": "string", "maxLength": 200},
+                "value": {"type": "string", "maxLength": 4000},
+                "namespace": _NAMESPACE,
+                "kind": {"type": "string", "enum": list(KINDS)},
+                "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 20},
+            },
+        },
+        memory_store,
+    ),
+    Tool(
+        "memory_recall",
+        "Get the memory stored under a key.",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["key"],
+            "properties": {"key": {"type": "string", "maxLength": 200}, "namespace": _NAMESPACE},
+        },
+        memory_recall,
+    ),
+    Tool(
+        "memory_search",
+        "Search everything remembered about the user (facts, episodes, past conversations).",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["query"],
+            "properties": {
+                "query": {"type": "string", "minLength": 1, "maxLength": 1000},
+                "limit": _LIMIT,
+                "namespace": _NAMESPACE,
+                "kinds": {"type": "array", "items": {"enum": list(KINDS)}},
+            },
+        },
+        memory_search,
+    ),
+    Tool(
+        "memory_list",
+        "List recent memories, optionally under a namespace.",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "namespace": _NAMESPACE,
+                "limit": _LIMIT,
+                "kinds": {"type": "array", "items": {"enum": list(KINDS)}},
+            },
+        },
+        memory_list,
+    ),
+    Tool(
+        "memory_delete",
+        "Forget a memory by id (it stays in history).",
+        {"type": "object", "additionalProperties": False, "required": ["id"], "properties": {"id": _ID}},
+        memory_delete,
+    ),
+    Tool(
+        "memory_correct",
+        "Replace a memory's value with a corrected one (the old value is kept in history).",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["id", "value"],
+            "properties": {"id": _ID, "value": {"type": "string", "maxLength": 4000}},
+        },
+        memory_correct,
+    ),
+    Tool(
+        "memory_confirm",
+        "Mark a memory as confirmed by the user: full confidence, never decays.",
+        {"type": "object", "additionalProperties": False, "required": ["id"], "properties": {"id": _ID}},
+        memory_confirm,
+    ),
+    Tool(
+        "memory_stats",
+        "Counts of what is remembered, by namespace and kind.",
+        {"type": "object", "additionalProperties": False, "properties": {}},
+        memory_stats_tool,
+    ),
+    Tool(
+        "entity_info",
+        "What is known about a person, place or thing, by name.",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name"],
+            "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 200}},
+        },
+        entity_info_tool,
+    ),
+    Tool(
+        "search_conversation",
+        "Search the messages of this conversation, including older compacted ones.",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["query"],
+            "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 1000}, "limit": _LIMIT},
+        },
+        search_conversation,
+    ),
+)

@@ -1,0 +1,297 @@
+"""Hybrid search on real Postgres + pgvector with the real local embedding model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from pgvector import Vector
+
+from shared import db
+from shared.db import Conn
+from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
+from shared.memory.indexing import index_memory
+from shared.memory.search import SearchFilters, SearchOptions, SearchResult, search
+from shared.memory.store import MemoryInput, Scope, store_memory
+from tests.integration.test_memory_store import make_scope
+from tests.support.services import TestServices
+
+pytestmark = pytest.mark.integration
+
+FACTS = {
+    "pet": "Alice has a golden retriever called Biscuit",
+    "job": "works as a nurse at the city hospital night shift",
+    "sport": "plays volleyball every Thursday evening",
+    "food": "is allergic to peanuts",
+    "trip": "visited Kyoto in April and loved the temples",
+}
+
+
+@pytest.fixture(scope="module")
+def embedder() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+@pytest.fixture
+def conn(clean_state: TestServices) -> Iterator[Conn]:
+    with db.connection() as connection:
+        yield connection
+
+
+def add(conn: Conn, scope: Scope, embedder: LocalEmbedder | None, key: str, value: str, **kw: object) -> int:
+    memory_id = int(store_memory(conn, scope, MemoryInput(key=key, value=value, **kw), "api").memory["id"])  # type: ignore[arg-type]
+    if embedder is not None:
+        index_memory(conn, embedder, memory_id)
+    return memory_id
+
+
+def qvec(conn: Conn, embedder: LocalEmbedder, text: str) -> list[float]:
+    return embed_texts(conn, embedder, [text], 16)[0]
+
+
+def keys(results: list[SearchResult]) -> list[str]:
+    return [r.key for r in results]
+
+
+def seeded(conn: Conn, embedder: LocalEmbedder | None) -> Scope:
+    scope = make_scope(conn)
+    for key, value in FACTS.items():
+        add(conn, scope, embedder, key, value)
+    return scope
+
+
+def test_full_text_uses_or_semantics_over_question_words(conn: Conn) -> None:
+    scope = seeded(conn, None)
+    # No memory contains every word of the question; OR semantics still finds the right one first.
+    results = search(conn, scope, "What does Alice do on Thursday evenings?")
+    assert keys(results)[0] == "sport"
+    assert results[0].legs["text"]["rank"] == 1 and "vector" not in results[0].legs
+
+
+def test_ilike_fallback_when_full_text_finds_nothing(conn: Conn) -> None:
+    scope = make_scope(conn)
+    add(conn, scope, None, "wifi", "router password is zx81-spectrum")
+    results = search(conn, scope, "spectr")  # a fragment: no lexeme matches, a substring does
+    assert keys(results) == ["wifi"] and "like" in results[0].legs and "text" not in results[0].legs
+
+
+def test_vector_leg_finds_paraphrases(conn: Conn, embedder: LocalEmbedder) -> None:
+    scope = seeded(conn, embedder)
+    results = search(conn, scope, "which dog does she own", query_vector=qvec(conn, embedder, "which dog does she own"))
+    assert keys(results)[0] == "pet"
+    assert results[0].legs["vector"]["rank"] == 1 and results[0].legs["vector"]["similarity"] > 0.3
+
+
+def test_vector_only_fallback_and_legs_reported(conn: Conn, embedder: LocalEmbedder) -> None:
+    scope = seeded(conn, embedder)
+    # Nothing lexical matches "canine companion"; only the vector leg can answer.
+    question = "canine companion"
+    results = search(
+        conn, scope, question, query_vector=qvec(conn, embedder, question), options=SearchOptions(min_score=0.0)
+    )
+    assert keys(results)[0] == "pet"
+    assert set(results[0].legs) == {"vector"}
+
+
+def test_hybrid_combines_legs_in_both_fusion_modes(conn: Conn, embedder: LocalEmbedder) -> None:
+    scope = seeded(conn, embedder)
+    question = "Is Alice allergic to any food?"
+    vector = qvec(conn, embedder, question)
+    for mode in ("weighted", "rrf"):
+        results = search(conn, scope, question, query_vector=vector, options=SearchOptions(mode=mode))
+        assert keys(results)[0] == "food", mode
+        assert {"text", "vector"} <= set(results[0].legs)
+    weighted = search(conn, scope, question, query_vector=vector)
+    assert all(r.score >= 0.3 for r in weighted)  # min score applies in weighted mode
+
+
+def test_entity_leg_matches_named_things(conn: Conn) -> None:
+    scope = make_scope(conn)
+    add(conn, scope, None, "friend", "Caroline Smith moved next door")
+    add(conn, scope, None, "other", "the neighbours are loud")
+    results = search(conn, scope, "tell me about caroline smith")
+    assert keys(results)[0] == "friend" and "entity" in results[0].legs
+
+
+def test_filters(conn: Conn, embedder: LocalEmbedder) -> None:
+    scope = make_scope(conn)
+    old = datetime(2025, 1, 1, tzinfo=UTC)
+    add(
+        conn,
+        scope,
+        embedder,
+        "tea",
+        "likes green tea",
+        namespace="tacit/preferences",
+        kind="preference",
+        tags=["drinks"],
+    )
+    add(
+        conn,
+        scope,
+        embedder,
+        "tea-shop",
+        "bought green tea in Porto",
+        namespace="daily/2025-01-01",
+        kind="episode",
+        event_time=old,
+    )
+    store_memory(
+        conn,
+        scope,
+        MemoryInput(key="tea", value="likes black tea now", namespace="tacit/preferences", kind="preference"),
+        "api",
+    )
+    question = "green tea"
+
+    def run(**filters: object) -> list[str]:
+        return keys(
+            search(
+                conn,
+                scope,
+                question,
+                filters=SearchFilters(**filters),  # type: ignore[arg-type]
+                options=SearchOptions(min_score=0.0),
+            )
+        )
+
+    assert run(namespace_prefix="tacit") == ["tea"]
+    assert run(kinds=["episode"]) == ["tea-shop"]
+    assert run(tags=["drinks"]) == ["tea"]
+    assert run(since=old + timedelta(days=1)) == ["tea"]
+    assert run(until=old + timedelta(days=1)) == ["tea-shop"]
+    # The superseded "green tea" row only shows up when asked for.
+    assert sorted(run(include_superseded=True)) == ["tea", "tea", "tea-shop"]
+
+
+def test_transcript_chunks_take_part_in_the_vector_leg(conn: Conn, embedder: LocalEmbedder) -> None:
+    scope = seeded(conn, embedder)
+    session = conn.execute(
+        "INSERT INTO sessions (tenant_id, user_id, session_key) VALUES (%s, %s, 'old') RETURNING id",
+        (scope.tenant_id, scope.user_id),
+    ).fetchone()
+    assert session is not None
+    text = "[user]: my brother Tom is getting married in Lisbon next June"
+    ensure_embedding_space(conn, embedder)
+    conn.execute(
+        """INSERT INTO memory_chunks (tenant_id, user_id, session_id, text, content_hash, embedding)
+           VALUES (%s, %s, %s, %s, 'h', %s)""",
+        (scope.tenant_id, scope.user_id, session["id"], text, Vector(qvec(conn, embedder, text))),
+    )
+    question = "when is the wedding"
+    # Transcript blocks reach search through the vector leg only, so no minimum score here.
+    results = search(
+        conn, scope, question, query_vector=qvec(conn, embedder, question), options=SearchOptions(min_score=0.0)
+    )
+    assert results[0].source == "transcript" and results[0].session_id == session["id"]
+    excluded = search(
+        conn,
+        scope,
+        question,
+        query_vector=qvec(conn, embedder, question),
+        filters=SearchFilters(exclude_session_id=session["id"]),
+        options=SearchOptions(min_score=0.0),
+    )
+    assert all(r.source == "memory" for r in excluded)
+
+
+def test_search_touch_counts_access(conn: Conn) -> None:
+    scope = seeded(conn, None)
+    search(conn, scope, "volleyball", touch=True)
+    row = conn.execute("SELECT access_count, last_accessed_at FROM memories WHERE key = 'sport'").fetchone()
+    assert row is not None and row["access_count"] == 1 and row["last_accessed_at"] is not None
+    untouched = conn.execute("SELECT access_count FROM memories WHERE key = 'pet'").fetchone()
+    assert untouched is not None and untouched["access_count"] == 0
+
+
+def test_users_never_see_each_others_results(conn: Conn, embedder: LocalEmbedder) -> None:
+    alice = seeded(conn, embedder)
+    bob = make_scope(conn, "bob")
+    add(conn, bob, embedder, "note", "bob's volleyball team")
+    question = "volleyball"
+    for scope, expected in ((alice, "sport"), (bob, "note")):
+        results = search(
+            conn, scope, question, query_vector=qvec(conn, embedder, question), options=SearchOptions(min_score=0.0)
+        )
+        assert keys(results)[0] == expected
+        ids = {r.id for r in results}
+        owners = conn.execute("SELECT DISTINCT user_id FROM memories WHERE id = ANY(%s)", (list(ids),)).fetchall()
+        assert [o["user_id"] for o in owners] == [scope.user_id]
+
+
+def test_vector_leg_returns_k_rows_when_the_user_owns_one_percent(conn: Conn, embedder: LocalEmbedder) -> None:
+    """HNSW alone stops after ef_search candidates, most of them other users' rows; iterative
+    scans keep going until k rows pass the user filter."""
+    ensure_embedding_space(conn, embedder)
+    tenant_scope = make_scope(conn, "user-0")
+    rng = np.random.default_rng(7)
+    n_users, per_user = 100, 60  # 6,000 chunks; our user owns 1%
+    user_ids = [tenant_scope.user_id] + [make_scope(conn, f"user-{i}").user_id for i in range(1, n_users)]
+    sessions = {user_id: _session_for(conn, tenant_scope.tenant_id, user_id) for user_id in user_ids}
+    vectors = rng.normal(size=(n_users * per_user, embedder.dimension)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    rows = [
+        (
+            tenant_scope.tenant_id,
+            user_ids[index % n_users],
+            sessions[user_ids[index % n_users]],
+            f"chunk {index}",
+            "h",
+            Vector(vector),
+        )
+        for index, vector in enumerate(vectors)
+    ]
+    with conn.cursor() as cur:
+        cur.executemany(
+            """INSERT INTO memory_chunks (tenant_id, user_id, session_id, text, content_hash, embedding)
+               VALUES (%s, %s, %s, %s, %s, %s)""",
+            rows,
+        )
+    conn.execute("ANALYZE memory_chunks")
+    query = rng.normal(size=embedder.dimension).astype(np.float32)
+    mine = np.array([i for i in range(len(vectors)) if user_ids[i % n_users] == tenant_scope.user_id])
+    exact = {f"chunk {i}" for i in mine[np.argsort(-(vectors[mine] @ query))[:10]]}
+    # Inside a rolled-back savepoint: without the per-user btree index and with sequential scans
+    # off, the planner must walk the HNSW graph, as it would on a table too big to scan.
+    with conn.transaction(force_rollback=True):
+        conn.execute("DROP INDEX memory_chunks_user_idx")
+        conn.execute("SET LOCAL enable_seqscan = off")
+        plan = conn.execute(
+            "EXPLAIN SELECT id FROM memory_chunks WHERE user_id = %s ORDER BY embedding <=> %s LIMIT 10",
+            (tenant_scope.user_id, Vector(query.tolist())),
+        ).fetchall()
+        assert "hnsw" in " ".join(row["QUERY PLAN"] for row in plan)
+        results = search(
+            conn,
+            tenant_scope,
+            "zzzz",
+            query_vector=query.tolist(),
+            options=SearchOptions(limit=10, min_score=-1.0, overfetch=1),
+        )
+        assert len(results) == 10
+        assert all(r.source == "transcript" for r in results)
+        assert len({r.value for r in results} & exact) >= 8  # approximate, but nearly the exact top 10
+        owners = conn.execute(
+            "SELECT DISTINCT user_id FROM memory_chunks WHERE id = ANY(%s)", ([r.chunk_id for r in results],)
+        ).fetchall()
+        assert [o["user_id"] for o in owners] == [tenant_scope.user_id]
+        # Without iterative scans the same walk returns (almost) nothing: the test measures what it claims.
+        conn.execute("SET LOCAL hnsw.iterative_scan = off")
+        plain = conn.execute(
+            """SELECT count(*) AS n FROM (SELECT id FROM memory_chunks WHERE user_id = %s
+               ORDER BY embedding <=> %s LIMIT 10) t""",
+            (tenant_scope.user_id, Vector(query.tolist())),
+        ).fetchone()
+        assert plain is not None and plain["n"] < 10
+
+
+def _session_for(conn: Conn, tenant_id: int, user_id: int) -> int:
+    row = conn.execute(
+        """INSERT INTO sessions (tenant_id, user_id, session_key) VALUES (%s, %s, 'bulk')
+           ON CONFLICT (user_id, channel, session_key) DO UPDATE SET updated_at = now() RETURNING id""",
+        (tenant_id, user_id),
+    ).fetchone()
+    assert row is not None
+    return int(row["id"])
