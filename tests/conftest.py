@@ -70,13 +70,25 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestServices]
 def truncate_all() -> None:
     from shared import db
 
-    with db.connection() as conn:
-        tables = [
-            row["tablename"]
-            for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
-            if row["tablename"] not in _TABLES_KEPT
-        ]
-        conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+    # A worker may still be finishing the previous test's background task: a deadlock with it
+    # is retried, not fatal.
+    for attempt in range(10):
+        try:
+            with db.connection() as conn:
+                tables = [
+                    row["tablename"]
+                    for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+                    if row["tablename"] not in _TABLES_KEPT
+                ]
+                conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+            break
+        except db.DatabaseUnavailable:
+            if attempt == 9:
+                raise
+            time.sleep(0.3)
+    from shared.embeddings.space import forget_checked_spaces
+
+    forget_checked_spaces()
 
 
 def clear_engram_keys() -> None:

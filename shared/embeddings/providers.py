@@ -84,6 +84,7 @@ class Embedder(Protocol):
 
 _local_model: SentenceTransformer | None = None
 _local_model_lock = threading.Lock()
+_encode_lock = threading.Lock()
 
 
 def local_model() -> SentenceTransformer:
@@ -117,14 +118,18 @@ class LocalEmbedder:
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        # sentence-transformers batches internally; normalised so cosine distance == 1 - dot product.
-        vectors = local_model().encode(
-            list(texts),
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        model = local_model()
+        # One encode at a time per process: the fast tokenizer is not safe to share between threads
+        # ("Already borrowed"), and torch already spreads a single batch over the CPU cores.
+        with _encode_lock:
+            # sentence-transformers batches internally; normalised so cosine distance == 1 - dot product.
+            vectors = model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         rows: list[list[float]] = np.asarray(vectors, dtype=np.float64).tolist()
         return rows
 

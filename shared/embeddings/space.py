@@ -129,8 +129,10 @@ def ensure_embedding_space(conn: Conn, embedder: Embedder) -> None:
             space = current_space(conn)  # another process may have set it up while we waited
             if space is None:
                 _create_space(conn, embedder)
-    if space is not None:
-        _require_same(space, embedder)
+                # Not memoised: the caller's transaction may still roll the new space back, and a memo
+                # would then let vectors into an untyped column. The next call reads the committed row.
+                return
+    _require_same(space, embedder)
     _remember(key)
 
 

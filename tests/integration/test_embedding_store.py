@@ -149,7 +149,9 @@ def test_hits_refresh_last_used_and_stale_rows_are_evicted() -> None:
         embed_texts(conn, embedder, ["kept"], batch_size=8)
     with db.connection() as conn:
         assert evict_stale(conn, older_than_days=30) == 1
-        rows = conn.execute("SELECT model, content_hash, last_used_at > now() - interval '1 minute' AS fresh FROM embedding_cache").fetchall()
+        rows = conn.execute(
+            "SELECT model, content_hash, last_used_at > now() - interval '1 minute' AS fresh FROM embedding_cache"
+        ).fetchall()
     assert [(r["model"], r["content_hash"], r["fresh"]) for r in rows] == [
         (cache_model(embedder), content_hash("kept"), True)
     ]

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import openai
 import pytest
 from pydantic import SecretStr
 
@@ -169,18 +170,23 @@ def test_fake_answers_base64_like_the_sdk_default(fake: FakeLLM, waits: list[flo
 
 def test_chat_script_is_not_consumed_by_embeddings(fake: FakeLLM, waits: list[float]) -> None:
     fake.script(FakeReply(status=500))
-    _openai(fake, waits, model="m", dimensions=8).embed(["x"])
-    with fake._lock:  # the scripted chat reply is still queued for the next chat request
-        assert len(fake._script) == 1
+    embedder = _openai(fake, waits, model="m", dimensions=8)
+    embedder.embed(["x"])
+    # The scripted chat failure is still queued, for the next chat request.
+    with pytest.raises(openai.InternalServerError):
+        embedder.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
 
 
-def test_embedder_from_settings() -> None:
-    local = embedder_from_settings(Settings(_env_file=None, embedding_provider="local"))  # type: ignore[call-arg]
+def test_embedder_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("API_KEY", "BASE_URL", "MODEL", "DIMENSIONS", "PROVIDER"):
+        monkeypatch.delenv(f"ENGRAM_EMBEDDING_{name}", raising=False)
+        monkeypatch.delenv(f"ENGRAM_OPENAI_{name}", raising=False)
+    local = embedder_from_settings(Settings(_env_file=None, embedding_provider="local"))
     assert isinstance(local, LocalEmbedder)
     assert (local.provider, local.model, local.dimension) == ("local", "all-MiniLM-L6-v2", 384)
 
     settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         embedding_provider="openai",
         openai_api_key=SecretStr("chat-key"),
         openai_base_url="http://chat.invalid/v1",
@@ -202,7 +208,7 @@ def test_embedder_from_settings() -> None:
     assert str(remote.client.base_url).startswith("http://embed.invalid/v1")
 
     with pytest.raises(EmbeddingError, match="only has all-MiniLM-L6-v2"):
-        embedder_from_settings(Settings(_env_file=None, embedding_model="bge-small"))  # type: ignore[call-arg]
+        embedder_from_settings(Settings(_env_file=None, embedding_model="bge-small"))
 
 
 # --- local MiniLM ----------------------------------------------------------------------------------------
@@ -224,12 +230,19 @@ def test_local_vectors_are_normalised_and_semantic(local: LocalEmbedder) -> None
     assert local.embed([]) == []
 
 
-def test_local_model_is_loaded_once_across_threads(local: LocalEmbedder) -> None:
-    seen: list[object] = []
-    threads = [threading.Thread(target=lambda: seen.append(local_model())) for _ in range(4)]
+def test_local_model_is_shared_and_safe_across_threads(local: LocalEmbedder) -> None:
+    models: list[object] = []
+    vectors: list[list[float]] = []
+
+    def work() -> None:
+        models.append(local_model())
+        vectors.extend(LocalEmbedder().embed(["I love dogs", "and cats"]))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(seen) == 4 and all(model is seen[0] for model in seen)
+    assert len(models) == 4 and all(model is models[0] for model in models)
+    assert len(vectors) == 8
     assert LocalEmbedder().embed(["I love dogs"])[0] == pytest.approx(local.embed(["I love dogs"])[0], abs=1e-6)
