@@ -99,6 +99,39 @@ def migrate() -> None:
     typer.echo(f"applied {len(applied)} migration(s)" + "".join(f"\n  {m.version:04d}_{m.name}" for m in applied))
 
 
+# ---------------------------------------------------------------------------------------- reindex
+
+
+@app.command()
+def reindex() -> None:
+    """Re-embed every chunk with the configured embedding model (after changing model or dimension).
+
+    Search falls back to full text while it runs; it can be interrupted and run again."""
+    from shared import db
+    from shared.embeddings import embedder_from_settings
+    from shared.embeddings import reindex as run_reindex
+    from shared.services import ServiceNotConfigured
+
+    settings = _settings()
+    embedder = embedder_from_settings(settings)
+    typer.echo(f"re-embedding with {embedder.provider}/{embedder.model} ({embedder.dimension} dims)")
+    with typer.progressbar(length=1, label="chunks") as bar:
+        state = {"done": 0}
+
+        def progress(done: int, total: int) -> None:
+            bar.length = max(total, 1)
+            bar.update(done - state["done"])
+            state["done"] = done
+
+        try:
+            count = run_reindex(db.connection, embedder, batch_size=settings.embedding_batch_size, progress=progress)
+        except ServiceNotConfigured as exc:
+            _fail(str(exc))
+        except Exception as exc:
+            _fail(f"reindex stopped: {exc} (run `engram reindex` again to finish)")
+    typer.echo(f"re-embedded {count} chunk(s); vector search is back on")
+
+
 # ----------------------------------------------------------------------------------- keys, client
 
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from shared.config import Settings
+from shared.db import Conn
 
 
 @dataclass
@@ -58,6 +59,7 @@ def _check_postgres(url: str) -> Iterator[Check]:
                     if available
                     else "use a Postgres with pgvector (e.g. pgvector/pgvector image)",
                 )
+            yield _check_embeddings(conn)
             pending = pending_migrations(conn)
             yield Check(
                 "migrations",
@@ -67,6 +69,28 @@ def _check_postgres(url: str) -> Iterator[Check]:
             )
     except Exception as exc:
         yield Check("postgres", False, f"cannot connect: {exc}", "check ENGRAM_DATABASE_URL, or run `engram up`")
+
+
+def _check_embeddings(conn: Conn) -> Check:
+    from shared.config import get_settings
+    from shared.embeddings import current_space, embedder_from_settings
+
+    try:
+        space = current_space(conn)
+    except Exception:  # tables not created yet: the migrations check reports that
+        return Check("embeddings", True, "no embedding space yet")
+    embedder = embedder_from_settings(get_settings())
+    configured = f"{embedder.provider}/{embedder.model} ({embedder.dimension} dims)"
+    if space is None:
+        return Check("embeddings", True, f"{configured}; recorded at first use")
+    stored = f"{space['provider']}/{space['model']} ({space['dimension']} dims)"
+    if (space["model"], space["dimension"]) != (embedder.model, embedder.dimension):
+        return Check("embeddings", False, f"vectors were made with {stored}, configured is {configured}",
+                     "run `engram reindex`, or configure the recorded model again")
+    if space["status"] != "ready":
+        return Check("embeddings", False, f"{stored}: a reindex is unfinished (search uses full text only)",
+                     "run `engram reindex` to finish it")
+    return Check("embeddings", True, stored)
 
 
 def _check_redis_and_workers(url: str) -> Iterator[Check]:

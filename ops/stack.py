@@ -118,7 +118,18 @@ class Stack:
             conn.autocommit = False
             key = ensure_dev_key(self.settings, conn)
             conn.commit()
+            self._check_embedding_space(conn)
         return key
+
+    def _check_embedding_space(self, conn: Conn) -> None:
+        """Refuse to start on vectors of another model: searches would compare incomparable vectors."""
+        from shared.embeddings import EmbeddingSpaceMismatch, embedder_from_settings, ensure_embedding_space
+
+        try:
+            ensure_embedding_space(conn, embedder_from_settings(self.settings))
+            conn.commit()
+        except EmbeddingSpaceMismatch as exc:
+            raise StackError(str(exc)) from exc
 
     def _spawn_processes(self, database_url: str, redis_url: str) -> None:
         s = self.settings

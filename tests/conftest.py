@@ -32,6 +32,8 @@ TEST_ENV = {
     "ENGRAM_LLM_TIMEOUT_SECONDS": "30",
     "ENGRAM_MAX_TURN_CHARS": "2000",
     "ENGRAM_LLM_PROVIDER": "offline",
+    # Tests empty the tables between cases; workers must not trust a space check from before that.
+    "ENGRAM_EMBEDDING_SPACE_CHECK_SECONDS": "0",
 }
 _TABLES_KEPT = ("schema_migrations",)
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from pgvector import Vector
 
+from shared.config import get_settings
 from shared.db import Conn
 from shared.embeddings.cache import embed_texts, register_vector_types
 from shared.embeddings.providers import Embedder
@@ -40,7 +41,6 @@ HNSW_MAX_DIMENSIONS = 2000
 _LOCK_NAME = "engram:embedding_space"
 # How long a successful check is trusted without asking the database again. Bounded, so a worker that
 # missed an `engram reindex` in another process notices within this time rather than never.
-CHECK_TTL_SECONDS = 60.0
 
 ConnFactory = Callable[[], AbstractContextManager[Conn]]
 Progress = Callable[[int, int], None]
@@ -84,7 +84,7 @@ def _check_key(conn: Conn, embedder: Embedder) -> tuple[str, str, int]:
 def _recently_checked(key: tuple[str, str, int]) -> bool:
     with _checked_lock:
         at = _checked.get(key)
-    return at is not None and time.monotonic() - at < CHECK_TTL_SECONDS
+    return at is not None and time.monotonic() - at < get_settings().embedding_space_check_seconds
 
 
 def _remember(key: tuple[str, str, int]) -> None:

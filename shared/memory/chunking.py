@@ -29,8 +29,10 @@ DEFAULT_SIZE = 1600
 DEFAULT_OVERLAP = 320
 DEFAULT_SINGLE_BELOW = 1920
 
-# Sentence end + following whitespace, or a blank line (and any whitespace after it).
-_BOUNDARY = re.compile(r"[.!?]+[\"'”’)\]]*\s+|\n[^\S\n]*\n\s*")
+# Sentence end + following whitespace, or a blank line (and any whitespace after it). The
+# lookbehind lets a match start only at the first mark of a run like "?!..." so a long run of
+# dots is scanned once, not once per dot (which would be quadratic).
+_BOUNDARY = re.compile(r"(?<![.!?])[.!?]+[\"'”’)\]]*\s+|\n[^\S\n]*\n\s*")
 _WHITESPACE = re.compile(r"\s+")
 
 

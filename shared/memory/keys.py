@@ -82,14 +82,18 @@ def _clean_value(value: str) -> str:
 
 # --------------------------------------------------------------------------- prompt injection
 
+# Start of the text, of a line or of a sentence, optionally behind markdown/bracket decoration.
+# Horizontal decoration only: a newline run is matched by `^` itself, and allowing it here would
+# let every line start rescan the same run.
+_LEAD = r"(?:^|(?<=[.!?:;\]>)]))[ \t#*>\[(]*"
+
 # (category shown to the caller, pattern). The patterns look for *directives aimed at the model*,
 # not for the words alone: "you are now" needs a role-like continuation, "system prompt:" must
 # open a line or sentence, "pretend" needs "you are", and so on, so ordinary facts such as
-# "I prefer you are concise" or "my system prompt project" pass. They run on a scan copy that is
-# NFKC-folded (full-width letters become ASCII), has zero-width characters removed, has key
-# separators (-, _, /) turned into spaces, and has whitespace collapsed.
-# Start of the text, of a line or of a sentence, optionally behind markdown/bracket decoration.
-_LEAD = r"(?:^|(?<=[.!?:;\]>)]))[\s#*>\[(]*"
+# "I prefer you are concise" or "my system prompt project" pass. They run on a scan copy (see
+# `_scan_copy`) that is NFKC-folded (full-width letters become ASCII), has zero-width characters
+# removed and runs of spaces/tabs collapsed; keys are scanned with their separators (-, _, /)
+# read as spaces.
 _INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (category, re.compile(pattern, re.IGNORECASE | re.MULTILINE))
     for category, pattern in (

@@ -206,6 +206,18 @@ def test_space_is_recreated_after_tables_are_truncated() -> None:
     assert _index_exists()
 
 
+def test_space_set_up_in_a_rolled_back_transaction_is_set_up_again() -> None:
+    embedder = CountingEmbedder("hash-16", 16)
+    with pytest.raises(RuntimeError, match="caller failed"), db.connection() as conn:
+        ensure_embedding_space(conn, embedder)
+        raise RuntimeError("caller failed")
+    with db.connection() as conn:
+        assert current_space(conn) is None
+        ensure_embedding_space(conn, embedder)  # not skipped on the strength of the rolled-back setup
+    with db.connection() as conn:
+        assert vector_search_available(conn)
+
+
 def test_vectors_of_unknown_origin_are_not_adopted() -> None:
     embedder = CountingEmbedder("hash-16", 16)
     (chunk_id,) = _insert_chunks(["an orphaned vector"])

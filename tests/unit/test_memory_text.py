@@ -365,7 +365,7 @@ SHORT_SENTENCE = st.builds(
     st.sampled_from([" ", "  ", "\n", "\n\n", "\n \n", ""]),
 )
 LONG_SENTENCE = st.builds(lambda word, n: " ".join([word] * n) + ". ", WORD, st.integers(100, 1200))
-GIANT_TOKEN = st.builds(lambda ch, n: ch * n, st.sampled_from("xyz-"), st.integers(100, 4000))
+GIANT_TOKEN = st.builds(lambda ch, n: ch * n, st.sampled_from("xyz-."), st.integers(100, 4000))
 BLANK_LINES = st.sampled_from(["\n\n", "\n\n\n", " \n  \n"])
 TEXT = st.lists(
     st.one_of(SHORT_SENTENCE, SHORT_SENTENCE, SHORT_SENTENCE, LONG_SENTENCE, GIANT_TOKEN, BLANK_LINES), max_size=60
