@@ -85,11 +85,19 @@ def _check_embeddings(conn: Conn) -> Check:
         return Check("embeddings", True, f"{configured}; recorded at first use")
     stored = f"{space['provider']}/{space['model']} ({space['dimension']} dims)"
     if (space["model"], space["dimension"]) != (embedder.model, embedder.dimension):
-        return Check("embeddings", False, f"vectors were made with {stored}, configured is {configured}",
-                     "run `engram reindex`, or configure the recorded model again")
+        return Check(
+            "embeddings",
+            False,
+            f"vectors were made with {stored}, configured is {configured}",
+            "run `engram reindex`, or configure the recorded model again",
+        )
     if space["status"] != "ready":
-        return Check("embeddings", False, f"{stored}: a reindex is unfinished (search uses full text only)",
-                     "run `engram reindex` to finish it")
+        return Check(
+            "embeddings",
+            False,
+            f"{stored}: a reindex is unfinished (search uses full text only)",
+            "run `engram reindex` to finish it",
+        )
     return Check("embeddings", True, stored)
 
 

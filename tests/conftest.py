@@ -247,6 +247,10 @@ def wait_turn(api: httpx.Client, turn_id: int, timeout: float = 60) -> dict[str,
     deadline = time.monotonic() + timeout
     while True:
         remaining = deadline - time.monotonic()
-        body = api.get(f"/v1/turns/{turn_id}", params={"wait": max(0.1, min(remaining, 10))}).json()
+        response = api.get(f"/v1/turns/{turn_id}", params={"wait": max(0.1, min(remaining, 10))})
+        if response.status_code == 503 and remaining > 0:  # a dependency is recovering: retry, as a client would
+            time.sleep(0.5)
+            continue
+        body: dict[str, Any] = response.json()
         if body["status"] in ("done", "failed") or remaining <= 0:
             return body

@@ -31,6 +31,9 @@ from shared.memory.keys import normalize_namespace
 from shared.memory.store import Scope, touch_accessed
 
 FusionMode = Literal["weighted", "rrf"]
+# "text" is the lexical leg: full text, with the ILIKE fallback when full text finds nothing.
+Leg = Literal["text", "vector", "entity"]
+ALL_LEGS: tuple[Leg, ...] = ("text", "vector", "entity")
 
 ENTITY_BONUS = 0.1  # weighted mode: added per matched entity leg hit (a tie-breaker, not a leg of its own)
 _WORD = re.compile(r"[\w'-]{3,}", re.UNICODE)
@@ -99,6 +102,9 @@ class SearchOptions:
     vector_weight: float = 0.7
     min_score: float = 0.3
     overfetch: int = 8
+    # Which legs run; the others are left out of the SQL entirely (evaluation of one leg, or a
+    # caller that wants exact lexical matching only). The vector leg also needs a query vector.
+    legs: tuple[Leg, ...] = ALL_LEGS
 
 
 @dataclass
@@ -189,6 +195,9 @@ def _transcript_filter_sql(filters: SearchFilters, params: dict[str, Any]) -> st
 def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str, Any], use_vector: bool) -> str:
     memory_filter = _memory_filter_sql(filters, params)
     transcript_filter = _transcript_filter_sql(filters, params)
+    # A disabled leg is a literal `false` in its WHERE clause, so the planner drops it outright.
+    text_on = "true" if "text" in options.legs else "false"
+    entity_on = "true" if "entity" in options.legs else "false"
     if use_vector:
         vector_cte = f"""
         vec_raw AS MATERIALIZED (
@@ -218,7 +227,7 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
     ft AS MATERIALIZED (
         SELECT m.id AS memory_id, ts_rank(m.search_tsv, q.tsq) AS score
         FROM memories m, q
-        WHERE q.tsq IS NOT NULL AND m.search_tsv @@ q.tsq AND {memory_filter}
+        WHERE {text_on} AND q.tsq IS NOT NULL AND m.search_tsv @@ q.tsq AND {memory_filter}
         ORDER BY score DESC, m.id LIMIT %(fetch)s),
     ft_ranked AS (
         SELECT memory_id, score, score / nullif(max(score) OVER (), 0) AS normalized,
@@ -230,7 +239,7 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
                 WHERE m.value ILIKE p OR m.key ILIKE p)::float8 / greatest(cardinality(%(patterns)s::text[]), 1)
                    AS score
         FROM memories m
-        WHERE NOT EXISTS (SELECT 1 FROM ft) AND cardinality(%(patterns)s::text[]) > 0
+        WHERE {text_on} AND NOT EXISTS (SELECT 1 FROM ft) AND cardinality(%(patterns)s::text[]) > 0
           AND (m.value ILIKE ANY(%(patterns)s) OR m.key ILIKE ANY(%(patterns)s)) AND {memory_filter}
         ORDER BY score DESC, m.id LIMIT %(fetch)s),
     like_ranked AS (
@@ -239,7 +248,7 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
     ent AS (
         SELECT me.memory_id, count(DISTINCT e.id) AS matches
         FROM entities e JOIN memory_entities me ON me.entity_id = e.id JOIN memories m ON m.id = me.memory_id
-        WHERE e.tenant_id = %(tenant)s AND e.user_id = %(user)s
+        WHERE {entity_on} AND e.tenant_id = %(tenant)s AND e.user_id = %(user)s
           AND (e.normalized_name = ANY(%(entities)s) OR e.aliases && %(entities)s) AND {memory_filter}
         GROUP BY me.memory_id ORDER BY matches DESC, me.memory_id LIMIT %(fetch)s),
     ent_ranked AS (SELECT memory_id, matches, row_number() OVER (ORDER BY matches DESC, memory_id) AS rank FROM ent),
@@ -290,9 +299,11 @@ def _fuse(row: dict[str, Any], options: SearchOptions, use_vector: bool) -> tupl
     # Weighted: text is whichever lexical leg ran (full text, else ILIKE); without vectors the
     # lexical score carries the whole weight so the minimum score still means something.
     text = legs.get("text", {}).get("normalized") or legs.get("like", {}).get("score") or 0.0
-    if use_vector:
-        vector = max(0.0, legs.get("vector", {}).get("similarity", 0.0))
+    vector = max(0.0, legs.get("vector", {}).get("similarity", 0.0))
+    if use_vector and "text" in options.legs:
         score = options.vector_weight * vector + (1 - options.vector_weight) * text
+    elif use_vector:  # vector leg alone: its similarity carries the whole weight, as text does without vectors
+        score = vector
     else:
         score = text
     if "entity" in legs:
@@ -313,7 +324,7 @@ def search(
     """Search one user's memories (and transcript blocks). `query_vector` None = no vector leg."""
     filters = filters or SearchFilters()
     options = options or SearchOptions()
-    use_vector = query_vector is not None
+    use_vector = query_vector is not None and "vector" in options.legs
     params: dict[str, Any] = {
         "tenant": scope.tenant_id,
         "user": scope.user_id,

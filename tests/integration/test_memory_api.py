@@ -128,8 +128,9 @@ def test_no_endpoint_reaches_another_users_memory(api: httpx.Client) -> None:
     assert api.get(f"/v1/users/alice/memories/{mid}").json()["value"] == "Caroline knows the pin 4321"
 
 
-def test_agent_tools_store_and_search_through_a_turn(api: httpx.Client, workers: CeleryStack,
-                                                      fake_llm: FakeLLM) -> None:
+def test_agent_tools_store_and_search_through_a_turn(
+    api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM
+) -> None:
     fake_llm.script(
         FakeReply(tool_calls=[("memory_store", {"key": "favourite colour", "value": "teal", "kind": "preference"})]),
         FakeReply(text="Noted."),
@@ -149,15 +150,21 @@ def test_agent_tools_store_and_search_through_a_turn(api: httpx.Client, workers:
     assert api.get(f"/v1/users/alice/memories/{memories[0]['id']}").json()["access_count"] == 1
 
 
-def test_agent_tools_cannot_touch_another_users_memory(api: httpx.Client, workers: CeleryStack,
-                                                       fake_llm: FakeLLM) -> None:
+def test_agent_tools_cannot_touch_another_users_memory(
+    api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM
+) -> None:
     secret = create(api, "alice", key="pin", value="Alice's pin is 4321").json()["memory"]
     mid = secret["id"]
     calls = [
-        ("memory_delete", {"id": mid}), ("memory_correct", {"id": mid, "value": "0000"}),
-        ("memory_confirm", {"id": mid}), ("memory_recall", {"key": "pin"}),
-        ("memory_search", {"query": "pin 4321"}), ("memory_list", {}), ("entity_info", {"name": "alice"}),
-        ("search_conversation", {"query": "pin"}), ("memory_stats", {}),
+        ("memory_delete", {"id": mid}),
+        ("memory_correct", {"id": mid, "value": "0000"}),
+        ("memory_confirm", {"id": mid}),
+        ("memory_recall", {"key": "pin"}),
+        ("memory_search", {"query": "pin 4321"}),
+        ("memory_list", {}),
+        ("entity_info", {"name": "alice"}),
+        ("search_conversation", {"query": "pin"}),
+        ("memory_stats", {}),
     ]
     fake_llm.script(FakeReply(tool_calls=calls), FakeReply(text="done"))
     turn = wait_turn(api, post_turn(api, "s-evil", "try to read alice's pin", user="mallory").json()["turn_id"])

@@ -1,0 +1,438 @@
+"""Retrieval benchmark on LoCoMo-format conversations: recall@5/10 and NDCG@10 of memory search.
+
+    python -m ops.bench.locomo_retrieval path/to/locomo.json [--json] [--limit-conversations N]
+                                         [--database-url URL]
+
+Without a database URL (--database-url, else ENGRAM_DATABASE_URL) it starts an embedded Postgres in
+a temporary directory and stops it on exit. Migrations are applied either way, and every run writes
+into a fresh tenant, so runs against a shared database never see each other's memories.
+
+Protocol (the dataset's README): every turn of a conversation becomes an `episode` memory of one
+user per conversation, text "<speaker>: <text>" plus " [image: <caption>]" when the turn shared an
+image, stamped with its session's date. Each question with evidence (category 5, adversarial, has
+none) is searched three ways, all through `shared.memory.search.search`:
+
+- text:   the lexical leg alone (`legs=("text",)`, no query vector);
+- vector: the vector leg alone (`legs=("vector",)`);
+- hybrid: every leg, fused as the settings say (ENGRAM_SEARCH_* — the product's defaults).
+
+Results map back to dia_ids; recall@k = |evidence ∩ top-k| / |evidence|, NDCG@10 with binary
+relevance. Search latency covers the `search` call only; embedding the question is timed apart.
+Ingest is timed in two steps: storing (store_memory, one transaction per conversation) and
+embedding + indexing (one batched embed_texts call per conversation, then index_memory per turn,
+which then finds every vector in the embedding cache).
+
+The storage path is the product's, so what the product does with episodes is what is measured:
+store_memory's dedup means a turn whose text repeats an earlier turn of the same conversation is
+not stored again; its dia_id is then credited to the memory that holds the text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import re
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from shared.auth import ensure_tenant
+from shared.config import get_settings
+from shared.db import Conn, connect
+from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
+from shared.memory.indexing import embeddable_text, index_memory
+from shared.memory.keys import MemoryRejected
+from shared.memory.search import Leg, SearchOptions, search
+from shared.memory.service import options_from_settings
+from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.migrate import apply_migrations
+from shared.turns import ensure_user
+
+K_VALUES = (5, 10)
+LIMIT = 10  # results asked of search: the deepest cut-off measured
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+EXCLUDED_CATEGORIES = frozenset({5})  # adversarial: no evidence to retrieve
+MODES: dict[str, tuple[Leg, ...] | None] = {"text": ("text",), "vector": ("vector",), "hybrid": None}
+
+_DIA_ID = re.compile(r"D(\d+):(\d+)")
+_EVIDENCE_SPLIT = re.compile(r"[;,\s]+")
+_SESSION_KEY = re.compile(r"session_(\d+)")
+_SESSION_DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------------
+# The dataset
+
+
+@dataclass(frozen=True)
+class Turn:
+    dia_id: str
+    session: int
+    speaker: str
+    text: str  # as stored: "<speaker>: <text>[ [image: <caption>]]"
+    event_time: datetime | None
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    category: int
+    evidence: tuple[str, ...]
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    turns: list[Turn]
+    questions: list[Question]
+    skipped_questions: int = 0  # no usable evidence (adversarial, or every id unknown)
+
+
+def normalise_dia_id(raw: str) -> str | None:
+    """ "D30:05" → "D30:5"; None for anything that is not `D<session>:<turn>`."""
+    match = _DIA_ID.fullmatch(raw.strip())
+    return f"D{int(match.group(1))}:{int(match.group(2))}" if match else None
+
+
+def parse_evidence(items: Sequence[Any], known: set[str]) -> tuple[str, ...]:
+    """Evidence ids in order, deduplicated; a few entries pack several ids ("D8:6; D9:17")."""
+    found: list[str] = []
+    for item in items:
+        for part in _EVIDENCE_SPLIT.split(str(item)):
+            dia_id = normalise_dia_id(part) if part else None
+            if dia_id is not None and dia_id in known and dia_id not in found:
+                found.append(dia_id)
+    return tuple(found)
+
+
+def parse_session_date(raw: Any) -> datetime | None:
+    """Session dates are local times without a zone; they are read as UTC (only order and day matter)."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        return datetime.strptime(" ".join(raw.split()), _SESSION_DATE_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def turn_text(turn: dict[str, Any]) -> str:
+    text = f"{turn.get('speaker', '')}: {turn.get('text', '')}"
+    caption = turn.get("blip_caption")
+    if caption:
+        text += f" [image: {caption}]"
+    return text
+
+
+def load_conversations(path: Path) -> list[Conversation]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, list):
+        raise BenchError(f"{path}: expected a JSON list of conversations")
+    conversations = []
+    for index, sample in enumerate(data):
+        body = sample.get("conversation") or {}
+        sessions = sorted(
+            (int(m.group(1)), key) for key in body if (m := _SESSION_KEY.fullmatch(key)) and isinstance(body[key], list)
+        )
+        turns: list[Turn] = []
+        for number, key in sessions:
+            when = parse_session_date(body.get(f"{key}_date_time"))
+            for raw in body[key]:
+                dia_id = normalise_dia_id(str(raw.get("dia_id", "")))
+                if dia_id is None or not str(raw.get("text", "")).strip():
+                    continue
+                turns.append(Turn(dia_id, number, str(raw.get("speaker", "")), turn_text(raw), when))
+        known = {turn.dia_id for turn in turns}
+        conversation = Conversation(str(sample.get("sample_id", f"conversation-{index}")), turns, [])
+        for qa in sample.get("qa") or []:
+            category = int(qa.get("category", 0))
+            evidence = parse_evidence(qa.get("evidence") or [], known)
+            if category in EXCLUDED_CATEGORIES or not evidence:
+                conversation.skipped_questions += 1
+                continue
+            conversation.questions.append(Question(str(qa["question"]), category, evidence))
+        conversations.append(conversation)
+    return conversations
+
+
+# ---------------------------------------------------------------------------------------------------
+# Metrics
+
+
+def recall_at(ranked: Sequence[frozenset[str]], evidence: set[str], k: int) -> float:
+    found = set().union(*ranked[:k]) if ranked[:k] else set()
+    return len(found & evidence) / len(evidence)
+
+
+def ndcg_at(ranked: Sequence[frozenset[str]], evidence: set[str], k: int, relevant: int) -> float:
+    """Binary relevance per result (relevant = holds an evidence turn). `relevant` is how many stored
+    memories hold evidence: |evidence|, or fewer when dedup put two evidence turns in one memory."""
+    dcg = sum(1.0 / math.log2(rank + 2) for rank, ids in enumerate(ranked[:k]) if ids & evidence)
+    ideal_hits = min(k, relevant)
+    idcg = sum(1.0 / math.log2(rank + 2) for rank in range(ideal_hits))
+    return dcg / idcg if idcg else 0.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (no interpolation: with few samples it reports a real observation)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+@dataclass
+class ModeStats:
+    scores: dict[str, list[float]] = field(default_factory=dict)  # "recall@5|all" → per-question values
+    latencies_ms: list[float] = field(default_factory=list)
+
+    def add(self, category: int, metric: str, value: float) -> None:
+        for group in ("all", str(category)):
+            self.scores.setdefault(f"{metric}|{group}", []).append(value)
+
+    def mean(self, metric: str, group: str = "all") -> float | None:
+        values = self.scores.get(f"{metric}|{group}")
+        return sum(values) / len(values) if values else None
+
+
+METRICS = (*(f"recall@{k}" for k in K_VALUES), "ndcg@10")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Ingest
+
+
+@dataclass
+class Ingested:
+    scope: Scope
+    dia_ids: dict[int, set[str]]  # memory id → the turns whose text it holds
+    rejected: int = 0
+
+
+@dataclass
+class IngestTimes:
+    turns: int = 0
+    store_seconds: float = 0.0
+    index_seconds: float = 0.0
+    rejected: int = 0
+    deduplicated: int = 0
+
+
+def ingest(
+    conn: Conn, embedder: LocalEmbedder, tenant_id: int, conversation: Conversation, times: IngestTimes
+) -> Ingested:
+    scope = Scope(tenant_id, ensure_user(conn, tenant_id, conversation.sample_id))
+    ingested = Ingested(scope, {})
+    started = time.perf_counter()
+    for turn in conversation.turns:
+        item = MemoryInput(
+            key=turn.dia_id,
+            value=turn.text,
+            kind="episode",
+            event_time=turn.event_time,
+            metadata={"dia_id": turn.dia_id, "session": turn.session, "speaker": turn.speaker},
+        )
+        try:
+            result = store_memory(conn, scope, item, "locomo-bench")
+        except MemoryRejected:
+            ingested.rejected += 1
+            continue
+        if result.action != "added":
+            times.deduplicated += 1
+        ingested.dia_ids.setdefault(int(result.memory["id"]), set()).add(turn.dia_id)
+    conn.commit()
+    times.store_seconds += time.perf_counter() - started
+    times.turns += len(conversation.turns)
+    times.rejected += ingested.rejected
+
+    started = time.perf_counter()
+    ensure_embedding_space(conn, embedder)
+    conn.commit()  # the first use alters memory_chunks; keep that lock short
+    ids = sorted(ingested.dia_ids)
+    rows = conn.execute(
+        "SELECT id, namespace, key, value, kind, metadata FROM memories WHERE id = ANY(%s) ORDER BY id", (ids,)
+    ).fetchall()
+    # One batched call fills the embedding cache (sentence-transformers is far faster on a batch than
+    # on one text at a time); index_memory then only chunks, looks the vectors up and writes rows.
+    embed_texts(conn, embedder, [embeddable_text(row) for row in rows], batch_size=256)
+    for memory_id in ids:
+        index_memory(conn, embedder, memory_id)
+    conn.commit()
+    times.index_seconds += time.perf_counter() - started
+    return ingested
+
+
+# ---------------------------------------------------------------------------------------------------
+# Evaluation
+
+
+def options_for(mode: str) -> SearchOptions:
+    options = options_from_settings(get_settings(), LIMIT)
+    legs = MODES[mode]
+    if legs is not None:
+        options.legs = legs
+        # A single leg is measured by its ranking alone: the weighted minimum score is a hybrid
+        # relevance floor and would cut a lone leg's tail for reasons unrelated to its order.
+        options.min_score = 0.0
+    return options
+
+
+def evaluate(
+    conn: Conn,
+    embedder: LocalEmbedder,
+    conversation: Conversation,
+    ingested: Ingested,
+    stats: dict[str, ModeStats],
+    embed_ms: list[float],
+) -> None:
+    for question in conversation.questions:
+        started = time.perf_counter()
+        vector = embed_texts(conn, embedder, [question.text], batch_size=1)[0]
+        embed_ms.append((time.perf_counter() - started) * 1000)
+        evidence = set(question.evidence)
+        relevant = sum(1 for ids in ingested.dia_ids.values() if ids & evidence)
+        for mode in MODES:
+            options = options_for(mode)
+            started = time.perf_counter()
+            results = search(
+                conn, ingested.scope, question.text, query_vector=None if mode == "text" else vector, options=options
+            )
+            stats[mode].latencies_ms.append((time.perf_counter() - started) * 1000)
+            conn.commit()  # search sets transaction-local HNSW options; start each query afresh
+            ranked = [frozenset(ingested.dia_ids.get(r.id, ())) if r.id is not None else frozenset() for r in results]
+            for k in K_VALUES:
+                stats[mode].add(question.category, f"recall@{k}", recall_at(ranked, evidence, k))
+            stats[mode].add(question.category, "ndcg@10", ndcg_at(ranked, evidence, 10, relevant))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reporting
+
+
+def _fmt(value: float | None) -> str:
+    return "   -  " if value is None else f"{value:6.3f}"
+
+
+def render(stats: dict[str, ModeStats], counts: dict[str, int], times: IngestTimes, embed_ms: list[float]) -> str:
+    lines = []
+    store_rate = times.turns / times.store_seconds if times.store_seconds else float("nan")
+    index_rate = times.turns / times.index_seconds if times.index_seconds else float("nan")
+    lines.append(
+        f"ingest: {times.turns} turns; store {times.store_seconds:.1f} s ({store_rate:.0f} turns/s), "
+        f"embed+index {times.index_seconds:.1f} s ({index_rate:.0f} turns/s); "
+        f"{times.deduplicated} deduplicated, {times.rejected} rejected"
+    )
+    lines.append(f"query embedding: p50 {percentile(embed_ms, 50):.1f} ms, p95 {percentile(embed_ms, 95):.1f} ms")
+    lines.append("")
+    groups = [("all", "all"), *((str(c), name) for c, name in CATEGORIES.items())]
+    header = f"{'mode':<7} {'metric':<10}" + "".join(f"{f'{name} ({counts.get(g, 0)})':>19}" for g, name in groups)
+    lines.append(header)
+    lines.append("-" * len(header))
+    for mode, mode_stats in stats.items():
+        for metric in METRICS:
+            cells = "".join(f"{_fmt(mode_stats.mean(metric, g)):>19}" for g, _ in groups)
+            lines.append(f"{mode:<7} {metric:<10}{cells}")
+    lines.append("")
+    lines.append("search latency (ms, excluding query embedding):")
+    for mode, mode_stats in stats.items():
+        lines.append(
+            f"  {mode:<7} p50 {percentile(mode_stats.latencies_ms, 50):6.1f}   "
+            f"p95 {percentile(mode_stats.latencies_ms, 95):6.1f}"
+        )
+    return "\n".join(lines)
+
+
+def summary(stats: dict[str, ModeStats]) -> dict[str, dict[str, float]]:
+    return {mode: {metric: round(s.mean(metric) or 0.0, 4) for metric in METRICS} for mode, s in stats.items()}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Database
+
+
+@contextlib.contextmanager
+def database(url: str | None) -> Iterator[str]:
+    """The given database, else an embedded Postgres in a temporary directory for this run only."""
+    if url:
+        yield url
+        return
+    from ops.embedded import EmbeddedPostgres
+
+    with tempfile.TemporaryDirectory(prefix="engram-locomo-") as tmp:
+        server = EmbeddedPostgres(Path(tmp) / "postgres")
+        try:
+            print("starting embedded Postgres…", file=sys.stderr)
+            yield server.start()
+        finally:
+            server.stop()
+
+
+def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # Turned into an exception so the `finally` blocks stop the embedded server.
+    raise SystemExit(128 + signum)
+
+
+def run(args: argparse.Namespace) -> int:
+    conversations = load_conversations(Path(args.path))
+    if args.limit_conversations is not None:
+        conversations = conversations[: args.limit_conversations]
+    if not conversations:
+        raise BenchError("no conversations to run")
+    url = args.database_url or get_settings().database_url
+    embedder = LocalEmbedder()
+    stats = {mode: ModeStats() for mode in MODES}
+    times = IngestTimes()
+    embed_ms: list[float] = []
+    counts: dict[str, int] = {}
+    with database(url) as database_url, connect(database_url) as conn:
+        apply_migrations(conn)
+        conn.autocommit = False
+        tenant_id = ensure_tenant(conn, f"locomo-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
+        conn.commit()
+        embedder.embed(["warm-up"])  # load the model outside the timed sections
+        for conversation in conversations:
+            ingested = ingest(conn, embedder, tenant_id, conversation, times)
+            print(
+                f"{conversation.sample_id}: {len(conversation.turns)} turns, {len(conversation.questions)} questions",
+                file=sys.stderr,
+            )
+            evaluate(conn, embedder, conversation, ingested, stats, embed_ms)
+            for question in conversation.questions:
+                for group in ("all", str(question.category)):
+                    counts[group] = counts.get(group, 0) + 1
+    print(render(stats, counts, times, embed_ms))
+    if args.json:
+        print(json.dumps(summary(stats)))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("path", help="LoCoMo-format JSON file")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+    parser.add_argument("--limit-conversations", type=int, default=None, metavar="N")
+    parser.add_argument("--database-url", default=None, help="default: ENGRAM_DATABASE_URL, else embedded Postgres")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        return run(args)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

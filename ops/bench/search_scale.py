@@ -1,0 +1,1239 @@
+"""Hybrid search latency at scale: shared.memory.search.search() over 10k / 100k synthetic memories.
+
+    python -m ops.bench.search_scale                          # sizes 10000,100000; own embedded Postgres
+    python -m ops.bench.search_scale --sizes 100000 --queries 500
+    python -m ops.bench.search_scale --database-url postgresql://.../scratch   # or ENGRAM_DATABASE_URL
+
+Without a URL it starts an embedded Postgres (ops/embedded.py) in a temporary directory and stops it
+on exit (also on Ctrl-C, SIGTERM or an error). A given database must be a scratch database: the
+memory tables are truncated for every size (the run refuses if they hold another tenant's rows).
+
+Corpus, per size N (tables truncated, so every size starts from clean relations):
+- `--pool` distinct short facts are generated from ~30 templates (people, food, work, travel, health,
+  pets, media, …) with slot vocabularies of 20–90 words each, so a word's document frequency, and
+  therefore the selectivity of the full-text OR query, resembles real facts rather than lorem ipsum.
+- Each of `--users` users (one tenant) gets N/users memories: distinct pool sentences drawn without
+  replacement, so one user never holds the same fact twice and (user, namespace, key) stays unique.
+  kind, namespace, key and tags follow the template (episodes get a `daily/<date>` namespace and an
+  event_time); valid_until is NULL; `search_tsv` is the table's generated column.
+- Vectors: only the pool is embedded, with the real LocalEmbedder (MiniLM, 384 dims): embedding 100k
+  texts on 2 cores would take minutes. A memory's vector is its sentence's vector plus Gaussian noise
+  with expected norm --noise (0.25 by default: cosine ≈ 0.97 to the clean vector), re-normalised. The
+  noise keeps the ~25 copies of a sentence held by different users from being identical points,
+  which would give HNSW an unrealistically degenerate graph. Each memory has exactly one chunk whose
+  text is indexing.embeddable_text() of the memory (the vector ignores the key/namespace prefix).
+- Entities: shared.memory.entity_extraction.extract_entities() over the same text link_entities()
+  uses, one entity per (user, type, normalised name) (the first-name/full-name merge is skipped),
+  so the entity leg has real rows to probe. No transcript chunks.
+- Rows are bulk-loaded with binary COPY; the HNSW index is dropped before the load and re-created
+  afterwards with exactly the definition ensure_embedding_space() created (read back from pg_indexes),
+  timed; then VACUUM ANALYZE.
+
+Queries: held-out questions generated from question forms of the same templates (phrased unlike any
+stored fact), embedded with the real model before timing. Each sample is one search() call for a
+random user and question, in its own transaction, timed around the call (round trips, planning,
+execution and result building; not the embedding). Modes:
+- hybrid: question + its vector (what service.search_memories does);
+- text: question, query_vector=None (no vector leg);
+- vector: query "" (no lexemes, no ILIKE patterns, no entity names) + the question's vector;
+- vector/hybrid (hnsw) and (btree): the same with one of the two possible vector plans forced, by
+  dropping the other index inside a transaction that is rolled back.
+recall@k compares vector-only results with the exact top-k (numpy, the user's vectors, same
+min_score cut-off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any, cast
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+
+from ops.embedded import EmbeddedPostgres
+from shared.db import Conn
+from shared.embeddings import LocalEmbedder, ensure_embedding_space
+from shared.embeddings.cache import register_vector_types
+from shared.memory.entity_extraction import extract_entities
+from shared.memory.indexing import embeddable_text
+from shared.memory.search import SearchOptions, SearchResult, search
+from shared.memory.store import Scope
+from shared.migrate import apply_migrations
+
+TENANT = "bench-search-scale"
+HNSW_INDEX = "memory_chunks_embedding_hnsw"  # shared/embeddings/space.py INDEX_NAME
+USER_INDEX = "memory_chunks_user_idx"  # the btree the planner may prefer for the vector leg
+MEMORY_TABLES = ("memories", "memory_chunks", "entities", "memory_entities")
+GOAL_P95_MS = 50.0
+MB = 1024 * 1024
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------------
+# Vocabulary and templates
+
+
+def _w(text: str) -> list[str]:
+    return [w.strip() for w in text.split(",") if w.strip()]
+
+
+VOCAB: dict[str, list[str]] = {
+    "name": _w(
+        "Maria, Alice, Tom, Priya, Kenji, Fatima, Lukas, Sofia, Daniel, Amara, Oliver, Chen, Isabel, Mateo, Hannah,"
+        "Ravi, Elena, Noah, Yuki, Omar, Claire, Diego, Leah, Ivan, Grace, Samir, Nina, Hugo, Zoe, Tariq, Ingrid,"
+        "Marco, Aisha, Felix, Lucia, Kwame, Emma, Jonas, Mei, Pablo, Rosa, Victor, Anika, Liam, Sara, Bruno,"
+        "Caroline, Dmitri, Esther, Farid, Gemma, Hiro, Irene, Jamal, Katya, Leon, Mira, Nikhil, Olga, Pedro"
+    ),
+    "relation": _w(
+        "sister, brother, mother, father, wife, husband, daughter, son, cousin, aunt, uncle, grandmother,"
+        "grandfather, niece, nephew, best friend, roommate, manager, colleague, neighbour, partner, mentor"
+    ),
+    "city": _w(
+        "Paris, Berlin, Lisbon, Tokyo, Osaka, Nairobi, Toronto, Denver, Austin, Seattle, Boston, Madrid,"
+        "Barcelona, Milan, Rome, Vienna, Prague, Warsaw, Dublin, Edinburgh, Manchester, Oslo, Stockholm,"
+        "Helsinki, Copenhagen, Amsterdam, Brussels, Zurich, Geneva, Athens, Istanbul, Cairo, Lagos, Mumbai,"
+        "Bangalore, Delhi, Singapore, Seoul, Sydney, Melbourne, Auckland, Lima, Bogota, Santiago, Montreal,"
+        "Vancouver, Chicago, Portland, Phoenix, Marseille"
+    ),
+    "job": _w(
+        "nurse, teacher, software engineer, architect, accountant, dentist, chef, pilot, lawyer, pharmacist,"
+        "carpenter, electrician, journalist, photographer, veterinarian, data scientist, product manager,"
+        "graphic designer, physiotherapist, firefighter, librarian, economist, translator, civil engineer,"
+        "marine biologist, social worker, barista, paramedic, real estate agent, sound engineer"
+    ),
+    "company": _w(
+        "Acme, Globex, Initech, Umbrella Health, Stark Logistics, Wayne Foods, Hooli, Vandelay Imports,"
+        "Northwind, Contoso, Fabrikam, Tailspin Toys, Blue Sky Energy, Riverside Clinic, Pinecone Labs,"
+        "Orbit Media, Granite Bank, Lumen Studios, Copperleaf Software, Harbor Freight Lines"
+    ),
+    "food": _w(
+        "sushi, ramen, tacos, lasagna, pho, paella, falafel, dumplings, pad thai, green curry, biryani,"
+        "risotto, pierogi, burritos, croissants, kimchi stew, shakshuka, moussaka, ceviche, goulash,"
+        "empanadas, bibimbap, gnocchi, tagine, laksa, jollof rice, fish and chips, carbonara, dal, poke bowls,"
+        "mac and cheese, banana bread, cheesecake, tiramisu, apple pie, lentil soup, grilled salmon,"
+        "mushroom pizza, veggie burgers, chicken satay"
+    ),
+    "drink": _w(
+        "black coffee, oat milk latte, green tea, earl grey, matcha, espresso, sparkling water, kombucha,"
+        "chai, hot chocolate, orange juice, red wine, craft beer, mint tea, cold brew, lemonade"
+    ),
+    "hobby": _w(
+        "rock climbing, pottery, knitting, birdwatching, chess, gardening, woodworking, sourdough baking,"
+        "salsa dancing, watercolor painting, trail running, photography, calligraphy, bouldering, sailing,"
+        "beekeeping, origami, board games, stand-up paddling, cross-country skiing, fly fishing, yoga,"
+        "kayaking, astronomy, model trains, surfing, crochet, journaling, cycling, scuba diving"
+    ),
+    "instrument": _w("piano, guitar, violin, cello, drums, ukulele, saxophone, flute, bass guitar, harmonica, trumpet"),
+    "pet": _w("dog, cat, rabbit, parrot, hamster, tortoise, goldfish, ferret, guinea pig, gecko, beagle, labrador"),
+    "petname": _w(
+        "Biscuit, Luna, Milo, Pepper, Nala, Oscar, Ziggy, Mochi, Rocky, Daisy, Loki, Pickles, Simba, Hazel,"
+        "Bean, Waffles, Juniper, Ginger, Tofu, Bandit"
+    ),
+    "color": _w("red, blue, silver, black, white, green, yellow, grey, orange, dark blue, burgundy"),
+    "car": _w(
+        "Toyota Corolla, Honda Civic, Tesla Model 3, Volkswagen Golf, Subaru Outback, Ford Focus, Mazda CX-5,"
+        "Volvo XC40, Kia Niro, Nissan Leaf, Skoda Octavia, Fiat Panda"
+    ),
+    "lang": _w(
+        "Spanish, French, German, Japanese, Portuguese, Italian, Mandarin, Korean, Arabic, Dutch, Swedish, Hindi"
+    ),
+    "tech": _w(
+        "Python, Rust, Go, TypeScript, Kotlin, Postgres, Kubernetes, React, Terraform, Kafka, Django, Swift,"
+        "Elixir, Scala, Redis, GraphQL, Spark, Flutter, Haskell, Java"
+    ),
+    "project": _w(
+        "billing migration, mobile app redesign, search relaunch, data warehouse, onboarding revamp,"
+        "fraud detection, checkout rewrite, analytics dashboard, recommendation engine, API gateway,"
+        "customer portal, inventory sync, chatbot pilot, pricing experiment, security audit"
+    ),
+    "book": _w(
+        "Dune, Middlemarch, The Overstory, Beloved, Project Hail Mary, Piranesi, The Left Hand of Darkness,"
+        "Educated, Sapiens, The Name of the Wind, Circe, Pachinko, Anna Karenina, The Road, Klara and the Sun,"
+        "Station Eleven, Gilead, Neuromancer, Rebecca, The Hobbit"
+    ),
+    "genre": _w(
+        "science fiction, historical fiction, mystery, poetry, fantasy, biographies, thrillers, graphic novels,"
+        "horror, romance, travel writing, philosophy"
+    ),
+    "show": _w(
+        "Severance, The Bear, Succession, Breaking Bad, The Office, Dark, Fleabag, Shogun, Arcane, Slow Horses,"
+        "The Expanse, Ted Lasso, Mad Men, Twin Peaks, Bluey"
+    ),
+    "band": _w(
+        "Radiohead, Fleetwood Mac, Beyonce, Daft Punk, Bjork, Kendrick Lamar, Arctic Monkeys, Nina Simone,"
+        "Taylor Swift, Miles Davis, Queen, Phoebe Bridgers, Bon Iver, Rosalia, Khruangbin"
+    ),
+    "sport": _w("football, basketball, tennis, cricket, rugby, baseball, volleyball, hockey, badminton, golf"),
+    "team": _w(
+        "Arsenal, the Lakers, Real Madrid, the Yankees, Bayern Munich, the Celtics, Boca Juniors, the Raptors,"
+        "Ajax, the Packers, Liverpool, the Warriors"
+    ),
+    "allergen": _w("peanuts, shellfish, gluten, lactose, penicillin, pollen, cats, tree nuts, eggs, soy, sesame"),
+    "med": _w("ibuprofen, vitamin D, iron supplements, allergy tablets, thyroid medication, an inhaler, melatonin"),
+    "condition": _w("migraines, asthma, back pain, insomnia, a knee injury, high blood pressure, eczema, tendinitis"),
+    "skill": _w(
+        "public speaking, machine learning, Italian cooking, touch typing, sign language, swimming, accounting,"
+        "video editing, negotiation, carpentry, statistics, improv comedy, wine tasting, first aid"
+    ),
+    "month": _w("January, February, March, April, May, June, July, August, September, October, November, December"),
+    "weekday": _w("Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday"),
+    "daypart": _w("morning, afternoon, evening, night, lunch break, weekend"),
+    "place": _w(
+        "the community centre, the local gym, the park by the river, the climbing hall, a church hall,"
+        "the public library, the rooftop studio, the lake, the botanical garden, the old harbour"
+    ),
+    "store": _w("Costco, IKEA, the farmers market, Trader Joe's, Aldi, a corner bakery, Whole Foods, Lidl"),
+    "reason": _w(
+        "a wedding, a conference, a family visit, a job interview, a hiking trip, a concert, a friend's birthday,"
+        "a work offsite, a food tour, a marathon"
+    ),
+    "school": _w(
+        "MIT, the University of Toronto, Sciences Po, King's College London, ETH Zurich, the University of Tokyo,"
+        "a community college, Stanford, the University of Lagos, Trinity College Dublin"
+    ),
+    "subject": _w(
+        "history, biology, mechanical engineering, economics, nursing, computer science, art history, chemistry,"
+        "law, architecture, linguistics, music theory"
+    ),
+    "style": _w(
+        "short bullet points, detailed explanations, a casual tone, a formal tone, code examples first,"
+        "metric units, British spelling, step-by-step instructions, no emojis, plain language"
+    ),
+    "topic": _w(
+        "money, health questions, travel plans, work emails, recipes, programming, legal questions, workouts,"
+        "gift ideas, news"
+    ),
+}
+
+KEY_SAFE = re.compile(r"[^a-z0-9]+")
+
+
+@dataclass(frozen=True)
+class Template:
+    kind: str
+    namespace: str  # "{date}" is filled with the fact's event date
+    key: str  # format string over the slots; normalised to lowercase-hyphen words
+    text: str
+    tags: tuple[str, ...]
+    questions: tuple[str, ...]  # held-out question forms; their slots are filled independently
+
+    @property
+    def slots(self) -> list[str]:
+        return re.findall(r"\{(\w+)\}", self.text)
+
+
+def _t(kind: str, namespace: str, key: str, text: str, tags: str, *questions: str) -> Template:
+    return Template(kind, namespace, key, text, tuple(_w(tags)), questions)
+
+
+TEMPLATES: tuple[Template, ...] = (
+    _t(
+        "fact",
+        "tacit/facts",
+        "{relation} {name} home",
+        "My {relation} {name} lives in {city}.",
+        "family",
+        "Where does my {relation} live?",
+        "Who do I know in {city}?",
+        "Where is {name} living these days?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "{relation} {name} job",
+        "My {relation} {name} works as a {job} at {company}.",
+        "family, work",
+        "What does my {relation} do for a living?",
+        "Which of my relatives is a {job}?",
+        "Who works at {company}?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "{name} birthday",
+        "{name}'s birthday is on {month} {day}.",
+        "dates",
+        "When is {name}'s birthday?",
+        "Whose birthday is coming up in {month}?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "job",
+        "I work as a {job} at {company} in {city}.",
+        "work",
+        "What is my job?",
+        "Where do I work?",
+        "Which city is my office in?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "project {project}",
+        "Currently leading the {project} project at {company}, written mostly in {tech}.",
+        "work",
+        "What am I working on at the moment?",
+        "Which project uses {tech}?",
+        "Status of the {project}?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "tech stack",
+        "Prefers {tech} for backend work and uses {tech} daily.",
+        "work, tech",
+        "Which programming language should the example use?",
+        "What tools do I use at work?",
+    ),
+    _t(
+        "preference",
+        "tacit/preferences",
+        "favorite food {food}",
+        "Absolutely loves {food}, especially on {weekday} nights.",
+        "food",
+        "What should I cook for dinner?",
+        "What is my favourite food?",
+        "Do I like {food}?",
+    ),
+    _t(
+        "preference",
+        "tacit/preferences",
+        "dislikes {food}",
+        "Really dislikes {food} and avoids restaurants that only serve it.",
+        "food",
+        "Is there any food I hate?",
+        "Should I order {food} for the team lunch?",
+    ),
+    _t(
+        "preference",
+        "tacit/preferences",
+        "drink {daypart}",
+        "Drinks {drink} every {daypart}, never with sugar.",
+        "food",
+        "How do I take my coffee?",
+        "What do I usually drink in the {daypart}?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "allergy {allergen}",
+        "Severely allergic to {allergen}; carries an epipen.",
+        "health",
+        "Do I have any allergies?",
+        "Can I eat something with {allergen}?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "medication {med}",
+        "Takes {med} every {daypart} for {condition}.",
+        "health",
+        "What medication am I on?",
+        "What helps with my {condition}?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "hobby {hobby}",
+        "Goes {hobby} at {place} every {weekday}.",
+        "hobbies",
+        "What do I do on {weekday}s?",
+        "What are my hobbies?",
+        "Where do I go for {hobby}?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "instrument {instrument}",
+        "Has been learning the {instrument} for {day} months with a teacher named {name}.",
+        "hobbies, music",
+        "Which instrument am I learning?",
+        "Who is my music teacher?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "pet {petname}",
+        "Has a {color} {pet} called {petname} who is {day} years old.",
+        "pets",
+        "What is my pet's name?",
+        "How old is {petname}?",
+        "Do I have a {pet}?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "car",
+        "Drives a {color} {car}, bought second-hand in {year}.",
+        "possessions",
+        "What car do I drive?",
+        "When did I buy my car?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "languages {lang}",
+        "Speaks {lang} fluently and is practising {lang} on {weekday} evenings.",
+        "languages",
+        "Which languages do I speak?",
+        "Am I learning {lang}?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "education",
+        "Studied {subject} at {school}, graduating in {year}.",
+        "education",
+        "Where did I go to university?",
+        "What did I study?",
+    ),
+    _t(
+        "preference",
+        "tacit/preferences",
+        "reading {genre}",
+        "Reads mostly {genre}; recently finished {book} and loved it.",
+        "books",
+        "What kind of books do I enjoy?",
+        "Recommend me something like {book}",
+        "Have I read {book}?",
+    ),
+    _t(
+        "preference",
+        "tacit/preferences",
+        "tv {show}",
+        "Is rewatching {show} and wants no spoilers for the final season.",
+        "tv",
+        "What show am I watching?",
+        "Can we talk about {show}?",
+    ),
+    _t(
+        "preference",
+        "tacit/preferences",
+        "music {band}",
+        "Listens to {band} while working and saw them live in {city}.",
+        "music",
+        "What music do I like?",
+        "Have I seen {band} in concert?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "sport {team}",
+        "Big {sport} fan who supports {team} and watches every match.",
+        "sports",
+        "Which team do I support?",
+        "Do I follow {sport}?",
+    ),
+    _t(
+        "episode",
+        "daily/{date}",
+        "trip {city}",
+        "Flew to {city} for {reason} and stayed with {name} for {day} days.",
+        "travel",
+        "When was I last in {city}?",
+        "Who did I stay with on my last trip?",
+        "Where did I travel for {reason}?",
+    ),
+    _t(
+        "episode",
+        "daily/{date}",
+        "dinner {name}",
+        "Had dinner with {name} at a {food} place and talked about moving to {city}.",
+        "social",
+        "When did I last see {name}?",
+        "Who is thinking about moving to {city}?",
+    ),
+    _t(
+        "episode",
+        "daily/{date}",
+        "meeting {project}",
+        "Meeting with {name} about the {project}: agreed to ship before {month}.",
+        "work",
+        "What was decided about the {project}?",
+        "When is the deadline for the {project}?",
+    ),
+    _t(
+        "episode",
+        "daily/{date}",
+        "shopping",
+        "Bought {food} ingredients and a new {instrument} stand at {store}.",
+        "errands",
+        "What did I buy at {store}?",
+        "When did I go shopping?",
+    ),
+    _t(
+        "episode",
+        "daily/{date}",
+        "health {condition}",
+        "Saw the doctor about {condition}; was told to rest and try {hobby}.",
+        "health",
+        "What did the doctor say about my {condition}?",
+        "Any advice I got about {hobby}?",
+    ),
+    _t(
+        "directive",
+        "tacit/personality",
+        "answer style {topic}",
+        "When discussing {topic}, always answer with {style}.",
+        "style",
+        "How should you format answers about {topic}?",
+        "What style do I want?",
+    ),
+    _t(
+        "directive",
+        "tacit/personality",
+        "language {topic}",
+        "Reply in {lang} for anything about {topic}.",
+        "style, languages",
+        "Which language should you reply in?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "goal {skill}",
+        "Wants to get good at {skill} before {year} and practises on {weekday}s.",
+        "goals",
+        "What are my goals this year?",
+        "Am I trying to learn {skill}?",
+    ),
+    _t(
+        "fact",
+        "tacit/facts",
+        "home",
+        "Lives in a flat in {city} with a {pet} and a roommate named {name}.",
+        "home",
+        "Where do I live?",
+        "Who is my roommate?",
+    ),
+)
+
+# Questions that no template answers: real traffic has them, and they exercise the OR query with
+# common words.
+FREE_QUESTIONS = (
+    "What should I do this weekend?",
+    "Any ideas for a birthday present?",
+    "What did we talk about last time?",
+    "Remind me what I told you about work",
+    "Plan a trip for the summer",
+    "What are some healthy dinner ideas?",
+    "Help me write an email to my manager",
+    "What do you know about me?",
+)
+
+
+def _fill(rng: random.Random, text: str, values: dict[str, str] | None = None) -> tuple[str, dict[str, str]]:
+    values = dict(values or {})
+
+    def slot(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            if name == "day":
+                values[name] = str(rng.randint(2, 28))
+            elif name == "year":
+                values[name] = str(rng.randint(2008, 2027))
+            else:
+                values[name] = rng.choice(VOCAB[name])
+        return values[name]
+
+    return re.sub(r"\{(\w+)\}", slot, text), values
+
+
+@dataclass(frozen=True)
+class Fact:
+    kind: str
+    namespace: str
+    key: str
+    value: str
+    tags: tuple[str, ...]
+    event_time: datetime | None
+
+
+def generate_facts(rng: random.Random, count: int, now: datetime) -> list[Fact]:
+    """`count` distinct facts; templates chosen uniformly, slots independently."""
+    facts: dict[str, Fact] = {}
+    attempts = 0
+    while len(facts) < count:
+        attempts += 1
+        if attempts > count * 50:
+            raise BenchError(f"the templates cannot make {count} distinct facts; lower --pool")
+        template = rng.choice(TEMPLATES)
+        value, values = _fill(rng, template.text)
+        if value in facts:
+            continue
+        key = KEY_SAFE.sub("-", _fill(rng, template.key, values)[0].lower()).strip("-")
+        event_time = None
+        namespace = template.namespace
+        if "{date}" in namespace:
+            event_time = now - timedelta(days=rng.randint(1, 720), hours=rng.randint(0, 23))
+            namespace = namespace.replace("{date}", event_time.date().isoformat())
+        facts[value] = Fact(template.kind, namespace, key, value, template.tags, event_time)
+    return list(facts.values())
+
+
+def generate_questions(rng: random.Random, count: int, exclude: set[str]) -> list[str]:
+    questions: dict[str, None] = {}
+    while len(questions) < count:
+        if rng.random() < 0.05:
+            question = rng.choice(FREE_QUESTIONS)
+        else:
+            question = _fill(rng, rng.choice(rng.choice(TEMPLATES).questions))[0]
+        if question not in exclude:
+            questions[question] = None
+    return list(questions)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Embeddings
+
+
+def embed(texts: Sequence[str]) -> np.ndarray:
+    """Real MiniLM vectors (normalised), as float32 rows."""
+    return np.asarray(LocalEmbedder(batch_size=128).embed(list(texts)), dtype=np.float32)
+
+
+def noisy(base: np.ndarray, noise_norm: float, rng: np.random.Generator) -> np.ndarray:
+    """`base` rows plus isotropic Gaussian noise of expected norm `noise_norm`, re-normalised."""
+    sigma = noise_norm / np.sqrt(base.shape[1])
+    out = base + rng.normal(0.0, sigma, size=base.shape).astype(np.float32)
+    out /= np.linalg.norm(out, axis=1, keepdims=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Database set-up and loading
+
+
+@dataclass
+class Setup:
+    tenant_id: int
+    user_ids: list[int]
+    hnsw_indexdef: str
+
+
+def prepare(conn: Conn, users: int) -> Setup:
+    apply_migrations(conn)  # leaves the connection in autocommit mode
+    conn.autocommit = False
+    foreign = conn.execute(
+        """SELECT count(*) AS n FROM memories m JOIN tenants t ON t.id = m.tenant_id WHERE t.name <> %s""",
+        (TENANT,),
+    ).fetchone()
+    if foreign is not None and foreign["n"]:
+        raise BenchError(f"the database holds {foreign['n']} memories of other tenants; use a scratch database")
+    row = conn.execute(
+        "INSERT INTO tenants (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING id",
+        (TENANT,),
+    ).fetchone()
+    assert row is not None
+    tenant_id = int(row["id"])
+    user_ids = []
+    for number in range(users):
+        row = conn.execute(
+            """INSERT INTO users (tenant_id, external_id) VALUES (%s, %s)
+               ON CONFLICT (tenant_id, external_id) DO UPDATE SET updated_at = now() RETURNING id""",
+            (tenant_id, f"user-{number:04d}"),
+        ).fetchone()
+        assert row is not None
+        user_ids.append(int(row["id"]))
+    conn.commit()
+    # ensure_embedding_space refuses vectors it did not see being made, so it runs on empty tables:
+    # it types the column as vector(384) and creates the HNSW index the product searches with.
+    conn.execute(f"TRUNCATE {', '.join(MEMORY_TABLES)} RESTART IDENTITY CASCADE")
+    conn.commit()
+    ensure_embedding_space(conn, LocalEmbedder())
+    conn.commit()
+    register_vector_types(conn)
+    row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (HNSW_INDEX,)).fetchone()
+    if row is None:
+        raise BenchError(f"ensure_embedding_space did not create {HNSW_INDEX}")
+    return Setup(tenant_id, user_ids, str(row["indexdef"]))
+
+
+@dataclass
+class Corpus:
+    """What was loaded, kept in memory for exact (numpy) nearest neighbours per user."""
+
+    memory_ids: dict[int, np.ndarray] = field(default_factory=dict)  # user id -> memory ids
+    vectors: dict[int, np.ndarray] = field(default_factory=dict)  # user id -> float32 rows, same order
+
+
+@dataclass
+class _Row:
+    created: datetime
+    user_id: int
+    fact: Fact
+    key: str
+    vector: np.ndarray
+
+
+def load(
+    conn: Conn,
+    setup: Setup,
+    size: int,
+    facts: Sequence[Fact],
+    pool_vectors: np.ndarray,
+    noise_norm: float,
+    seed: int,
+    now: datetime,
+) -> Corpus:
+    rng = np.random.default_rng(seed)
+    users = setup.user_ids
+    per_user = [size // len(users) + (1 if i < size % len(users) else 0) for i in range(len(users))]
+    if max(per_user) > len(facts):
+        raise BenchError(f"{max(per_user)} memories per user need --pool >= {max(per_user)}")
+
+    conn.execute(f"TRUNCATE {', '.join(MEMORY_TABLES)} RESTART IDENTITY CASCADE")
+    # Bulk load first, index after: the build is then one pass (what a restore or reindex does).
+    conn.execute(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
+
+    rows: list[_Row] = []
+    for user_id, count in zip(users, per_user, strict=True):
+        chosen = rng.choice(len(facts), size=count, replace=False)
+        keys: set[tuple[str, str]] = set()
+        for index, vector in zip(chosen, noisy(pool_vectors[chosen], noise_norm, rng), strict=True):
+            fact = facts[int(index)]
+            key, suffix = fact.key, 1
+            while (fact.namespace, key) in keys:  # a second "sister-maria-home": keys stay unique per user
+                suffix += 1
+                key = f"{fact.key}-{suffix}"
+            keys.add((fact.namespace, key))
+            created = now - timedelta(seconds=int(rng.integers(0, 730 * 86400)))
+            rows.append(_Row(created, user_id, fact, key, vector))
+    # Ids and physical order follow arrival time, interleaving users as production writes do. Loading
+    # user by user would put each user's chunks on a few adjacent pages and flatter the per-user scans.
+    rows.sort(key=lambda r: r.created)
+
+    mem_rows: list[tuple[Any, ...]] = []
+    chunk_rows: list[tuple[Any, ...]] = []
+    entity_rows: list[list[Any]] = []
+    link_rows: set[tuple[int, int]] = set()  # one link per (memory, entity), as the product's ON CONFLICT
+    entities: dict[tuple[int, str, str], int] = {}
+    mentions_cache: dict[str, list[tuple[str, str, str]]] = {}
+    by_user_ids: dict[int, list[int]] = {u: [] for u in users}
+    by_user_vectors: dict[int, list[np.ndarray]] = {u: [] for u in users}
+    for memory_id, row in enumerate(rows, start=1):
+        fact = row.fact
+        mem_rows.append(
+            (
+                memory_id,
+                setup.tenant_id,
+                row.user_id,
+                fact.namespace,
+                row.key,
+                fact.value,
+                fact.kind,
+                list(fact.tags),
+                fact.event_time,
+                row.created,
+                row.created,
+                row.created,
+                "bench",
+            )
+        )
+        text = embeddable_text({"namespace": fact.namespace, "key": row.key, "kind": fact.kind, "value": fact.value})
+        chunk_rows.append(
+            (
+                memory_id,
+                setup.tenant_id,
+                row.user_id,
+                memory_id,
+                text,
+                len(text),
+                hashlib.sha256(text.encode()).hexdigest(),
+                row.vector,
+                row.created,
+            )
+        )
+        by_user_ids[row.user_id].append(memory_id)
+        by_user_vectors[row.user_id].append(row.vector)
+        # The text link_entities() extracts from; facts repeat across users, so cache by text.
+        source = f"{row.key.replace('-', ' ')}: {fact.value}"
+        if source not in mentions_cache:
+            mentions_cache[source] = [(m.name, m.normalized, m.entity_type) for m in extract_entities(source)]
+        for name, normalized, entity_type in mentions_cache[source]:
+            entity_key = (row.user_id, entity_type, normalized)
+            if entity_key not in entities:
+                entities[entity_key] = len(entity_rows) + 1
+                entity_rows.append(
+                    [len(entity_rows) + 1, setup.tenant_id, row.user_id, name, normalized, entity_type, 0]
+                )
+            entity_id = entities[entity_key]
+            entity_rows[entity_id - 1][6] += 1
+            link_rows.add((memory_id, entity_id))
+
+    with conn.cursor() as cur:
+        _copy(
+            cur,
+            "memories (id, tenant_id, user_id, namespace, key, value, kind, tags, event_time, created_at, updated_at,"
+            " valid_from, source)",
+            [
+                "int8",
+                "int8",
+                "int8",
+                "text",
+                "text",
+                "text",
+                "text",
+                "text[]",
+                "timestamptz",
+                "timestamptz",
+                "timestamptz",
+                "timestamptz",
+                "text",
+            ],
+            mem_rows,
+        )
+        _copy(
+            cur,
+            "memory_chunks (id, tenant_id, user_id, memory_id, text, end_char, content_hash, embedding, created_at)",
+            ["int8", "int8", "int8", "int8", "text", "int4", "text", "vector", "timestamptz"],
+            chunk_rows,
+        )
+        _copy(
+            cur,
+            "entities (id, tenant_id, user_id, canonical_name, normalized_name, entity_type, mention_count)",
+            ["int8", "int8", "int8", "text", "text", "text", "int4"],
+            entity_rows,
+        )
+        _copy(cur, "memory_entities (memory_id, entity_id)", ["int8", "int8"], sorted(link_rows))
+    # Explicit ids were loaded; later inserts (none here) would otherwise collide.
+    for table in ("memories", "memory_chunks", "entities"):
+        conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
+    conn.commit()
+    corpus = Corpus()
+    for user_id in users:
+        corpus.memory_ids[user_id] = np.asarray(by_user_ids[user_id], dtype=np.int64)
+        corpus.vectors[user_id] = np.stack(by_user_vectors[user_id])
+    return corpus
+
+
+def _copy(cur: psycopg.Cursor[Any], target: str, types: list[str], rows: Sequence[Sequence[Any]]) -> None:
+    with cur.copy(f"COPY {target} FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(types)
+        for row in rows:
+            copy.write_row(row)
+
+
+def build_index(conn: Conn, indexdef: str) -> float:
+    start = time.perf_counter()
+    conn.execute(indexdef)
+    conn.commit()
+    return time.perf_counter() - start
+
+
+def vacuum_analyze(url: str) -> None:
+    # VACUUM cannot run in a transaction; it also sets the visibility map and hint bits a freshly
+    # COPYed table lacks, so the first measured queries do not pay for them.
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in MEMORY_TABLES:
+            conn.execute(f"VACUUM (ANALYZE) {table}")
+
+
+def relation_sizes(conn: Conn) -> dict[str, int]:
+    rows = conn.execute(
+        """SELECT c.relname AS name, pg_total_relation_size(c.oid) AS total, pg_relation_size(c.oid) AS heap
+           FROM pg_class c WHERE c.relname = ANY(%s) ORDER BY c.relname""",
+        (list(MEMORY_TABLES[:2]),),
+    ).fetchall()
+    sizes = {f"{r['name']} (total)": int(r["total"]) for r in rows}
+    indexes = conn.execute(
+        """SELECT i.relname AS name, pg_relation_size(i.oid) AS size
+           FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
+           WHERE t.relname = ANY(%s) ORDER BY t.relname, i.relname""",
+        (list(MEMORY_TABLES[:2]),),
+    ).fetchall()
+    sizes.update({r["name"]: int(r["size"]) for r in indexes})
+    return sizes
+
+
+# ---------------------------------------------------------------------------------------------------
+# Measuring
+
+
+@dataclass(frozen=True)
+class Query:
+    text: str
+    vector: np.ndarray
+
+
+@dataclass
+class Samples:
+    latencies_ms: list[float] = field(default_factory=list)
+    results: list[int] = field(default_factory=list)
+    recalls: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float | int | None]:
+        values = np.asarray(self.latencies_ms)
+        p50, p95, p99 = (float(v) for v in np.percentile(values, [50, 95, 99]))
+        return {
+            "p50_ms": round(p50, 2),
+            "p95_ms": round(p95, 2),
+            "p99_ms": round(p99, 2),
+            "mean_ms": round(float(values.mean()), 2),
+            "results": round(float(np.mean(self.results)), 1),
+            "recall": round(float(np.mean(self.recalls)), 3) if self.recalls else None,
+            "n": len(self.latencies_ms),
+        }
+
+
+def vector_recall(corpus: Corpus, user_id: int, vector: np.ndarray, results: Sequence[SearchResult], k: int) -> float:
+    """Share of the exact top-k (by cosine over the user's vectors) that the search returned.
+
+    A returned memory counts when its similarity reaches the exact k-th best (minus float32 rounding),
+    so a tie at the boundary resolved the other way is not a miss."""
+    similarity = corpus.vectors[user_id] @ vector
+    k = min(k, len(similarity))
+    kth = float(np.sort(similarity)[-k])
+    position = {int(memory_id): i for i, memory_id in enumerate(corpus.memory_ids[user_id])}
+    hits = sum(1 for r in results if r.id is not None and float(similarity[position[r.id]]) >= kth - 1e-5)
+    return min(hits, k) / k
+
+
+def run_searches(
+    conn: Conn,
+    setup: Setup,
+    corpus: Corpus,
+    queries: Sequence[Query],
+    mode: str,
+    count: int,
+    warmup: int,
+    rng: random.Random,
+    *,
+    one_transaction: bool = False,
+) -> Samples:
+    """`count` timed searches (after `warmup` untimed ones), each in its own transaction unless
+    `one_transaction` (the caller's, e.g. `forced_plan`)."""
+    # Vector-only: no minimum score, so the results are the leg's top `limit` and recall is
+    # measurable; min_score is applied in Python after the query, so the SQL and its cost are the same.
+    options = SearchOptions(min_score=0.0) if mode == "vector" else SearchOptions()
+    samples = Samples()
+    for number in range(warmup + count):
+        user_id = rng.choice(setup.user_ids)
+        query = rng.choice(queries)
+        scope = Scope(setup.tenant_id, user_id)
+        text = "" if mode == "vector" else query.text  # "": no lexemes, no ILIKE patterns, no entity names
+        vector = None if mode == "text" else query.vector.tolist()
+        start = time.perf_counter()
+        results: list[SearchResult] = search(conn, scope, text, query_vector=vector, options=options)
+        elapsed = (time.perf_counter() - start) * 1000
+        if not one_transaction:
+            conn.commit()
+        if number < warmup:
+            continue
+        samples.latencies_ms.append(elapsed)
+        samples.results.append(len(results))
+        if mode == "vector":
+            samples.recalls.append(vector_recall(corpus, user_id, query.vector, results, options.limit))
+    return samples
+
+
+# Every alternative to the HNSW scan sorts by distance; with sorts disabled the planner takes the
+# HNSW scan. (Dropping the btree is not enough: it then picks a seq scan or another index + sort.)
+FORCE_HNSW = "SET LOCAL enable_sort = off"
+FORCE_EXACT = f"DROP INDEX {HNSW_INDEX}"
+
+
+@contextlib.contextmanager
+def forced_plan(conn: Conn, statement: str) -> Iterator[None]:
+    """Run `statement` in a transaction that is rolled back at the end (so a dropped index comes
+    back): whatever runs inside must not commit (run_searches(one_transaction=True))."""
+    conn.commit()
+    conn.execute(statement)
+    try:
+        yield
+    finally:
+        conn.rollback()
+
+
+class _ExplainingConn:
+    """Delegates to a connection; the main search statement is first run under EXPLAIN ANALYZE."""
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+        self.plan: list[str] = []
+
+    def execute(self, query: Any, params: Any = None) -> Any:
+        if isinstance(query, str) and query.lstrip().startswith("WITH"):
+            rows = self._conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + query, params).fetchall()
+            self.plan = [str(next(iter(r.values()))) for r in rows]
+        return self._conn.execute(query, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def explain(conn: Conn, setup: Setup, query: Query, mode: str) -> list[str]:
+    """The plan of the search() statement for one query, as executed (EXPLAIN ANALYZE)."""
+    spy = _ExplainingConn(conn)
+    text = "" if mode == "vector" else query.text
+    vector = None if mode == "text" else query.vector.tolist()
+    # No rollback here: the caller's transaction may be without_index's.
+    search(cast(Conn, spy), Scope(setup.tenant_id, setup.user_ids[0]), text, query_vector=vector)
+    return spy.plan
+
+
+def subplan(plan: Sequence[str], cte: str) -> list[str]:
+    """The lines of `CTE <cte>` and everything indented below it."""
+    for start, line in enumerate(plan):
+        if line.strip().startswith(f"CTE {cte}"):
+            indent = len(line) - len(line.lstrip())
+            end = start + 1
+            while end < len(plan) and len(plan[end]) - len(plan[end].lstrip()) > indent:
+                end += 1
+            return list(plan[start:end])
+    return []
+
+
+_VECTOR_LITERAL = re.compile(r"'\[[^\]]*\]'")
+
+
+def shorten(lines: Sequence[str]) -> list[str]:
+    """Plan lines with the 384-number query vector literal elided."""
+    return [_VECTOR_LITERAL.sub("'[...]'", line) for line in lines]
+
+
+def classify(lines: Sequence[str]) -> str:
+    """How the vector leg found its rows."""
+    text = "\n".join(lines)
+    if HNSW_INDEX in text:
+        return "hnsw"
+    if USER_INDEX in text:
+        return "btree+sort"
+    return "seqscan+sort" if "Seq Scan" in text else "other+sort"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Report
+
+
+def _fmt_ms(value: float | int | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [
+        f"engram search scale benchmark: {report['config']['users']} users, {report['config']['queries']} "
+        f"queries per mode, {report['config']['cpus']} CPUs, Postgres {report['config']['server_version']}, "
+        f"shared_buffers {report['config']['shared_buffers']}",
+        "",
+        f"{'size':>8} {'mode':<18} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'results':>8} "
+        f"{'recall':>7}",
+    ]
+    for size in report["sizes"]:
+        for mode, stats in size["latency"].items():
+            recall = "-" if stats["recall"] is None else f"{stats['recall']:.3f}"
+            lines.append(
+                f"{size['memories']:>8} {mode:<18} {_fmt_ms(stats['p50_ms']):>8} {_fmt_ms(stats['p95_ms']):>8} "
+                f"{_fmt_ms(stats['p99_ms']):>8} {_fmt_ms(stats['mean_ms']):>8} {stats['results']:>8} {recall:>7}"
+            )
+        lines.append("")
+    lines.append(f"{'size':>8} {'load s':>8} {'hnsw build s':>13} {'vector plan':<14} sizes (MB)")
+    for size in report["sizes"]:
+        sizes = ", ".join(f"{name} {value / MB:.1f}" for name, value in size["relation_bytes"].items())
+        lines.append(
+            f"{size['memories']:>8} {size['load_s']:>8.1f} {size['hnsw_build_s']:>13.1f} "
+            f"{size['vector_plan']:<14} {sizes}"
+        )
+    for size in report["sizes"]:
+        lines.append("")
+        lines.append(f"vector leg plan at {size['memories']} (hybrid query, EXPLAIN ANALYZE):")
+        lines.extend(f"    {line}" for line in size["vector_plan_lines"])
+    hybrid = report["sizes"][-1]["latency"]["hybrid"]["p95_ms"]
+    verdict = "meets" if hybrid < GOAL_P95_MS else "MISSES"
+    lines.append("")
+    lines.append(
+        f"goal: hybrid p95 < {GOAL_P95_MS:g} ms at {report['sizes'][-1]['memories']} memories: {verdict} ({hybrid} ms)"
+    )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Main
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: stop what we started."""
+
+
+def _on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise _Terminated(signal.Signals(signum).name)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.search_scale", description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="10000,100000", help="comma-separated memory counts")
+    parser.add_argument("--users", type=int, default=100, help="users the memories are spread over")
+    parser.add_argument("--queries", type=int, default=200, help="timed searches per mode and size")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed searches before each mode")
+    parser.add_argument("--pool", type=int, default=4000, help="distinct facts embedded with the real model")
+    parser.add_argument("--questions", type=int, default=300, help="distinct held-out questions")
+    parser.add_argument("--noise", type=float, default=0.25, help="expected norm of the noise added per memory")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--database-url", default=os.environ.get("ENGRAM_DATABASE_URL"), help="a scratch database (default: embedded)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the embedded Postgres data directory")
+    args = parser.parse_args(argv)
+    try:
+        args.size_list = [int(s) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        parser.error("--sizes must be comma-separated integers")
+    if not args.size_list or min(args.size_list) < args.users or args.users < 1 or args.queries < 1:
+        parser.error("need --users >= 1, --queries >= 1 and every size >= --users")
+    return args
+
+
+def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    rng = random.Random(args.seed)
+    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+
+    log(f"generating {args.pool} facts and {args.questions} questions ...")
+    facts = generate_facts(rng, args.pool, now)
+    questions = generate_questions(rng, args.questions, {f.value for f in facts})
+    start = time.perf_counter()
+    pool_vectors = embed([f.value for f in facts])
+    queries = [Query(q, v) for q, v in zip(questions, embed(questions), strict=True)]
+    embed_s = time.perf_counter() - start
+    log(f"embedded {len(facts) + len(questions)} texts with MiniLM in {embed_s:.1f}s")
+
+    conn = cast(Conn, psycopg.connect(url, row_factory=dict_row))
+    try:
+        setup = prepare(conn, args.users)
+        settings = conn.execute(
+            "SELECT current_setting('server_version') AS v, current_setting('shared_buffers') AS sb"
+        ).fetchone()
+        assert settings is not None
+        conn.commit()
+        report: dict[str, Any] = {
+            "config": {
+                "users": args.users,
+                "queries": args.queries,
+                "pool": len(facts),
+                "questions": len(queries),
+                "noise_norm": args.noise,
+                "embed_s": round(embed_s, 1),
+                "cpus": os.cpu_count(),
+                "server_version": settings["v"],
+                "shared_buffers": settings["sb"],
+                "hnsw_indexdef": setup.hnsw_indexdef,
+            },
+            "sizes": [],
+        }
+        for size in args.size_list:
+            log(f"[{size}] loading ...")
+            start = time.perf_counter()
+            corpus = load(conn, setup, size, facts, pool_vectors, args.noise, args.seed + size, now)
+            load_s = time.perf_counter() - start
+            log(f"[{size}] loaded in {load_s:.1f}s; building the HNSW index ...")
+            build_s = build_index(conn, setup.hnsw_indexdef)
+            log(f"[{size}] index built in {build_s:.1f}s; VACUUM ANALYZE ...")
+            vacuum_analyze(url)
+            sizes = relation_sizes(conn)
+            conn.commit()
+
+            probe = queries[0]
+            vector_lines = shorten(subplan(explain(conn, setup, probe, "hybrid"), "vec_raw"))
+            conn.rollback()
+            vector_plan = classify(vector_lines)
+
+            latency: dict[str, dict[str, Any]] = {}
+            mrng = random.Random(args.seed + size)
+            for mode in ("hybrid", "text", "vector"):
+                log(f"[{size}] measuring {mode} ...")
+                samples = run_searches(conn, setup, corpus, queries, mode, args.queries, args.warmup, mrng)
+                latency[mode] = samples.summary()
+            # The other vector plan, forced, so both are measured whatever the planner picks.
+            force = FORCE_EXACT if vector_plan == "hnsw" else FORCE_HNSW
+            with forced_plan(conn, force):
+                other_lines = shorten(subplan(explain(conn, setup, probe, "hybrid"), "vec_raw"))
+            other = classify(other_lines)
+            for mode in ("hybrid", "vector"):
+                log(f"[{size}] measuring {mode} with the {other} plan forced ({force}) ...")
+                with forced_plan(conn, force):
+                    samples = run_searches(
+                        conn, setup, corpus, queries, mode, args.queries, args.warmup, mrng, one_transaction=True
+                    )
+                latency[f"{mode} ({other})"] = samples.summary()
+
+            report["sizes"].append(
+                {
+                    "memories": size,
+                    "load_s": round(load_s, 1),
+                    "hnsw_build_s": round(build_s, 1),
+                    "relation_bytes": sizes,
+                    "vector_plan": vector_plan,
+                    "vector_plan_lines": vector_lines,
+                    "forced_plan": force,
+                    "forced_plan_lines": other_lines,
+                    "probe_query": probe.text,
+                    "latency": latency,
+                }
+            )
+        return report
+    finally:
+        conn.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    workdir: Path | None = None
+    postgres: EmbeddedPostgres | None = None
+    try:
+        url = args.database_url
+        if not url:
+            workdir = Path(tempfile.mkdtemp(prefix="engram-search-bench-"))
+            # The embedded Postgres runs as an unprivileged user when we are root: it must be able to
+            # reach its data dir below this one.
+            workdir.chmod(0o755)
+            postgres = EmbeddedPostgres(workdir / "postgres")
+            print(f"starting an embedded Postgres in {workdir} ...", file=sys.stderr, flush=True)
+            url = postgres.start()
+        report = run(args, url)
+        print(render(report))
+        print(json.dumps(report, separators=(",", ":"), default=str), flush=True)
+        return 0
+    except KeyboardInterrupt as exc:
+        print(f"\n{'SIGTERM' if isinstance(exc, _Terminated) else 'interrupted'}: stopping", file=sys.stderr)
+        return 130
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        # A second Ctrl-C or SIGTERM must not cut the cleanup short and leave the server behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if postgres is not None:
+            try:
+                postgres.stop()
+            except Exception as exc:
+                print(f"warning: could not stop the embedded Postgres: {exc}", file=sys.stderr)
+        if workdir is not None:
+            if args.keep:
+                print(f"data kept in {workdir}", file=sys.stderr)
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
