@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from api.routes import health, memories, sessions, turns
+from api.routes import health, memories, profiles, sessions, turns
 from shared import db
 from shared.config import get_settings
 from shared.logging import configure_logging
@@ -47,4 +47,5 @@ def create_app() -> FastAPI:
     app.include_router(turns.router)
     app.include_router(sessions.router)
     app.include_router(memories.router)
+    app.include_router(profiles.router)
     return app

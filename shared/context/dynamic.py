@@ -1,0 +1,69 @@
+"""The dynamic suffix: rebuilt every iteration and sent after the static prompt, so what changes by
+itself (the clock, the summary, relevant memories) never disturbs the cached prefix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from shared.context.fences import strip_markers
+from shared.context.static_prompt import Section
+from shared.db import Conn
+
+RELEVANT_LIMIT = 5
+
+
+@dataclass(frozen=True)
+class DynamicInputs:
+    now: datetime
+    timezone: str
+    model: str
+    provider: str
+    channel: str = "api"
+    active_task: str | None = None
+    summary: str | None = None
+    relevant: tuple[dict[str, Any], ...] = field(default_factory=tuple)  # {namespace, key, value}
+    reflection: str | None = None
+
+
+def local_time(now: datetime, timezone: str) -> tuple[datetime, str]:
+    try:
+        return now.astimezone(ZoneInfo(timezone)), timezone
+    except (ZoneInfoNotFoundError, ValueError):
+        return now.astimezone(ZoneInfo("UTC")), "UTC"
+
+
+def describe_time(now: datetime, timezone: str) -> str:
+    local, zone = local_time(now, timezone)
+    offset = local.strftime("%z")
+    return (f"{local:%A %d %B %Y}, {local:%H:%M} ({zone}, UTC{offset[:3]}:{offset[3:]}). "
+            f"The year is {local.year}.")
+
+
+def build_dynamic_suffix(inputs: DynamicInputs) -> list[Section]:
+    sections = [
+        Section("datetime", f"Current date and time: {describe_time(inputs.now, inputs.timezone)}"),
+        Section("system", f"[System context]\nModel: {inputs.provider}/{inputs.model}\nChannel: {inputs.channel}"),
+    ]
+    if inputs.active_task:
+        sections.append(Section("active_task", "## Active task\nYou are working on: "
+                                f"{strip_markers(inputs.active_task)}\nKeep every step in service of it."))
+    if inputs.summary:
+        sections.append(Section("summary", f"[Previous conversation summary]\n{strip_markers(inputs.summary)}"))
+    if inputs.relevant:
+        lines = [f"- [{m['namespace']}] {m['key']}: {strip_markers(m['value'])}" for m in inputs.relevant]
+        sections.append(Section("relevant_memory", "## Relevant memory (from other conversations)\n" + "\n".join(lines)))
+    if inputs.reflection:
+        sections.append(Section("reflection", f"## Latest weekly reflection\n{strip_markers(inputs.reflection)}"))
+    return sections
+
+
+def latest_reflection(conn: Conn, tenant_id: int, user_id: int) -> str | None:
+    row = conn.execute(
+        """SELECT value FROM memories WHERE tenant_id = %s AND user_id = %s AND kind = 'reflection'
+           AND valid_until IS NULL ORDER BY created_at DESC, id DESC LIMIT 1""",
+        (tenant_id, user_id),
+    ).fetchone()
+    return row["value"] if row else None

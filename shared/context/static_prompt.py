@@ -1,0 +1,254 @@
+"""The static prompt: built once per turn, reused for every iteration of it, and byte-identical from
+turn to turn while its inputs (profiles, learned directive, remembered facts, tools) are unchanged —
+that is what lets providers serve it from their prompt cache.
+
+Order: persona, character, learned personality, communication style, user information, rules and
+tool notes, "What You Know", memory usage; separator; fixed sections; documentation of the
+registered tools; the tool list; integrity guides (fenced); a closing reminder of the only tools.
+
+Persona fallback chain: the tenant's agent profile in the database → SOUL.md / AGENTS.md /
+MEMORY.md in the context directory → a minimal identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shared.context.fences import FenceSet, render_guides, strip_markers
+from shared.context.profiles import get_agent_profile, get_user_profile, preset_prompt
+from shared.context.prompt_text import (
+    MEMORY_USAGE,
+    MINIMAL_IDENTITY,
+    SEPARATOR,
+    STATIC_SECTIONS,
+    TOOL_DOCS,
+)
+from shared.db import Conn
+from shared.llm.types import ToolSpec
+
+WHAT_YOU_KNOW_LIMIT = 50
+PERSONALITY_LIMIT = 10
+DIRECTIVE_NAMESPACE, DIRECTIVE_KEY = "tacit/personality", "directive"
+DEFAULT_AGENT_NAME = "Engram"
+CONTEXT_FILES = ("SOUL.md", "AGENTS.md", "MEMORY.md")
+_FILE_LIMIT = 20_000  # characters read from each context file
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class StaticPrompt:
+    sections: tuple[Section, ...]
+    source: str  # where the persona came from: "database", "files" or "minimal"
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(section.text for section in self.sections)
+
+
+@dataclass
+class PromptInputs:
+    agent_name: str
+    persona: str
+    source: str
+    agent: dict[str, Any] | None = None
+    directive: str | None = None
+    user: dict[str, Any] | None = None
+    memories: list[dict[str, Any]] = field(default_factory=list)
+    file_rules: str | None = None
+    file_knowledge: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    fences: FenceSet | None = None
+
+
+def _clean(text: str | None) -> str:
+    """Stored text is data: it must not smuggle fence markers into the prompt."""
+    return strip_markers(text or "").strip()
+
+
+def read_context_files(directory: Path | None) -> dict[str, str]:
+    if directory is None or not directory.is_dir():
+        return {}
+    found = {}
+    for name in CONTEXT_FILES:
+        path = directory / name
+        if path.is_file():
+            found[name] = path.read_text(encoding="utf-8", errors="replace")[:_FILE_LIMIT]
+    return found
+
+
+def what_you_know(conn: Conn, tenant_id: int, user_id: int) -> list[dict[str, Any]]:
+    """Up to 50 tacit memories, at most 10 of them style observations, chosen by access_count.
+
+    Chosen by use, but listed by namespace and key: an access-count change that does not change the
+    selection must not reorder the list (that would break the prompt cache for nothing)."""
+    rows = conn.execute(
+        """(SELECT id, namespace, key, value, access_count, true AS personality FROM memories
+            WHERE tenant_id = %(t)s AND user_id = %(u)s AND valid_until IS NULL
+              AND (namespace = 'tacit/personality' OR namespace LIKE 'tacit/personality/%%')
+              AND NOT (namespace = %(dns)s AND key = %(dkey)s)
+            ORDER BY access_count DESC, id LIMIT %(plimit)s)
+           UNION ALL
+           (SELECT id, namespace, key, value, access_count, false FROM memories
+            WHERE tenant_id = %(t)s AND user_id = %(u)s AND valid_until IS NULL
+              AND (namespace = 'tacit' OR namespace LIKE 'tacit/%%')
+              AND NOT (namespace = 'tacit/personality' OR namespace LIKE 'tacit/personality/%%')
+            ORDER BY access_count DESC, id LIMIT %(limit)s)""",
+        {"t": tenant_id, "u": user_id, "dns": DIRECTIVE_NAMESPACE, "dkey": DIRECTIVE_KEY,
+         "plimit": PERSONALITY_LIMIT, "limit": WHAT_YOU_KNOW_LIMIT},
+    ).fetchall()
+    personality = [r for r in rows if r["personality"]]
+    others = [r for r in rows if not r["personality"]][: WHAT_YOU_KNOW_LIMIT - len(personality)]
+    return sorted(personality + others, key=lambda r: (r["namespace"], r["key"], r["id"]))
+
+
+def learned_directive(conn: Conn, tenant_id: int, user_id: int) -> str | None:
+    row = conn.execute(
+        """SELECT value FROM memories WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key = %s
+           AND valid_until IS NULL""",
+        (tenant_id, user_id, DIRECTIVE_NAMESPACE, DIRECTIVE_KEY),
+    ).fetchone()
+    return row["value"] if row else None
+
+
+def load_prompt_inputs(
+    conn: Conn, *, tenant_id: int, user_id: int, tools: tuple[ToolSpec, ...], fences: FenceSet | None,
+    context_dir: Path | None,
+) -> PromptInputs:
+    agent = get_agent_profile(conn, tenant_id)
+    files = read_context_files(context_dir)
+    if agent is not None:
+        name = _clean(agent["name"]) or DEFAULT_AGENT_NAME
+        persona = _clean(agent["custom_personality"]) or _clean(preset_prompt(conn, agent["personality_preset"]))
+        source = "database"
+        persona = persona or MINIMAL_IDENTITY
+    elif "SOUL.md" in files or "AGENTS.md" in files:
+        name, source = DEFAULT_AGENT_NAME, "files"
+        persona = _clean(files.get("SOUL.md")) or MINIMAL_IDENTITY
+    else:
+        name, persona, source = DEFAULT_AGENT_NAME, MINIMAL_IDENTITY, "minimal"
+    return PromptInputs(
+        agent_name=name, persona=persona, source=source, agent=agent,
+        directive=learned_directive(conn, tenant_id, user_id), user=get_user_profile(conn, tenant_id, user_id),
+        memories=what_you_know(conn, tenant_id, user_id),
+        file_rules=_clean(files.get("AGENTS.md")) if source == "files" else None,
+        file_knowledge=_clean(files.get("MEMORY.md")) if files.get("MEMORY.md") else None,
+        tools=tools, fences=fences,
+    )
+
+
+def _structured_markdown(value: Any, title: str) -> str | None:
+    """{"sections": [{"title", "items": [{"text", "enabled"}]}]} → markdown with enabled items only."""
+    if not isinstance(value, dict) or not isinstance(value.get("sections"), list):
+        return None
+    lines = [f"## {title}"]
+    for section in value["sections"]:
+        if not isinstance(section, dict):
+            continue
+        items = [_clean(str(i.get("text", ""))) for i in section.get("items", [])
+                 if isinstance(i, dict) and i.get("enabled", True) and str(i.get("text", "")).strip()]
+        if items:
+            lines.append(f"### {_clean(str(section.get('title', '')))}".rstrip())
+            lines.extend(f"- {item}" for item in items)
+    return "\n".join(lines) if len(lines) > 1 else None
+
+
+def _rules_and_notes(inputs: PromptInputs) -> list[Section]:
+    sections = []
+    agent = inputs.agent or {}
+    for field_name, markdown_name, title in (("rules", "rules_markdown", "Rules"),
+                                             ("tool_notes", "tool_notes_markdown", "Tool notes")):
+        text = _structured_markdown(agent.get(field_name), title)
+        if text is None and _clean(agent.get(markdown_name)):
+            text = f"## {title}\n{_clean(agent.get(markdown_name))}"
+        if text:
+            sections.append(Section(field_name, text))
+    if inputs.file_rules:
+        sections.append(Section("rules", f"## Rules\n{inputs.file_rules}"))
+    return sections
+
+
+def _character(agent: dict[str, Any] | None) -> str | None:
+    if not agent:
+        return None
+    parts = []
+    if _clean(agent.get("creature")):
+        parts.append(f"You are a {_clean(agent['creature'])}.")
+    if _clean(agent.get("role")):
+        parts.append(f"Your relationship to the user: {_clean(agent['role'])}.")
+    if _clean(agent.get("vibe")):
+        parts.append(f"Your vibe: {_clean(agent['vibe'])}.")
+    if _clean(agent.get("emoji")):
+        parts.append(f"Your emoji: {_clean(agent['emoji'])}.")
+    return "## Character\n" + " ".join(parts) if parts else None
+
+
+def _communication_style(agent: dict[str, Any] | None) -> str | None:
+    if not agent:
+        return None
+    labels = (("voice_style", "Voice"), ("formality", "Formality"), ("emoji_usage", "Emoji use"),
+              ("response_length", "Response length"))
+    lines = [f"- {label}: {_clean(agent.get(key))}" for key, label in labels if _clean(agent.get(key))]
+    return "## Communication style\n" + "\n".join(lines) if lines else None
+
+
+def _user_information(user: dict[str, Any] | None) -> str | None:
+    if not user:
+        return None
+    labels = (("display_name", "Name"), ("location", "Location"), ("timezone", "Time zone"),
+              ("occupation", "Occupation"), ("interests", "Interests"), ("goals", "Goals"), ("context", "Context"),
+              ("communication_style", "Prefers"))
+    lines = []
+    for key, label in labels:
+        value = user.get(key)
+        if isinstance(value, list):
+            value = ", ".join(_clean(str(v)) for v in value if str(v).strip())
+        if value and _clean(str(value)):
+            lines.append(f"- {label}: {_clean(str(value))}")
+    return "## About the user\n" + "\n".join(lines) if lines else None
+
+
+def _what_you_know(inputs: PromptInputs) -> str | None:
+    lines = [f"- [{m['namespace']}] {m['key']}: {_clean(m['value'])}" for m in inputs.memories]
+    if inputs.file_knowledge:
+        lines.append(inputs.file_knowledge)
+    return "## What You Know\n" + "\n".join(lines) if lines else None
+
+
+def build_static_prompt(inputs: PromptInputs) -> StaticPrompt:
+    name = inputs.agent_name
+    candidates: list[tuple[str, str | None]] = [
+        ("persona", inputs.persona),
+        ("character", _character(inputs.agent)),
+        ("learned_personality", f"## Personality (Learned)\n{_clean(inputs.directive)}" if inputs.directive else None),
+        ("communication_style", _communication_style(inputs.agent)),
+        ("user", _user_information(inputs.user)),
+    ]
+    sections = [Section(n, t) for n, t in candidates if t]
+    sections.extend(_rules_and_notes(inputs))
+    knowledge = _what_you_know(inputs)
+    if knowledge:
+        sections.append(Section("what_you_know", knowledge))
+    sections.append(Section("memory_usage", MEMORY_USAGE))
+    sections.append(Section("separator", SEPARATOR))
+    sections.extend(Section(f"guide_{i}", text) for i, text in enumerate(STATIC_SECTIONS, start=1))
+    tool_names = [tool.name for tool in inputs.tools]
+    docs = [f"- {TOOL_DOCS[n]}" for n in tool_names if n in TOOL_DOCS]
+    if docs:
+        sections.append(Section("tool_docs", "## Tool notes\n" + "\n".join(docs)))
+    if tool_names:
+        sections.append(Section("tool_list", f"Registered tools: {', '.join(tool_names)}. These are your only tools."))
+    if inputs.fences is not None:
+        sections.append(Section("system_guides", render_guides(inputs.fences, name)))
+    if tool_names:
+        sections.append(Section("reminder", f"Reminder: you are {name}; your only tools are {', '.join(tool_names)}."))
+    rendered = tuple(
+        Section(s.name, s.text if s.name == "system_guides" else s.text.replace("{name}", name)) for s in sections
+    )
+    return StaticPrompt(rendered, inputs.source)
