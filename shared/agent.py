@@ -14,18 +14,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import redis
 from psycopg.types.json import Jsonb
 
 from shared import db
+from shared.context.compiler import IntegrityViolation, TurnContext, compile_request, prepare_turn
+from shared.context.dynamic import RELEVANT_LIMIT
+from shared.context.fences import strip_markers
 from shared.db import Conn
 from shared.events import TurnEventPublisher
+from shared.llm.ledger import CallRecord, record_calls
 from shared.llm.types import ChatMessage, ChatProvider, ChatRequest, ChatResult, LLMError, ToolCall, Usage
 from shared.locks import HeartbeatLock, session_lock_name
 from shared.logging import get_logger
-from shared.prompt import build_dynamic_suffix, build_static_prompt
 from shared.text import estimate_tokens
 from shared.tools import ToolContext, ToolRegistry
 
@@ -51,6 +55,10 @@ class TurnDeps:
     lock_ttl_seconds: float = 30
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     memory_written: Callable[[int], None] | None = None  # enqueues embedding of memories tools wrote
+    after_turn: Callable[[int, int], None] | None = None  # (session_id, turn_id): schedules memory work
+    relevant_memory: bool = True  # search other sessions for the dynamic suffix
+    context_dir: Path | None = None
+    context_window: int | None = None
 
 
 @dataclass
@@ -58,8 +66,9 @@ class TurnOutcome:
     messages: list[ChatMessage]
     reply: str
     usage: Usage
-    llm_calls: int
+    calls: list[CallRecord]
     llm_seconds: float
+    steering_fired: set[str]
 
 
 def drain_session(session_id: int, deps: TurnDeps) -> int:
@@ -152,6 +161,32 @@ def _row_to_message(row: dict[str, Any]) -> ChatMessage:
     return ChatMessage("user", row["content"])
 
 
+def load_session(conn: Conn, session_id: int) -> dict[str, Any]:
+    row = conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
+    assert row is not None
+    return row
+
+
+def relevant_memories(conn: Conn, turn: dict[str, Any], history: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Top facts from the user's other sessions for the latest user message (shown, not counted as use:
+    counting them would churn the "What You Know" selection every turn)."""
+    latest = next((m.content for m in reversed(history) if m.role == "user"), "")
+    if not latest.strip():
+        return []
+    from shared.memory.search import SearchFilters
+    from shared.memory.service import search_memories
+    from shared.memory.store import Scope
+
+    results = search_memories(
+        conn,
+        Scope(turn["tenant_id"], turn["user_id"]),
+        latest[:2000],
+        limit=RELEVANT_LIMIT,
+        filters=SearchFilters(exclude_session_id=turn["session_id"], include_transcripts=False),
+    )
+    return [{"namespace": r.namespace, "key": r.key, "value": r.value} for r in results]
+
+
 def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> None:
     bound = log.bind(turn_id=turn["id"], session_id=turn["session_id"], attempt=turn["attempts"])
     events = TurnEventPublisher(deps.redis, turn["id"])
@@ -161,22 +196,39 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
     started = time.monotonic()
     with db.connection() as conn:
         history = load_context(conn, turn)
+        session = load_session(conn, turn["session_id"])
+        relevant = relevant_memories(conn, turn, history) if deps.relevant_memory else []
+        turn_context = prepare_turn(
+            conn,
+            session=session,
+            user_timezone=turn.get("timezone"),
+            turn_id=turn["id"],
+            tools=deps.tools.specs(),
+            provider=deps.provider.name,
+            model=deps.model,
+            now=deps.clock(),
+            context_dir=deps.context_dir,
+            relevant=relevant,
+            context_window_override=deps.context_window,
+            max_output_tokens=deps.max_output_tokens,
+        )
     ctx = ToolContext(
         tenant_id=turn["tenant_id"],
         user_id=turn["user_id"],
         session_id=turn["session_id"],
         turn_id=turn["id"],
         now=deps.clock(),
-        timezone=turn.get("timezone") or "UTC",
+        timezone=turn_context.dynamic.timezone,
         memory_written=deps.memory_written,
     )
     try:
-        outcome = run_agent_loop(history, ctx, deps, events)
-    except LLMError as exc:
-        bound.warning("turn failed", error=str(exc))
+        outcome = run_agent_loop(history, ctx, deps, events, turn_context)
+    except (LLMError, IntegrityViolation) as exc:
+        error = f"quarantined: {exc}" if isinstance(exc, IntegrityViolation) else str(exc)
+        bound.warning("turn failed", error=error)
         with db.connection() as conn:
-            _guarded_update(conn, turn, "failed", error=str(exc), timings=_timings(turn, started, None))
-        events.publish("error", error=str(exc))
+            _guarded_update(conn, turn, "failed", error=error, timings=_timings(turn, started, None))
+        events.publish("error", error=error)
         return
     if lock.lost:
         raise LockLost(f"session lock lost while running turn {turn['id']}")
@@ -188,7 +240,7 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
             reply=outcome.reply,
             usage={
                 **outcome.usage.as_dict(),
-                "llm_calls": outcome.llm_calls,
+                "llm_calls": len(outcome.calls),
                 "model": deps.model,
                 "provider": deps.provider.name,
             },
@@ -197,43 +249,80 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
         if written:
             _insert_messages(conn, turn, outcome.messages)
             _refresh_token_count(conn, turn["session_id"])
+            record_calls(
+                conn,
+                outcome.calls,
+                tenant_id=turn["tenant_id"],
+                user_id=turn["user_id"],
+                session_id=turn["session_id"],
+                turn_id=turn["id"],
+            )
+            _after_steering(conn, turn["session_id"], outcome.steering_fired)
     if written:
         events.publish("done", status="done", reply=outcome.reply, usage=outcome.usage.as_dict())
-        bound.info("turn done", llm_calls=outcome.llm_calls, **outcome.usage.as_dict())
+        bound.info("turn done", llm_calls=len(outcome.calls), **outcome.usage.as_dict())
+        if deps.after_turn is not None:
+            deps.after_turn(turn["session_id"], turn["id"])
     else:
         bound.warning("turn was already finished by another attempt; nothing written")
 
 
+def _after_steering(conn: Conn, session_id: int, fired: set[str]) -> None:
+    """Steering that fires once per event: compaction recovery once after a compaction, the budget warning
+    once per session."""
+    conn.execute(
+        """UPDATE sessions SET recovery_pending = false,
+               budget_warned_at = CASE WHEN %s THEN coalesce(budget_warned_at, now()) ELSE budget_warned_at END
+           WHERE id = %s""",
+        ("token_budget_warning" in fired, session_id),
+    )
+
+
 def run_agent_loop(
-    history: list[ChatMessage], ctx: ToolContext, deps: TurnDeps, events: TurnEventPublisher
+    history: list[ChatMessage], ctx: ToolContext, deps: TurnDeps, events: TurnEventPublisher, tc: TurnContext
 ) -> TurnOutcome:
     tool_specs = deps.tools.specs()
-    static = build_static_prompt(tool_specs)
     produced: list[ChatMessage] = []
     texts: list[str] = []
     usage = Usage()
     llm_seconds = 0.0
-    calls = 0
+    calls: list[CallRecord] = []
+    fired: set[str] = set()
     for iteration in range(deps.max_iterations):
         # The last allowed call offers no tools, so the model has to answer in words.
         last = iteration == deps.max_iterations - 1
+        compiled = compile_request(
+            tc,
+            history + produced,
+            iteration=iteration,
+            now=deps.clock(),
+            tools_used_this_turn=any(m.tool_calls for m in produced),
+            last_assistant_text=texts[-1] if texts else "",
+        )
+        if compiled.problems:
+            raise IntegrityViolation("integrity check of the system prompt failed: " + "; ".join(compiled.problems))
+        fired.update(s.name for s in compiled.steering)
         request = ChatRequest(
             model=deps.model,
-            messages=tuple(history + produced),
-            system_static=static,
-            system_dynamic=build_dynamic_suffix(deps.clock(), ctx.timezone, deps.model),
+            messages=tuple(compiled.messages),
+            system_static=compiled.system_static,
+            system_dynamic=compiled.system_dynamic,
             tools=() if last else tool_specs,
             max_tokens=deps.max_output_tokens,
         )
         began = time.monotonic()
         result: ChatResult = deps.provider.chat(request, _DeltaForwarder(events, paragraph_break=bool(texts)))
-        llm_seconds += time.monotonic() - began
-        calls += 1
+        elapsed = time.monotonic() - began
+        llm_seconds += elapsed
+        calls.append(
+            CallRecord("chat", deps.provider.name, result.model or deps.model, result.usage, int(elapsed * 1000))
+        )
         usage.add(result.usage)
-        if result.text:
-            texts.append(result.text)
+        text = strip_markers(result.text)
+        if text:
+            texts.append(text)
         tool_calls = [] if last else result.tool_calls
-        produced.append(ChatMessage("assistant", result.text, tool_calls=tuple(tool_calls)))
+        produced.append(ChatMessage("assistant", text, tool_calls=tuple(tool_calls)))
         if not tool_calls:
             break
         for call in tool_calls:
@@ -251,7 +340,7 @@ def run_agent_loop(
                     "tool", outcome.content, tool_call_id=call.id, tool_name=call.name, is_error=outcome.is_error
                 )
             )
-    return TurnOutcome(produced, "\n\n".join(texts), usage, calls, llm_seconds)
+    return TurnOutcome(produced, "\n\n".join(texts), usage, calls, llm_seconds, fired)
 
 
 class _DeltaForwarder:

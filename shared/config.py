@@ -70,6 +70,14 @@ class Settings(BaseSettings):
     search_min_score: float = Field(0.3, ge=0, le=1, description="Weighted mode: drop results below this")
     search_overfetch: int = Field(8, ge=1, description="Each leg fetches limit × this before fusion")
 
+    # --- context ---------------------------------------------------------------------------------
+    context_dir: Path | None = Field(None, description="SOUL.md / AGENTS.md / MEMORY.md fallback when no agent profile")
+    context_window_tokens: int | None = Field(None, ge=1000, description="Override the model's context window")
+    compaction_threshold_tokens: int | None = Field(
+        None, ge=200, description="Compact a session at this many tokens; default 60% of the context window"
+    )
+    flush_ratio: float = Field(0.75, gt=0, lt=1, description="Memory flush at this share of the compaction threshold")
+
     # --- agent loop --------------------------------------------------------------------------
     max_iterations: int = Field(8, ge=1, description="LLM calls per turn at most (tool loop)")
     session_lock_ttl_seconds: int = Field(30, ge=5, description="Per-session lock TTL; heartbeat at a third")

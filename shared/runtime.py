@@ -24,4 +24,6 @@ def turn_deps(memory_written: Callable[[int], None] | None = None) -> TurnDeps:
         max_output_tokens=settings.max_output_tokens,
         lock_ttl_seconds=settings.session_lock_ttl_seconds,
         memory_written=memory_written,
+        context_dir=settings.context_dir,
+        context_window=settings.context_window_tokens,
     )

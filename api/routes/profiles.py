@@ -131,14 +131,20 @@ def read_user_profile(user_id: Annotated[str, Path(pattern=ID_PATTERN)], tenant:
     return UserProfileOut(user_id=profile.pop("external_id"), **profile)
 
 
-@router.patch("/users/{user_id}/profile", response_model=UserProfileOut,
-              responses={422: {"description": "Invalid field, e.g. an unknown time zone"}})
-def update_user_profile(user_id: Annotated[str, Path(pattern=ID_PATTERN)], body: UserProfilePatch,
-                        tenant: TenantDep) -> UserProfileOut:
+@router.patch(
+    "/users/{user_id}/profile",
+    response_model=UserProfileOut,
+    responses={422: {"description": "Invalid field, e.g. an unknown time zone"}},
+)
+def update_user_profile(
+    user_id: Annotated[str, Path(pattern=ID_PATTERN)], body: UserProfilePatch, tenant: TenantDep
+) -> UserProfileOut:
     values = body.model_dump(exclude_unset=True)
     if values.get("timezone") and not _zone_ok(values["timezone"]):
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            f"unknown time zone {values['timezone']!r}; use an IANA name such as Europe/Lisbon")
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"unknown time zone {values['timezone']!r}; use an IANA name such as Europe/Lisbon",
+        )
     with db.connection() as conn:
         profile = patch_user_profile(conn, tenant.id, ensure_user(conn, tenant.id, user_id), values)
     assert profile is not None

@@ -38,8 +38,7 @@ def local_time(now: datetime, timezone: str) -> tuple[datetime, str]:
 def describe_time(now: datetime, timezone: str) -> str:
     local, zone = local_time(now, timezone)
     offset = local.strftime("%z")
-    return (f"{local:%A %d %B %Y}, {local:%H:%M} ({zone}, UTC{offset[:3]}:{offset[3:]}). "
-            f"The year is {local.year}.")
+    return f"{local:%A %d %B %Y}, {local:%H:%M} ({zone}, UTC{offset[:3]}:{offset[3:]}). The year is {local.year}."
 
 
 def build_dynamic_suffix(inputs: DynamicInputs) -> list[Section]:
@@ -48,13 +47,20 @@ def build_dynamic_suffix(inputs: DynamicInputs) -> list[Section]:
         Section("system", f"[System context]\nModel: {inputs.provider}/{inputs.model}\nChannel: {inputs.channel}"),
     ]
     if inputs.active_task:
-        sections.append(Section("active_task", "## Active task\nYou are working on: "
-                                f"{strip_markers(inputs.active_task)}\nKeep every step in service of it."))
+        sections.append(
+            Section(
+                "active_task",
+                "## Active task\nYou are working on: "
+                f"{strip_markers(inputs.active_task)}\nKeep every step in service of it.",
+            )
+        )
     if inputs.summary:
         sections.append(Section("summary", f"[Previous conversation summary]\n{strip_markers(inputs.summary)}"))
     if inputs.relevant:
         lines = [f"- [{m['namespace']}] {m['key']}: {strip_markers(m['value'])}" for m in inputs.relevant]
-        sections.append(Section("relevant_memory", "## Relevant memory (from other conversations)\n" + "\n".join(lines)))
+        sections.append(
+            Section("relevant_memory", "## Relevant memory (from other conversations)\n" + "\n".join(lines))
+        )
     if inputs.reflection:
         sections.append(Section("reflection", f"## Latest weekly reflection\n{strip_markers(inputs.reflection)}"))
     return sections

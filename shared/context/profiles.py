@@ -9,11 +9,31 @@ from psycopg.types.json import Jsonb
 from shared.db import Conn
 
 AGENT_FIELDS = (
-    "name", "personality_preset", "custom_personality", "creature", "role", "vibe", "emoji", "voice_style",
-    "formality", "emoji_usage", "response_length", "rules", "rules_markdown", "tool_notes", "tool_notes_markdown",
+    "name",
+    "personality_preset",
+    "custom_personality",
+    "creature",
+    "role",
+    "vibe",
+    "emoji",
+    "voice_style",
+    "formality",
+    "emoji_usage",
+    "response_length",
+    "rules",
+    "rules_markdown",
+    "tool_notes",
+    "tool_notes_markdown",
 )
 USER_PROFILE_FIELDS = (
-    "display_name", "location", "timezone", "occupation", "interests", "goals", "context", "communication_style",
+    "display_name",
+    "location",
+    "timezone",
+    "occupation",
+    "interests",
+    "goals",
+    "context",
+    "communication_style",
 )
 _JSON_FIELDS = frozenset({"rules", "tool_notes", "interests", "goals"})
 

@@ -100,8 +100,14 @@ def what_you_know(conn: Conn, tenant_id: int, user_id: int) -> list[dict[str, An
               AND (namespace = 'tacit' OR namespace LIKE 'tacit/%%')
               AND NOT (namespace = 'tacit/personality' OR namespace LIKE 'tacit/personality/%%')
             ORDER BY access_count DESC, id LIMIT %(limit)s)""",
-        {"t": tenant_id, "u": user_id, "dns": DIRECTIVE_NAMESPACE, "dkey": DIRECTIVE_KEY,
-         "plimit": PERSONALITY_LIMIT, "limit": WHAT_YOU_KNOW_LIMIT},
+        {
+            "t": tenant_id,
+            "u": user_id,
+            "dns": DIRECTIVE_NAMESPACE,
+            "dkey": DIRECTIVE_KEY,
+            "plimit": PERSONALITY_LIMIT,
+            "limit": WHAT_YOU_KNOW_LIMIT,
+        },
     ).fetchall()
     personality = [r for r in rows if r["personality"]]
     others = [r for r in rows if not r["personality"]][: WHAT_YOU_KNOW_LIMIT - len(personality)]
@@ -118,7 +124,12 @@ def learned_directive(conn: Conn, tenant_id: int, user_id: int) -> str | None:
 
 
 def load_prompt_inputs(
-    conn: Conn, *, tenant_id: int, user_id: int, tools: tuple[ToolSpec, ...], fences: FenceSet | None,
+    conn: Conn,
+    *,
+    tenant_id: int,
+    user_id: int,
+    tools: tuple[ToolSpec, ...],
+    fences: FenceSet | None,
     context_dir: Path | None,
 ) -> PromptInputs:
     agent = get_agent_profile(conn, tenant_id)
@@ -134,12 +145,17 @@ def load_prompt_inputs(
     else:
         name, persona, source = DEFAULT_AGENT_NAME, MINIMAL_IDENTITY, "minimal"
     return PromptInputs(
-        agent_name=name, persona=persona, source=source, agent=agent,
-        directive=learned_directive(conn, tenant_id, user_id), user=get_user_profile(conn, tenant_id, user_id),
+        agent_name=name,
+        persona=persona,
+        source=source,
+        agent=agent,
+        directive=learned_directive(conn, tenant_id, user_id),
+        user=get_user_profile(conn, tenant_id, user_id),
         memories=what_you_know(conn, tenant_id, user_id),
         file_rules=_clean(files.get("AGENTS.md")) if source == "files" else None,
         file_knowledge=_clean(files.get("MEMORY.md")) if files.get("MEMORY.md") else None,
-        tools=tools, fences=fences,
+        tools=tools,
+        fences=fences,
     )
 
 
@@ -151,8 +167,11 @@ def _structured_markdown(value: Any, title: str) -> str | None:
     for section in value["sections"]:
         if not isinstance(section, dict):
             continue
-        items = [_clean(str(i.get("text", ""))) for i in section.get("items", [])
-                 if isinstance(i, dict) and i.get("enabled", True) and str(i.get("text", "")).strip()]
+        items = [
+            _clean(str(i.get("text", "")))
+            for i in section.get("items", [])
+            if isinstance(i, dict) and i.get("enabled", True) and str(i.get("text", "")).strip()
+        ]
         if items:
             lines.append(f"### {_clean(str(section.get('title', '')))}".rstrip())
             lines.extend(f"- {item}" for item in items)
@@ -162,8 +181,10 @@ def _structured_markdown(value: Any, title: str) -> str | None:
 def _rules_and_notes(inputs: PromptInputs) -> list[Section]:
     sections = []
     agent = inputs.agent or {}
-    for field_name, markdown_name, title in (("rules", "rules_markdown", "Rules"),
-                                             ("tool_notes", "tool_notes_markdown", "Tool notes")):
+    for field_name, markdown_name, title in (
+        ("rules", "rules_markdown", "Rules"),
+        ("tool_notes", "tool_notes_markdown", "Tool notes"),
+    ):
         text = _structured_markdown(agent.get(field_name), title)
         if text is None and _clean(agent.get(markdown_name)):
             text = f"## {title}\n{_clean(agent.get(markdown_name))}"
@@ -192,8 +213,12 @@ def _character(agent: dict[str, Any] | None) -> str | None:
 def _communication_style(agent: dict[str, Any] | None) -> str | None:
     if not agent:
         return None
-    labels = (("voice_style", "Voice"), ("formality", "Formality"), ("emoji_usage", "Emoji use"),
-              ("response_length", "Response length"))
+    labels = (
+        ("voice_style", "Voice"),
+        ("formality", "Formality"),
+        ("emoji_usage", "Emoji use"),
+        ("response_length", "Response length"),
+    )
     lines = [f"- {label}: {_clean(agent.get(key))}" for key, label in labels if _clean(agent.get(key))]
     return "## Communication style\n" + "\n".join(lines) if lines else None
 
@@ -201,9 +226,16 @@ def _communication_style(agent: dict[str, Any] | None) -> str | None:
 def _user_information(user: dict[str, Any] | None) -> str | None:
     if not user:
         return None
-    labels = (("display_name", "Name"), ("location", "Location"), ("timezone", "Time zone"),
-              ("occupation", "Occupation"), ("interests", "Interests"), ("goals", "Goals"), ("context", "Context"),
-              ("communication_style", "Prefers"))
+    labels = (
+        ("display_name", "Name"),
+        ("location", "Location"),
+        ("timezone", "Time zone"),
+        ("occupation", "Occupation"),
+        ("interests", "Interests"),
+        ("goals", "Goals"),
+        ("context", "Context"),
+        ("communication_style", "Prefers"),
+    )
     lines = []
     for key, label in labels:
         value = user.get(key)

@@ -18,6 +18,8 @@ _ERASE_ORDER = (
     ("memory_events", "DELETE FROM memory_events WHERE tenant_id = %(t)s AND user_id = %(u)s"),
     ("memories", "DELETE FROM memories WHERE tenant_id = %(t)s AND user_id = %(u)s"),
     ("entities", "DELETE FROM entities WHERE tenant_id = %(t)s AND user_id = %(u)s"),
+    ("documents", "DELETE FROM documents WHERE tenant_id = %(t)s AND user_id = %(u)s"),
+    ("llm_calls", "DELETE FROM llm_calls WHERE tenant_id = %(t)s AND user_id = %(u)s"),
     ("session_messages", "DELETE FROM session_messages WHERE tenant_id = %(t)s AND user_id = %(u)s"),
     ("turns", "DELETE FROM turns WHERE tenant_id = %(t)s AND user_id = %(u)s"),
     ("sessions", "DELETE FROM sessions WHERE tenant_id = %(t)s AND user_id = %(u)s"),

@@ -1,0 +1,242 @@
+"""What the model sees each iteration: static prompt + dynamic suffix + pruned history + steering.
+
+`prepare_turn` runs once per turn (database reads: profiles, memories, relevant memories, steering
+facts); `compile_request` runs before every model call and is pure. The same code serves the
+context inspection endpoint, so what it shows is what the model would get.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from shared.context.dynamic import DynamicInputs, build_dynamic_suffix, describe_time, latest_reflection
+from shared.context.fences import FenceSet, verify
+from shared.context.pruning import PruneReport, prune_messages
+from shared.context.static_prompt import Section, StaticPrompt, build_static_prompt, load_prompt_inputs
+from shared.context.steering import SteeringMessage, SteeringState, apply_steering, generate_steering
+from shared.context.tokens import TokenCounter, counter_for
+from shared.db import Conn
+from shared.llm.types import ChatMessage, ToolSpec
+
+# Tools whose old results may be trimmed to a marker (bulky, re-fetchable output).
+PRUNABLE_TOOLS = frozenset({"read_document", "search_conversation", "memory_search", "memory_list"})
+MEMORY_TOOLS = frozenset(
+    {
+        "memory_store",
+        "memory_recall",
+        "memory_search",
+        "memory_list",
+        "memory_delete",
+        "memory_correct",
+        "memory_confirm",
+        "memory_stats",
+        "entity_info",
+        "search_conversation",
+    }
+)
+_CONTEXT_WINDOWS = (
+    ("claude", 200_000),
+    ("gpt-4.1", 1_000_000),
+    ("gpt-4o", 128_000),
+    ("gpt-5", 400_000),
+    ("o3", 200_000),
+    ("o4", 200_000),
+    ("offline", 32_000),
+)
+DEFAULT_CONTEXT_WINDOW = 32_000
+
+
+def context_window(model: str, override: int | None = None) -> int:
+    if override:
+        return override
+    lowered = model.lower()
+    return next((size for prefix, size in _CONTEXT_WINDOWS if prefix in lowered), DEFAULT_CONTEXT_WINDOW)
+
+
+class IntegrityViolation(RuntimeError):
+    """The static prompt's fenced guides are missing or altered: the request is not sent."""
+
+
+@dataclass
+class TurnContext:
+    static: StaticPrompt
+    fences: FenceSet
+    agent_name: str
+    dynamic: DynamicInputs
+    counter: TokenCounter
+    budget_tokens: int
+    steering: SteeringState
+
+
+@dataclass
+class CompiledRequest:
+    system_static: str
+    system_dynamic: str
+    dynamic_sections: list[Section]
+    messages: list[ChatMessage]
+    steering: list[SteeringMessage]
+    pruning: PruneReport
+    problems: list[str]
+
+
+def _steering_facts(conn: Conn, session: dict[str, Any], turn_id: int | None) -> dict[str, Any]:
+    """Counts the steering generators need, from the session's whole history (compacted included)."""
+    upto = "AND (turn_id IS NULL OR turn_id <= %(turn)s)" if turn_id is not None else ""
+    params = {"s": session["id"], "turn": turn_id}
+    rows = conn.execute(
+        f"""SELECT role, content, tool_calls, created_at FROM session_messages
+            WHERE session_id = %(s)s {upto} ORDER BY turn_id NULLS FIRST, id""",
+        params,
+    ).fetchall()
+    assistant_turns = sum(1 for r in rows if r["role"] == "assistant")
+    since_tool = since_memory = 0
+    tool_seen = memory_seen = False
+    for row in reversed(rows):
+        names = {c.get("name") for c in row["tool_calls"] or []}
+        if row["role"] == "assistant" and names:
+            tool_seen = True
+            memory_seen = memory_seen or bool(names & MEMORY_TOOLS)
+        if row["role"] == "user":
+            since_tool += 0 if tool_seen else 1
+            since_memory += 0 if memory_seen else 1
+    users = [r for r in rows if r["role"] == "user"]
+    gap = None
+    if len(rows) >= 2 and users:
+        current = users[-1]
+        earlier = [r for r in rows if r["created_at"] < current["created_at"]]
+        if earlier:
+            gap = (current["created_at"] - earlier[-1]["created_at"]).total_seconds() / 60
+    return {
+        "assistant_turns": assistant_turns,
+        "user_turns_since_tool_use": since_tool,
+        "user_turns_since_memory_tool": since_memory,
+        "recent_user_messages": tuple(r["content"] for r in users[-10:]),
+        "minutes_since_previous_message": gap,
+    }
+
+
+def budget_used(conn: Conn, tenant_id: int) -> float | None:
+    row = conn.execute(
+        """SELECT t.monthly_token_budget AS budget,
+                  (SELECT coalesce(sum(input_tokens + output_tokens + cache_read_tokens + cache_write_tokens), 0)
+                   FROM llm_calls WHERE tenant_id = t.id AND created_at >= date_trunc('month', now())) AS used
+           FROM tenants t WHERE t.id = %s""",
+        (tenant_id,),
+    ).fetchone()
+    if row is None or not row["budget"]:
+        return None
+    return float(row["used"]) / float(row["budget"])
+
+
+def prepare_turn(
+    conn: Conn,
+    *,
+    session: dict[str, Any],
+    user_timezone: str | None,
+    turn_id: int | None,
+    tools: tuple[ToolSpec, ...],
+    provider: str,
+    model: str,
+    now: datetime,
+    context_dir: Path | None,
+    relevant: list[dict[str, Any]],
+    context_window_override: int | None = None,
+    max_output_tokens: int = 1024,
+) -> TurnContext:
+    tenant_id, user_id = session["tenant_id"], session["user_id"]
+    fences = FenceSet.for_session(str(session["fence_seed"]).encode(), session["id"])
+    inputs = load_prompt_inputs(
+        conn, tenant_id=tenant_id, user_id=user_id, tools=tools, fences=fences, context_dir=context_dir
+    )
+    static = build_static_prompt(inputs)
+    timezone = (inputs.user or {}).get("timezone") or user_timezone or "UTC"
+    dynamic = DynamicInputs(
+        now=now,
+        timezone=timezone,
+        model=model,
+        provider=provider,
+        channel=session.get("channel") or "api",
+        active_task=session.get("active_task"),
+        summary=session.get("summary"),
+        relevant=tuple(relevant),
+        reflection=latest_reflection(conn, tenant_id, user_id),
+    )
+    facts = _steering_facts(conn, session, turn_id)
+    steering = SteeringState(
+        agent_name=inputs.agent_name,
+        channel=dynamic.channel,
+        active_task=dynamic.active_task,
+        just_compacted=bool(session.get("recovery_pending")),
+        budget_used_ratio=budget_used(conn, tenant_id),
+        budget_warned_this_session=session.get("budget_warned_at") is not None,
+        **facts,
+    )
+    budget = context_window(model, context_window_override) - max_output_tokens
+    return TurnContext(static, fences, inputs.agent_name, dynamic, counter_for(provider, model), budget, steering)
+
+
+def compile_request(
+    tc: TurnContext,
+    messages: list[ChatMessage],
+    *,
+    iteration: int,
+    now: datetime,
+    tools_used_this_turn: bool = False,
+    last_assistant_text: str = "",
+) -> CompiledRequest:
+    dynamic_sections = build_dynamic_suffix(replace(tc.dynamic, now=now))
+    pruned, report = prune_messages(
+        messages, budget_tokens=tc.budget_tokens, counter=tc.counter, prunable_tools=PRUNABLE_TOOLS
+    )
+    state = replace(
+        tc.steering,
+        iteration=iteration,
+        tools_used_this_turn=tools_used_this_turn,
+        last_assistant_text=last_assistant_text,
+        local_time_text=describe_time(now, tc.dynamic.timezone),
+    )
+    steering = generate_steering(state)
+    static_text = tc.static.text
+    return CompiledRequest(
+        system_static=static_text,
+        system_dynamic="\n\n".join(section.text for section in dynamic_sections),
+        dynamic_sections=dynamic_sections,
+        messages=apply_steering(pruned, steering),
+        steering=steering,
+        pruning=report,
+        problems=verify(static_text, tc.fences, tc.agent_name),
+    )
+
+
+def describe(tc: TurnContext, compiled: CompiledRequest) -> dict[str, Any]:
+    """The inspection view: every section with its token count, steering and why, pruning."""
+    count = tc.counter.count
+    static = [{"name": s.name, "tokens": count(s.text), "text": s.text} for s in tc.static.sections]
+    dynamic = [{"name": s.name, "tokens": count(s.text), "text": s.text} for s in compiled.dynamic_sections]
+    message_tokens = tc.counter.count_messages(compiled.messages)
+    return {
+        "persona_source": tc.static.source,
+        "tokenizer": tc.counter.name,
+        "static": static,
+        "dynamic": dynamic,
+        "steering": [
+            {"name": s.name, "reason": s.reason, "position": s.position, "text": s.text} for s in compiled.steering
+        ],
+        "pruning": {
+            "stages": compiled.pruning.stages,
+            "tokens_before": compiled.pruning.tokens_before,
+            "tokens_after": compiled.pruning.tokens_after,
+            "budget_tokens": compiled.pruning.budget_tokens,
+            "summary": compiled.pruning.summary,
+        },
+        "messages": len(compiled.messages),
+        "integrity_problems": compiled.problems,
+        "tokens": {
+            "static": sum(s["tokens"] for s in static),
+            "dynamic": sum(s["tokens"] for s in dynamic),
+            "messages": message_tokens,
+        },
+    }
