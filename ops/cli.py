@@ -246,6 +246,39 @@ def demo(
         _say(client, session_key, user, text)
 
 
+@app.command()
+def context(
+    user: Annotated[str, typer.Argument(help="User id")],
+    session: Annotated[str, typer.Argument(help="Session key")],
+    full: Annotated[bool, typer.Option(help="Print every section's text")] = False,
+    url: UrlOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Show what the model would see on the session's next request."""
+    from ops.client import EngramAPIError, EngramClient
+
+    client = _connect_client(url, api_key)
+    assert isinstance(client, EngramClient)
+    try:
+        view = client.context(session, user)
+    except EngramAPIError as exc:
+        _fail(str(exc))
+    typer.echo(f"{view['model']}  persona: {view['persona_source']}  tokenizer: {view['tokenizer']}")
+    for part in ("static", "dynamic"):
+        typer.secho(f"\n{part} ({view['tokens'][part]} tokens)", bold=True)
+        for section in view[part]:
+            typer.echo(f"  {section['tokens']:>6}  {section['name']}")
+            if full:
+                typer.echo("        " + section["text"].replace("\n", "\n        "))
+    typer.secho(f"\nmessages: {view['messages']} ({view['tokens']['messages']} tokens)", bold=True)
+    typer.echo(f"pruning: {view['pruning']['summary'] or 'none'}")
+    typer.secho("steering:", bold=True)
+    for item in view["steering"] or [{"name": "none", "reason": "no generator fired"}]:
+        typer.echo(f"  {item['name']}: {item['reason']}")
+    if view["integrity_problems"]:
+        typer.secho("integrity problems: " + "; ".join(view["integrity_problems"]), fg=typer.colors.RED)
+
+
 # ----------------------------------------------------------------------------------------- doctor
 
 

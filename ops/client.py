@@ -65,5 +65,8 @@ class EngramClient:
                 if sse.event in ("done", "error"):
                     return
 
+    def context(self, session_key: str, user_id: str) -> dict[str, Any]:
+        return self._check(self.http.get(f"/v1/sessions/{session_key}/context", params={"user_id": user_id}))
+
     def messages(self, session_key: str, user_id: str) -> dict[str, Any]:
         return self._check(self.http.get(f"/v1/sessions/{session_key}/messages", params={"user_id": user_id}))

@@ -35,7 +35,7 @@ TEST_ENV = {
     # Tests empty the tables between cases; workers must not trust a space check from before that.
     "ENGRAM_EMBEDDING_SPACE_CHECK_SECONDS": "0",
 }
-_TABLES_KEPT = ("schema_migrations",)
+_TABLES_KEPT = ("schema_migrations", "personality_presets")  # seeded by migrations
 
 
 def _reset_process_state() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
 
@@ -10,9 +10,28 @@ from api.deps import TenantDep
 from api.routes.turns import SessionKey
 from api.schemas import ID_PATTERN, MessageOut, MessagesOut
 from shared import db
+from shared.config import get_settings
+from shared.context.inspect import inspect_session
 from shared.turns import list_messages
 
 router = APIRouter(prefix="/v1", tags=["sessions"])
+
+
+@router.get("/sessions/{session_key}/context", responses={404: {"description": "No such session"}})
+def session_context(
+    session_key: SessionKey,
+    tenant: TenantDep,
+    user_id: Annotated[str, Query(pattern=ID_PATTERN, description="The session's user")],
+) -> dict[str, Any]:
+    """What the model would see on the next request: every section with its token count, the steering
+    that would fire and why, and the pruning applied."""
+    with db.connection() as conn:
+        view = inspect_session(
+            conn, get_settings(), tenant_id=tenant.id, user_external_id=user_id, session_key=session_key
+        )
+    if view is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {user_id!r} has no session {session_key!r}")
+    return view
 
 
 @router.get(

@@ -676,6 +676,18 @@ class Corpus:
     vectors: dict[int, np.ndarray] = field(default_factory=dict)  # user id -> float32 rows, same order
 
 
+def memories_per_user(size: int, users: int, skew: float) -> list[int]:
+    """Even split for skew 0; else Zipf-like: user i gets a share proportional to 1 / (i + 1) ** skew."""
+    weights = 1.0 / np.arange(1, users + 1, dtype=np.float64) ** skew
+    counts = np.maximum(1, np.floor(weights / weights.sum() * size)).astype(int)
+    remainder = size - int(counts.sum())
+    if remainder >= 0:
+        counts[:remainder] += 1  # the rounding remainder goes to the heaviest users
+    else:
+        counts[0] += remainder  # the "at least one" floor overshot: the heaviest user gives it back
+    return [int(c) for c in counts]
+
+
 @dataclass
 class _Row:
     created: datetime
@@ -692,14 +704,13 @@ def load(
     facts: Sequence[Fact],
     pool_vectors: np.ndarray,
     noise_norm: float,
+    skew: float,
     seed: int,
     now: datetime,
 ) -> Corpus:
     rng = np.random.default_rng(seed)
     users = setup.user_ids
-    per_user = [size // len(users) + (1 if i < size % len(users) else 0) for i in range(len(users))]
-    if max(per_user) > len(facts):
-        raise BenchError(f"{max(per_user)} memories per user need --pool >= {max(per_user)}")
+    per_user = memories_per_user(size, len(users), skew)
 
     conn.execute(f"TRUNCATE {', '.join(MEMORY_TABLES)} RESTART IDENTITY CASCADE")
     # Bulk load first, index after: the build is then one pass (what a restore or reindex does).
@@ -707,7 +718,8 @@ def load(
 
     rows: list[_Row] = []
     for user_id, count in zip(users, per_user, strict=True):
-        chosen = rng.choice(len(facts), size=count, replace=False)
+        # Distinct facts while the pool suffices; a heavier user repeats facts (as distinct noisy vectors).
+        chosen = rng.choice(len(facts), size=count, replace=count > len(facts))
         keys: set[tuple[str, str]] = set()
         for index, vector in zip(chosen, noisy(pool_vectors[chosen], noise_norm, rng), strict=True):
             fact = facts[int(index)]
@@ -1093,6 +1105,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--pool", type=int, default=4000, help="distinct facts embedded with the real model")
     parser.add_argument("--questions", type=int, default=300, help="distinct held-out questions")
     parser.add_argument("--noise", type=float, default=0.25, help="expected norm of the noise added per memory")
+    parser.add_argument(
+        "--skew", type=float, default=0.0, help="0 = memories spread evenly; s > 0 = user i holds ~1/(i+1)^s"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--database-url", default=os.environ.get("ENGRAM_DATABASE_URL"), help="a scratch database (default: embedded)"
@@ -1137,6 +1152,8 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 "pool": len(facts),
                 "questions": len(queries),
                 "noise_norm": args.noise,
+                "skew": args.skew,
+                "loadavg_start": round(os.getloadavg()[0], 2),
                 "embed_s": round(embed_s, 1),
                 "cpus": os.cpu_count(),
                 "server_version": settings["v"],
@@ -1148,7 +1165,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
         for size in args.size_list:
             log(f"[{size}] loading ...")
             start = time.perf_counter()
-            corpus = load(conn, setup, size, facts, pool_vectors, args.noise, args.seed + size, now)
+            corpus = load(conn, setup, size, facts, pool_vectors, args.noise, args.skew, args.seed + size, now)
             load_s = time.perf_counter() - start
             log(f"[{size}] loaded in {load_s:.1f}s; building the HNSW index ...")
             build_s = build_index(conn, setup.hnsw_indexdef)
@@ -1195,6 +1212,8 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                     "latency": latency,
                 }
             )
+        # Other work on the machine inflates latencies; recorded so a reader can tell.
+        report["config"]["loadavg_end"] = round(os.getloadavg()[0], 2)
         return report
     finally:
         conn.close()

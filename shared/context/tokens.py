@@ -193,9 +193,9 @@ class BpeTokenCounter(_MessageCounting):
 # folded into the next word's token) and digits at 2 (numbers split into 1-3 digit groups).
 # CJK is about one token per character (1.27 cl100k, 0.80 o200k) and other non-ASCII letters (Cyrillic,
 # Greek, accented Latin) about half a token each (~0.7 cl100k, ~0.35 o200k).
-# Anthropic does not publish its tokenizer, so this is calibrated on OpenAI's; Claude models are reported
-# to need somewhat more tokens for the same text. Callers budget in fractions of the context window
-# (pruning starts at 30%), which leaves room for that.
+# Anthropic does not publish its tokenizer, so this is calibrated on OpenAI's; Claude models may need more
+# tokens for the same text. Callers budget in fractions of the context window (pruning starts at 30%),
+# which leaves room for that, and `scale` can add an explicit margin.
 LETTER_TOKENS_PER_CHAR: Final = 0.193
 DIGIT_TOKENS_PER_CHAR: Final = 0.5
 WHITESPACE_TOKENS_PER_CHAR: Final = 0.226

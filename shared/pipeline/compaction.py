@@ -149,6 +149,7 @@ _BOLD_HEADING = re.compile(r"^(?:\*\*|__)(?P<h>[^*_]{2,60}?)(?:\*\*|__)\s*:?\s*$
 _LABEL_LINE = re.compile(r"^(?P<h>[A-Za-z][A-Za-z /-]{1,40}?)\s*:\s*(?P<rest>.*)$")
 _BULLET = re.compile(r"^(?:[-*•+]|\d+[.)])\s+")
 _ACTIVE_TASK = re.compile(r"^[\W_]*active[ _-]?task[\W_]*?[:\-–—]\s*(?P<task>.*?)[*_\s]*$", re.IGNORECASE)
+_ACTIVE_TASK_HEADING = re.compile(r"^[#*_\s]*active[ _-]?task[*_:\s]*$", re.IGNORECASE)
 _EMPTY_ITEMS = frozenset({"none", "n/a", "na", "nothing", "no", "-", "none yet", "nothing yet", "null", "…", "..."})
 
 
@@ -194,11 +195,19 @@ def _parse_sections(text: str) -> tuple[list[_Section], str | None]:
         line = raw_line.strip()
         if not line:
             prose_open = False
-            if earlier and current.earlier and current.items:
-                earlier = False  # the compressed block ends at its first blank line
+            if earlier:
+                # The compressed block ends at its first blank line; what follows is the newer summary.
+                earlier = False
+                current = _Section("", known=False, earlier=False)
+                sections.append(current)
             continue
         if line == EARLIER_MARKER:
             earlier = True
+            current = _Section("", known=False, earlier=True)
+            sections.append(current)
+            continue
+        if _ACTIVE_TASK_HEADING.match(line):
+            expect_task = True
             continue
         if (m := _ACTIVE_TASK.match(line)) is not None:
             task = m.group("task") or None
@@ -217,12 +226,9 @@ def _parse_sections(text: str) -> tuple[list[_Section], str | None]:
                 current.items.extend(filter(None, (_item_text(part) for part in inline.split(";"))))
             continue
         is_bullet = _BULLET.match(line) is not None
-        if not is_bullet and not prose_open:
+        if not is_bullet and not prose_open and current.heading:
             continue
-        if is_bullet:
-            candidates = [line]
-        else:
-            candidates = split_sentences(line)
+        candidates = [line] if is_bullet else split_sentences(line)
         for candidate in candidates:
             item = _item_text(candidate)
             if item is not None and injection_category(item) is None:
@@ -245,9 +251,9 @@ def _heading_of(line: str) -> tuple[str | None, str]:
         return m.group("h").strip().rstrip(":"), ""
     if (m := _BOLD_HEADING.match(line)) is not None:
         return m.group("h").strip().rstrip(":"), ""
-    if _BULLET.match(line) is None and (m := _LABEL_LINE.match(line)) is not None:
-        if _canonical_heading(m.group("h")) is not None:
-            return m.group("h"), m.group("rest")
+    m = _LABEL_LINE.match(line) if _BULLET.match(line) is None else None
+    if m is not None and _canonical_heading(m.group("h")) is not None:
+        return m.group("h"), m.group("rest")
     return None, ""
 
 
@@ -314,36 +320,34 @@ def compress_previous(summary: str, limit: int = PREVIOUS_SUMMARY_CHARS) -> str:
         return ""
     sections, _ = _parse_sections(summary)
     merged = {
-        heading: [truncate(item, COMPRESSED_ITEM_CHARS) for item in items]
+        heading: [truncate(item.rstrip(".;"), COMPRESSED_ITEM_CHARS) for item in items]
         for heading, items in _merged(sections, known_only=False).items()
         if items
     }
     taken: dict[str, int] = dict.fromkeys(merged, 0)
-    skipped: dict[str, bool] = dict.fromkeys(merged, False)
+    full: set[str] = set()  # headings whose next item did not fit: they take no more
 
-    def render(assume_markers: bool) -> str:
+    def render() -> str:
+        # A heading with untaken items is marked "; …" both while trying and at the end, so the
+        # length checked after each accepted item is exactly the length of the final text.
         lines = []
         for heading, items in merged.items():
             count = taken[heading]
-            dropped = skipped[heading] or count < len(items)
-            if count == 0:
-                continue
-            marker = "; …" if (dropped if not assume_markers else count < len(items) or skipped[heading]) else ""
-            lines.append(f"{heading}: {'; '.join(items[:count])}{marker}")
+            if count:
+                marker = "; …" if count < len(items) else ""
+                lines.append(f"{heading}: {'; '.join(items[:count])}{marker}")
         return "\n".join(lines)
 
     rounds = max((len(items) for items in merged.values()), default=0)
     for index in range(rounds):
         for heading, items in merged.items():
-            if index >= len(items) or taken[heading] != index or skipped[heading]:
+            if index >= len(items) or heading in full:
                 continue
             taken[heading] += 1
-            # Rendering with a marker on every heading that still has untaken items bounds the final
-            # text from above: later steps only add items that fit, or leave markers in place.
-            if len(render(assume_markers=True)) > limit:
+            if len(render()) > limit:
                 taken[heading] -= 1
-                skipped[heading] = True
-    text = render(assume_markers=False)
+                full.add(heading)
+    text = render()
     if not text:
         # Nothing fitted whole (a tiny limit): fall back to a plain cut of the first item.
         first = next(iter(merged.items()), None)
@@ -409,8 +413,9 @@ _ACTION = re.compile(
     re.IGNORECASE,
 )
 _PREFERENCE = re.compile(
-    r"^(?:(?:also|and|btw|actually)[,\s]+)?(?:i (?:really |much |also |generally )?(?:prefer|like|love|hate|dislike|enjoy)"
-    r"|i (?:don't|do not) like|i'd rather|(?:please )?always|please never|from now on|going forward)\b",
+    r"^(?:(?:also|and|btw|actually)[,\s]+)?"
+    r"(?:i (?:really |much |also |generally )?(?:prefer|like|love|hate|dislike|enjoy)|i (?:don't|do not) like|"
+    r"i'd rather|(?:please )?always|please never|from now on|going forward)\b",
     re.IGNORECASE,
 )
 _TASK = re.compile(
@@ -444,9 +449,10 @@ def offline_summary(messages: Sequence[TranscriptMessage]) -> str:
     From user sentences (assistant text is only used to tell whether a question was answered):
     decisions = "I/we decided …", "we'll/let's <verb> …", "I'll go with …"; action items = "I need
     to …", "remind me …", "todo …"; preferences = "I prefer/like/hate …", "always/from now on …";
-    open questions = user questions with no assistant reply after them; key insights = the first
-    sentence of each of the three longest user messages. Each section keeps its first five
-    sentences (≤ 160 chars each); sections are trimmed from their longest tail until it fits.
+    open questions = user questions with no assistant reply after them; key insights = from each
+    of the three longest user messages, its first statement (not a question) of 4+ words not already listed. Each
+    section keeps its first five sentences (≤ 160 chars each); sections are trimmed from their
+    longest tail until it fits.
     """
     conversation = [m for m in messages if is_conversational(m)]
     last_reply = max((i for i, m in enumerate(conversation) if m.role == "assistant"), default=-1)
@@ -469,11 +475,15 @@ def offline_summary(messages: Sequence[TranscriptMessage]) -> str:
                 add("Decisions", sentence)
             elif not question and _PREFERENCE.match(sentence):
                 add("Preferences", sentence)
+    used = {item for items in sections.values() for item in items}
     longest = sorted(user_messages, key=lambda pair: (-len(pair[1].content), pair[0]))[:3]
     for _, message in sorted(longest, key=lambda pair: pair[0]):
-        sentences = _clean_sentences(message.content)
-        if sentences:
-            add("Key insights", sentences[0])
+        # The first sentence that says something (4+ words) and is not already listed elsewhere.
+        for sentence in _clean_sentences(message.content):
+            item = truncate(" ".join(sentence.split()), COMPRESSED_ITEM_CHARS)
+            if len(sentence.split()) >= 4 and item not in used and not _is_question(sentence):
+                add("Key insights", sentence)
+                break
     return _fit(sections, OFFLINE_SUMMARY_CHARS)
 
 

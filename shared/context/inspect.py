@@ -1,0 +1,54 @@
+"""What the model would see on the session's next request, for people (API and CLI)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.config import Settings
+from shared.context.compiler import compile_request, describe, prepare_turn
+from shared.db import Conn
+from shared.llm.factory import chat_model, provider_name
+from shared.tools import default_registry
+from shared.turns import find_session
+
+
+def inspect_session(
+    conn: Conn, settings: Settings, *, tenant_id: int, user_external_id: str, session_key: str
+) -> dict[str, Any] | None:
+    from shared.agent import load_context, relevant_memories
+
+    session = find_session(conn, tenant_id, user_external_id, session_key)
+    if session is None:
+        return None
+    last_turn = conn.execute("SELECT max(id) AS id FROM turns WHERE session_id = %s", (session["id"],)).fetchone()
+    pseudo_turn = {
+        "id": (last_turn or {}).get("id") or 0,
+        "session_id": session["id"],
+        "tenant_id": tenant_id,
+        "user_id": session["user_id"],
+    }
+    history = load_context(conn, pseudo_turn)
+    now = datetime.now(UTC)
+    model, provider = chat_model(settings), provider_name(settings)
+    tc = prepare_turn(
+        conn,
+        session=session,
+        user_timezone=None,
+        turn_id=None,
+        tools=default_registry().specs(),
+        provider=provider,
+        model=model,
+        now=now,
+        context_dir=settings.context_dir,
+        relevant=relevant_memories(conn, pseudo_turn, history),
+        context_window_override=settings.context_window_tokens,
+        max_output_tokens=settings.max_output_tokens,
+    )
+    compiled = compile_request(tc, history, iteration=0, now=now)
+    return {
+        "session_key": session_key,
+        "user_id": user_external_id,
+        "model": f"{provider}/{model}",
+        **describe(tc, compiled),
+    }
