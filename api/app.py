@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from api.metrics import EngramCollector
 from api.routes import health, memories, profiles, sessions, turns
 from shared import db
 from shared.config import get_settings
@@ -42,6 +44,13 @@ def create_app() -> FastAPI:
     @app.exception_handler(ServiceNotConfigured)
     async def _not_configured(_request: Request, exc: ServiceNotConfigured) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    registry = CollectorRegistry()
+    registry.register(EngramCollector())
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(health.router)
     app.include_router(turns.router)

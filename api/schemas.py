@@ -42,6 +42,7 @@ class TurnOut(BaseModel):
     usage: dict[str, Any] = Field(default_factory=dict, description="input/output/cache read/cache write tokens")
     timings: dict[str, Any] = Field(default_factory=dict, description="queued_ms, run_ms, llm_ms, overhead_ms")
     attempts: int
+    llm_calls: dict[str, dict[str, int]] = Field(default_factory=dict, description="This turn's LLM calls by purpose")
     created_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None

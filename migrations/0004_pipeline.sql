@@ -38,3 +38,12 @@ CREATE TABLE IF NOT EXISTS llm_calls (
 CREATE INDEX IF NOT EXISTS llm_calls_session_idx ON llm_calls (session_id, purpose);
 CREATE INDEX IF NOT EXISTS llm_calls_turn_idx ON llm_calls (turn_id);
 CREATE INDEX IF NOT EXISTS llm_calls_tenant_time_idx ON llm_calls (tenant_id, created_at);
+
+-- Per-message marks: exact even when messages commit out of id order (a watermark alone could skip
+-- a message whose transaction committed after a later id was already mined).
+ALTER TABLE session_messages ADD COLUMN IF NOT EXISTS extracted_at timestamptz;
+ALTER TABLE session_messages ADD COLUMN IF NOT EXISTS embedded_at timestamptz;
+CREATE INDEX IF NOT EXISTS session_messages_unextracted_idx ON session_messages (session_id, id)
+    WHERE extracted_at IS NULL;
+CREATE INDEX IF NOT EXISTS session_messages_unembedded_idx ON session_messages (session_id, id)
+    WHERE embedded_at IS NULL AND is_compacted;

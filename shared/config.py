@@ -78,6 +78,14 @@ class Settings(BaseSettings):
     )
     flush_ratio: float = Field(0.75, gt=0, lt=1, description="Memory flush at this share of the compaction threshold")
 
+    # --- background memory pipeline -------------------------------------------------------------
+    auto_memory: bool = Field(True, description="Extract, flush and compact automatically after turns")
+    extraction_debounce_seconds: float = Field(5.0, ge=0, description="Extract this long after the last turn")
+    extraction_max_wait_seconds: float = Field(
+        60.0, ge=0, description="…but no later than this after the first pending turn (chatty sessions)"
+    )
+    eta_task_limit: int = Field(1000, ge=1, description="Delayed (ETA) tasks a worker holds in memory at most")
+
     # --- agent loop --------------------------------------------------------------------------
     max_iterations: int = Field(8, ge=1, description="LLM calls per turn at most (tool loop)")
     session_lock_ttl_seconds: int = Field(30, ge=5, description="Per-session lock TTL; heartbeat at a third")

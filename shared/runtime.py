@@ -13,7 +13,9 @@ from shared.tools import default_registry
 
 
 @lru_cache(maxsize=1)
-def turn_deps(memory_written: Callable[[int], None] | None = None) -> TurnDeps:
+def turn_deps(
+    memory_written: Callable[[int], None] | None = None, after_turn: Callable[[int, int], None] | None = None
+) -> TurnDeps:
     settings = get_settings()
     return TurnDeps(
         provider=chat_provider(settings),
@@ -24,6 +26,7 @@ def turn_deps(memory_written: Callable[[int], None] | None = None) -> TurnDeps:
         max_output_tokens=settings.max_output_tokens,
         lock_ttl_seconds=settings.session_lock_ttl_seconds,
         memory_written=memory_written,
+        after_turn=after_turn,
         context_dir=settings.context_dir,
         context_window=settings.context_window_tokens,
     )

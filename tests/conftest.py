@@ -34,6 +34,9 @@ TEST_ENV = {
     "ENGRAM_LLM_PROVIDER": "offline",
     # Tests empty the tables between cases; workers must not trust a space check from before that.
     "ENGRAM_EMBEDDING_SPACE_CHECK_SECONDS": "0",
+    # Background extraction would call the scripted fake LLM at unpredictable moments; the pipeline
+    # tests turn it on for their own workers.
+    "ENGRAM_AUTO_MEMORY": "false",
 }
 _TABLES_KEPT = ("schema_migrations", "personality_presets")  # seeded by migrations
 
@@ -180,11 +183,12 @@ class CeleryStack:
         self.fake = fake
         self.log_dir = log_dir
         self.provider: str | None = None
+        self.overrides: dict[str, str] = {}
         self.worker: CeleryProcess | None = None
         self.beat: CeleryProcess | None = None
         self._serial = 0
 
-    def env(self, provider: str) -> dict[str, str]:
+    def env(self, provider: str, overrides: dict[str, str] | None = None) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_LLM")}
         env.update(TEST_ENV)
         env.update(
@@ -199,18 +203,24 @@ class CeleryStack:
                 "ENGRAM_OPENAI_BASE_URL": self.fake.openai_base_url,
             }
         )
+        env.update(overrides if overrides is not None else self.overrides)
         return env
 
-    def ensure(self, provider: str = "anthropic") -> CeleryProcess:
+    def ensure(self, provider: str = "anthropic", **overrides: str) -> CeleryProcess:
+        """A running worker for this provider and these extra ENGRAM_* settings (restarted if they differ)."""
         if self.worker is not None and self.worker.proc is not None and self.worker.proc.poll() is None:
-            if self.provider == provider:
+            if self.provider == provider and self.overrides == overrides:
                 return self.worker
             self.worker.stop()
-        return self.start_worker(provider)
+        return self.start_worker(provider, overrides=overrides)
 
-    def start_worker(self, provider: str = "anthropic", concurrency: int = 2) -> CeleryProcess:
+    def start_worker(
+        self, provider: str = "anthropic", concurrency: int = 2, overrides: dict[str, str] | None = None
+    ) -> CeleryProcess:
         self._serial += 1
         self.provider = provider
+        if overrides is not None:
+            self.overrides = overrides
         self.worker = worker(f"w{self._serial}", self.env(provider), self.log_dir, concurrency).start()
         self.worker.wait_ready()
         return self.worker

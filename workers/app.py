@@ -25,7 +25,10 @@ from shared.redis_client import reset_redis
 from shared.services import resolve_redis_url
 from workers.queues import QUEUES
 
-TASK_MODULES = ["workers.turns", "workers.maintenance", "workers.embeddings"]
+TASK_MODULES = [
+    "workers.turns", "workers.maintenance", "workers.embeddings", "workers.extraction", "workers.flush",
+    "workers.compaction",
+]
 
 
 def create_celery() -> Celery:
@@ -46,6 +49,9 @@ def create_celery() -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        # Debounced extraction sends a delayed task per turn; most are superseded. Capping how many ETA
+        # tasks a worker holds keeps a burst from piling them up in its memory (the rest wait in Redis).
+        worker_eta_task_limit=settings.eta_task_limit,
         task_default_queue="maintenance",
         task_queues=[Queue(name, Exchange(name), routing_key=name) for name in QUEUES],
         task_routes={f"engram.{name}.*": {"queue": name} for name in QUEUES},
@@ -63,6 +69,11 @@ def create_celery() -> Celery:
                 "task": "engram.maintenance.redrive_stalled_turns",
                 "schedule": timedelta(seconds=settings.sweep_interval_seconds),
                 "options": {"expires": settings.sweep_interval_seconds},
+            },
+            "redrive-pending-extraction": {
+                "task": "engram.maintenance.redrive_pending_extraction",
+                "schedule": timedelta(minutes=1),
+                "options": {"expires": 50},
             },
             "index-missing-memories": {
                 "task": "engram.embeddings.index_missing_memories",

@@ -8,6 +8,7 @@ from shared.db import DatabaseUnavailable
 from shared.embeddings import EmbeddingError
 from shared.memory.indexing import index_memory, unindexed_memory_ids
 from shared.memory.service import process_embedder
+from shared.pipeline.jobs import index_transcript as index_transcript_blocks
 from workers.base import engram_task
 from workers.dispatch import enqueue_embed_memory
 
@@ -22,6 +23,11 @@ from workers.dispatch import enqueue_embed_memory
 def embed_memory(memory_id: int) -> int:
     with db.connection() as conn:
         return index_memory(conn, process_embedder(), memory_id, get_settings().embedding_batch_size)
+
+
+@engram_task("embeddings", autoretry_for=(DatabaseUnavailable, EmbeddingError), retry_backoff=2, max_retries=8)
+def index_transcript(session_id: int) -> int:
+    return index_transcript_blocks(session_id, process_embedder(), get_settings().embedding_batch_size)
 
 
 @engram_task("embeddings")

@@ -5,12 +5,32 @@ from __future__ import annotations
 from shared import db
 from shared.config import get_settings
 from shared.logging import get_logger
+from shared.pipeline import debounce
 from shared.recovery import sessions_to_redrive, touch_open_turns
 from shared.redis_client import get_redis
 from workers.base import engram_task
-from workers.dispatch import enqueue_drain
+from workers.dispatch import enqueue_drain, enqueue_extraction
 
 log = get_logger(__name__)
+
+
+@engram_task("maintenance")
+def redrive_pending_extraction() -> int:
+    """Sessions with messages nobody mined for a while (their extraction task was lost): schedule one."""
+    settings = get_settings()
+    if not settings.auto_memory:
+        return 0
+    with db.connection() as conn:
+        rows = conn.execute(
+            """SELECT DISTINCT session_id FROM session_messages
+               WHERE extracted_at IS NULL AND created_at < now() - make_interval(secs => %s) LIMIT 200""",
+            (settings.extraction_max_wait_seconds * 2,),
+        ).fetchall()
+    client = get_redis()
+    for row in rows:
+        plan = debounce.schedule(client, "extract", row["session_id"], debounce=0, max_wait=0)
+        enqueue_extraction(row["session_id"], plan.token, plan.countdown)
+    return len(rows)
 
 
 @engram_task("maintenance")

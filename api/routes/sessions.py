@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
+from pydantic import BaseModel, Field
 
 from api.deps import TenantDep
 from api.routes.turns import SessionKey
@@ -12,9 +14,50 @@ from api.schemas import ID_PATTERN, MessageOut, MessagesOut
 from shared import db
 from shared.config import get_settings
 from shared.context.inspect import inspect_session
-from shared.turns import list_messages
+from shared.llm.ledger import calls_by_purpose
+from shared.turns import find_session, list_messages
 
 router = APIRouter(prefix="/v1", tags=["sessions"])
+
+
+class SessionOut(BaseModel):
+    session_id: int
+    session_key: str
+    user_id: str
+    channel: str
+    summary: str | None
+    active_task: str | None
+    token_count: int
+    compaction_count: int
+    memory_flush_compaction_count: int
+    last_extracted_message_id: int
+    last_embedded_message_id: int
+    last_flushed_message_id: int
+    recovery_pending: bool
+    compacted_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    llm_calls: dict[str, dict[str, int]] = Field(description="LLM calls and tokens by purpose for this session")
+
+
+@router.get("/sessions/{session_key}", response_model=SessionOut, responses={404: {"description": "No such session"}})
+def session_state(
+    session_key: SessionKey,
+    tenant: TenantDep,
+    user_id: Annotated[str, Query(pattern=ID_PATTERN, description="The session's user")],
+) -> SessionOut:
+    """Summary, active task, compaction count, watermarks and LLM calls by purpose."""
+    with db.connection() as conn:
+        session = find_session(conn, tenant.id, user_id, session_key)
+        if session is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {user_id!r} has no session {session_key!r}")
+        calls = calls_by_purpose(conn, session_id=session["id"])
+    return SessionOut(
+        session_id=session["id"],
+        user_id=user_id,
+        llm_calls=calls,
+        **{k: v for k, v in session.items() if k in SessionOut.model_fields and k != "session_id"},
+    )
 
 
 @router.get("/sessions/{session_key}/context", responses={404: {"description": "No such session"}})

@@ -18,6 +18,7 @@ from api.schemas import ID_PATTERN, TurnAccepted, TurnIn, TurnOut
 from shared import db
 from shared.config import get_settings
 from shared.events import TERMINAL_EVENTS, read_events
+from shared.llm.ledger import calls_by_purpose
 from shared.logging import get_logger
 from shared.redis_client import new_async_redis
 from shared.turns import TERMINAL_STATUSES, IdempotencyConflict, get_turn, submit_turn
@@ -87,8 +88,9 @@ def _enqueue(session_id: int) -> None:
 def _load_turn(tenant_id: int, turn_id: int) -> dict[str, Any]:
     with db.connection() as conn:
         turn = get_turn(conn, tenant_id, turn_id)
-    if turn is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no turn {turn_id}")
+        if turn is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no turn {turn_id}")
+        turn["llm_calls"] = calls_by_purpose(conn, turn_id=turn_id)
     return turn
 
 

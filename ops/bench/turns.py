@@ -3,10 +3,10 @@
     python -m ops.bench.turns --sessions 20 --turns 10
     python -m ops.bench.turns --sessions 20 --turns 10 --url http://127.0.0.1:8000 --api-key egm_...
 
-Without --url it starts a private stack in a temporary directory and stops it on exit (also on
-Ctrl-C, SIGTERM or an error): embedded Postgres and valkey (ops/embedded.py), the fake LLM
-(ops/fake_llm.py) speaking the Anthropic format, the gateway as a uvicorn subprocess and one
-Celery worker on every queue. With --url it only drives an existing gateway (no RSS figures).
+Without --url it starts a private stack (ops/bench/stack.py) in a temporary directory and stops
+it on exit (also on Ctrl-C, SIGTERM or an error): embedded Postgres and valkey (ops/embedded.py),
+the fake LLM (ops/fake_llm.py) speaking the Anthropic format, the gateway as a uvicorn subprocess
+and one Celery worker on every queue. With --url it only drives an existing gateway (no RSS figures).
 
 Reported per turn:
 - accept: POST /v1/sessions/{key}/turns until the 202 arrives (what a chat frontend waits for);
@@ -20,13 +20,11 @@ The fake LLM answers at once by default (--llm-latency-ms 0), so everything meas
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -41,80 +39,16 @@ from typing import Any
 import httpx
 import psutil
 
+from ops.bench.stack import BenchError, LocalStack
 from ops.client import EngramAPIError, EngramClient
-from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, wait_for_port
-from workers.queues import QUEUES
 
 TERMINAL = ("done", "failed")
 SAMPLE_INTERVAL_S = 0.1
-STOP_GRACE_S = 15.0
 MB = 1024 * 1024
 
 
-class BenchError(RuntimeError):
-    pass
-
-
 # ---------------------------------------------------------------------------------------------------
-# Processes
-
-
-class Child:
-    """A subprocess in its own process group (so stopping it also stops its children, e.g. the
-    Celery pool), with stdout and stderr in a log file kept for post-mortems."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
-        self.name = name
-        self.argv = argv
-        self.env = env
-        self.log_path = log_dir / f"{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Child:
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def exit_code(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
-
-    def tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except FileNotFoundError:
-            return ""
-
-    def check_alive(self) -> None:
-        code = self.exit_code()
-        if code is not None:
-            raise BenchError(f"{self.name} exited with code {code}; log tail:\n{self.tail()}")
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(STOP_GRACE_S)
-        # Whatever is left in the group (a pool child that outlived its parent, or a parent that
-        # ignored SIGTERM) must not outlive the benchmark.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(5)
-        self.proc = None
+# Memory
 
 
 def _tree(proc: psutil.Process) -> list[psutil.Process]:
@@ -174,157 +108,6 @@ class MemorySampler(threading.Thread):
         self._stop_event.set()
         if self.is_alive():
             self.join(2)
-
-
-class LocalStack:
-    """Everything the benchmark runs against, in `workdir`; `stop` undoes whatever `start` got to."""
-
-    def __init__(self, workdir: Path, worker_concurrency: int, llm_latency_ms: float) -> None:
-        self.workdir = workdir
-        self.worker_concurrency = worker_concurrency
-        self.llm_latency_ms = llm_latency_ms
-        self.log_dir = workdir / "logs"
-        self.postgres: EmbeddedPostgres | None = None
-        self.redis: EmbeddedRedis | None = None
-        self.children: list[Child] = []
-        self.gateway: Child | None = None
-        self.worker: Child | None = None
-        self.url = ""
-
-    def start(self) -> str:
-        """Start the stack; return an API key for a fresh tenant."""
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.postgres = EmbeddedPostgres(self.workdir / "postgres")
-        database_url = self.postgres.start()
-        self.redis = EmbeddedRedis(self.workdir / "valkey")
-        redis_url = self.redis.start()
-        api_key = _prepare_database(database_url)
-
-        py = sys.executable
-        llm_port = free_port()
-        # A process of its own: in this process it would compete with the client threads for
-        # the GIL and inflate the latencies being measured.
-        fake = self._spawn(
-            "fake-llm",
-            [py, "-m", "ops.fake_llm", "--port", str(llm_port), "--latency-ms", str(self.llm_latency_ms)],
-            dict(os.environ),
-        )
-        if not wait_for_port("127.0.0.1", llm_port, 30):
-            fake.check_alive()
-            raise BenchError("the fake LLM did not start listening")
-
-        env = _child_env(database_url, redis_url, self.workdir / "data", f"http://127.0.0.1:{llm_port}")
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        self.gateway = self._spawn(
-            "gateway",
-            [
-                py,
-                "-m",
-                "uvicorn",
-                "api.app:create_app",
-                "--factory",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--no-access-log",
-                "--log-level",
-                "warning",
-            ],
-            env,
-        )
-        self.worker = self._spawn(
-            "worker",
-            [
-                py,
-                "-m",
-                "celery",
-                "-A",
-                "workers.app",
-                "worker",
-                "-Q",
-                ",".join(QUEUES),
-                "-n",
-                "bench@%h",
-                "-c",
-                str(self.worker_concurrency),
-                "--loglevel",
-                "WARNING",
-                # A lone worker has no peers to sync with or gossip to: skip the start-up delay.
-                "--without-mingle",
-                "--without-gossip",
-            ],
-            env,
-        )
-        self._wait_ready()
-        return api_key
-
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
-        child = Child(name, argv, env, self.log_dir).start()
-        self.children.append(child)
-        return child
-
-    def _wait_ready(self, timeout: float = 60) -> None:
-        # The worker's readiness is proven by the warm-up turns, which wait in the queue until it runs.
-        deadline = time.monotonic() + timeout
-        with httpx.Client(base_url=self.url, timeout=5) as http:
-            while time.monotonic() < deadline:
-                self.check_alive()
-                with contextlib.suppress(httpx.HTTPError):
-                    if http.get("/readyz").status_code == 200:
-                        return
-                time.sleep(0.1)
-        raise BenchError(f"the gateway was not ready within {timeout:.0f}s")
-
-    def check_alive(self) -> None:
-        for child in self.children:
-            child.check_alive()
-
-    def stop(self) -> None:
-        # Clients of Postgres and Redis first, so none of them logs a storm of connection errors.
-        for child in reversed(self.children):
-            child.stop()
-        self.children.clear()
-        for service in (self.redis, self.postgres):
-            if service is not None:
-                try:
-                    service.stop()
-                except Exception as exc:  # keep stopping the rest
-                    print(f"warning: could not stop {type(service).__name__}: {exc}", file=sys.stderr)
-        self.redis = self.postgres = None
-
-
-def _prepare_database(database_url: str) -> str:
-    from shared.auth import create_key
-    from shared.db import connect
-    from shared.migrate import apply_migrations
-
-    with connect(database_url) as conn:
-        apply_migrations(conn)  # leaves the connection in autocommit mode
-        conn.autocommit = False
-        key = create_key(conn, "bench", "bench")
-        conn.commit()
-    return key
-
-
-def _child_env(database_url: str, redis_url: str, data_dir: Path, llm_url: str) -> dict[str, str]:
-    # The caller's own ENGRAM_* settings (another stack's URLs, a real API key) must not leak in.
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_")}
-    env.update(
-        {
-            "ENGRAM_DATABASE_URL": database_url,
-            "ENGRAM_REDIS_URL": redis_url,
-            "ENGRAM_DATA_DIR": str(data_dir),
-            "ENGRAM_LLM_PROVIDER": "anthropic",
-            "ENGRAM_ANTHROPIC_API_KEY": "bench-key",
-            "ENGRAM_ANTHROPIC_BASE_URL": llm_url,
-            # Per-turn INFO lines would add log I/O to every measurement; warnings and errors still show.
-            "ENGRAM_LOG_LEVEL": "WARNING",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    return env
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -143,12 +143,13 @@ _HEADING_ALIASES = {
     "Open questions": ("open questions", "questions", "unresolved questions", "unanswered questions", "open issues"),
 }
 _CANONICAL = {alias: heading for heading, aliases in _HEADING_ALIASES.items() for alias in aliases}
-_FENCE_LINE = re.compile(r"^\s*```.*$", re.MULTILINE)
-_MD_HEADING = re.compile(r"^#{1,6}\s*(?P<h>.+?)\s*#*\s*$")
+_FENCE_LINE = re.compile(r"^[ \t]*```.*$", re.MULTILINE)
+# Greedy captures trimmed in code: a lazy group before "\s*$" backtracks quadratically on long runs.
+_MD_HEADING = re.compile(r"^#{1,6}(?P<h>.*)$")
 _BOLD_HEADING = re.compile(r"^(?:\*\*|__)(?P<h>[^*_]{2,60}?)(?:\*\*|__)\s*:?\s*$")
 _LABEL_LINE = re.compile(r"^(?P<h>[A-Za-z][A-Za-z /-]{1,40}?)\s*:\s*(?P<rest>.*)$")
 _BULLET = re.compile(r"^(?:[-*•+]|\d+[.)])\s+")
-_ACTIVE_TASK = re.compile(r"^[\W_]*active[ _-]?task[\W_]*?[:\-–—]\s*(?P<task>.*?)[*_\s]*$", re.IGNORECASE)
+_ACTIVE_TASK = re.compile(r"^[\W_]{0,8}active[ _-]?task[*_ ]{0,4}[:\-–—](?P<task>.*)$", re.IGNORECASE)
 _ACTIVE_TASK_HEADING = re.compile(r"^[#*_\s]*active[ _-]?task[*_:\s]*$", re.IGNORECASE)
 _EMPTY_ITEMS = frozenset({"none", "n/a", "na", "nothing", "no", "-", "none yet", "nothing yet", "null", "…", "..."})
 
@@ -210,7 +211,7 @@ def _parse_sections(text: str) -> tuple[list[_Section], str | None]:
             expect_task = True
             continue
         if (m := _ACTIVE_TASK.match(line)) is not None:
-            task = m.group("task") or None
+            task = m.group("task").strip().strip("*_").strip() or None
             expect_task = task is None  # "## ACTIVE TASK" heading: the task is on the next line
             continue
         if expect_task:
@@ -248,7 +249,8 @@ def _parse_sections(text: str) -> tuple[list[_Section], str | None]:
 def _heading_of(line: str) -> tuple[str | None, str]:
     """(heading, inline content) when the line is a heading, else (None, "")."""
     if (m := _MD_HEADING.match(line)) is not None:
-        return m.group("h").strip().rstrip(":"), ""
+        heading = m.group("h").strip().rstrip("#").strip().rstrip(":")
+        return (heading, "") if heading else (None, "")
     if (m := _BOLD_HEADING.match(line)) is not None:
         return m.group("h").strip().rstrip(":"), ""
     m = _LABEL_LINE.match(line) if _BULLET.match(line) is None else None

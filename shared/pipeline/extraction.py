@@ -85,12 +85,14 @@ def truncate(text: str, limit: int) -> str:
     return text[: limit - 1].rstrip() + "…"
 
 
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?…])\s+|\s*\n\s*")
+# Patterns that run over untrusted text never start with a whitespace quantifier: tried at every
+# position of a long run of spaces, such a pattern takes quadratic time.
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?…])\s+")
 
 
 def split_sentences(text: str) -> list[str]:
     """Sentences (and lines) of `text`, stripped, punctuation kept so questions stay recognisable."""
-    return [part.strip() for part in _SENTENCE_BREAK.split(text) if part and part.strip()]
+    return [part.strip() for line in text.splitlines() for part in _SENTENCE_BREAK.split(line) if part.strip()]
 
 
 def select_for_extraction(
@@ -508,7 +510,7 @@ _VAGUE_PREFIXES = (
     "to know",
 )
 _CLAUSE_END = re.compile(
-    r"\s*(?:[,;:()\[\]—–]|\s-\s|\b(?:but|because|since|although|though|so|which|while|unless|except|"
+    r"(?:[,;:()\[\]—–]|\s-\s|\b(?:but|because|since|although|though|so|which|while|unless|except|"
     r"whereas)\b|\band\s+(?:I|we|you|he|she|they|it|my|then|also)\b).*$",
     re.IGNORECASE | re.DOTALL,
 )
@@ -563,7 +565,8 @@ _P_DECIDED = _compile(r"(?:i|we)(?:'ve| have)? (?:finally |just )?decided (?P<pr
 _P_GOING_TO = _compile(r"i(?:'m| am) (?:going to|gonna)\s+(?P<rest>.+)")
 _P_PLEASE_ALWAYS = _compile(r"please (?P<adv>always|never)\s+(?P<rest>.+)")
 _P_FROM_NOW_ON = _compile(r"(?:from now on|going forward|in future|in the future)[\s,:]+(?:please\s+)?(?P<rest>.+)")
-_P_TRAILING_FROM_NOW_ON = _compile(r"please\s+(?P<rest>.+?)[\s,]+(?:from now on|going forward)\W*$")
+_TRAILING_FROM_NOW_ON = re.compile(r"\b(?:from now on|going forward)\W*$", re.IGNORECASE)
+_P_PLEASE = _compile(r"please\s+(?P<rest>.+)")
 _P_MY_EMAIL = _compile(r"my (?:work |personal |school |private )?e-?mail(?: address)? is\s+(?P<rest>\S+)")
 
 
@@ -683,7 +686,7 @@ class _Collector:
 
 
 # "I like cats and I hate dogs": each first-person clause is read as its own statement.
-_CLAUSE_SPLIT = re.compile(r"\s*;\s*|,?\s+(?:and|but)\s+(?=I\b|I'|[Mm]y\b)")
+_CLAUSE_SPLIT = re.compile(r";|\b(?:and|but)\s+(?=I\b|I'|[Mm]y\b)")
 
 
 def _user_sentences(messages: Iterable[TranscriptMessage]) -> Iterator[str]:
@@ -708,8 +711,9 @@ def offline_extract(messages: Sequence[TranscriptMessage]) -> ExtractedFacts:
         if _is_question(sentence) or sentence[:1] in _QUOTES:
             continue
         for clause in _CLAUSE_SPLIT.split(sentence):
-            if clause.strip():
-                _extract_sentence(clause.strip(), out)
+            clause = clause.strip().rstrip(",").strip()
+            if clause:
+                _extract_sentence(clause, out)
     return out.facts()
 
 
@@ -827,7 +831,10 @@ def _extract_style(sentence: str, out: _Collector) -> None:
             adverb = m.group("adv").lower()
             out.add("styles", _slug(f"{adverb} {phrase}"), f"Asked the assistant to {adverb} {phrase}")
         return
-    m = _P_FROM_NOW_ON.match(sentence) or _P_TRAILING_FROM_NOW_ON.match(sentence)
+    m = _P_FROM_NOW_ON.match(sentence)
+    if m is None and (suffix := _TRAILING_FROM_NOW_ON.search(sentence)) is not None:
+        # "Please reply in French from now on": the suffix is cut first, then the request is read.
+        m = _P_PLEASE.match(sentence[: suffix.start()].rstrip().rstrip(",").rstrip())
     if m is None:
         return
     phrase = _clause(m.group("rest"), 15)

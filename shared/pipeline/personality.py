@@ -103,7 +103,7 @@ def build_synthesis_prompt(active: Sequence[StyleObservation]) -> tuple[str, str
 
 # ===================================================================================== cleaning
 
-_FENCE_LINE = re.compile(r"^\s*```.*$", re.MULTILINE)
+_FENCE_LINE = re.compile(r"^[ \t]*```.*$", re.MULTILINE)
 _LABEL = re.compile(r"^(?:\*\*|__)?(?:personality\s+)?directive(?:\*\*|__)?\s*:\s*", re.IGNORECASE)
 _BULLET = re.compile(r"^(?:[-*•>+]|\d+[.)])\s+")
 _EMPHASIS = re.compile(r"(\*\*|__)(.+?)\1")

@@ -184,6 +184,27 @@ def search_conversation(ctx: ToolContext, args: dict[str, Any]) -> str:
     return _dump([{"role": r["role"], "content": r["content"][:1000], "at": r["created_at"]} for r in rows])
 
 
+def read_document(ctx: ToolContext, args: dict[str, Any]) -> str:
+    """A stored document of this user (e.g. a large tool result moved out of the conversation)."""
+    offset = args.get("offset", 0)
+    with db.connection() as conn:
+        row = conn.execute(
+            "SELECT id, title, content FROM documents WHERE tenant_id = %s AND user_id = %s AND id = %s",
+            (ctx.tenant_id, ctx.user_id, args["id"]),
+        ).fetchone()
+    if row is None:
+        raise ToolError(f"no document {args['id']}")
+    piece = row["content"][offset : offset + DOCUMENT_PAGE_CHARS]
+    more = offset + len(piece) < len(row["content"])
+    tail = (
+        f"\n[… {len(row['content']) - offset - len(piece)} more characters: offset={offset + len(piece)}]"
+        if more
+        else ""
+    )
+    return f"# {row['title']} (document {row['id']})\n{piece}{tail}"
+
+
+DOCUMENT_PAGE_CHARS = 20_000
 _ID = {"type": "integer", "minimum": 1}
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": 50}
 _NAMESPACE = {"type": "string", "maxLength": 128, "description": "e.g. tacit/preferences, entity/default"}
@@ -287,6 +308,17 @@ MEMORY_TOOLS = (
             "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 200}},
         },
         entity_info_tool,
+    ),
+    Tool(
+        "read_document",
+        "Read a stored document by id (large tool results moved out of the conversation).",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["id"],
+            "properties": {"id": _ID, "offset": {"type": "integer", "minimum": 0}},
+        },
+        read_document,
     ),
     Tool(
         "search_conversation",

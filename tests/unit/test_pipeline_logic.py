@@ -6,6 +6,7 @@ check the budget invariants (selection limits, compressed summary length, keep l
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -832,3 +833,35 @@ def test_transcript_blocks_group_five_conversational_messages() -> None:
     assert [ids for ids, _ in transcript_blocks(messages[:3], size=2)] == [[1, 2], [3]]
     with pytest.raises(ValueError):
         transcript_blocks(messages, size=0)
+
+
+# ============================================================================ untrusted input stays linear
+
+_N = 20_000
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ACTIVE TASK: " + " " * _N + "x",
+        "## " + " " * _N + "x",
+        "Please " + " " * _N + ", from now on x",
+        "a" + " " * _N + "and" + " " * _N + "b",
+        "\n \t" * _N,
+        "I like " + " ," * _N,
+        "Decisions: " + "a; " * _N,
+        "{" + '"a":' * _N,
+    ],
+)
+def test_pathological_input_is_handled_quickly(text: str) -> None:
+    # Whitespace runs are where a careless regex turns quadratic (~30 s here before the fix).
+    started = time.perf_counter()
+    messages = [msg(1, "user", text), msg(2, "assistant", text)]
+    parse_summary(text)
+    compress_previous(text)
+    offline_summary(messages)
+    offline_active_task(messages)
+    offline_extract(messages)
+    parse_extraction(text)
+    clean_directive(text)
+    assert time.perf_counter() - started < 5

@@ -1,0 +1,252 @@
+"""A private engram stack for benchmarks, in a temporary directory: embedded Postgres and valkey
+(ops/embedded.py), the gateway as a uvicorn subprocess, one Celery worker on every queue, and the
+fake LLM (ops/fake_llm.py) speaking the Anthropic format, either as a process of its own or, when
+the caller passes `llm_url`, one the caller runs (e.g. in-process, to script replies and read back
+the requests it received).
+
+`LocalStack.stop` undoes whatever `start` got to, so callers can stop it from a `finally`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, wait_for_port
+from workers.queues import QUEUES
+
+STOP_GRACE_S = 15.0
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------------
+# Processes
+
+
+class Child:
+    """A subprocess in its own process group (so stopping it also stops its children, e.g. the
+    Celery pool), with stdout and stderr in a log file kept for post-mortems."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.log_path = log_dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Child:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except FileNotFoundError:
+            return ""
+
+    def check_alive(self) -> None:
+        code = self.exit_code()
+        if code is not None:
+            raise BenchError(f"{self.name} exited with code {code}; log tail:\n{self.tail()}")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(STOP_GRACE_S)
+        # Whatever is left in the group (a pool child that outlived its parent, or a parent that
+        # ignored SIGTERM) must not outlive the benchmark.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+        self.proc = None
+
+
+# ---------------------------------------------------------------------------------------------------
+# The stack
+
+
+class LocalStack:
+    """Everything the benchmark runs against, in `workdir`; `stop` undoes whatever `start` got to."""
+
+    def __init__(
+        self, workdir: Path, worker_concurrency: int, llm_latency_ms: float = 0.0, llm_url: str | None = None
+    ) -> None:
+        self.workdir = workdir
+        self.worker_concurrency = worker_concurrency
+        self.llm_latency_ms = llm_latency_ms  # only for the fake this stack starts itself
+        self.llm_url = llm_url  # an Anthropic-format server the caller runs; None = start the fake here
+        self.log_dir = workdir / "logs"
+        self.postgres: EmbeddedPostgres | None = None
+        self.redis: EmbeddedRedis | None = None
+        self.children: list[Child] = []
+        self.gateway: Child | None = None
+        self.worker: Child | None = None
+        self.url = ""
+
+    def start(self) -> str:
+        """Start the stack; return an API key for a fresh tenant."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.postgres = EmbeddedPostgres(self.workdir / "postgres")
+        database_url = self.postgres.start()
+        self.redis = EmbeddedRedis(self.workdir / "valkey")
+        redis_url = self.redis.start()
+        api_key = prepare_database(database_url)
+
+        py = sys.executable
+        llm_url = self.llm_url or self._start_fake_llm()
+        env = child_env(database_url, redis_url, self.workdir / "data", llm_url)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.gateway = self._spawn(
+            "gateway",
+            [
+                py,
+                "-m",
+                "uvicorn",
+                "api.app:create_app",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            env,
+        )
+        self.worker = self._spawn(
+            "worker",
+            [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "workers.app",
+                "worker",
+                "-Q",
+                ",".join(QUEUES),
+                "-n",
+                "bench@%h",
+                "-c",
+                str(self.worker_concurrency),
+                "--loglevel",
+                "WARNING",
+                # A lone worker has no peers to sync with or gossip to: skip the start-up delay.
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            env,
+        )
+        self._wait_ready()
+        return api_key
+
+    def _start_fake_llm(self) -> str:
+        llm_port = free_port()
+        # A process of its own: in the benchmark's process it would compete with the client
+        # threads for the GIL and inflate the latencies being measured.
+        fake = self._spawn(
+            "fake-llm",
+            [sys.executable, "-m", "ops.fake_llm", "--port", str(llm_port), "--latency-ms", str(self.llm_latency_ms)],
+            dict(os.environ),
+        )
+        if not wait_for_port("127.0.0.1", llm_port, 30):
+            fake.check_alive()
+            raise BenchError("the fake LLM did not start listening")
+        return f"http://127.0.0.1:{llm_port}"
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
+        child = Child(name, argv, env, self.log_dir).start()
+        self.children.append(child)
+        return child
+
+    def _wait_ready(self, timeout: float = 60) -> None:
+        # The worker's readiness is proven by the warm-up turns, which wait in the queue until it runs.
+        deadline = time.monotonic() + timeout
+        with httpx.Client(base_url=self.url, timeout=5) as http:
+            while time.monotonic() < deadline:
+                self.check_alive()
+                with contextlib.suppress(httpx.HTTPError):
+                    if http.get("/readyz").status_code == 200:
+                        return
+                time.sleep(0.1)
+        raise BenchError(f"the gateway was not ready within {timeout:.0f}s")
+
+    def check_alive(self) -> None:
+        for child in self.children:
+            child.check_alive()
+
+    def stop(self) -> None:
+        # Clients of Postgres and Redis first, so none of them logs a storm of connection errors.
+        for child in reversed(self.children):
+            child.stop()
+        self.children.clear()
+        for service in (self.redis, self.postgres):
+            if service is not None:
+                try:
+                    service.stop()
+                except Exception as exc:  # keep stopping the rest
+                    print(f"warning: could not stop {type(service).__name__}: {exc}", file=sys.stderr)
+        self.redis = self.postgres = None
+
+
+def prepare_database(database_url: str) -> str:
+    from shared.auth import create_key
+    from shared.db import connect
+    from shared.migrate import apply_migrations
+
+    with connect(database_url) as conn:
+        apply_migrations(conn)  # leaves the connection in autocommit mode
+        conn.autocommit = False
+        key = create_key(conn, "bench", "bench")
+        conn.commit()
+    return key
+
+
+def child_env(database_url: str, redis_url: str, data_dir: Path, llm_url: str) -> dict[str, str]:
+    # The caller's own ENGRAM_* settings (another stack's URLs, a real API key) must not leak in.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_")}
+    env.update(
+        {
+            "ENGRAM_DATABASE_URL": database_url,
+            "ENGRAM_REDIS_URL": redis_url,
+            "ENGRAM_DATA_DIR": str(data_dir),
+            "ENGRAM_LLM_PROVIDER": "anthropic",
+            "ENGRAM_ANTHROPIC_API_KEY": "bench-key",
+            "ENGRAM_ANTHROPIC_BASE_URL": llm_url,
+            # Per-turn INFO lines would add log I/O to every measurement; warnings and errors still show.
+            "ENGRAM_LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env

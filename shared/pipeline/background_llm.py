@@ -1,0 +1,61 @@
+"""LLM calls of background work: the cheapest configured model first, the chat model if it fails.
+
+Every call (failed ones too) becomes a ledger record with its purpose."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from shared.config import Settings
+from shared.llm.factory import chat_model, chat_provider, cheap_model
+from shared.llm.ledger import CallRecord, Purpose
+from shared.llm.types import ChatMessage, ChatProvider, ChatRequest, LLMError, Usage
+
+
+@dataclass
+class BackgroundResult:
+    text: str
+    calls: list[CallRecord] = field(default_factory=list)
+
+
+def complete(
+    settings: Settings,
+    purpose: Purpose,
+    system: str,
+    user: str,
+    *,
+    max_tokens: int = 1500,
+    provider: ChatProvider | None = None,
+) -> BackgroundResult:
+    """One completion for background work; raises LLMError only when every model failed."""
+    provider = provider or chat_provider(settings)
+    models = list(dict.fromkeys([cheap_model(settings), chat_model(settings)]))
+    calls: list[CallRecord] = []
+    error: LLMError | None = None
+    for model in models:
+        began = time.monotonic()
+        request = ChatRequest(
+            model=model,
+            messages=(ChatMessage("user", user),),
+            system_static=system,
+            max_tokens=max_tokens,
+            temperature=0.0,
+        )
+        try:
+            result = provider.chat(request)
+        except LLMError as exc:
+            calls.append(
+                CallRecord(purpose, provider.name, model, Usage(), int((time.monotonic() - began) * 1000), ok=False)
+            )
+            error = exc
+            continue
+        calls.append(
+            CallRecord(
+                purpose, provider.name, result.model or model, result.usage, int((time.monotonic() - began) * 1000)
+            )
+        )
+        return BackgroundResult(result.text, calls)
+    assert error is not None
+    error.calls = calls  # type: ignore[attr-defined]  # so the caller can still record the failures
+    raise error

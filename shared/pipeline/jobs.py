@@ -1,0 +1,452 @@
+"""The background memory jobs, as plain functions the Celery tasks call.
+
+Each job is idempotent: what it has done is recorded in Postgres in the same transaction as its
+result (message marks, watermarks, counters compared-and-set), so a redelivered or duplicated
+task finds the work done and writes nothing twice. LLM calls happen outside transactions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pgvector import Vector
+
+from shared import db
+from shared.config import Settings
+from shared.context.compiler import context_window
+from shared.db import Conn
+from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
+from shared.llm.factory import chat_model, provider_name
+from shared.llm.ledger import CallRecord, record_calls
+from shared.llm.types import ChatProvider, LLMError
+from shared.logging import get_logger
+from shared.memory.keys import MemoryRejected
+from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.pipeline.background_llm import complete
+from shared.pipeline.compaction import (
+    build_summary_prompt,
+    choose_keep,
+    cumulative_summary,
+    offline_active_task,
+    offline_summary,
+    parse_summary,
+    transcript_blocks,
+)
+from shared.pipeline.extraction import (
+    ExtractedFacts,
+    TranscriptMessage,
+    build_extraction_prompt,
+    offline_extract,
+    parse_extraction,
+    select_for_extraction,
+    to_memory_inputs,
+)
+from shared.pipeline.personality import (
+    StyleObservation,
+    active_styles,
+    build_synthesis_prompt,
+    clean_directive,
+    offline_directive,
+    should_synthesize,
+)
+
+log = get_logger(__name__)
+
+DOCUMENT_THRESHOLD_CHARS = 5000
+DIRECTIVE_NAMESPACE, DIRECTIVE_KEY = "tacit/personality", "directive"
+COMPACTION_SHARE_OF_WINDOW = 0.6
+
+
+@dataclass
+class JobOutcome:
+    """What a job did: memories whose text changed (to embed), whether styles changed, LLM calls."""
+
+    changed_memory_ids: list[int] = field(default_factory=list)
+    styles_changed: bool = False
+    calls: list[CallRecord] = field(default_factory=list)
+    skipped: str | None = None  # why nothing was done
+
+
+def compaction_threshold(settings: Settings) -> int:
+    if settings.compaction_threshold_tokens:
+        return settings.compaction_threshold_tokens
+    return int(context_window(chat_model(settings), settings.context_window_tokens) * COMPACTION_SHARE_OF_WINDOW)
+
+
+def _session(conn: Conn, session_id: int) -> dict[str, Any] | None:
+    return conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
+
+
+def _transcript(rows: Sequence[dict[str, Any]]) -> list[TranscriptMessage]:
+    return [TranscriptMessage(row["id"], row["role"], row["content"]) for row in rows]
+
+
+def _facts(
+    settings: Settings, provider: ChatProvider | None, purpose: str, messages: list[TranscriptMessage], today: datetime
+) -> tuple[ExtractedFacts, list[CallRecord]]:
+    if not any(m.role == "user" for m in messages):
+        return ExtractedFacts(), []
+    if provider_name(settings) == "offline":
+        return offline_extract(messages), []
+    system, user = build_extraction_prompt(messages, today=today.date())
+    result = complete(settings, purpose, system, user, provider=provider)  # type: ignore[arg-type]
+    return parse_extraction(result.text), result.calls
+
+
+def _store_all(conn: Conn, scope: Scope, items: list[MemoryInput], actor: str, outcome: JobOutcome) -> None:
+    for item in items:
+        try:
+            result = store_memory(conn, scope, item, actor)
+        except MemoryRejected as exc:  # one bad fact must not lose the others
+            log.info("extracted fact rejected", key=item.key, reason=str(exc))
+            continue
+        if result.changed:
+            outcome.changed_memory_ids.append(result.memory["id"])
+        if item.kind == "style" and result.action in ("added", "reinforced"):
+            outcome.styles_changed = True
+
+
+# ------------------------------------------------------------------------------ extraction
+
+
+def extract_session(
+    session_id: int, settings: Settings, provider: ChatProvider | None = None, now: datetime | None = None
+) -> JobOutcome:
+    """Mine every not-yet-extracted message of the session; memories and marks in one transaction."""
+    now = now or datetime.now(UTC)
+    with db.connection() as conn:
+        session = _session(conn, session_id)
+        if session is None:
+            return JobOutcome(skipped="session gone")
+        rows = conn.execute(
+            """SELECT id, role, content FROM session_messages
+               WHERE session_id = %s AND extracted_at IS NULL ORDER BY id LIMIT 400""",
+            (session_id,),
+        ).fetchall()
+    if not rows:
+        return JobOutcome(skipped="nothing new")
+    selected = select_for_extraction(_transcript(rows))
+    outcome = JobOutcome()
+    try:
+        facts, outcome.calls = _facts(settings, provider, "extraction", selected, now)
+    except LLMError as exc:
+        with db.connection() as conn:
+            record_calls(
+                conn,
+                getattr(exc, "calls", []),
+                tenant_id=session["tenant_id"],
+                user_id=session["user_id"],
+                session_id=session_id,
+            )
+        raise
+    ids = [row["id"] for row in rows]
+    items = to_memory_inputs(
+        facts, today=now.date(), source_session_id=session_id, source_message_ids=[m.id for m in selected]
+    )
+    with db.connection() as conn:
+        marked = conn.execute(
+            "UPDATE session_messages SET extracted_at = now() WHERE id = ANY(%s) AND extracted_at IS NULL", (ids,)
+        ).rowcount
+        if marked != len(ids):  # another run mined (some of) these meanwhile: keep its result, not ours
+            conn.rollback()
+            return JobOutcome(skipped="raced with another extraction")
+        conn.execute(
+            "UPDATE sessions SET last_extracted_message_id = greatest(last_extracted_message_id, %s) WHERE id = %s",
+            (max(ids), session_id),
+        )
+        _store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "extraction", outcome)
+        record_calls(
+            conn, outcome.calls, tenant_id=session["tenant_id"], user_id=session["user_id"], session_id=session_id
+        )
+    return outcome
+
+
+# ----------------------------------------------------------------------------------- flush
+
+
+def flush_needed(session: dict[str, Any]) -> bool:
+    """Once per compaction cycle: the cycle's number is compaction_count."""
+    return bool(session["memory_flush_compaction_count"] < session["compaction_count"])
+
+
+def flush_session(
+    session_id: int, settings: Settings, provider: ChatProvider | None = None, now: datetime | None = None
+) -> JobOutcome:
+    """Before the context is compacted, mine the whole conversation since the last flush, once per cycle."""
+    now = now or datetime.now(UTC)
+    with db.connection() as conn:
+        session = _session(conn, session_id)
+        if session is None:
+            return JobOutcome(skipped="session gone")
+        if not flush_needed(session):
+            return JobOutcome(skipped="already flushed this compaction cycle")
+        rows = conn.execute(
+            """SELECT id, role, content FROM session_messages WHERE session_id = %s AND id > %s
+               ORDER BY turn_id NULLS FIRST, id""",
+            (session_id, session["last_flushed_message_id"]),
+        ).fetchall()
+    selected = select_for_extraction(_transcript(rows))
+    outcome = JobOutcome()
+    facts, outcome.calls = _facts(settings, provider, "flush", selected, now)
+    items = to_memory_inputs(
+        facts, today=now.date(), source_session_id=session_id, source_message_ids=[m.id for m in selected]
+    )
+    with db.connection() as conn:
+        claimed = conn.execute(
+            """UPDATE sessions SET memory_flush_compaction_count = compaction_count,
+                   last_flushed_message_id = greatest(last_flushed_message_id, %s)
+               WHERE id = %s AND memory_flush_compaction_count = %s AND compaction_count = %s RETURNING id""",
+            (
+                max((r["id"] for r in rows), default=0),
+                session_id,
+                session["memory_flush_compaction_count"],
+                session["compaction_count"],
+            ),
+        ).fetchone()
+        if claimed is None:
+            conn.rollback()
+            return JobOutcome(skipped="another flush of this cycle won")
+        _store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "flush", outcome)
+        record_calls(
+            conn, outcome.calls, tenant_id=session["tenant_id"], user_id=session["user_id"], session_id=session_id
+        )
+    return outcome
+
+
+# ------------------------------------------------------------------------------ compaction
+
+
+@dataclass
+class CompactionOutcome:
+    compacted: int = 0
+    kept: int = 0
+    documents: int = 0
+    summary: str | None = None
+    active_task: str | None = None
+    calls: list[CallRecord] = field(default_factory=list)
+    skipped: str | None = None
+
+
+def _plan_compaction(conn: Conn, session: dict[str, Any], threshold: int) -> tuple[list[dict[str, Any]], int] | None:
+    live = conn.execute(
+        """SELECT id, turn_id, role, content, token_estimate FROM session_messages
+           WHERE session_id = %s AND NOT is_compacted ORDER BY turn_id NULLS FIRST, id""",
+        (session["id"],),
+    ).fetchall()
+    if sum(m["token_estimate"] for m in live) < threshold:
+        return None
+    open_turn = conn.execute(
+        "SELECT min(id) AS id FROM turns WHERE session_id = %s AND status IN ('queued', 'running')", (session["id"],)
+    ).fetchone()
+    first_open = open_turn["id"] if open_turn else None
+    keep = choose_keep([m["token_estimate"] for m in live], threshold_tokens=threshold)
+    cut = len(live) - keep
+    # Never separate a tool result from the assistant message that called it (providers reject that).
+    while 0 < cut < len(live) and live[cut]["role"] == "tool":
+        cut -= 1
+    # Never compact a turn that has not run yet: its own user message must reach the model.
+    candidates = [m for m in live[:cut] if first_open is None or m["turn_id"] is None or m["turn_id"] < first_open]
+    return (candidates, len(live) - len(candidates)) if candidates else None
+
+
+def compact_session(session_id: int, settings: Settings, provider: ChatProvider | None = None) -> CompactionOutcome:
+    threshold = compaction_threshold(settings)
+    with db.connection() as conn:
+        session = _session(conn, session_id)
+        if session is None:
+            return CompactionOutcome(skipped="session gone")
+        plan = _plan_compaction(conn, session, threshold)
+        if plan is None:
+            return CompactionOutcome(skipped="under the threshold or nothing compactable")
+        messages, kept = plan
+        tool_rows = conn.execute(
+            "SELECT id, content, tool_results FROM session_messages WHERE id = ANY(%s) AND role = 'tool'",
+            ([m["id"] for m in messages],),
+        ).fetchall()
+    transcript = _transcript(messages)
+    outcome = CompactionOutcome(kept=kept)
+    if provider_name(settings) == "offline":
+        new_summary, task = offline_summary(transcript), offline_active_task(transcript)
+    else:
+        system, user = build_summary_prompt(transcript, session["summary"])
+        result = complete(settings, "summary", system, user, provider=provider)
+        outcome.calls = result.calls
+        new_summary, task = parse_summary(result.text)
+    outcome.summary = cumulative_summary(session["summary"], new_summary)
+    outcome.active_task = task or session["active_task"]
+    ids = [m["id"] for m in messages]
+    with db.connection() as conn:
+        updated = conn.execute(
+            """UPDATE sessions SET summary = %s, active_task = %s, compaction_count = compaction_count + 1,
+                   recovery_pending = true, compacted_at = now(), updated_at = now()
+               WHERE id = %s AND compaction_count = %s RETURNING id""",
+            (outcome.summary, outcome.active_task, session_id, session["compaction_count"]),
+        ).fetchone()
+        if updated is None:  # a concurrent compaction finished first: its result stands
+            conn.rollback()
+            return CompactionOutcome(skipped="another compaction won")
+        conn.execute("UPDATE session_messages SET is_compacted = true WHERE id = ANY(%s)", (ids,))
+        for row in tool_rows:
+            if len(row["content"]) > DOCUMENT_THRESHOLD_CHARS:
+                outcome.documents += _move_to_document(conn, session, row)
+        conn.execute(
+            """UPDATE sessions SET token_count = (SELECT coalesce(sum(token_estimate), 0) FROM session_messages
+                                                 WHERE session_id = %s AND NOT is_compacted) WHERE id = %s""",
+            (session_id, session_id),
+        )
+        record_calls(
+            conn, outcome.calls, tenant_id=session["tenant_id"], user_id=session["user_id"], session_id=session_id
+        )
+    outcome.compacted = len(ids)
+    return outcome
+
+
+def _move_to_document(conn: Conn, session: dict[str, Any], row: dict[str, Any]) -> int:
+    name = (row["tool_results"] or {}).get("name") or "tool"
+    created = conn.execute(
+        """INSERT INTO documents (tenant_id, user_id, session_id, source_message_id, title, content)
+           VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (source_message_id) DO NOTHING RETURNING id""",
+        (session["tenant_id"], session["user_id"], session["id"], row["id"], f"{name} result", row["content"]),
+    ).fetchone()
+    if created is None:
+        return 0
+    # What stays in the (compacted) transcript points at the document instead of carrying it.
+    conn.execute(
+        "UPDATE session_messages SET content = %s WHERE id = %s",
+        (f"[{name} result stored as document {created['id']}; read it with read_document]", row["id"]),
+    )
+    return 1
+
+
+# --------------------------------------------------------------------- transcript indexing
+
+
+def index_transcript(session_id: int, embedder: Embedder, batch_size: int = 64) -> int:
+    """Embed compacted messages not yet indexed, in blocks of 5; returns blocks written."""
+    with db.connection() as conn:
+        session = _session(conn, session_id)
+        if session is None:
+            return 0
+        rows = conn.execute(
+            """SELECT id, role, content FROM session_messages
+               WHERE session_id = %s AND is_compacted AND embedded_at IS NULL ORDER BY id LIMIT 500""",
+            (session_id,),
+        ).fetchall()
+        if not rows:
+            return 0
+        ensure_embedding_space(conn, embedder)
+        blocks = transcript_blocks(_transcript(rows))
+        vectors = embed_texts(conn, embedder, [text for _, text in blocks], batch_size)
+    ids = [row["id"] for row in rows]
+    with db.connection() as conn:
+        marked = conn.execute(
+            "UPDATE session_messages SET embedded_at = now() WHERE id = ANY(%s) AND embedded_at IS NULL", (ids,)
+        ).rowcount
+        if marked != len(ids):
+            conn.rollback()
+            return 0
+        with conn.cursor() as cur:
+            cur.executemany(
+                """INSERT INTO memory_chunks (tenant_id, user_id, session_id, chunk_index, text, start_char, end_char,
+                                              first_message_id, last_message_id, content_hash, embedding)
+                   VALUES (%s, %s, %s, 0, %s, 0, %s, %s, %s, md5(%s), %s)""",
+                [
+                    (
+                        session["tenant_id"],
+                        session["user_id"],
+                        session_id,
+                        text,
+                        len(text),
+                        block_ids[0],
+                        block_ids[-1],
+                        text,
+                        Vector(vector),
+                    )
+                    for (block_ids, text), vector in zip(blocks, vectors, strict=True)
+                ],
+            )
+        conn.execute(
+            "UPDATE sessions SET last_embedded_message_id = greatest(last_embedded_message_id, %s) WHERE id = %s",
+            (max(ids), session_id),
+        )
+    return len(blocks)
+
+
+# ---------------------------------------------------------------------- personality synthesis
+
+
+def _style_observations(conn: Conn, scope: Scope) -> list[StyleObservation]:
+    rows = conn.execute(
+        """SELECT key, value, metadata, created_at, updated_at FROM memories
+           WHERE tenant_id = %s AND user_id = %s AND valid_until IS NULL
+             AND (kind = 'style' OR namespace LIKE 'tacit/personality/style%%')""",
+        (scope.tenant_id, scope.user_id),
+    ).fetchall()
+    observations = []
+    for row in rows:
+        meta = row["metadata"] or {}
+        first = _parse_time(meta.get("first_observed")) or row["created_at"]
+        last = _parse_time(meta.get("last_reinforced")) or row["updated_at"]
+        observations.append(
+            StyleObservation(row["key"], row["value"], int(meta.get("reinforced_count", 1)), first, last)
+        )
+    return observations
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def synthesize_personality(
+    tenant_id: int, user_id: int, settings: Settings, provider: ChatProvider | None = None, now: datetime | None = None
+) -> JobOutcome:
+    """Turn live style observations into the directive the static prompt shows."""
+    now = now or datetime.now(UTC)
+    scope = Scope(tenant_id, user_id)
+    with db.connection() as conn:
+        active = active_styles(_style_observations(conn, scope), now=now)
+    outcome = JobOutcome()
+    if not should_synthesize(active):
+        outcome.skipped = f"{len(active)} live style observations; need at least 3"
+        return outcome
+    if provider_name(settings) == "offline":
+        directive: str | None = offline_directive(active)
+    else:
+        system, user = build_synthesis_prompt(active)
+        result = complete(settings, "synthesis", system, user, provider=provider, max_tokens=400)
+        outcome.calls = result.calls
+        directive = clean_directive(result.text)
+    with db.connection() as conn:
+        if directive:
+            item = MemoryInput(key=DIRECTIVE_KEY, value=directive, namespace=DIRECTIVE_NAMESPACE, kind="directive")
+            _store_all(conn, scope, [item], "synthesis", outcome)
+        else:
+            outcome.skipped = "the model's directive was unusable"
+        record_calls(conn, outcome.calls, tenant_id=tenant_id, user_id=user_id, session_id=None)
+    return outcome
+
+
+# ------------------------------------------------------------------------------- triggers
+
+
+@dataclass(frozen=True)
+class AfterTurnPlan:
+    flush: bool
+    compact: bool
+
+
+def plan_after_turn(session: dict[str, Any], settings: Settings) -> AfterTurnPlan:
+    threshold = compaction_threshold(settings)
+    tokens = session["token_count"]
+    compact = tokens >= threshold
+    # Compaction mines everything first, so a flush is only scheduled below the threshold.
+    flush = not compact and tokens >= settings.flush_ratio * threshold and flush_needed(session)
+    return AfterTurnPlan(flush=flush, compact=compact)

@@ -1,0 +1,69 @@
+"""Queue `extraction`: debounced fact extraction after turns, and personality synthesis."""
+
+from __future__ import annotations
+
+from shared.config import get_settings
+from shared.db import DatabaseUnavailable
+from shared.llm.types import LLMError
+from shared.locks import HeartbeatLock
+from shared.logging import get_logger
+from shared.pipeline import debounce
+from shared.pipeline.jobs import JobOutcome, extract_session, synthesize_personality
+from shared.redis_client import get_redis
+from workers.base import engram_task
+from workers.dispatch import enqueue_embed_memory, enqueue_synthesis
+
+log = get_logger(__name__)
+
+
+class SessionBusy(RuntimeError):
+    """Another worker is extracting this session; try again shortly (new messages need a pass)."""
+
+
+def follow_up(outcome: JobOutcome, tenant_id: int | None = None, user_id: int | None = None) -> None:
+    for memory_id in outcome.changed_memory_ids:
+        enqueue_embed_memory(memory_id)
+    if outcome.styles_changed and tenant_id is not None and user_id is not None:
+        enqueue_synthesis(tenant_id, user_id)
+
+
+@engram_task(
+    "extraction",
+    autoretry_for=(SessionBusy, DatabaseUnavailable, LLMError),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    max_retries=8,
+)
+def extract(session_id: int, token: str) -> str:
+    settings = get_settings()
+    client = get_redis()
+    if not debounce.should_run(client, "extract", session_id, token, max_wait=settings.extraction_max_wait_seconds):
+        return "superseded by a later turn"
+    lock = HeartbeatLock(client, f"engram:lock:extract:{session_id}", settings.session_lock_ttl_seconds)
+    if not lock.acquire():
+        raise SessionBusy(f"session {session_id} is being extracted")
+    try:
+        debounce.started(client, "extract", session_id)
+        outcome = extract_session(session_id, settings)
+    finally:
+        lock.release()
+    session = _owner(session_id)
+    follow_up(outcome, *session)
+    log.info("extraction done", session_id=session_id, memories=len(outcome.changed_memory_ids),
+             skipped=outcome.skipped)
+    return outcome.skipped or f"{len(outcome.changed_memory_ids)} memories"
+
+
+def _owner(session_id: int) -> tuple[int | None, int | None]:
+    from shared import db
+
+    with db.connection() as conn:
+        row = conn.execute("SELECT tenant_id, user_id FROM sessions WHERE id = %s", (session_id,)).fetchone()
+    return (row["tenant_id"], row["user_id"]) if row else (None, None)
+
+
+@engram_task("extraction", autoretry_for=(DatabaseUnavailable, LLMError), retry_backoff=2, max_retries=5)
+def synthesize(tenant_id: int, user_id: int) -> str:
+    outcome = synthesize_personality(tenant_id, user_id, get_settings())
+    follow_up(outcome)
+    return outcome.skipped or "directive updated"
