@@ -26,7 +26,11 @@ from shared.services import resolve_redis_url
 from workers.queues import QUEUES
 
 TASK_MODULES = [
-    "workers.turns", "workers.maintenance", "workers.embeddings", "workers.extraction", "workers.flush",
+    "workers.turns",
+    "workers.maintenance",
+    "workers.embeddings",
+    "workers.extraction",
+    "workers.flush",
     "workers.compaction",
 ]
 
@@ -72,8 +76,8 @@ def create_celery() -> Celery:
             },
             "redrive-pending-extraction": {
                 "task": "engram.maintenance.redrive_pending_extraction",
-                "schedule": timedelta(minutes=1),
-                "options": {"expires": 50},
+                "schedule": timedelta(seconds=settings.sweep_interval_seconds),
+                "options": {"expires": settings.sweep_interval_seconds},
             },
             "index-missing-memories": {
                 "task": "engram.embeddings.index_missing_memories",

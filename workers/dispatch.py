@@ -14,13 +14,18 @@ def enqueue_embed_memory(memory_id: int) -> None:
 
 
 def enqueue_extraction(session_id: int, token: str, countdown: float) -> None:
-    app.send_task("engram.extraction.extract", kwargs={"session_id": session_id, "token": token},
-                  queue="extraction", countdown=countdown)
+    app.send_task(
+        "engram.extraction.extract",
+        kwargs={"session_id": session_id, "token": token},
+        queue="extraction",
+        countdown=countdown,
+    )
 
 
 def enqueue_synthesis(tenant_id: int, user_id: int) -> None:
-    app.send_task("engram.extraction.synthesize", kwargs={"tenant_id": tenant_id, "user_id": user_id},
-                  queue="extraction")
+    app.send_task(
+        "engram.extraction.synthesize", kwargs={"tenant_id": tenant_id, "user_id": user_id}, queue="extraction"
+    )
 
 
 def enqueue_flush(session_id: int) -> None:

@@ -49,8 +49,9 @@ def extract(session_id: int, token: str) -> str:
         lock.release()
     session = _owner(session_id)
     follow_up(outcome, *session)
-    log.info("extraction done", session_id=session_id, memories=len(outcome.changed_memory_ids),
-             skipped=outcome.skipped)
+    log.info(
+        "extraction done", session_id=session_id, memories=len(outcome.changed_memory_ids), skipped=outcome.skipped
+    )
     return outcome.skipped or f"{len(outcome.changed_memory_ids)} memories"
 
 

@@ -29,8 +29,13 @@ def after_turn(session_id: int, turn_id: int) -> None:
     if not settings.auto_memory:
         return
     try:
-        plan = debounce.schedule(get_redis(), "extract", session_id, debounce=settings.extraction_debounce_seconds,
-                                 max_wait=settings.extraction_max_wait_seconds)
+        plan = debounce.schedule(
+            get_redis(),
+            "extract",
+            session_id,
+            debounce=settings.extraction_debounce_seconds,
+            max_wait=settings.extraction_max_wait_seconds,
+        )
         enqueue_extraction(session_id, plan.token, plan.countdown)
         with db.connection() as conn:
             session = conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
@@ -42,8 +47,9 @@ def after_turn(session_id: int, turn_id: int) -> None:
         if follow.compact:
             enqueue_compaction(session_id)
     except (RedisError, DatabaseUnavailable, OSError) as exc:
-        log.warning("could not schedule memory work after the turn", session_id=session_id, turn_id=turn_id,
-                    error=str(exc))
+        log.warning(
+            "could not schedule memory work after the turn", session_id=session_id, turn_id=turn_id, error=str(exc)
+        )
 
 
 @engram_task(

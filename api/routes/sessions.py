@@ -56,7 +56,7 @@ def session_state(
         session_id=session["id"],
         user_id=user_id,
         llm_calls=calls,
-        **{k: v for k, v in session.items() if k in SessionOut.model_fields and k != "session_id"},
+        **{k: v for k, v in session.items() if k in SessionOut.model_fields and k not in ("session_id", "user_id")},
     )
 
 

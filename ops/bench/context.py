@@ -227,8 +227,8 @@ def static_prefix(body: Json) -> str:
 
 
 def steering_tokens(body: Json) -> int:
-    """Tokens of the steering notes in a request: engram adds them to every call, the transcript
-    (and so the naive baseline) does not have them."""
+    """Tokens of the steering notes in a request: engram appends them to the calls where they fire;
+    they are never stored, so the transcript (and the naive baseline) does not have them."""
     tokens = 0
     for message in body.get("messages") or []:
         content = message.get("content")
@@ -594,6 +594,7 @@ def analyse(records: list[TurnRecord], transcript: list[dict[str, Any]], wall_s:
             "p50": round(percentile(e2e, 50) or 0, 1),
             "p95": round(percentile(e2e, 95) or 0, 1),
             "max": round(max(e2e), 1) if e2e else None,
+            "slowest_turn": max(records, key=lambda r: r.e2e_ms).number if records else None,
         },
         "failed_turns": [{"turn": r.number, "error": r.error} for r in records if r.status != "done"],
     }
@@ -610,7 +611,7 @@ def render(summary: dict[str, Any], header: str) -> str:
         header,
         f"turns: {summary['turns_done']}/{summary['turns']} done in {summary['wall_s']:.2f} s "
         f"(per turn p50 {summary['turn_e2e_ms']['p50']:.0f} ms, p95 {summary['turn_e2e_ms']['p95']:.0f} ms, "
-        f"max {summary['turn_e2e_ms']['max']:.0f} ms)",
+        f"max {summary['turn_e2e_ms']['max']:.0f} ms at turn {summary['turn_e2e_ms']['slowest_turn']})",
         f"LLM calls: {summary['llm_calls']} ({summary['llm_calls_per_turn']:.2f} per turn; "
         f"{summary['turns_with_tool_iteration']} turns with a tool iteration; engram's own count "
         f"{summary['llm_calls_recorded_by_engram']}; background calls {summary['background_llm_calls']})",

@@ -896,10 +896,11 @@ class Query:
 @dataclass
 class Samples:
     latencies_ms: list[float] = field(default_factory=list)
+    user_memories: list[int] = field(default_factory=list)  # how many memories the sample's user has
     results: list[int] = field(default_factory=list)
     recalls: list[float] = field(default_factory=list)
 
-    def summary(self) -> dict[str, float | int | None]:
+    def summary(self) -> dict[str, Any]:
         values = np.asarray(self.latencies_ms)
         p50, p95, p99 = (float(v) for v in np.percentile(values, [50, 95, 99]))
         return {
@@ -910,6 +911,11 @@ class Samples:
             "results": round(float(np.mean(self.results)), 1),
             "recall": round(float(np.mean(self.recalls)), 3) if self.recalls else None,
             "n": len(self.latencies_ms),
+            # With --skew the tail belongs to particular users; this says which.
+            "slowest": [
+                {"ms": round(ms, 1), "user_memories": n}
+                for ms, n in sorted(zip(self.latencies_ms, self.user_memories, strict=True), reverse=True)[:5]
+            ],
         }
 
 
@@ -958,6 +964,7 @@ def run_searches(
         if number < warmup:
             continue
         samples.latencies_ms.append(elapsed)
+        samples.user_memories.append(len(corpus.memory_ids[user_id]))
         samples.results.append(len(results))
         if mode == "vector":
             samples.recalls.append(vector_recall(corpus, user_id, query.vector, results, options.limit))
@@ -999,13 +1006,13 @@ class _ExplainingConn:
         return getattr(self._conn, name)
 
 
-def explain(conn: Conn, setup: Setup, query: Query, mode: str) -> list[str]:
+def explain(conn: Conn, setup: Setup, user_id: int, query: Query, mode: str) -> list[str]:
     """The plan of the search() statement for one query, as executed (EXPLAIN ANALYZE)."""
     spy = _ExplainingConn(conn)
     text = "" if mode == "vector" else query.text
     vector = None if mode == "text" else query.vector.tolist()
     # No rollback here: the caller's transaction may be without_index's.
-    search(cast(Conn, spy), Scope(setup.tenant_id, setup.user_ids[0]), text, query_vector=vector)
+    search(cast(Conn, spy), Scope(setup.tenant_id, user_id), text, query_vector=vector)
     return spy.plan
 
 
@@ -1048,10 +1055,13 @@ def _fmt_ms(value: float | int | None) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
+    config = report["config"]
     lines = [
-        f"engram search scale benchmark: {report['config']['users']} users, {report['config']['queries']} "
-        f"queries per mode, {report['config']['cpus']} CPUs, Postgres {report['config']['server_version']}, "
-        f"shared_buffers {report['config']['shared_buffers']}",
+        f"engram search scale benchmark: {config['users']} users (skew {config['skew']:g}), {config['queries']} "
+        f"queries per mode, {config['cpus']} CPUs (load avg {config['loadavg_start']} -> {config['loadavg_end']}), "
+        f"Postgres {config['server_version']}, shared_buffers {config['shared_buffers']}",
+        f"corpus: {config['pool']} facts embedded with MiniLM + noise {config['noise_norm']:g}; "
+        f"{config['questions']} held-out questions; vector mode: min_score 0, recall@10 vs exact",
         "",
         f"{'size':>8} {'mode':<18} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'results':>8} "
         f"{'recall':>7}",
@@ -1073,8 +1083,13 @@ def render(report: dict[str, Any]) -> str:
         )
     for size in report["sizes"]:
         lines.append("")
-        lines.append(f"vector leg plan at {size['memories']} (hybrid query, EXPLAIN ANALYZE):")
+        lines.append(
+            f"vector leg at {size['memories']}, user with {size['probe_user_memories']} memories, "
+            f"hybrid {size['probe_query']!r} (EXPLAIN ANALYZE):"
+        )
         lines.extend(f"    {line}" for line in size["vector_plan_lines"])
+        lines.append(f"  the same, forced with {size['forced_plan']}:")
+        lines.extend(f"    {line}" for line in size["forced_plan_lines"])
     hybrid = report["sizes"][-1]["latency"]["hybrid"]["p95_ms"]
     verdict = "meets" if hybrid < GOAL_P95_MS else "MISSES"
     lines.append("")
@@ -1174,8 +1189,9 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
             sizes = relation_sizes(conn)
             conn.commit()
 
-            probe = queries[0]
-            vector_lines = shorten(subplan(explain(conn, setup, probe, "hybrid"), "vec_raw"))
+            # A typical user: the median by memory count (they are all alike unless --skew).
+            probe, probe_user = queries[0], setup.user_ids[len(setup.user_ids) // 2]
+            vector_lines = shorten(subplan(explain(conn, setup, probe_user, probe, "hybrid"), "vec_raw"))
             conn.rollback()
             vector_plan = classify(vector_lines)
 
@@ -1188,7 +1204,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
             # The other vector plan, forced, so both are measured whatever the planner picks.
             force = FORCE_EXACT if vector_plan == "hnsw" else FORCE_HNSW
             with forced_plan(conn, force):
-                other_lines = shorten(subplan(explain(conn, setup, probe, "hybrid"), "vec_raw"))
+                other_lines = shorten(subplan(explain(conn, setup, probe_user, probe, "hybrid"), "vec_raw"))
             other = classify(other_lines)
             for mode in ("hybrid", "vector"):
                 log(f"[{size}] measuring {mode} with the {other} plan forced ({force}) ...")
@@ -1209,6 +1225,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                     "forced_plan": force,
                     "forced_plan_lines": other_lines,
                     "probe_query": probe.text,
+                    "probe_user_memories": len(corpus.memory_ids[probe_user]),
                     "latency": latency,
                 }
             )

@@ -2,6 +2,11 @@
 
 Re-indexing a memory replaces its chunks in one transaction, so running it twice, or after a
 crash half-way, leaves exactly one set of chunks that matches the memory's current text.
+
+A memory with a context (`metadata.context`, see store.py) has it appended to every chunk: the chunk
+comes first, so a model that truncates long input (MiniLM reads ~256 word pieces) always sees the
+memory itself, and each chunk carries the context rather than one chunk holding all of it. The
+chunk row's `text` is exactly what was embedded, so `reindex` (which re-embeds `text`) reproduces it.
 """
 
 from __future__ import annotations
@@ -13,8 +18,8 @@ from pgvector import Vector
 
 from shared.db import Conn
 from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
-from shared.memory.chunking import split_text
-from shared.memory.store import DEFAULT_NAMESPACE
+from shared.memory.chunking import Chunk, split_text
+from shared.memory.store import CONTEXT_KEY, DEFAULT_NAMESPACE
 
 
 def embeddable_text(memory: dict[str, Any]) -> str:
@@ -26,17 +31,27 @@ def embeddable_text(memory: dict[str, Any]) -> str:
     return body
 
 
+def embedding_inputs(memory: dict[str, Any]) -> list[tuple[Chunk, str]]:
+    """The chunks of `embeddable_text(memory)`, each with the text to embed for it (the chunk, then
+    the memory's context if it has one). `memory` needs namespace, key, value, kind; metadata optional."""
+    context = (memory.get("metadata") or {}).get(CONTEXT_KEY)
+    chunks = split_text(embeddable_text(memory))
+    if not context:
+        return [(chunk, chunk.text) for chunk in chunks]
+    return [(chunk, f"{chunk.text}\n\nContext:\n{context}") for chunk in chunks]
+
+
 def index_memory(conn: Conn, embedder: Embedder, memory_id: int, batch_size: int = 64) -> int:
     """(Re)build the chunks of one memory; returns how many chunks it has now (0 if it is gone)."""
     memory = conn.execute(
-        "SELECT id, tenant_id, user_id, namespace, key, value, kind FROM memories WHERE id = %s", (memory_id,)
+        "SELECT id, tenant_id, user_id, namespace, key, value, kind, metadata FROM memories WHERE id = %s",
+        (memory_id,),
     ).fetchone()
     if memory is None:
         return 0
     ensure_embedding_space(conn, embedder)
-    text = embeddable_text(memory)
-    chunks = split_text(text)
-    vectors = embed_texts(conn, embedder, [chunk.text for chunk in chunks], batch_size)
+    inputs = embedding_inputs(memory)
+    vectors = embed_texts(conn, embedder, [text for _, text in inputs], batch_size)
     # Lock the memory row so a concurrent re-index of the same memory waits instead of interleaving.
     conn.execute("SELECT id FROM memories WHERE id = %s FOR UPDATE", (memory_id,))
     conn.execute("DELETE FROM memory_chunks WHERE memory_id = %s", (memory_id,))
@@ -51,16 +66,16 @@ def index_memory(conn: Conn, embedder: Embedder, memory_id: int, batch_size: int
                     memory["user_id"],
                     memory_id,
                     chunk.index,
-                    chunk.text,
-                    chunk.start,
+                    text,
+                    chunk.start,  # offsets into embeddable_text(memory); `text` may add the context after it
                     chunk.end,
-                    hashlib.sha256(chunk.text.encode()).hexdigest(),
+                    hashlib.sha256(text.encode()).hexdigest(),
                     Vector(vector),
                 )
-                for chunk, vector in zip(chunks, vectors, strict=True)
+                for (chunk, text), vector in zip(inputs, vectors, strict=True)
             ],
         )
-    return len(chunks)
+    return len(inputs)
 
 
 def unindexed_memory_ids(conn: Conn, limit: int = 1000) -> list[int]:

@@ -16,6 +16,7 @@ two concurrent writes never both insert an active row.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -57,6 +58,14 @@ DEFAULT_DECAY_RATE = {
 
 MAX_TAGS = 20
 MAX_TAG_CHARS = 64
+
+# `metadata.context`: text from around the memory's source (for an episode, the neighbouring turns of
+# the conversation). A turn such as "Yes, twice last summer!" means nothing on its own; its context
+# makes it findable. The context is embedded with the memory and searchable at the lowest full-text
+# weight (migration 0005), but it is not part of the value: reads, dedup and search results show the
+# value alone.
+CONTEXT_KEY = "context"
+MAX_CONTEXT_CHARS = 2048
 
 WriteAction = Literal["added", "superseded", "reinforced", "unchanged", "duplicate"]
 
@@ -116,6 +125,25 @@ def _clean_tags(tags: Sequence[str]) -> list[str]:
     return cleaned
 
 
+def _clean_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    cleaned = dict(metadata)
+    context = cleaned.pop(CONTEXT_KEY, None)
+    if context is None:
+        return cleaned
+    if not isinstance(context, str):
+        raise MemoryRejected(f"metadata.{CONTEXT_KEY} must be a string")
+    # Layout carries nothing for search or embedding, and control characters (NUL above all) cannot be
+    # stored in jsonb: whitespace runs become one space, other control characters go.
+    context = "".join(ch for ch in " ".join(context.split()) if unicodedata.category(ch) != "Cc")
+    if len(context) > MAX_CONTEXT_CHARS:
+        raise MemoryRejected(
+            f"metadata.{CONTEXT_KEY} is {len(context)} characters after cleaning; the limit is {MAX_CONTEXT_CHARS}"
+        )
+    if context:
+        cleaned[CONTEXT_KEY] = context
+    return cleaned
+
+
 def prepare(item: MemoryInput) -> MemoryInput:
     """Validate and normalise an input; raises MemoryRejected with the reason."""
     if item.kind not in KINDS:
@@ -136,7 +164,7 @@ def prepare(item: MemoryInput) -> MemoryInput:
         namespace=namespace,
         kind=item.kind,
         tags=_clean_tags(item.tags),
-        metadata=dict(item.metadata),
+        metadata=_clean_metadata(item.metadata),
         confidence=item.confidence,
         decay_rate=DEFAULT_DECAY_RATE[item.kind] if item.decay_rate is None else item.decay_rate,
         event_time=item.event_time,
