@@ -241,9 +241,26 @@ def demo(
     client = _connect_client(url, api_key)
     session_key = f"demo-{int(time.time())}"
     typer.echo(f"demo: session {session_key} as user {user}")
-    for text in DEMO_SCRIPT:
+    for index, text in enumerate(DEMO_SCRIPT):
+        if index == len(DEMO_SCRIPT) - 1:
+            _wait_for_memories(client, user)
         typer.echo(f"you> {text}")
         _say(client, session_key, user, text)
+
+
+def _wait_for_memories(client: object, user: str, timeout: float = 30) -> None:
+    """Extraction runs in the background a few seconds after the last turn: give it a moment."""
+    from ops.client import EngramClient
+
+    assert isinstance(client, EngramClient)
+    typer.secho("(waiting for background memory extraction…)", dim=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = client.http.get(f"/v1/users/{user}/memories", params={"namespace": "tacit"})
+        if response.status_code == 200 and response.json():
+            typer.secho(f"({len(response.json())} memories stored)", dim=True)
+            return
+        time.sleep(1)
 
 
 @app.command()

@@ -32,6 +32,7 @@ from shared.locks import HeartbeatLock, session_lock_name
 from shared.logging import get_logger
 from shared.text import estimate_tokens
 from shared.tools import ToolContext, ToolRegistry
+from shared.turns import refresh_token_count
 
 log = get_logger(__name__)
 
@@ -248,7 +249,7 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
         )
         if written:
             _insert_messages(conn, turn, outcome.messages)
-            _refresh_token_count(conn, turn["session_id"])
+            refresh_token_count(conn, turn["session_id"])
             record_calls(
                 conn,
                 outcome.calls,
@@ -415,13 +416,3 @@ def _insert_messages(conn: Conn, turn: dict[str, Any], messages: list[ChatMessag
                 for m in messages
             ],
         )
-
-
-def _refresh_token_count(conn: Conn, session_id: int) -> None:
-    conn.execute(
-        """UPDATE sessions SET updated_at = now(), token_count = (
-               SELECT coalesce(sum(token_estimate), 0) FROM session_messages
-               WHERE session_id = %s AND NOT is_compacted)
-           WHERE id = %s""",
-        (session_id, session_id),
-    )

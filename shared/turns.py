@@ -157,3 +157,14 @@ def list_messages(
         (session["id"], tenant_id, limit),
     ).fetchall()
     return rows
+
+
+def refresh_token_count(conn: Conn, session_id: int) -> None:
+    """The session's live (not compacted) size, which decides flush and compaction."""
+    conn.execute(
+        """UPDATE sessions SET updated_at = now(), token_count = (
+               SELECT coalesce(sum(token_estimate), 0) FROM session_messages
+               WHERE session_id = %s AND NOT is_compacted)
+           WHERE id = %s""",
+        (session_id, session_id),
+    )

@@ -12,7 +12,16 @@ from shared.llm.types import ChatMessage, ChatRequest, ChatResult, DeltaCallback
 from shared.text import estimate_tokens
 
 OFFLINE_LABEL = "[offline mode (no language model)]"
+_MEMORY_QUESTION = re.compile(r"\b(remember|know|recall)\b.*\b(me|my|i)\b", re.IGNORECASE)
+# Remembered facts appear in the prompt as "- [namespace] key: value" lines ("What You Know",
+# "Relevant memory"); the rules read them back instead of reasoning over them.
+_MEMORY_LINE = re.compile(r"^- \[[^\]]+\] (.+)$", re.MULTILINE)
 _TIME_QUESTION = re.compile(r"\b(what(?:'s| is)? the )?(time|date|day is it|today)\b", re.IGNORECASE)
+
+
+def _remembered(request: ChatRequest) -> list[str]:
+    lines = _MEMORY_LINE.findall(request.system_static) + _MEMORY_LINE.findall(request.system_dynamic)
+    return list(dict.fromkeys(line.strip() for line in lines))
 
 
 class OfflineProvider:
@@ -33,8 +42,17 @@ class OfflineProvider:
             provider=self.name,
         )
 
+    def _recall(self, request: ChatRequest) -> str:
+        remembered = _remembered(request)
+        if not remembered:
+            return f"{OFFLINE_LABEL} I don't have anything remembered about you yet."
+        listing = "; ".join(remembered[:10])
+        return f"{OFFLINE_LABEL} Here is what I remember about you: {listing}."
+
     def _respond(self, request: ChatRequest) -> tuple[str, list[ToolCall]]:
-        last = request.messages[-1] if request.messages else ChatMessage("user", "")
+        # Steering notes are addressed to a model; the rules answer the conversation itself.
+        spoken = [m for m in request.messages if not (m.role == "user" and m.content.lstrip().startswith("<steering"))]
+        last = spoken[-1] if spoken else ChatMessage("user", "")
         if last.role == "tool":
             results = [m for m in request.messages[-5:] if m.role == "tool"]
             facts = "; ".join(f"{m.tool_name or 'tool'} says {m.content}" for m in results[-1:])
@@ -42,6 +60,8 @@ class OfflineProvider:
         tool_names = {tool.name for tool in request.tools}
         if "current_time" in tool_names and _TIME_QUESTION.search(last.content):
             return "", [ToolCall(f"call_offline_{len(request.messages)}", "current_time", {})]
+        if _MEMORY_QUESTION.search(last.content):
+            return self._recall(request), []
         said = " ".join(last.content.split())
         if len(said) > 200:
             said = said[:197] + "..."

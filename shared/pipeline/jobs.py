@@ -52,6 +52,7 @@ from shared.pipeline.personality import (
     offline_directive,
     should_synthesize,
 )
+from shared.turns import refresh_token_count
 
 log = get_logger(__name__)
 
@@ -109,6 +110,33 @@ def _store_all(conn: Conn, scope: Scope, items: list[MemoryInput], actor: str, o
             outcome.styles_changed = True
 
 
+def _record(conn: Conn, session: dict[str, Any], calls: list[CallRecord]) -> None:
+    record_calls(conn, calls, tenant_id=session["tenant_id"], user_id=session["user_id"], session_id=session["id"])
+
+
+def _mine(
+    settings: Settings,
+    provider: ChatProvider | None,
+    purpose: str,
+    session: dict[str, Any],
+    rows: Sequence[dict[str, Any]],
+    now: datetime,
+) -> tuple[list[MemoryInput], JobOutcome]:
+    """Facts from these messages as memory inputs (not stored yet); failed LLM calls are recorded."""
+    selected = select_for_extraction(_transcript(rows))
+    outcome = JobOutcome()
+    try:
+        facts, outcome.calls = _facts(settings, provider, purpose, selected, now)
+    except LLMError as exc:
+        with db.connection() as conn:
+            _record(conn, session, getattr(exc, "calls", []))
+        raise
+    items = to_memory_inputs(
+        facts, today=now.date(), source_session_id=session["id"], source_message_ids=[m.id for m in selected]
+    )
+    return items, outcome
+
+
 # ------------------------------------------------------------------------------ extraction
 
 
@@ -128,24 +156,8 @@ def extract_session(
         ).fetchall()
     if not rows:
         return JobOutcome(skipped="nothing new")
-    selected = select_for_extraction(_transcript(rows))
-    outcome = JobOutcome()
-    try:
-        facts, outcome.calls = _facts(settings, provider, "extraction", selected, now)
-    except LLMError as exc:
-        with db.connection() as conn:
-            record_calls(
-                conn,
-                getattr(exc, "calls", []),
-                tenant_id=session["tenant_id"],
-                user_id=session["user_id"],
-                session_id=session_id,
-            )
-        raise
     ids = [row["id"] for row in rows]
-    items = to_memory_inputs(
-        facts, today=now.date(), source_session_id=session_id, source_message_ids=[m.id for m in selected]
-    )
+    items, outcome = _mine(settings, provider, "extraction", session, rows, now)
     with db.connection() as conn:
         marked = conn.execute(
             "UPDATE session_messages SET extracted_at = now() WHERE id = ANY(%s) AND extracted_at IS NULL", (ids,)
@@ -158,9 +170,7 @@ def extract_session(
             (max(ids), session_id),
         )
         _store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "extraction", outcome)
-        record_calls(
-            conn, outcome.calls, tenant_id=session["tenant_id"], user_id=session["user_id"], session_id=session_id
-        )
+        _record(conn, session, outcome.calls)
     return outcome
 
 
@@ -188,12 +198,7 @@ def flush_session(
                ORDER BY turn_id NULLS FIRST, id""",
             (session_id, session["last_flushed_message_id"]),
         ).fetchall()
-    selected = select_for_extraction(_transcript(rows))
-    outcome = JobOutcome()
-    facts, outcome.calls = _facts(settings, provider, "flush", selected, now)
-    items = to_memory_inputs(
-        facts, today=now.date(), source_session_id=session_id, source_message_ids=[m.id for m in selected]
-    )
+    items, outcome = _mine(settings, provider, "flush", session, rows, now)
     with db.connection() as conn:
         claimed = conn.execute(
             """UPDATE sessions SET memory_flush_compaction_count = compaction_count,
@@ -210,9 +215,7 @@ def flush_session(
             conn.rollback()
             return JobOutcome(skipped="another flush of this cycle won")
         _store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "flush", outcome)
-        record_calls(
-            conn, outcome.calls, tenant_id=session["tenant_id"], user_id=session["user_id"], session_id=session_id
-        )
+        _record(conn, session, outcome.calls)
     return outcome
 
 
@@ -292,14 +295,8 @@ def compact_session(session_id: int, settings: Settings, provider: ChatProvider 
         for row in tool_rows:
             if len(row["content"]) > DOCUMENT_THRESHOLD_CHARS:
                 outcome.documents += _move_to_document(conn, session, row)
-        conn.execute(
-            """UPDATE sessions SET token_count = (SELECT coalesce(sum(token_estimate), 0) FROM session_messages
-                                                 WHERE session_id = %s AND NOT is_compacted) WHERE id = %s""",
-            (session_id, session_id),
-        )
-        record_calls(
-            conn, outcome.calls, tenant_id=session["tenant_id"], user_id=session["user_id"], session_id=session_id
-        )
+        refresh_token_count(conn, session_id)
+        _record(conn, session, outcome.calls)
     outcome.compacted = len(ids)
     return outcome
 

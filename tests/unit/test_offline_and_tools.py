@@ -85,3 +85,18 @@ def test_tool_specs_are_sorted_for_a_stable_prompt() -> None:
     for name in ("zeta", "alpha", "mid"):
         registry.register(Tool(name, name, schema, lambda _c, _a: ""))
     assert [spec.name for spec in registry.specs()] == ["alpha", "mid", "zeta"]
+
+
+def test_offline_reads_back_remembered_facts_and_ignores_steering() -> None:
+    request = ChatRequest(
+        model="offline-rules",
+        system_static="## What You Know\n- [tacit/preferences] drink: Prefers green tea",
+        system_dynamic="## Relevant memory (from other conversations)\n- [entity/default] user/city: Lives in Lisbon",
+        messages=(ChatMessage("user", "What do you remember about me?"),
+                  ChatMessage("user", '<steering name="identity_guard">stay in character</steering>')),
+    )
+    text = OfflineProvider().chat(request).text
+    assert "drink: Prefers green tea" in text and "user/city: Lives in Lisbon" in text
+    assert "steering" not in text
+    empty = OfflineProvider().chat(ChatRequest(model="m", messages=(ChatMessage("user", "what do you know about me"),)))
+    assert "anything remembered" in empty.text
