@@ -1,7 +1,7 @@
 """Hybrid search latency at scale: shared.memory.search.search() over 10k / 100k synthetic memories.
 
     python -m ops.bench.search_scale                          # sizes 10000,100000; own embedded Postgres
-    python -m ops.bench.search_scale --sizes 100000 --queries 500
+    python -m ops.bench.search_scale --sizes 100000 --skew 1  # a few heavy users instead of an even spread
     python -m ops.bench.search_scale --database-url postgresql://.../scratch   # or ENGRAM_DATABASE_URL
 
 Without a URL it starts an embedded Postgres (ops/embedded.py) in a temporary directory and stops it
@@ -9,37 +9,39 @@ on exit (also on Ctrl-C, SIGTERM or an error). A given database must be a scratc
 memory tables are truncated for every size (the run refuses if they hold another tenant's rows).
 
 Corpus, per size N (tables truncated, so every size starts from clean relations):
-- `--pool` distinct short facts are generated from ~30 templates (people, food, work, travel, health,
-  pets, media, …) with slot vocabularies of 20–90 words each, so a word's document frequency, and
-  therefore the selectivity of the full-text OR query, resembles real facts rather than lorem ipsum.
-- Each of `--users` users (one tenant) gets N/users memories: distinct pool sentences drawn without
-  replacement, so one user never holds the same fact twice and (user, namespace, key) stays unique.
+- `--pool` distinct short facts are generated from 30 templates (people, food, work, travel, health,
+  pets, media, directives, …) whose slots draw from vocabularies of 6–60 values, so a word's document
+  frequency, and with it the selectivity of the full-text OR query, resembles real facts.
+- `--users` users of one tenant share the N memories evenly (`--skew s`: user i gets a share
+  ∝ 1/(i+1)^s). A user's memories are distinct pool facts while the pool suffices (repeats beyond);
   kind, namespace, key and tags follow the template (episodes get a `daily/<date>` namespace and an
-  event_time); valid_until is NULL; `search_tsv` is the table's generated column.
-- Vectors: only the pool is embedded, with the real LocalEmbedder (MiniLM, 384 dims): embedding 100k
-  texts on 2 cores would take minutes. A memory's vector is its sentence's vector plus Gaussian noise
-  with expected norm --noise (0.25 by default: cosine ≈ 0.97 to the clean vector), re-normalised. The
-  noise keeps the ~25 copies of a sentence held by different users from being identical points,
-  which would give HNSW an unrealistically degenerate graph. Each memory has exactly one chunk whose
-  text is indexing.embeddable_text() of the memory (the vector ignores the key/namespace prefix).
-- Entities: shared.memory.entity_extraction.extract_entities() over the same text link_entities()
-  uses, one entity per (user, type, normalised name) (the first-name/full-name merge is skipped),
-  so the entity leg has real rows to probe. No transcript chunks.
-- Rows are bulk-loaded with binary COPY; the HNSW index is dropped before the load and re-created
-  afterwards with exactly the definition ensure_embedding_space() created (read back from pg_indexes),
-  timed; then VACUUM ANALYZE.
+  event_time); keys are unique per (user, namespace); valid_until is NULL; search_tsv is generated.
+- Vectors: only the pool is embedded, with the real LocalEmbedder (MiniLM, 384 dims); embedding 100k
+  texts on 2 cores would take many minutes. A memory's vector is its fact's vector plus isotropic
+  Gaussian noise of expected norm `--noise` (0.25: cosine ≈ 0.97 to the clean vector), re-normalised.
+  The noise keeps the ~25 copies of a fact held by different users from being identical points, which
+  would give HNSW an unrealistically degenerate graph. Each memory has one chunk whose text is
+  indexing.embeddable_text() of the memory (the vector ignores that text's key/namespace prefix).
+- Entities: entity_extraction.extract_entities() over the text link_entities() uses, one entity per
+  (user, type, normalised name) (the first-name/full-name merge is skipped), so the entity leg has
+  real rows to probe. No transcript chunks.
+- Creation times are spread over two years and rows are loaded in that order (ids too), so a user's
+  chunks are scattered over the table as in production, not packed together.
+- Binary COPY with the HNSW index dropped; then the index is re-created, timed, with exactly the
+  definition ensure_embedding_space() created (read back from pg_indexes); VACUUM ANALYZE; CHECKPOINT.
 
-Queries: held-out questions generated from question forms of the same templates (phrased unlike any
-stored fact), embedded with the real model before timing. Each sample is one search() call for a
-random user and question, in its own transaction, timed around the call (round trips, planning,
-execution and result building; not the embedding). Modes:
-- hybrid: question + its vector (what service.search_memories does);
+Queries: held-out questions from question forms of the same templates (phrased unlike any stored
+fact), embedded with the real model before timing. A sample is one search() call for a random user
+and question in its own transaction, timed around the call (round trips, planning, execution and
+result building; not the embedding). Modes:
+- hybrid: question + its vector (what shared.memory.service does);
 - text: question, query_vector=None (no vector leg);
-- vector: query "" (no lexemes, no ILIKE patterns, no entity names) + the question's vector;
-- vector/hybrid (hnsw) and (btree): the same with one of the two possible vector plans forced, by
-  dropping the other index inside a transaction that is rolled back.
-recall@k compares vector-only results with the exact top-k (numpy, the user's vectors, same
-min_score cut-off).
+- vector: question + its vector with SearchOptions(legs=("vector",)), and min_score 0 (a Python-side
+  cut-off: same SQL) so recall@10 against the exact top 10 is measurable;
+- hybrid/vector (<plan>): the vector plan the planner did not pick, forced for comparison: HNSW with
+  `SET LOCAL enable_sort = off`, the exact scan by dropping the HNSW index; either way inside one
+  transaction that is rolled back.
+The vector leg's plan is shown with EXPLAIN ANALYZE for the median user (by memory count).
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ from ops.embedded import EmbeddedPostgres
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
+from shared.embeddings.space import forget_checked_spaces
+from shared.memory import search as search_module
 from shared.memory.entity_extraction import extract_entities
 from shared.memory.indexing import embeddable_text
 from shared.memory.search import SearchOptions, SearchResult, search
@@ -664,6 +668,15 @@ def prepare(conn: Conn, users: int) -> Setup:
     register_vector_types(conn)
     row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (HNSW_INDEX,)).fetchone()
     if row is None:
+        # An interrupted earlier run left its space without the index (it is dropped while loading):
+        # this is a scratch database, so let the product set the space up afresh, index included.
+        conn.execute("DELETE FROM embedding_space")
+        conn.commit()
+        forget_checked_spaces()
+        ensure_embedding_space(conn, LocalEmbedder())
+        conn.commit()
+        row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (HNSW_INDEX,)).fetchone()
+    if row is None:
         raise BenchError(f"ensure_embedding_space did not create {HNSW_INDEX}")
     return Setup(tenant_id, user_ids, str(row["indexdef"]))
 
@@ -919,6 +932,14 @@ class Samples:
         }
 
 
+def mode_options(mode: str) -> SearchOptions:
+    if mode == "vector":
+        # Only the vector leg, and no minimum score, so the results are the leg's top `limit` and recall
+        # is measurable; min_score is applied in Python after the query: the SQL and its cost are the same.
+        return SearchOptions(min_score=0.0, legs=("vector",))
+    return SearchOptions()
+
+
 def vector_recall(corpus: Corpus, user_id: int, vector: np.ndarray, results: Sequence[SearchResult], k: int) -> float:
     """Share of the exact top-k (by cosine over the user's vectors) that the search returned.
 
@@ -946,18 +967,15 @@ def run_searches(
 ) -> Samples:
     """`count` timed searches (after `warmup` untimed ones), each in its own transaction unless
     `one_transaction` (the caller's, e.g. `forced_plan`)."""
-    # Vector-only: no minimum score, so the results are the leg's top `limit` and recall is
-    # measurable; min_score is applied in Python after the query, so the SQL and its cost are the same.
-    options = SearchOptions(min_score=0.0) if mode == "vector" else SearchOptions()
+    options = mode_options(mode)
     samples = Samples()
     for number in range(warmup + count):
         user_id = rng.choice(setup.user_ids)
         query = rng.choice(queries)
         scope = Scope(setup.tenant_id, user_id)
-        text = "" if mode == "vector" else query.text  # "": no lexemes, no ILIKE patterns, no entity names
         vector = None if mode == "text" else query.vector.tolist()
         start = time.perf_counter()
-        results: list[SearchResult] = search(conn, scope, text, query_vector=vector, options=options)
+        results: list[SearchResult] = search(conn, scope, query.text, query_vector=vector, options=options)
         elapsed = (time.perf_counter() - start) * 1000
         if not one_transaction:
             conn.commit()
@@ -1009,10 +1027,10 @@ class _ExplainingConn:
 def explain(conn: Conn, setup: Setup, user_id: int, query: Query, mode: str) -> list[str]:
     """The plan of the search() statement for one query, as executed (EXPLAIN ANALYZE)."""
     spy = _ExplainingConn(conn)
-    text = "" if mode == "vector" else query.text
     vector = None if mode == "text" else query.vector.tolist()
-    # No rollback here: the caller's transaction may be without_index's.
-    search(cast(Conn, spy), Scope(setup.tenant_id, user_id), text, query_vector=vector)
+    options = mode_options(mode)
+    # No rollback here: the caller's transaction may be forced_plan's.
+    search(cast(Conn, spy), Scope(setup.tenant_id, user_id), query.text, query_vector=vector, options=options)
     return spy.plan
 
 
@@ -1061,7 +1079,7 @@ def render(report: dict[str, Any]) -> str:
         f"queries per mode, {config['cpus']} CPUs (load avg {config['loadavg_start']} -> {config['loadavg_end']}), "
         f"Postgres {config['server_version']}, shared_buffers {config['shared_buffers']}",
         f"corpus: {config['pool']} facts embedded with MiniLM + noise {config['noise_norm']:g}; "
-        f"{config['questions']} held-out questions; vector mode: min_score 0, recall@10 vs exact",
+        f"{config['questions']} held-out questions; vector mode: vector leg only, min_score 0, recall@10 vs exact",
         "",
         f"{'size':>8} {'mode':<18} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'results':>8} "
         f"{'recall':>7}",
@@ -1074,13 +1092,16 @@ def render(report: dict[str, Any]) -> str:
                 f"{_fmt_ms(stats['p99_ms']):>8} {_fmt_ms(stats['mean_ms']):>8} {stats['results']:>8} {recall:>7}"
             )
         lines.append("")
-    lines.append(f"{'size':>8} {'load s':>8} {'hnsw build s':>13} {'vector plan':<14} sizes (MB)")
+    lines.append(f"{'size':>8} {'load s':>8} {'hnsw build s':>13}  vector plan (planner's choice)")
     for size in report["sizes"]:
-        sizes = ", ".join(f"{name} {value / MB:.1f}" for name, value in size["relation_bytes"].items())
-        lines.append(
-            f"{size['memories']:>8} {size['load_s']:>8.1f} {size['hnsw_build_s']:>13.1f} "
-            f"{size['vector_plan']:<14} {sizes}"
-        )
+        build = f"{size['load_s']:>8.1f} {size['hnsw_build_s']:>13.1f}"
+        lines.append(f"{size['memories']:>8} {build}  {size['vector_plan']}")
+    lines.append("")
+    names = list(report["sizes"][-1]["relation_bytes"])
+    lines.append(f"{'relation (MB)':<32}" + "".join(f"{size['memories']:>10}" for size in report["sizes"]))
+    for name in names:
+        values = [size["relation_bytes"].get(name) for size in report["sizes"]]
+        lines.append(f"{name:<32}" + "".join("         -" if v is None else f"{v / MB:>10.1f}" for v in values))
     for size in report["sizes"]:
         lines.append("")
         lines.append(
@@ -1174,6 +1195,8 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 "server_version": settings["v"],
                 "shared_buffers": settings["sb"],
                 "hnsw_indexdef": setup.hnsw_indexdef,
+                # search.py is under active change: which version of it these numbers belong to.
+                "search_py_sha256": hashlib.sha256(Path(search_module.__file__ or "").read_bytes()).hexdigest()[:16],
             },
             "sizes": [],
         }
