@@ -28,12 +28,18 @@ def _request_hash(session_key: str, user_external_id: str, text: str) -> str:
 
 
 def ensure_user(conn: Conn, tenant_id: int, external_id: str) -> int:
+    # DO NOTHING + read, not DO UPDATE: an upsert that "updates" locks the user row FOR UPDATE, and
+    # background jobs take KEY SHARE on it (foreign keys) while holding their session row — a deadlock
+    # with a turn request that holds the user row and then upserts the session.
     row = conn.execute(
         """INSERT INTO users (tenant_id, external_id) VALUES (%s, %s)
-           ON CONFLICT (tenant_id, external_id) DO UPDATE SET external_id = EXCLUDED.external_id
-           RETURNING id""",
+           ON CONFLICT (tenant_id, external_id) DO NOTHING RETURNING id""",
         (tenant_id, external_id),
     ).fetchone()
+    if row is None:
+        row = conn.execute(
+            "SELECT id FROM users WHERE tenant_id = %s AND external_id = %s", (tenant_id, external_id)
+        ).fetchone()
     assert row is not None
     return int(row["id"])
 

@@ -4,6 +4,10 @@ fake LLM (ops/fake_llm.py) speaking the Anthropic format, either as a process of
 the caller passes `llm_url`, one the caller runs (e.g. in-process, to script replies and read back
 the requests it received).
 
+Callers that need `engram up`'s process layout pass `workers` (e.g. `up_workers()`: one worker on
+the interactive queues, another on the memory queues) and `beat=True`; `env` adds settings
+(ENGRAM_AUTO_MEMORY, debounce, thresholds) to every engram process.
+
 `LocalStack.stop` undoes whatever `start` got to, so callers can stop it from a `finally`.
 """
 
@@ -15,18 +19,37 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, wait_for_port
-from workers.queues import QUEUES
+from workers.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, QUEUES
 
 STOP_GRACE_S = 15.0
 
 
 class BenchError(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One Celery worker process group: its name (log file, node name), queues and pool size."""
+
+    name: str
+    queues: tuple[str, ...]
+    concurrency: int
+
+
+def up_workers(turn_concurrency: int = 2, background_concurrency: int = 1) -> tuple[WorkerSpec, ...]:
+    """The workers `engram up` runs (ops/stack.py), with its default pool sizes."""
+    return (
+        WorkerSpec("worker-turns", INTERACTIVE_QUEUES, turn_concurrency),
+        WorkerSpec("worker-background", BACKGROUND_QUEUES, background_concurrency),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -99,32 +122,50 @@ class LocalStack:
     """Everything the benchmark runs against, in `workdir`; `stop` undoes whatever `start` got to."""
 
     def __init__(
-        self, workdir: Path, worker_concurrency: int, llm_latency_ms: float = 0.0, llm_url: str | None = None
+        self,
+        workdir: Path,
+        worker_concurrency: int,
+        llm_latency_ms: float = 0.0,
+        llm_url: str | None = None,
+        *,
+        workers: Sequence[WorkerSpec] | None = None,
+        beat: bool = False,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
         self.worker_concurrency = worker_concurrency
         self.llm_latency_ms = llm_latency_ms  # only for the fake this stack starts itself
         self.llm_url = llm_url  # an Anthropic-format server the caller runs; None = start the fake here
+        # None: one worker on every queue, `worker_concurrency` processes (what the first benchmarks used).
+        self.worker_specs = (
+            tuple(workers) if workers is not None else (WorkerSpec("worker", QUEUES, worker_concurrency),)
+        )
+        self.beat = beat
+        self.extra_env = dict(env or {})
         self.log_dir = workdir / "logs"
         self.postgres: EmbeddedPostgres | None = None
         self.redis: EmbeddedRedis | None = None
         self.children: list[Child] = []
         self.gateway: Child | None = None
-        self.worker: Child | None = None
+        self.worker: Child | None = None  # the first worker, for callers that know only one
+        self.workers: list[Child] = []
         self.url = ""
+        self.database_url = ""
+        self.redis_url = ""
 
     def start(self) -> str:
         """Start the stack; return an API key for a fresh tenant."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.postgres = EmbeddedPostgres(self.workdir / "postgres")
-        database_url = self.postgres.start()
+        database_url = self.database_url = self.postgres.start()
         self.redis = EmbeddedRedis(self.workdir / "valkey")
-        redis_url = self.redis.start()
+        redis_url = self.redis_url = self.redis.start()
         api_key = prepare_database(database_url)
 
         py = sys.executable
         llm_url = self.llm_url or self._start_fake_llm()
         env = child_env(database_url, redis_url, self.workdir / "data", llm_url)
+        env.update(self.extra_env)
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.gateway = self._spawn(
@@ -145,29 +186,39 @@ class LocalStack:
             ],
             env,
         )
-        self.worker = self._spawn(
-            "worker",
-            [
-                py,
-                "-m",
-                "celery",
-                "-A",
-                "workers.app",
-                "worker",
-                "-Q",
-                ",".join(QUEUES),
-                "-n",
-                "bench@%h",
-                "-c",
-                str(self.worker_concurrency),
-                "--loglevel",
-                "WARNING",
-                # A lone worker has no peers to sync with or gossip to: skip the start-up delay.
-                "--without-mingle",
-                "--without-gossip",
-            ],
-            env,
-        )
+        for spec in self.worker_specs:
+            worker = self._spawn(
+                spec.name,
+                [
+                    py,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "workers.app",
+                    "worker",
+                    "-Q",
+                    ",".join(spec.queues),
+                    "-n",
+                    f"{spec.name}@%h",
+                    "-c",
+                    str(spec.concurrency),
+                    "--loglevel",
+                    "WARNING",
+                    # Peers have nothing to sync or gossip about in a benchmark: skip the start-up delay.
+                    "--without-mingle",
+                    "--without-gossip",
+                ],
+                env,
+            )
+            self.workers.append(worker)
+        self.worker = self.workers[0] if self.workers else None
+        if self.beat:
+            schedule = self.workdir / "celerybeat-schedule"
+            self._spawn(
+                "beat",
+                [py, "-m", "celery", "-A", "workers.app", "beat", "-s", str(schedule), "--loglevel", "WARNING"],
+                env,
+            )
         self._wait_ready()
         return api_key
 

