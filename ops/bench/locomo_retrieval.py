@@ -9,8 +9,11 @@ into a fresh tenant, so runs against a shared database never see each other's me
 
 Protocol (the dataset's README): every turn of a conversation becomes an `episode` memory of one
 user per conversation, text "<speaker>: <text>" plus " [image: <caption>]" when the turn shared an
-image, stamped with its session's date. Each question with evidence (category 5, adversarial, has
-none) is searched three ways, all through `shared.memory.search.search`:
+image, stamped with its session's date. Each turn keeps the CONTEXT_BEFORE turns before it and the
+CONTEXT_AFTER after it (same session) as `metadata.context`, as an episode writer would: the product
+embeds and full-text indexes that context with the memory (shared/memory/store.py, indexing.py).
+Each question with evidence (category 5, adversarial, has none) is searched three ways, all
+through `shared.memory.search.search`:
 
 - text:   the lexical leg alone (`legs=("text",)`, no query vector);
 - vector: the vector leg alone (`legs=("vector",)`);
@@ -50,16 +53,18 @@ from shared.auth import ensure_tenant
 from shared.config import get_settings
 from shared.db import Conn, connect
 from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
-from shared.memory.indexing import embeddable_text, index_memory
+from shared.logging import configure_logging
+from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.keys import MemoryRejected
 from shared.memory.search import Leg, SearchOptions, search
 from shared.memory.service import options_from_settings
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.store import CONTEXT_KEY, MAX_CONTEXT_CHARS, MemoryInput, Scope, store_memory
 from shared.migrate import apply_migrations
 from shared.turns import ensure_user
 
 K_VALUES = (5, 10)
 LIMIT = 10  # results asked of search: the deepest cut-off measured
+CONTEXT_BEFORE, CONTEXT_AFTER = 2, 1  # neighbouring turns stored as each episode's context
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 EXCLUDED_CATEGORIES = frozenset({5})  # adversarial: no evidence to retrieve
 MODES: dict[str, tuple[Leg, ...] | None] = {"text": ("text",), "vector": ("vector",), "hybrid": None}
@@ -163,7 +168,7 @@ def load_conversations(path: Path) -> list[Conversation]:
             if category in EXCLUDED_CATEGORIES or not evidence:
                 conversation.skipped_questions += 1
                 continue
-            conversation.questions.append(Question(str(qa["question"]), category, evidence))
+            conversation.questions.append(Question(str(qa.get("question", "")), category, evidence))
         conversations.append(conversation)
     return conversations
 
@@ -231,19 +236,37 @@ class IngestTimes:
     deduplicated: int = 0
 
 
+def neighbour_context(turns: Sequence[Turn], index: int) -> str:
+    """The turns around this one in its session, in order: what an episode writer keeps as
+    `metadata.context` (a reply such as "Yes, twice!" is only findable through what led to it).
+    CONTEXT_BEFORE turns lead up to it, CONTEXT_AFTER answer it."""
+    turn = turns[index]
+    window = range(index - CONTEXT_BEFORE, index + CONTEXT_AFTER + 1)
+    neighbours = [
+        turns[i].text for i in window if i != index and 0 <= i < len(turns) and turns[i].session == turn.session
+    ]
+    # The store refuses an oversize context rather than cutting it; cutting is the writer's call.
+    return "\n".join(neighbours)[:MAX_CONTEXT_CHARS]
+
+
 def ingest(
     conn: Conn, embedder: LocalEmbedder, tenant_id: int, conversation: Conversation, times: IngestTimes
 ) -> Ingested:
     scope = Scope(tenant_id, ensure_user(conn, tenant_id, conversation.sample_id))
     ingested = Ingested(scope, {})
     started = time.perf_counter()
-    for turn in conversation.turns:
+    for index, turn in enumerate(conversation.turns):
         item = MemoryInput(
             key=turn.dia_id,
             value=turn.text,
             kind="episode",
             event_time=turn.event_time,
-            metadata={"dia_id": turn.dia_id, "session": turn.session, "speaker": turn.speaker},
+            metadata={
+                "dia_id": turn.dia_id,
+                "session": turn.session,
+                "speaker": turn.speaker,
+                CONTEXT_KEY: neighbour_context(conversation.turns, index),
+            },
         )
         try:
             result = store_memory(conn, scope, item, "locomo-bench")
@@ -267,7 +290,8 @@ def ingest(
     ).fetchall()
     # One batched call fills the embedding cache (sentence-transformers is far faster on a batch than
     # on one text at a time); index_memory then only chunks, looks the vectors up and writes rows.
-    embed_texts(conn, embedder, [embeddable_text(row) for row in rows], batch_size=256)
+    texts = [text for row in rows for _, text in embedding_inputs(row)]
+    embed_texts(conn, embedder, texts, batch_size=256)
     for memory_id in ids:
         index_memory(conn, embedder, memory_id)
     conn.commit()
@@ -426,6 +450,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit-conversations", type=int, default=None, metavar="N")
     parser.add_argument("--database-url", default=None, help="default: ENGRAM_DATABASE_URL, else embedded Postgres")
     args = parser.parse_args(argv)
+    # Warnings and errors only, on stderr: stdout is the report, and with --json its last line is JSON.
+    configure_logging("WARNING")
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
         return run(args)

@@ -163,3 +163,20 @@ def test_one_users_ids_do_nothing_for_another(conn: Conn) -> None:
     assert memory_history(conn, bob, secret["id"]) is None
     assert recall(conn, bob, "pin") == []
     assert list_memories(conn, alice)[0]["value"] == "alice's secret"
+
+
+def test_context_metadata_is_cleaned_and_bounded(conn: Conn) -> None:
+    scope = make_scope(conn)
+    stored = store_memory(
+        conn,
+        scope,
+        MemoryInput(key="reply", value="yes, twice", kind="episode", metadata={"context": " Been to\n\tIceland?\x00 "}),
+        "api",
+    )
+    assert stored.memory["metadata"] == {"context": "Been to Iceland?"}
+    empty = store_memory(conn, scope, MemoryInput(key="other", value="no", metadata={"context": "  "}), "api")
+    assert "context" not in empty.memory["metadata"]
+    with pytest.raises(MemoryRejected, match="must be a string"):
+        store_memory(conn, scope, MemoryInput(key="k", value="v", metadata={"context": ["a"]}), "api")
+    with pytest.raises(MemoryRejected, match="the limit is"):
+        store_memory(conn, scope, MemoryInput(key="k", value="v", metadata={"context": "x" * 5000}), "api")

@@ -295,3 +295,82 @@ def _session_for(conn: Conn, tenant_id: int, user_id: int) -> int:
     ).fetchone()
     assert row is not None
     return int(row["id"])
+
+
+# ------------------------------------------------------------------------------------- context
+
+
+def test_a_memory_is_found_through_its_context_but_ranks_below_its_own_words(
+    conn: Conn, embedder: LocalEmbedder
+) -> None:
+    scope = make_scope(conn)
+    # A reply means little alone; the question it answers (its context) is what a search names.
+    reply = add(
+        conn,
+        scope,
+        embedder,
+        "reply",
+        "Yes, twice, and the second time was even better",
+        kind="episode",
+        metadata={"context": "Bob: Have you ever been to Iceland?"},
+    )
+    direct = add(conn, scope, embedder, "iceland", "Iceland is on the list for next year", kind="episode")
+    results = search(conn, scope, "Iceland", options=SearchOptions(legs=("text",), min_score=0.0))
+    assert [r.id for r in results] == [direct, reply]  # context words weigh less than value words
+    chunk = conn.execute("SELECT text FROM memory_chunks WHERE memory_id = %s", (reply,)).fetchone()
+    # The chunk's text is what was embedded (reindex re-embeds it): the memory first, then its context.
+    assert chunk is not None and chunk["text"] == (
+        "reply: Yes, twice, and the second time was even better\n\nContext:\nBob: Have you ever been to Iceland?"
+    )
+
+
+def test_rare_words_outrank_common_ones(conn: Conn) -> None:
+    scope = make_scope(conn)
+    for day in range(8):
+        add(conn, scope, None, f"walk-{day}", f"went for a long walk with Alice on day {day}")
+    add(conn, scope, None, "kayak", "tried kayaking once")
+    # ts_rank alone scores one matched word the same whichever word it is; the idf weighting
+    # makes "kayaking" (1 memory) count for more than "walk" (8 of 9).
+    results = search(conn, scope, "did she walk or go kayaking", options=SearchOptions(legs=("text",)))
+    assert results[0].key == "kayak"
+
+
+def test_legs_option_runs_only_the_named_legs(conn: Conn, embedder: LocalEmbedder) -> None:
+    scope = seeded(conn, embedder)
+    question = "Does Alice play volleyball?"
+    vector = qvec(conn, embedder, question)
+    only_vector = search(
+        conn, scope, question, query_vector=vector, options=SearchOptions(legs=("vector",), min_score=0.0)
+    )
+    assert only_vector and all(set(r.legs) == {"vector"} for r in only_vector)
+    only_text = search(conn, scope, question, query_vector=vector, options=SearchOptions(legs=("text",)))
+    assert only_text and all(set(r.legs) == {"text"} for r in only_text)
+
+
+def test_weighted_fusion_scores_every_candidate_on_the_vector_leg(conn: Conn, embedder: LocalEmbedder) -> None:
+    scope = seeded(conn, embedder)
+    question = "volleyball"
+    # Each leg fetches only 2 (limit 2, overfetch 1): the vector leg, asked about Kyoto, does not
+    # return the volleyball memory the text leg finds, which still gets its real similarity
+    # (rank None: not among the vector leg's results) instead of 0.
+    vector = qvec(conn, embedder, "kyoto temples")
+    results = search(
+        conn, scope, question, query_vector=vector, options=SearchOptions(limit=2, overfetch=1, min_score=0.0)
+    )
+    sport = next(r for r in results if r.key == "sport")
+    assert sport.legs["vector"]["rank"] is None and sport.chunk_id == sport.legs["vector"]["chunk_id"]
+    exact = conn.execute(
+        "SELECT 1 - (embedding <=> %s) AS similarity FROM memory_chunks WHERE id = %s",
+        (Vector(vector), sport.chunk_id),
+    ).fetchone()
+    assert exact is not None and sport.legs["vector"]["similarity"] == pytest.approx(exact["similarity"])
+
+
+def test_an_entity_named_in_most_memories_barely_counts(conn: Conn) -> None:
+    scope = make_scope(conn)
+    for day in range(6):
+        add(conn, scope, None, f"day-{day}", f"Spent the afternoon with Maria at the market, day {day}")
+    add(conn, scope, None, "visit", "Oliver Stone visited on Sunday")
+    results = search(conn, scope, "Maria and Oliver Stone", options=SearchOptions(min_score=0.0))
+    entity = {r.key: r.legs["entity"]["specificity"] for r in results if "entity" in r.legs}
+    assert entity["visit"] > 0.5 > 0.25 > entity["day-0"]
