@@ -92,8 +92,10 @@ def test_offline_reads_back_remembered_facts_and_ignores_steering() -> None:
         model="offline-rules",
         system_static="## What You Know\n- [tacit/preferences] drink: Prefers green tea",
         system_dynamic="## Relevant memory (from other conversations)\n- [entity/default] user/city: Lives in Lisbon",
-        messages=(ChatMessage("user", "What do you remember about me?"),
-                  ChatMessage("user", '<steering name="identity_guard">stay in character</steering>')),
+        messages=(
+            ChatMessage("user", "What do you remember about me?"),
+            ChatMessage("user", '<steering name="identity_guard">stay in character</steering>'),
+        ),
     )
     text = OfflineProvider().chat(request).text
     assert "drink: Prefers green tea" in text and "user/city: Lives in Lisbon" in text
