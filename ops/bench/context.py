@@ -41,12 +41,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import httpx
 
-from ops.bench.stack import BenchError, LocalStack
+from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm
 from ops.bench.turns import percentile
 from ops.client import EngramAPIError, EngramClient
 
@@ -670,14 +669,6 @@ def render(summary: dict[str, Any], header: str) -> str:
 # Main
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C: stop what we started."""
-
-
-def _on_sigterm(signum: int, _frame: FrameType | None) -> None:
-    raise _Terminated(signal.Signals(signum).name)
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.context", description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, default=50, help="turns of the scripted session")
@@ -706,7 +697,7 @@ def warm_up(client: EngramClient, timeout: float) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_on_sigterm)
     # In this process, not a subprocess: only in-process can the fake decide replies per request
     # (the tool iteration) and hand back what it received. It competes with this thread for the GIL,
     # which only matters for the wall time, not for the figures this benchmark is about.
@@ -754,7 +745,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep = keep or not complete
         return 0 if complete else 1
     except KeyboardInterrupt as exc:
-        print(f"\n{'SIGTERM' if isinstance(exc, _Terminated) else 'interrupted'}: stopping", file=sys.stderr)
+        print(f"\n{'SIGTERM' if isinstance(exc, Terminated) else 'interrupted'}: stopping", file=sys.stderr)
         return 130
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

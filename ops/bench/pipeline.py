@@ -62,14 +62,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import httpx
 import psutil
 import redis
 
-from ops.bench.stack import BenchError, LocalStack, up_workers
+from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm, up_workers
 from ops.bench.turns import percentile
 from ops.client import EngramAPIError, EngramClient
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
@@ -1393,14 +1392,6 @@ def _render_queues(queues: dict[str, Any]) -> list[str]:
 # Main
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C: stop what we started."""
-
-
-def _on_sigterm(signum: int, _frame: FrameType | None) -> None:
-    raise _Terminated(signal.Signals(signum).name)
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.pipeline", description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=100)
@@ -1482,7 +1473,7 @@ def run_config(args: argparse.Namespace, events_error: str | None) -> dict[str, 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_on_sigterm)
     # In this process: only in-process can the fake pick a reply from each request's content.
     fake = FakeLLM(latency_s=args.llm_latency_ms / 1000)
     fake.default = pipeline_reply
@@ -1572,7 +1563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep = keep or not healthy or summary["logs"]["distinct"] > 0
         return 0 if healthy else 1
     except KeyboardInterrupt as exc:
-        print(f"\n{'SIGTERM' if isinstance(exc, _Terminated) else 'interrupted'}: stopping", file=sys.stderr)
+        print(f"\n{'SIGTERM' if isinstance(exc, Terminated) else 'interrupted'}: stopping", file=sys.stderr)
         return 130
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -62,13 +62,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import FrameType
 from typing import Any, cast
 
 import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
+from ops.bench.stack import Terminated, raise_on_sigterm
 from ops.embedded import EmbeddedPostgres
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, ensure_embedding_space
@@ -1124,14 +1124,6 @@ def render(report: dict[str, Any]) -> str:
 # Main
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C: stop what we started."""
-
-
-def _on_sigterm(signum: int, _frame: FrameType | None) -> None:
-    raise _Terminated(signal.Signals(signum).name)
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.search_scale", description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10000,100000", help="comma-separated memory counts")
@@ -1261,7 +1253,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_on_sigterm)
     workdir: Path | None = None
     postgres: EmbeddedPostgres | None = None
     try:
@@ -1279,7 +1271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(report, separators=(",", ":"), default=str), flush=True)
         return 0
     except KeyboardInterrupt as exc:
-        print(f"\n{'SIGTERM' if isinstance(exc, _Terminated) else 'interrupted'}: stopping", file=sys.stderr)
+        print(f"\n{'SIGTERM' if isinstance(exc, Terminated) else 'interrupted'}: stopping", file=sys.stderr)
         return 130
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 import httpx
 
@@ -301,3 +302,11 @@ def child_env(database_url: str, redis_url: str, data_dir: Path, llm_url: str) -
         }
     )
     return env
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C by the benchmarks: stop what they started."""
+
+
+def raise_on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise Terminated(signal.Signals(signum).name)

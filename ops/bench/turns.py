@@ -33,13 +33,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import httpx
 import psutil
 
-from ops.bench.stack import BenchError, LocalStack
+from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm
 from ops.client import EngramAPIError, EngramClient
 
 TERMINAL = ("done", "failed")
@@ -336,14 +335,6 @@ def render(summary: dict[str, Any], header: str) -> str:
 # Main
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C: stop what we started."""
-
-
-def _on_sigterm(signum: int, _frame: FrameType | None) -> None:
-    raise _Terminated(signal.Signals(signum).name)
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.turns", description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=4, help="concurrent sessions (one thread each)")
@@ -365,7 +356,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_on_sigterm)
     abort = threading.Event()
     stack: LocalStack | None = None
     sampler: MemorySampler | None = None
@@ -428,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep = keep or not complete
         return 0 if complete else 1
     except KeyboardInterrupt as exc:
-        print(f"\n{'SIGTERM' if isinstance(exc, _Terminated) else 'interrupted'}: stopping", file=sys.stderr)
+        print(f"\n{'SIGTERM' if isinstance(exc, Terminated) else 'interrupted'}: stopping", file=sys.stderr)
         return 130
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
