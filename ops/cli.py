@@ -6,11 +6,14 @@ import os
 import signal
 import time
 from types import FrameType
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from shared.config import Settings, get_settings
+
+if TYPE_CHECKING:  # the HTTP client loads only for the commands that talk to the gateway
+    from ops.client import EngramClient
 
 app = typer.Typer(help="engram: durable, automatic memory for chat agents.", no_args_is_help=True, add_completion=False)
 
@@ -165,10 +168,9 @@ UrlOpt = Annotated[str | None, typer.Option(help="Gateway URL (default http://EN
 KeyOpt = Annotated[str | None, typer.Option(help="API key (default ENGRAM_API_KEY or the dev key)")]
 
 
-def _say(client: object, session: str, user: str, text: str) -> None:
-    from ops.client import EngramAPIError, EngramClient
+def _say(client: EngramClient, session: str, user: str, text: str) -> None:
+    from ops.client import EngramAPIError
 
-    assert isinstance(client, EngramClient)
     try:
         turn = client.submit_turn(session, user, text)
         typer.echo("engram> ", nl=False)
@@ -186,7 +188,7 @@ def _say(client: object, session: str, user: str, text: str) -> None:
         typer.secho(f"request refused: {exc}", fg=typer.colors.RED, err=True)
 
 
-def _connect_client(url: str | None, api_key: str | None) -> object:
+def _connect_client(url: str | None, api_key: str | None) -> EngramClient:
     import httpx
 
     from ops.client import EngramClient
@@ -248,11 +250,9 @@ def demo(
         _say(client, session_key, user, text)
 
 
-def _wait_for_memories(client: object, user: str, timeout: float = 30) -> None:
+def _wait_for_memories(client: EngramClient, user: str, timeout: float = 30) -> None:
     """Extraction runs in the background a few seconds after the last turn: give it a moment."""
-    from ops.client import EngramClient
 
-    assert isinstance(client, EngramClient)
     typer.secho("(waiting for background memory extraction…)", dim=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -272,10 +272,9 @@ def context(
     api_key: KeyOpt = None,
 ) -> None:
     """Show what the model would see on the session's next request."""
-    from ops.client import EngramAPIError, EngramClient
+    from ops.client import EngramAPIError
 
     client = _connect_client(url, api_key)
-    assert isinstance(client, EngramClient)
     try:
         view = client.context(session, user)
     except EngramAPIError as exc:

@@ -47,7 +47,7 @@ def extract(session_id: int, token: str) -> str:
         outcome = extract_session(session_id, settings)
     finally:
         lock.release()
-    session = _owner(session_id)
+    session = session_owner(session_id)
     follow_up(outcome, *session)
     log.info(
         "extraction done", session_id=session_id, memories=len(outcome.changed_memory_ids), skipped=outcome.skipped
@@ -55,7 +55,7 @@ def extract(session_id: int, token: str) -> str:
     return outcome.skipped or f"{len(outcome.changed_memory_ids)} memories"
 
 
-def _owner(session_id: int) -> tuple[int | None, int | None]:
+def session_owner(session_id: int) -> tuple[int | None, int | None]:
     from shared import db
 
     with db.connection() as conn:

@@ -9,7 +9,7 @@ from shared.locks import HeartbeatLock
 from shared.pipeline.jobs import flush_session
 from shared.redis_client import get_redis
 from workers.base import engram_task
-from workers.extraction import _owner, follow_up
+from workers.extraction import follow_up, session_owner
 
 
 @engram_task("flush", autoretry_for=(DatabaseUnavailable, LLMError), retry_backoff=2, max_retries=5)
@@ -24,5 +24,5 @@ def flush(session_id: int) -> str:
         outcome = flush_session(session_id, settings)
     finally:
         lock.release()
-    follow_up(outcome, *_owner(session_id))
+    follow_up(outcome, *session_owner(session_id))
     return outcome.skipped or f"{len(outcome.changed_memory_ids)} memories"

@@ -39,8 +39,8 @@ from pgvector import Vector
 
 from shared.db import Conn
 from shared.memory.entity_extraction import query_entity_names
-from shared.memory.keys import normalize_namespace
-from shared.memory.store import Scope, touch_accessed
+from shared.memory.store import Scope, namespace_prefix_sql, touch_accessed
+from shared.text import escape_like
 
 FusionMode = Literal["weighted", "rrf"]
 # "text" is the lexical leg: full text, with the ILIKE fallback when full text finds nothing.
@@ -164,7 +164,7 @@ class SearchResult:
 def like_patterns(query: str, limit: int = 8) -> list[str]:
     words = [w.lower() for w in _WORD.findall(query) if w.lower() not in _LIKE_STOPWORDS]
     words = sorted(dict.fromkeys(words), key=len, reverse=True)[:limit]
-    return ["%" + w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for w in words]
+    return ["%" + escape_like(w) + "%" for w in words]
 
 
 def _memory_filter_sql(filters: SearchFilters, params: dict[str, Any], alias: str = "m", *, scoped: bool = True) -> str:
@@ -175,9 +175,7 @@ def _memory_filter_sql(filters: SearchFilters, params: dict[str, Any], alias: st
     if not filters.include_superseded:
         clauses.append(f"{alias}.valid_until IS NULL")
     if filters.namespace_prefix:
-        params["ns"] = normalize_namespace(filters.namespace_prefix)
-        params["ns_like"] = params["ns"].replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "/%"
-        clauses.append(f"({alias}.namespace = %(ns)s OR {alias}.namespace LIKE %(ns_like)s)")
+        clauses.append(namespace_prefix_sql(filters.namespace_prefix, params, alias))
     if filters.kinds:
         params["kinds"] = list(filters.kinds)
         clauses.append(f"{alias}.kind = ANY(%(kinds)s)")

@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 from shared.db import Conn
 from shared.memory.entities import link_entities
 from shared.memory.keys import MemoryRejected, content_fingerprint, normalize_namespace, sanitize
+from shared.text import escape_like
 
 KINDS = ("fact", "episode", "preference", "style", "directive", "artifact", "reflection", "summary", "document")
 
@@ -380,9 +381,7 @@ def list_memories(
     if not include_superseded:
         clauses.append("valid_until IS NULL")
     if namespace_prefix:
-        clauses.append("(namespace = %(ns)s OR namespace LIKE %(ns_like)s)")
-        params["ns"] = normalize_namespace(namespace_prefix)
-        params["ns_like"] = _like_prefix(params["ns"]) + "/%"
+        clauses.append(namespace_prefix_sql(namespace_prefix, params))
     if kinds:
         clauses.append("kind = ANY(%(kinds)s)")
         params["kinds"] = list(kinds)
@@ -396,8 +395,12 @@ def list_memories(
     ).fetchall()
 
 
-def _like_prefix(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+def namespace_prefix_sql(prefix: str, params: dict[str, Any], alias: str = "") -> str:
+    """A namespace and everything under it (`tacit` matches `tacit/preferences`); sets the parameters."""
+    column = f"{alias}.namespace" if alias else "namespace"
+    params["ns"] = normalize_namespace(prefix)
+    params["ns_like"] = escape_like(params["ns"]) + "/%"
+    return f"({column} = %(ns)s OR {column} LIKE %(ns_like)s)"
 
 
 def touch_accessed(conn: Conn, scope: Scope, memory_ids: Sequence[int]) -> None:
