@@ -23,10 +23,10 @@ from psycopg.types.json import Jsonb
 from shared import db
 from shared.context.compiler import IntegrityViolation, TurnContext, compile_request, prepare_turn
 from shared.context.dynamic import RELEVANT_LIMIT
-from shared.context.fences import strip_markers
+from shared.context.fences import MarkerFilter, strip_markers
 from shared.db import Conn
 from shared.events import TurnEventPublisher
-from shared.llm.ledger import CallRecord, record_calls
+from shared.llm.ledger import CallRecord, LedgerScope, record_call
 from shared.llm.types import ChatMessage, ChatProvider, ChatRequest, ChatResult, LLMError, ToolCall, Usage
 from shared.locks import HeartbeatLock, session_lock_name
 from shared.logging import get_logger
@@ -60,6 +60,8 @@ class TurnDeps:
     relevant_memory: bool = True  # search other sessions for the dynamic suffix
     context_dir: Path | None = None
     context_window: int | None = None
+    # Each LLM call is written to the ledger the moment it returns, in its own transaction (ledger.py).
+    record_call: Callable[[CallRecord, LedgerScope], None] = record_call
 
 
 @dataclass
@@ -250,14 +252,6 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
         if written:
             _insert_messages(conn, turn, outcome.messages)
             refresh_token_count(conn, turn["session_id"])
-            record_calls(
-                conn,
-                outcome.calls,
-                tenant_id=turn["tenant_id"],
-                user_id=turn["user_id"],
-                session_id=turn["session_id"],
-                turn_id=turn["id"],
-            )
             _after_steering(conn, turn["session_id"], outcome.steering_fired)
     if written:
         events.publish("done", status="done", reply=outcome.reply, usage=outcome.usage.as_dict())
@@ -289,6 +283,7 @@ def run_agent_loop(
     llm_seconds = 0.0
     calls: list[CallRecord] = []
     fired: set[str] = set()
+    ledger = LedgerScope(ctx.tenant_id, ctx.user_id, ctx.session_id, ctx.turn_id)
     for iteration in range(deps.max_iterations):
         # The last allowed call offers no tools, so the model has to answer in words.
         last = iteration == deps.max_iterations - 1
@@ -312,12 +307,19 @@ def run_agent_loop(
             max_tokens=deps.max_output_tokens,
         )
         began = time.monotonic()
-        result: ChatResult = deps.provider.chat(request, _DeltaForwarder(events, paragraph_break=bool(texts)))
+        forwarder = _DeltaForwarder(events, paragraph_break=bool(texts))
+        try:
+            result: ChatResult = deps.provider.chat(request, forwarder)
+        except LLMError:
+            failed = CallRecord("chat", deps.provider.name, deps.model, Usage(), _ms_since(began), ok=False)
+            deps.record_call(failed, ledger)
+            raise
+        forwarder.finish()
         elapsed = time.monotonic() - began
         llm_seconds += elapsed
-        calls.append(
-            CallRecord("chat", deps.provider.name, result.model or deps.model, result.usage, int(elapsed * 1000))
-        )
+        record = CallRecord("chat", deps.provider.name, result.model or deps.model, result.usage, int(elapsed * 1000))
+        deps.record_call(record, ledger)
+        calls.append(record)
         usage.add(result.usage)
         text = strip_markers(result.text)
         if text:
@@ -344,19 +346,35 @@ def run_agent_loop(
     return TurnOutcome(produced, "\n\n".join(texts), usage, calls, llm_seconds, fired)
 
 
+def _ms_since(began: float) -> int:
+    return int((time.monotonic() - began) * 1000)
+
+
 class _DeltaForwarder:
-    """Publishes text fragments; a later iteration's text starts with the paragraph break that
-    joins it to the reply, so concatenated deltas always equal the stored reply."""
+    """Publishes one model call's text fragments with fence markers stripped, so concatenated deltas always
+    equal the stored reply: a tail that could still become a marker (split across fragments) is held back
+    until it is decided, and `finish` flushes it when the call returns. A later iteration's text starts with
+    the paragraph break that joins it to the reply — only once it has text, as the stored reply skips empty
+    iterations."""
 
     def __init__(self, events: TurnEventPublisher, *, paragraph_break: bool) -> None:
         self.events = events
         self.pending_break = paragraph_break
+        self.filter = MarkerFilter()
 
     def __call__(self, fragment: str) -> None:
+        self._publish(self.filter.feed(fragment))
+
+    def finish(self) -> None:
+        self._publish(self.filter.finish())
+
+    def _publish(self, text: str) -> None:
+        if not text:
+            return
         if self.pending_break:
             self.events.publish("delta", text="\n\n")
             self.pending_break = False
-        self.events.publish("delta", text=fragment)
+        self.events.publish("delta", text=text)
 
 
 def _timings(turn: dict[str, Any], started: float, llm_seconds: float | None) -> dict[str, Any]:

@@ -183,3 +183,60 @@ def strip_markers(text: str) -> str:
 
 def contains_markers(text: str) -> bool:
     return _MARKER_LIKE.search(text) is not None
+
+
+# What could still grow into a marker: an opening bracket at the end of the text, followed by a prefix of
+# the rest of `_MARKER_LIKE` and no closing bracket yet.
+_OPEN_MARKER = re.compile(r"⟦\s*(?:F\s*(?::[^⟧\n]{0,80})?)?\Z")
+
+
+class MarkerFilter:
+    """`strip_markers` for text that arrives in fragments (a streamed reply).
+
+    Whatever `feed` and `finish` return, concatenated, equals `strip_markers` of the whole text. A piece is
+    returned only once nothing that can follow changes how it is stripped: a tail that could still become a
+    marker (`⟦F:` split across fragments) and trailing spaces (a marker after them swallows them) are held
+    back until the next fragment decides them, or until `finish`.
+    """
+
+    def __init__(self) -> None:
+        self._pending = ""
+        # The last character already returned: stripping looks one character back (see _remove_marker).
+        self._context = ""
+
+    def feed(self, fragment: str) -> str:
+        self._pending += fragment
+        settled = _settled_length(self._pending)
+        if settled == 0:
+            return ""
+        out = self._strip(self._pending[:settled])
+        self._context = self._pending[settled - 1]
+        self._pending = self._pending[settled:]
+        return out
+
+    def finish(self) -> str:
+        out = self._strip(self._pending)
+        self._pending = ""
+        return out
+
+    def _strip(self, text: str) -> str:
+        # The context character is never part of a marker or a space run, so it comes back unchanged.
+        return strip_markers(self._context + text)[len(self._context) :]
+
+
+def _settled_length(text: str) -> int:
+    """How much of `text` is stripped the same way whatever follows: the longest prefix that ends in a
+    character that is neither a space or tab nor inside a (complete or possible) marker."""
+    opened = _OPEN_MARKER.search(text)
+    end = opened.start() if opened else len(text)
+    spans = [m.span() for m in _MARKER_WITH_SPACES.finditer(text, 0, end)]
+    while end > 0:
+        while spans and spans[-1][0] >= end:
+            spans.pop()
+        if spans and spans[-1][1] >= end:  # the last character is inside a marker (or its spaces)
+            end = spans.pop()[0]
+        elif text[end - 1] in " \t":
+            end -= 1
+        else:
+            break
+    return end

@@ -1,4 +1,10 @@
-"""The LLM call ledger: every call by purpose, so cost per turn, session and tenant is a query away."""
+"""The LLM call ledger: every call by purpose, so cost per turn, session and tenant is a query away.
+
+A call is recorded the moment it returns (or fails), in its own short transaction on its own pooled
+connection: the tokens were spent whatever happens next, so nothing the caller does afterwards — a
+rolled-back transaction (an extraction that lost its race), a failed turn, a killed worker — may take
+the row back. Budgets and /metrics read this table.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from shared import db
 from shared.db import Conn
 from shared.llm.types import Usage
+from shared.logging import get_logger
+
+log = get_logger(__name__)
 
 Purpose = Literal["chat", "extraction", "flush", "summary", "synthesis", "reflection"]
 PURPOSES: tuple[Purpose, ...] = ("chat", "extraction", "flush", "summary", "synthesis", "reflection")
@@ -23,15 +33,37 @@ class CallRecord:
     ok: bool = True
 
 
-def record_calls(
-    conn: Conn,
-    calls: Sequence[CallRecord],
-    *,
-    tenant_id: int,
-    user_id: int | None,
-    session_id: int | None,
-    turn_id: int | None = None,
-) -> None:
+@dataclass(frozen=True)
+class LedgerScope:
+    """Whom a call is charged to."""
+
+    tenant_id: int
+    user_id: int | None
+    session_id: int | None
+    turn_id: int | None = None
+
+
+def record_call(call: CallRecord, scope: LedgerScope) -> None:
+    """Write one call now, committed on its own (never inside the caller's transaction).
+
+    With Postgres unreachable the row is lost and a warning says so; failing the caller instead would
+    make a retry spend the same tokens again."""
+    try:
+        with db.connection() as conn:
+            insert_calls(conn, [call], scope)
+    except db.DatabaseUnavailable as exc:
+        log.warning(
+            "LLM call not recorded: database unavailable",
+            purpose=call.purpose,
+            model=call.model,
+            input_tokens=call.usage.input_tokens,
+            output_tokens=call.usage.output_tokens,
+            error=str(exc),
+        )
+
+
+def insert_calls(conn: Conn, calls: Sequence[CallRecord], scope: LedgerScope) -> None:
+    """The INSERT itself, in `conn`'s transaction (use `record_call` unless you own that transaction)."""
     if not calls:
         return
     with conn.cursor() as cur:
@@ -41,10 +73,10 @@ def record_calls(
                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
             [
                 (
-                    tenant_id,
-                    user_id,
-                    session_id,
-                    turn_id,
+                    scope.tenant_id,
+                    scope.user_id,
+                    scope.session_id,
+                    scope.turn_id,
                     c.purpose,
                     c.provider,
                     c.model,

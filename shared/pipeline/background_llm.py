@@ -1,6 +1,7 @@
 """LLM calls of background work: the cheapest configured model first, the chat model if it fails.
 
-Every call (failed ones too) becomes a ledger record with its purpose."""
+Every call (failed ones too) is written to the ledger with its purpose as soon as it returns, so a
+job that later loses a race or fails still counts what it spent."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 
 from shared.config import Settings
 from shared.llm.factory import chat_model, chat_provider, cheap_model
-from shared.llm.ledger import CallRecord, Purpose
+from shared.llm.ledger import CallRecord, LedgerScope, Purpose, record_call
 from shared.llm.types import ChatMessage, ChatProvider, ChatRequest, LLMError, Usage
 
 
@@ -25,6 +26,7 @@ def complete(
     system: str,
     user: str,
     *,
+    ledger: LedgerScope,
     max_tokens: int = 1500,
     provider: ChatProvider | None = None,
 ) -> BackgroundResult:
@@ -45,17 +47,17 @@ def complete(
         try:
             result = provider.chat(request)
         except LLMError as exc:
-            calls.append(
-                CallRecord(purpose, provider.name, model, Usage(), int((time.monotonic() - began) * 1000), ok=False)
-            )
+            elapsed_ms = int((time.monotonic() - began) * 1000)
+            failed = CallRecord(purpose, provider.name, model, Usage(), elapsed_ms, ok=False)
+            record_call(failed, ledger)
+            calls.append(failed)
             error = exc
             continue
-        calls.append(
-            CallRecord(
-                purpose, provider.name, result.model or model, result.usage, int((time.monotonic() - began) * 1000)
-            )
+        done = CallRecord(
+            purpose, provider.name, result.model or model, result.usage, int((time.monotonic() - began) * 1000)
         )
+        record_call(done, ledger)
+        calls.append(done)
         return BackgroundResult(result.text, calls)
     assert error is not None
-    error.calls = calls  # type: ignore[attr-defined]  # so the caller can still record the failures
     raise error

@@ -2,7 +2,8 @@
 
 Each job is idempotent: what it has done is recorded in Postgres in the same transaction as its
 result (message marks, watermarks, counters compared-and-set), so a redelivered or duplicated
-task finds the work done and writes nothing twice. LLM calls happen outside transactions.
+task finds the work done and writes nothing twice. LLM calls happen outside transactions and are
+recorded in the ledger as they happen, so a job that loses its race still counts what it spent.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from shared.context.compiler import context_window
 from shared.db import Conn
 from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
 from shared.llm.factory import chat_model, provider_name
-from shared.llm.ledger import CallRecord, record_calls
-from shared.llm.types import ChatProvider, LLMError
+from shared.llm.ledger import CallRecord, LedgerScope
+from shared.llm.types import ChatProvider
 from shared.logging import get_logger
 from shared.memory.keys import MemoryRejected
 from shared.memory.store import MemoryInput, Scope, store_memory
@@ -86,14 +87,19 @@ def _transcript(rows: Sequence[dict[str, Any]]) -> list[TranscriptMessage]:
 
 
 def _facts(
-    settings: Settings, provider: ChatProvider | None, purpose: str, messages: list[TranscriptMessage], today: datetime
+    settings: Settings,
+    provider: ChatProvider | None,
+    purpose: str,
+    messages: list[TranscriptMessage],
+    today: datetime,
+    ledger: LedgerScope,
 ) -> tuple[ExtractedFacts, list[CallRecord]]:
     if not any(m.role == "user" for m in messages):
         return ExtractedFacts(), []
     if provider_name(settings) == "offline":
         return offline_extract(messages), []
     system, user = build_extraction_prompt(messages, today=today.date())
-    result = complete(settings, purpose, system, user, provider=provider)  # type: ignore[arg-type]
+    result = complete(settings, purpose, system, user, ledger=ledger, provider=provider)  # type: ignore[arg-type]
     return parse_extraction(result.text), result.calls
 
 
@@ -110,8 +116,9 @@ def _store_all(conn: Conn, scope: Scope, items: list[MemoryInput], actor: str, o
             outcome.styles_changed = True
 
 
-def _record(conn: Conn, session: dict[str, Any], calls: list[CallRecord]) -> None:
-    record_calls(conn, calls, tenant_id=session["tenant_id"], user_id=session["user_id"], session_id=session["id"])
+def _ledger(session: dict[str, Any]) -> LedgerScope:
+    """The session's calls are charged to it (each call is recorded when it happens, see ledger.py)."""
+    return LedgerScope(session["tenant_id"], session["user_id"], session["id"])
 
 
 def _mine(
@@ -122,15 +129,10 @@ def _mine(
     rows: Sequence[dict[str, Any]],
     now: datetime,
 ) -> tuple[list[MemoryInput], JobOutcome]:
-    """Facts from these messages as memory inputs (not stored yet); failed LLM calls are recorded."""
+    """Facts from these messages as memory inputs (not stored yet); the LLM calls are already in the ledger."""
     selected = select_for_extraction(_transcript(rows))
     outcome = JobOutcome()
-    try:
-        facts, outcome.calls = _facts(settings, provider, purpose, selected, now)
-    except LLMError as exc:
-        with db.connection() as conn:
-            _record(conn, session, getattr(exc, "calls", []))
-        raise
+    facts, outcome.calls = _facts(settings, provider, purpose, selected, now, _ledger(session))
     items = to_memory_inputs(
         facts, today=now.date(), source_session_id=session["id"], source_message_ids=[m.id for m in selected]
     )
@@ -170,7 +172,6 @@ def extract_session(
             (max(ids), session_id),
         )
         _store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "extraction", outcome)
-        _record(conn, session, outcome.calls)
     return outcome
 
 
@@ -215,7 +216,6 @@ def flush_session(
             conn.rollback()
             return JobOutcome(skipped="another flush of this cycle won")
         _store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "flush", outcome)
-        _record(conn, session, outcome.calls)
     return outcome
 
 
@@ -275,7 +275,7 @@ def compact_session(session_id: int, settings: Settings, provider: ChatProvider 
         new_summary, task = offline_summary(transcript), offline_active_task(transcript)
     else:
         system, user = build_summary_prompt(transcript, session["summary"])
-        result = complete(settings, "summary", system, user, provider=provider)
+        result = complete(settings, "summary", system, user, ledger=_ledger(session), provider=provider)
         outcome.calls = result.calls
         new_summary, task = parse_summary(result.text)
     outcome.summary = cumulative_summary(session["summary"], new_summary)
@@ -296,7 +296,6 @@ def compact_session(session_id: int, settings: Settings, provider: ChatProvider 
             if len(row["content"]) > DOCUMENT_THRESHOLD_CHARS:
                 outcome.documents += _move_to_document(conn, session, row)
         refresh_token_count(conn, session_id)
-        _record(conn, session, outcome.calls)
     outcome.compacted = len(ids)
     return outcome
 
@@ -418,7 +417,15 @@ def synthesize_personality(
         directive: str | None = offline_directive(active)
     else:
         system, user = build_synthesis_prompt(active)
-        result = complete(settings, "synthesis", system, user, provider=provider, max_tokens=400)
+        result = complete(
+            settings,
+            "synthesis",
+            system,
+            user,
+            ledger=LedgerScope(tenant_id, user_id, None),
+            provider=provider,
+            max_tokens=400,
+        )
         outcome.calls = result.calls
         directive = clean_directive(result.text)
     with db.connection() as conn:
@@ -427,7 +434,6 @@ def synthesize_personality(
             _store_all(conn, scope, [item], "synthesis", outcome)
         else:
             outcome.skipped = "the model's directive was unusable"
-        record_calls(conn, outcome.calls, tenant_id=tenant_id, user_id=user_id, session_id=None)
     return outcome
 
 

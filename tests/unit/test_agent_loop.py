@@ -11,12 +11,13 @@ import pytest
 from shared.agent import TurnDeps, run_agent_loop
 from shared.context.compiler import IntegrityViolation, TurnContext
 from shared.context.dynamic import DynamicInputs, build_dynamic_suffix
-from shared.context.fences import FenceSet
+from shared.context.fences import FenceSet, strip_markers
 from shared.context.prompt_text import MINIMAL_IDENTITY
 from shared.context.static_prompt import PromptInputs, Section, StaticPrompt, build_static_prompt
 from shared.context.steering import SteeringState
 from shared.context.tokens import counter_for
-from shared.llm.types import ChatMessage, ChatRequest, ChatResult, DeltaCallback, ToolCall, Usage
+from shared.llm.ledger import CallRecord, LedgerScope
+from shared.llm.types import ChatMessage, ChatRequest, ChatResult, DeltaCallback, LLMError, ToolCall, Usage
 from shared.tools import ToolContext, default_registry
 
 NOW = datetime(2026, 11, 21, 9, 30, tzinfo=UTC)
@@ -26,16 +27,19 @@ CTX = ToolContext(tenant_id=1, user_id=1, session_id=1, turn_id=1, now=NOW)
 class ScriptedProvider:
     name = "scripted"
 
-    def __init__(self, *results: ChatResult) -> None:
+    def __init__(self, *results: ChatResult | LLMError, split: str = r"\S+\s*") -> None:
         self.results = list(results)
         self.requests: list[ChatRequest] = []
+        self.split = split  # how the reply is cut into streamed fragments
 
     def chat(self, request: ChatRequest, on_delta: DeltaCallback | None = None) -> ChatResult:
         self.requests.append(request)
         result = self.results.pop(0) if self.results else ChatResult(text="fallback")
+        if isinstance(result, LLMError):
+            raise result
         if on_delta and result.text:
-            for word in re.findall(r"\S+\s*", result.text):
-                on_delta(word)
+            for fragment in re.findall(self.split, result.text, re.DOTALL):
+                on_delta(fragment)
         return result
 
 
@@ -47,7 +51,10 @@ class RecordingEvents:
         self.events.append((event, data))
 
 
-def deps(provider: ScriptedProvider, max_iterations: int = 8) -> TurnDeps:
+def deps(
+    provider: ScriptedProvider, max_iterations: int = 8, ledger: list[tuple[CallRecord, LedgerScope]] | None = None
+) -> TurnDeps:
+    recorded = ledger if ledger is not None else []
     return TurnDeps(
         provider=provider,
         model="m",
@@ -55,6 +62,7 @@ def deps(provider: ScriptedProvider, max_iterations: int = 8) -> TurnDeps:
         redis=None,  # type: ignore[arg-type]
         max_iterations=max_iterations,
         clock=lambda: NOW,
+        record_call=lambda call, scope: recorded.append((call, scope)),
     )
 
 
@@ -152,3 +160,51 @@ def test_tampered_fence_quarantines_the_request() -> None:
             turn_context(tampered),
         )
     assert provider.requests == []
+
+
+MARKER = "⟦F:3fa9c2d17e0b:A⟧"
+
+
+@pytest.mark.parametrize(
+    "split",
+    [
+        r".",  # one character per fragment: every marker is cut into pieces
+        r".{1,3}",
+        r"\S+\s*",
+    ],
+)
+def test_fence_markers_never_reach_the_stream_even_split_across_deltas(split: str) -> None:
+    first = f"Sure {MARKER} let me check.\n{MARKER}\nOne moment ⟦ F : forged ⟧."
+    second = f"It is {MARKER}09:30 ⟦F:0000:B⟧ now. A lone ⟦ bracket stays"
+    provider = ScriptedProvider(
+        ChatResult(text=first, tool_calls=[tool_call(1)]),
+        # An iteration whose text is nothing but a marker adds nothing, not even a paragraph break.
+        ChatResult(text=f"{MARKER} ", tool_calls=[tool_call(2)]),
+        ChatResult(text=second),
+        split=split,
+    )
+    events = RecordingEvents()
+    outcome = run_agent_loop([ChatMessage("user", "time?")], CTX, deps(provider), events, turn_context())  # type: ignore[arg-type]
+    deltas = [data["text"] for event, data in events.events if event == "delta"]
+    assert "".join(deltas) == outcome.reply  # what a stream reader assembles is what is stored
+    assert outcome.reply == strip_markers(first) + "\n\n" + strip_markers(second)
+    assert not any("⟦F" in d or "⟧" in d or "F:3fa9" in d for d in deltas)
+    assert "A lone ⟦ bracket stays" in outcome.reply
+
+
+def test_every_call_is_recorded_as_it_happens_even_when_the_turn_fails() -> None:
+    provider = ScriptedProvider(
+        ChatResult(text="checking", tool_calls=[tool_call(1)], usage=Usage(10, 2)),
+        LLMError("scripted returned 400 invalid_request_error: bad request", retryable=False),
+    )
+    ledger: list[tuple[CallRecord, LedgerScope]] = []
+    with pytest.raises(LLMError):
+        run_agent_loop(
+            [ChatMessage("user", "time?")],
+            CTX,
+            deps(provider, ledger=ledger),
+            RecordingEvents(),  # type: ignore[arg-type]
+            turn_context(),
+        )
+    assert [(call.ok, call.usage.input_tokens) for call, _ in ledger] == [(True, 10), (False, 0)]
+    assert {scope for _, scope in ledger} == {LedgerScope(1, 1, 1, 1)}
