@@ -30,6 +30,7 @@ from shared.llm.retry import (
     retry_after_seconds,
     to_llm_error,
 )
+from shared.llm.sdk import openai_client
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -164,9 +165,8 @@ class OpenAIEmbedder:
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        # Local compatible servers need no key, but the SDK refuses to start without one.
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "unused")
-        self.client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=0, timeout=timeout)
+        # Only the arguments configure the client, never OPENAI_* variables (see shared/llm/sdk.py).
+        self.client = openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
         self.model = model
         self.dimensions = dimensions  # the `dimensions` request parameter; None = the model's native size
         self.batch_size = batch_size

@@ -17,6 +17,7 @@ from anthropic.types import (
 )
 
 from shared.llm.retry import DEFAULT_RETRY_POLICY, DeltaTracker, RetryPolicy, call_with_retries
+from shared.llm.sdk import anthropic_client
 from shared.llm.types import ChatMessage, ChatRequest, ChatResult, DeltaCallback, ToolCall, ToolSpec, Usage
 
 
@@ -31,10 +32,9 @@ class AnthropicProvider:
         timeout: float = 120.0,
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
     ) -> None:
-        # The SDK retries on its own by default; that is switched off so `retry` is the only policy.
-        self.client = anthropic.Anthropic(
-            api_key=api_key, base_url=_without_v1(base_url), max_retries=0, timeout=timeout
-        )
+        # The SDK's own retries are off so `retry` is the only policy; only the arguments configure the
+        # client, never ANTHROPIC_* variables (see sdk.py).
+        self.client = anthropic_client(api_key=api_key, base_url=_without_v1(base_url), timeout=timeout)
         self.retry = retry
 
     def chat(self, request: ChatRequest, on_delta: DeltaCallback | None = None) -> ChatResult:

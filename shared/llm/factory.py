@@ -49,8 +49,8 @@ def chat_provider(settings: Settings) -> ChatProvider:
     if name == "openai":
         from shared.llm.openai_provider import OpenAIProvider
 
-        # Local OpenAI-compatible servers (Ollama, vLLM) accept any key; the SDK insists on one.
-        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "not-needed"
+        # No key: local OpenAI-compatible servers (Ollama, vLLM) accept the placeholder sdk.py sends.
+        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
         return OpenAIProvider(
             api_key=key, base_url=settings.openai_base_url, timeout=settings.llm_timeout_seconds, retry=retry
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +16,7 @@ from openai.types.chat import (
 from openai.types.completion_usage import CompletionUsage
 
 from shared.llm.retry import DEFAULT_RETRY_POLICY, DeltaTracker, RetryPolicy, call_with_retries
+from shared.llm.sdk import openai_client
 from shared.llm.types import ChatMessage, ChatRequest, ChatResult, DeltaCallback, ToolCall, ToolSpec, Usage
 
 
@@ -31,9 +31,8 @@ class OpenAIProvider:
         timeout: float = 120.0,
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
     ) -> None:
-        # Local compatible servers need no key, but the SDK refuses to start without one.
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "unused")
-        self.client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=0, timeout=timeout)
+        # Only the arguments configure the client, never OPENAI_* variables (see sdk.py).
+        self.client = openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
         self.retry = retry
 
     def chat(self, request: ChatRequest, on_delta: DeltaCallback | None = None) -> ChatResult:
