@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 
 import psutil
@@ -40,6 +41,20 @@ def ensure_dev_key(settings: Settings, conn: Conn) -> str:
     return key
 
 
+def ensure_flower_password(settings: Settings) -> str:
+    """Flower's basic-auth password: ENGRAM_FLOWER_PASSWORD, else made once and kept in the data dir (mode 600)
+    so restarts (and the browser's saved login) keep working."""
+    if settings.flower_password is not None:
+        return settings.flower_password.get_secret_value()
+    path = settings.flower_password_file
+    password = path.read_text().strip() if path.exists() else ""
+    if not password:
+        password = secrets.token_urlsafe(18)  # URL-safe alphabet: no ',' (Flower splits its setting there)
+    path.write_text(password + "\n")
+    path.chmod(0o600)
+    return password
+
+
 def _port_free(host: str, port: int) -> bool:
     return free_port(port, host) == port
 
@@ -74,19 +89,20 @@ class Stack:
         self._take_run_lock()
         for what in self.supervisor.clean_stale():
             log.warning("stopped a process left over from an earlier run", process=what)
-        for name, port in (("gateway", s.port), ("flower", s.flower_port)):
-            if not _port_free(s.host, port):
+        for name, host, port in (("gateway", s.host, s.port), ("flower", s.flower_host, s.flower_port)):
+            if not _port_free(host, port):
                 raise StackError(
-                    f"{name} port {s.host}:{port} is already in use; free it or set ENGRAM_"
+                    f"{name} port {host}:{port} is already in use; free it or set ENGRAM_"
                     f"{'PORT' if name == 'gateway' else 'FLOWER_PORT'}"
                 )
         database_url, redis_url = self._start_services()
         write_services(s, database_url=database_url, redis_url=redis_url)
         key = self._prepare_database(database_url)
-        self._spawn_processes(database_url, redis_url)
+        flower_password = ensure_flower_password(s)
+        self._spawn_processes(database_url, redis_url, flower_password)
         if not wait_for_port(s.host, s.port, 60):
             raise StackError(f"the gateway did not start listening on {s.host}:{s.port}")
-        return self._banner(key, database_url, redis_url)
+        return self._banner(key, database_url, redis_url, flower_password)
 
     def _start_services(self) -> tuple[str, str]:
         s = self.settings
@@ -131,14 +147,21 @@ class Stack:
         except EmbeddingSpaceMismatch as exc:
             raise StackError(str(exc)) from exc
 
-    def _spawn_processes(self, database_url: str, redis_url: str) -> None:
+    def _spawn_processes(self, database_url: str, redis_url: str, flower_password: str) -> None:
         s = self.settings
         env = {
             "ENGRAM_DATABASE_URL": database_url,
             "ENGRAM_REDIS_URL": redis_url,
             "ENGRAM_DATA_DIR": str(s.data_dir),
-            "FLOWER_UNAUTHENTICATED_API": "true",
             "PYTHONUNBUFFERED": "1",
+        }
+        # Flower's API can run and revoke tasks: a login is required (through the environment, so the
+        # password is not on a command line for `ps` to show), and an unauthenticated API set in the
+        # caller's environment is switched off.
+        flower_env = {
+            **env,
+            "FLOWER_BASIC_AUTH": f"{s.flower_user}:{flower_password}",
+            "FLOWER_UNAUTHENTICATED_API": "false",
         }
         py = sys.executable
         celery = [py, "-m", "celery", "-A", "workers.app"]
@@ -194,11 +217,13 @@ class Stack:
             ChildSpec(
                 "beat", [*celery, "beat", "-s", str(s.run_dir / "celerybeat-schedule"), "--loglevel", s.log_level], env
             ),
-            ChildSpec("flower", [*celery, "flower", f"--address={s.host}", f"--port={s.flower_port}"], env),
+            ChildSpec(
+                "flower", [*celery, "flower", f"--address={s.flower_host}", f"--port={s.flower_port}"], flower_env
+            ),
         ):
             self.supervisor.spawn(spec)
 
-    def _banner(self, key: str, database_url: str, redis_url: str) -> str:
+    def _banner(self, key: str, database_url: str, redis_url: str, flower_password: str) -> str:
         s = self.settings
         from shared.llm.factory import chat_model, provider_name
 
@@ -208,7 +233,7 @@ class Stack:
             [
                 "engram is running",
                 f"  gateway   http://{s.host}:{s.port}   (OpenAPI: http://{s.host}:{s.port}/docs)",
-                f"  flower    http://{s.host}:{s.flower_port}",
+                f"  flower    http://{s.flower_host}:{s.flower_port}   (login {s.flower_user} / {flower_password})",
                 f"  data dir  {s.data_dir}",
                 f"  postgres  {'embedded' if self.postgres else 'external'}: {database_url}",
                 f"  redis     {'embedded' if self.redis else 'external'}: {redis_url}",

@@ -101,6 +101,13 @@ class Settings(BaseSettings):
     turn_worker_concurrency: int = Field(2, ge=1, description="Processes consuming turns + channels")
     background_worker_concurrency: int = Field(1, ge=1, description="Processes for the memory queues")
 
+    # --- Flower (started by `engram up`) --------------------------------------------------------
+    flower_host: str = Field("127.0.0.1", description="Address Flower binds to (not ENGRAM_HOST: it can run tasks)")
+    flower_user: str = Field("engram", pattern=r"^[^:,]+$", description="Flower basic-auth user")
+    flower_password: SecretStr | None = Field(
+        None, description="Flower basic-auth password; unset = generated once and kept in the data dir"
+    )
+
     # --- logging -----------------------------------------------------------------------------
     log_level: str = "INFO"
     log_json: bool = Field(False, description="JSON log lines instead of console format")
@@ -110,6 +117,14 @@ class Settings(BaseSettings):
     def _expand(cls, value: Path) -> Path:
         return value.expanduser().resolve()
 
+    @field_validator("flower_password")
+    @classmethod
+    def _flower_password(cls, value: SecretStr | None) -> SecretStr | None:
+        # Flower splits FLOWER_BASIC_AUTH at commas (a list of user:password pairs).
+        if value is not None and ("," in value.get_secret_value() or not value.get_secret_value()):
+            raise ValueError("ENGRAM_FLOWER_PASSWORD must be non-empty and must not contain a comma")
+        return value
+
     @property
     def run_dir(self) -> Path:
         return self.data_dir / "run"
@@ -117,6 +132,10 @@ class Settings(BaseSettings):
     @property
     def dev_key_file(self) -> Path:
         return self.data_dir / "dev-api-key"
+
+    @property
+    def flower_password_file(self) -> Path:
+        return self.data_dir / "flower-password"
 
 
 @lru_cache(maxsize=1)

@@ -108,9 +108,12 @@ def test_up_runs_demo_stops_cleanly_and_keeps_data(up_env: dict[str, str]) -> No
     url = f"http://127.0.0.1:{port}"
 
     up = UpProcess(up_env)
+    flower_password = up.wait_for(r"flower\s+http://127\.0\.0\.1:\d+\s+\(login engram / (\S+)\)").group(1)
     key = up.wait_for(r"API key\s+(egm_\S+)").group(1)
     up.wait_for(r"try: engram chat")
     assert (data_dir / "dev-api-key").read_text().strip() == key
+    password_file = data_dir / "flower-password"
+    assert password_file.read_text().strip() == flower_password and password_file.stat().st_mode & 0o777 == 0o600
 
     demo = run_cli(up_env, "demo", "--user", "demo-user")
     assert demo.returncode == 0, demo.stderr
@@ -126,8 +129,15 @@ def test_up_runs_demo_stops_cleanly_and_keeps_data(up_env: dict[str, str]) -> No
     assert "pgvector: extension installed, version 0.8" in doctor.stdout
     assert "FAIL" not in doctor.stdout
 
-    flower = httpx.get(f"http://127.0.0.1:{flower_port}/healthcheck", timeout=10)
-    assert flower.status_code == 200
+    flower_url = f"http://127.0.0.1:{flower_port}"
+    assert httpx.get(f"{flower_url}/healthcheck", timeout=10).status_code == 200
+    # Flower's API runs and revokes tasks: without the login it refuses, with it it answers.
+    assert httpx.get(f"{flower_url}/api/tasks", timeout=10).status_code == 401
+    applied = httpx.post(f"{flower_url}/api/task/async-apply/engram.maintenance.redrive_stalled_turns", timeout=10)
+    assert applied.status_code == 401
+    wrong = httpx.get(f"{flower_url}/api/tasks", auth=("engram", "not-the-password"), timeout=10)
+    assert wrong.status_code == 401
+    assert httpx.get(f"{flower_url}/api/tasks", auth=("engram", flower_password), timeout=10).status_code == 200
 
     session_match = re.search(r"session (demo-\d+)", demo.stdout)
     assert session_match is not None
@@ -144,8 +154,9 @@ def test_up_runs_demo_stops_cleanly_and_keeps_data(up_env: dict[str, str]) -> No
     assert not listening(port) and not listening(flower_port)
     assert not (data_dir / "postgres" / "postmaster.pid").exists()
 
-    # Start again: same key, same history.
+    # Start again: same key, same Flower login, same history.
     again = UpProcess(up_env)
+    assert again.wait_for(r"\(login engram / (\S+)\)").group(1) == flower_password
     assert again.wait_for(r"API key\s+(egm_\S+)").group(1) == key
     again.wait_for(r"try: engram chat")
     after = httpx.get(

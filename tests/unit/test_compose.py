@@ -128,7 +128,8 @@ def test_engram_variables_are_real_settings(services: dict[str, dict[str, Any]])
 
 def test_dev_key_and_llm_settings_come_from_the_host(services: dict[str, dict[str, Any]]) -> None:
     variables = env(services["gateway"])
-    assert re.fullmatch(r"\$\{ENGRAM_DEV_API_KEY:-[^}]+\}", variables["ENGRAM_DEV_API_KEY"] or "")
+    # Required (`:?`): compose refuses to start without it instead of shipping a well-known key.
+    assert re.fullmatch(r"\$\{ENGRAM_DEV_API_KEY:\?[^}$]+\}", variables["ENGRAM_DEV_API_KEY"] or "")
     for key in ("ENGRAM_LLM_PROVIDER", "ENGRAM_ANTHROPIC_API_KEY", "ENGRAM_OPENAI_API_KEY", "ENGRAM_OPENAI_BASE_URL"):
         # No value = passed through when set on the host, absent otherwise; an empty-string default
         # would turn "unset" into "" (an invalid provider name, an empty key).
@@ -178,3 +179,27 @@ def test_published_ports_are_loopback_only(services: dict[str, dict[str, Any]]) 
                 published[f"{name}:{parts[-2] if len(parts) > 1 else parts[0]}"] = parts[0] if len(parts) == 3 else None
     assert published.keys() == {"gateway:8000", "flower:5555"}
     assert all(host_ip == "127.0.0.1" for host_ip in published.values()), published
+
+
+def test_no_credential_has_a_default_value() -> None:
+    text = COMPOSE_FILE.read_text()
+    defaulted = re.findall(r"\$\{(\w*(?:KEY|PASSWORD|SECRET|TOKEN|AUTH)\w*):?-", text)
+    assert defaulted == [], f"credentials with a default value: {defaulted}"
+    assert "egm_" not in "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def test_every_interpolation_is_well_formed() -> None:
+    # Compose rejects a `$` that does not start `${NAME...}`, `$NAME` or `$$`, e.g. a `$(` in a message.
+    for number, line in enumerate(COMPOSE_FILE.read_text().splitlines(), 1):
+        if line.lstrip().startswith("#"):
+            continue
+        rest = re.sub(r"\$\$|\$\{[A-Za-z_]\w*(?:(?::?[-?])[^}$]*)?\}|\$[A-Za-z_]\w*", "", line)
+        assert "$" not in rest, f"line {number}: {line.strip()}"
+
+
+def test_flower_always_asks_for_a_login(services: dict[str, dict[str, Any]]) -> None:
+    variables = env(services["flower"])
+    assert "FLOWER_UNAUTHENTICATED_API" not in variables
+    assert re.fullmatch(
+        r"\$\{ENGRAM_FLOWER_USER:-engram\}:\$\{ENGRAM_FLOWER_PASSWORD:\?[^}$]+\}", variables["FLOWER_BASIC_AUTH"] or ""
+    )
