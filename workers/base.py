@@ -14,20 +14,39 @@ from typing import Any, TypeVar
 import structlog
 from celery import Task
 
+from shared.config import Settings, get_settings
 from workers.app import app
+from workers.limits import check_visibility_timeout
 from workers.queues import QUEUES
 
 F = TypeVar("F", bound=Callable[..., Any])
+CountdownOf = Callable[[Settings], float]
 
 _CONTEXT_KEYS = ("session_id", "turn_id", "user_id")
 
+# Every engram task's Celery options and longest send countdown, by task name.
+DECLARED: dict[str, tuple[dict[str, Any], CountdownOf | None]] = {}
 
-def engram_task(queue: str, **options: Any) -> Callable[[F], Task]:
+
+def check_declared(settings: Settings) -> None:
+    """The visibility-timeout check of every task declared so far (ValueError naming the first misfit)."""
+    for name, (options, countdown_of) in DECLARED.items():
+        check_visibility_timeout(name, options, settings, countdown_of(settings) if countdown_of else 0.0)
+
+
+def engram_task(queue: str, *, max_countdown: CountdownOf | None = None, **options: Any) -> Callable[[F], Task]:
+    """`max_countdown`: the longest delay the task is ever sent with, from the settings (debounced tasks).
+
+    A worker refuses to start (ValueError at import) when a task's longest retry backoff or countdown plus
+    its time limit reaches the broker's visibility timeout (workers/limits.py)."""
     if queue not in QUEUES:
         raise ValueError(f"unknown queue {queue!r}")
 
     def decorate(fn: F) -> Task:
         name = f"engram.{queue}.{fn.__name__}"
+        settings = get_settings()
+        check_visibility_timeout(name, options, settings, max_countdown(settings) if max_countdown else 0.0)
+        DECLARED[name] = (dict(options), max_countdown)
 
         @wraps(fn)
         def run(self: Task, *args: Any, **kwargs: Any) -> Any:

@@ -29,6 +29,7 @@ def follow_up(outcome: JobOutcome, tenant_id: int | None = None, user_id: int | 
 
 @engram_task(
     "extraction",
+    max_countdown=lambda settings: settings.extraction_debounce_seconds,  # debounce.schedule's longest delay
     autoretry_for=(SessionBusy, DatabaseUnavailable, LLMError),
     retry_backoff=2,
     retry_backoff_max=60,
