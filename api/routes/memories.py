@@ -136,6 +136,12 @@ def _load(conn: Conn, scope: Scope, memory_id: int) -> dict[str, Any]:
     return memory
 
 
+def _no_longer_active(memory_id: int) -> HTTPException:
+    return HTTPException(
+        status.HTTP_409_CONFLICT, f"memory {memory_id} is no longer active; change its successor instead"
+    )
+
+
 @router.get("/memories/{memory_id}", response_model=MemoryOut, responses=NOT_FOUND)
 def read_memory(user_id: UserId, memory_id: int, tenant: TenantDep) -> MemoryOut:
     with db.connection() as conn:
@@ -155,14 +161,13 @@ def patch_memory(
             scope = _scope(conn, tenant, user_id)
             current = _load(conn, scope, memory_id)
             if current["valid_until"] is not None:
-                raise HTTPException(
-                    status.HTTP_409_CONFLICT, f"memory {memory_id} is no longer active; change its successor instead"
-                )
+                raise _no_longer_active(memory_id)
             target_id = memory_id
             result: WriteResult | None = None
             if body.value is not None:
                 result = correct_memory(conn, scope, memory_id, body.value, ACTOR)
-                assert result is not None
+                if result is None:  # another writer superseded or deleted it since we read it
+                    raise _no_longer_active(memory_id)
                 target_id = result.memory["id"]
             updated = update_attributes(
                 conn,
@@ -174,7 +179,8 @@ def patch_memory(
                 decay_rate=body.decay_rate,
                 event_time=body.event_time,
             )
-            assert updated is not None
+            if updated is None:
+                raise _no_longer_active(memory_id)
     except MemoryRejected as exc:
         raise _rejected(exc) from exc
     final = WriteResult(result.action if result else "unchanged", updated, result.previous_id if result else None)

@@ -61,16 +61,16 @@ def upsert_entity(conn: Conn, tenant_id: int, user_id: int, mention: EntityMenti
             """UPDATE entities SET canonical_name = %s, normalized_name = %s,
                    aliases = array_append(aliases, normalized_name), mention_count = mention_count + 1,
                    last_seen_at = now()
-               WHERE id = %s""",
-            (mention.name, mention.normalized, existing["id"]),
+               WHERE tenant_id = %s AND user_id = %s AND id = %s""",
+            (mention.name, mention.normalized, tenant_id, user_id, existing["id"]),
         )
     else:
         conn.execute(
             """UPDATE entities SET mention_count = mention_count + 1, last_seen_at = now(),
                    aliases = CASE WHEN %s = normalized_name OR %s = ANY(aliases) THEN aliases
                                   ELSE array_append(aliases, %s) END
-               WHERE id = %s""",
-            (mention.normalized, mention.normalized, mention.normalized, existing["id"]),
+               WHERE tenant_id = %s AND user_id = %s AND id = %s""",
+            (mention.normalized, mention.normalized, mention.normalized, tenant_id, user_id, existing["id"]),
         )
     return int(existing["id"])
 

@@ -12,6 +12,9 @@ Rules (all inside the caller's transaction):
 
 Writers of one (user, namespace, key) are serialised by a transaction-scoped advisory lock, so
 two concurrent writes never both insert an active row.
+
+Every UPDATE here filters by tenant and user itself, never trusting that an earlier read was scoped:
+a row handed in by a caller (or an id from a request) that belongs to someone else changes nothing.
 """
 
 from __future__ import annotations
@@ -69,6 +72,10 @@ CONTEXT_KEY = "context"
 MAX_CONTEXT_CHARS = 2048
 
 WriteAction = Literal["added", "superseded", "reinforced", "unchanged", "duplicate"]
+
+
+class MemoryNotActive(LookupError):
+    """The memory is not an active memory of this scope (another user's, or superseded/deleted meanwhile)."""
 
 
 @dataclass(frozen=True)
@@ -303,10 +310,12 @@ def _reinforce(conn: Conn, scope: Scope, current: dict[str, Any], actor: str) ->
                     || CASE WHEN metadata ? 'first_observed' THEN '{{}}'::jsonb
                             ELSE jsonb_build_object('first_observed', to_jsonb(created_at)) END,
                 updated_at = now()
-            WHERE id = %s RETURNING {MEMORY_COLUMNS}""",
-        (current["id"],),
+            WHERE tenant_id = %s AND user_id = %s AND id = %s AND valid_until IS NULL
+            RETURNING {MEMORY_COLUMNS}""",
+        (scope.tenant_id, scope.user_id, current["id"]),
     ).fetchone()
-    assert row is not None
+    if row is None:
+        raise MemoryNotActive(f"memory {current['id']} is not an active memory of this user")
     record_event(
         conn, scope, row, "reinforce", actor, details={"reinforced_count": row["metadata"]["reinforced_count"]}
     )
@@ -314,7 +323,13 @@ def _reinforce(conn: Conn, scope: Scope, current: dict[str, Any], actor: str) ->
 
 
 def _supersede(conn: Conn, scope: Scope, current: dict[str, Any], item: MemoryInput, actor: str) -> WriteResult:
-    conn.execute("UPDATE memories SET valid_until = now(), updated_at = now() WHERE id = %s", (current["id"],))
+    closed = conn.execute(
+        """UPDATE memories SET valid_until = now(), updated_at = now()
+           WHERE tenant_id = %s AND user_id = %s AND id = %s AND valid_until IS NULL RETURNING id""",
+        (scope.tenant_id, scope.user_id, current["id"]),
+    ).fetchone()
+    if closed is None:
+        raise MemoryNotActive(f"memory {current['id']} is not an active memory of this user")
     successor = MemoryInput(
         key=item.key,
         value=item.value,
@@ -447,7 +462,10 @@ def correct_memory(conn: Conn, scope: Scope, memory_id: int, new_value: str, act
     _lock_key(conn, scope, current["namespace"], current["key"])
     if content_fingerprint(current["value"]) == content_fingerprint(prepared.value):
         return WriteResult("unchanged", current)
-    return _supersede(conn, scope, current, prepared, actor)
+    try:
+        return _supersede(conn, scope, current, prepared, actor)
+    except MemoryNotActive:  # superseded or deleted by another writer between our read and the lock
+        return None
 
 
 def update_attributes(
@@ -461,10 +479,8 @@ def update_attributes(
     decay_rate: float | None = None,
     event_time: datetime | None = None,
 ) -> dict[str, Any] | None:
-    """Change descriptive fields in place (the value itself changes only by superseding)."""
-    current = get_memory(conn, scope, memory_id)
-    if current is None or current["valid_until"] is not None:
-        return None
+    """Change descriptive fields in place (the value itself changes only by superseding); None when the id is
+    not an active memory of this scope."""
     if confidence is not None and not 0 <= confidence <= 1:
         raise MemoryRejected("confidence must be between 0 and 1")
     if decay_rate is not None and decay_rate < 0:
@@ -477,14 +493,17 @@ def update_attributes(
     }
     changes = {name: value for name, value in changes.items() if value is not None}
     if not changes:
-        return current
+        current = get_memory(conn, scope, memory_id)
+        return current if current is not None and current["valid_until"] is None else None
     assignments = ", ".join(f"{name} = %({name})s" for name in changes)
     row = conn.execute(
-        f"""UPDATE memories SET {assignments}, updated_at = now() WHERE id = %(id)s
+        f"""UPDATE memories SET {assignments}, updated_at = now()
+            WHERE tenant_id = %(tenant)s AND user_id = %(user)s AND id = %(id)s AND valid_until IS NULL
             RETURNING {MEMORY_COLUMNS}""",
-        {**changes, "id": memory_id},
+        {**changes, "tenant": scope.tenant_id, "user": scope.user_id, "id": memory_id},
     ).fetchone()
-    assert row is not None
+    if row is None:
+        return None
     record_event(
         conn,
         scope,
