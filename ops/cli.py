@@ -279,6 +279,12 @@ def context(
         view = client.context(session, user)
     except EngramAPIError as exc:
         _fail(str(exc))
+    if not view.get("session_exists", True):
+        typer.secho(
+            f"{user} has no session {session!r} yet: this is what its first request would contain "
+            f"(plus the first message); chat with `engram chat --user {user} --session {session}`",
+            dim=True,
+        )
     typer.echo(f"{view['model']}  persona: {view['persona_source']}  tokenizer: {view['tokenizer']}")
     for part in ("static", "dynamic"):
         typer.secho(f"\n{part} ({view['tokens'][part]} tokens)", bold=True)

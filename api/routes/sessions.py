@@ -60,21 +60,19 @@ def session_state(
     )
 
 
-@router.get("/sessions/{session_key}/context", responses={404: {"description": "No such session"}})
+@router.get("/sessions/{session_key}/context")
 def session_context(
     session_key: SessionKey,
     tenant: TenantDep,
     user_id: Annotated[str, Query(pattern=ID_PATTERN, description="The session's user")],
 ) -> dict[str, Any]:
     """What the model would see on the next request: every section with its token count, the steering
-    that would fire and why, and the pruning applied."""
+    that would fire and why, and the pruning applied. For a session that does not exist yet
+    (`session_exists: false`), what its first request would contain before the user's message."""
     with db.connection() as conn:
-        view = inspect_session(
+        return inspect_session(
             conn, get_settings(), tenant_id=tenant.id, user_external_id=user_id, session_key=session_key
         )
-    if view is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {user_id!r} has no session {session_key!r}")
-    return view
 
 
 @router.get(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,17 +11,38 @@ from shared.context.compiler import compile_request, describe, prepare_turn
 from shared.db import Conn
 from shared.llm.factory import chat_model, provider_name
 from shared.tools import default_registry
-from shared.turns import find_session
+from shared.turns import find_session, find_user_id
+
+
+def _unstarted_session(conn: Conn, tenant_id: int, user_external_id: str) -> dict[str, Any]:
+    """A stand-in for a session nobody has written to yet, so the view shows what its first request would
+    carry (the user's profile and memories, if the user exists). Nothing is written: looking must not
+    create users or sessions. Its fence markers come from a throwaway seed (the real session gets its own)."""
+    user_id = find_user_id(conn, tenant_id, user_external_id)
+    return {
+        "id": 0,  # no row has it: no messages, no turns
+        "tenant_id": tenant_id,
+        "user_id": user_id or 0,
+        "channel": "api",
+        "fence_seed": secrets.token_hex(16),
+        "active_task": None,
+        "summary": None,
+        "recovery_pending": False,
+        "budget_warned_at": None,
+    }
 
 
 def inspect_session(
     conn: Conn, settings: Settings, *, tenant_id: int, user_external_id: str, session_key: str
-) -> dict[str, Any] | None:
+) -> dict[str, Any]:
+    """The view of the session's next request; for a session that does not exist yet, of its first one
+    (`session_exists` false; the user's message is not known yet, so there are no messages)."""
     from shared.agent import load_context, relevant_memories
 
     session = find_session(conn, tenant_id, user_external_id, session_key)
+    exists = session is not None
     if session is None:
-        return None
+        session = _unstarted_session(conn, tenant_id, user_external_id)
     last_turn = conn.execute("SELECT max(id) AS id FROM turns WHERE session_id = %s", (session["id"],)).fetchone()
     pseudo_turn = {
         "id": (last_turn or {}).get("id") or 0,
@@ -49,6 +71,7 @@ def inspect_session(
     return {
         "session_key": session_key,
         "user_id": user_external_id,
+        "session_exists": exists,
         "model": f"{provider}/{model}",
         **describe(tc, compiled),
     }

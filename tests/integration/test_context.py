@@ -3,6 +3,7 @@ chain, prefix stability, time zones, steering through the inspection API, profil
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -234,7 +235,39 @@ def test_inspection_api_shows_sections_steering_and_pruning(
     assert [s["name"] for s in view["steering"]] == ["compaction_recovery"]
     assert view["steering"][0]["reason"]
     assert view["pruning"]["tokens_before"] > 0 and view["integrity_problems"] == []
-    assert api.get("/v1/sessions/nope/context", params={"user_id": "alice"}).status_code == 404
+    assert view["session_exists"] is True
+
+
+def test_inspecting_a_session_before_its_first_message_shows_its_first_request(
+    api: httpx.Client, gateway: Any, api_key: str
+) -> None:
+    # As the README has it: `engram context alice cli-alice` right after start, before alice chatted.
+    stored = api.post(
+        "/v1/users/alice/memories", json={"key": "drink", "value": "Prefers green tea", "kind": "preference"}
+    )
+    assert stored.status_code == 201, stored.text
+    with db.connection() as conn:
+        sessions_before = conn.execute("SELECT count(*) AS n FROM sessions").fetchone()
+    response = api.get("/v1/sessions/cli-alice/context", params={"user_id": "alice"})
+    assert response.status_code == 200, response.text
+    view = response.json()
+    assert view["session_exists"] is False and view["messages"] == 0 and view["integrity_problems"] == []
+    assert view["static"][0]["name"] == "persona" and view["tokens"]["static"] > 0
+    assert "Prefers green tea" in "\n".join(s["text"] for s in view["static"])  # what the first request knows
+    # Someone engram has never seen gets the bare prompt; looking creates no user and no session.
+    stranger = api.get("/v1/sessions/cli-zoe/context", params={"user_id": "zoe"}).json()
+    assert stranger["session_exists"] is False and "green tea" not in json.dumps(stranger)
+    with db.connection() as conn:
+        assert conn.execute("SELECT count(*) AS n FROM sessions").fetchone() == sessions_before
+        assert conn.execute("SELECT count(*) AS n FROM users WHERE external_id = 'zoe'").fetchone() == {"n": 0}
+
+    from typer.testing import CliRunner
+
+    from ops.cli import app
+
+    shown = CliRunner().invoke(app, ["context", "alice", "cli-alice", "--url", gateway.url, "--api-key", api_key])
+    assert shown.exit_code == 0, shown.output
+    assert "has no session 'cli-alice' yet" in shown.output and "persona" in shown.output
 
 
 def test_profiles_over_rest_reach_the_prompt(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
