@@ -6,6 +6,7 @@ Every reply says so plainly. It is deterministic: the same conversation gives th
 
 from __future__ import annotations
 
+import json
 import re
 
 from shared.llm.types import ChatMessage, ChatRequest, ChatResult, DeltaCallback, ToolCall, Usage
@@ -19,9 +20,31 @@ _MEMORY_LINE = re.compile(r"^- \[[^\]]+\] (.+)$", re.MULTILINE)
 _TIME_QUESTION = re.compile(r"\b(what(?:'s| is)? the )?(time|date|day is it|today)\b", re.IGNORECASE)
 
 
+# Asked what it remembers, it lists the user's memories with this tool first, as a model would: the prompt
+# only carries tacit memories and other sessions' facts, not what this conversation stored a moment ago
+# under entity/default (a name, a city).
+_LIST_TOOL = "memory_list"
+_RECALL_LIMIT = 12
+
+
 def _remembered(request: ChatRequest) -> list[str]:
     lines = _MEMORY_LINE.findall(request.system_static) + _MEMORY_LINE.findall(request.system_dynamic)
     return list(dict.fromkeys(line.strip() for line in lines))
+
+
+def _listed(tool_output: str) -> list[str]:
+    """ "key: value" of each memory in a memory_list result (a JSON list), newest first."""
+    try:
+        rows = json.loads(tool_output)
+    except ValueError:
+        return []
+    if not isinstance(rows, list):
+        return []
+    return [
+        f"{row['key']}: {row['value']}"
+        for row in rows
+        if isinstance(row, dict) and isinstance(row.get("key"), str) and isinstance(row.get("value"), str)
+    ]
 
 
 class OfflineProvider:
@@ -42,17 +65,19 @@ class OfflineProvider:
             provider=self.name,
         )
 
-    def _recall(self, request: ChatRequest) -> str:
-        remembered = _remembered(request)
+    def _recall(self, request: ChatRequest, listed: list[str] | None = None) -> str:
+        remembered = list(dict.fromkeys([*(listed or []), *_remembered(request)]))
         if not remembered:
             return f"{OFFLINE_LABEL} I don't have anything remembered about you yet."
-        listing = "; ".join(remembered[:10])
+        listing = "; ".join(remembered[:_RECALL_LIMIT])
         return f"{OFFLINE_LABEL} Here is what I remember about you: {listing}."
 
     def _respond(self, request: ChatRequest) -> tuple[str, list[ToolCall]]:
         # Steering notes are addressed to a model; the rules answer the conversation itself.
         spoken = [m for m in request.messages if not (m.role == "user" and m.content.lstrip().startswith("<steering"))]
         last = spoken[-1] if spoken else ChatMessage("user", "")
+        if last.role == "tool" and last.tool_name == _LIST_TOOL:
+            return self._recall(request, _listed(last.content)), []
         if last.role == "tool":
             results = [m for m in request.messages[-5:] if m.role == "tool"]
             facts = "; ".join(f"{m.tool_name or 'tool'} says {m.content}" for m in results[-1:])
@@ -61,6 +86,8 @@ class OfflineProvider:
         if "current_time" in tool_names and _TIME_QUESTION.search(last.content):
             return "", [ToolCall(f"call_offline_{len(request.messages)}", "current_time", {})]
         if _MEMORY_QUESTION.search(last.content):
+            if _LIST_TOOL in tool_names:
+                return "", [ToolCall(f"call_offline_{len(request.messages)}", _LIST_TOOL, {"limit": 50})]
             return self._recall(request), []
         said = " ".join(last.content.split())
         if len(said) > 200:

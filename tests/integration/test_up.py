@@ -121,8 +121,9 @@ def test_up_runs_demo_stops_cleanly_and_keeps_data(up_env: dict[str, str]) -> No
     assert len(replies) == 4
     assert all("offline mode (no language model)" in reply for reply in replies)
     assert "current_time" in demo.stdout  # the tool loop ran for "What time is it?"
-    # The background pipeline extracted the preference and the static prompt carried it back.
+    # The background pipeline extracted the preference, the name and the city; recall lists them all.
     assert "green tea" in replies[-1].lower()
+    assert "alice" in replies[-1].lower() and "lisbon" in replies[-1].lower(), replies[-1]
 
     doctor = run_cli(up_env, "doctor")
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+
+import jsonschema
 
 from shared.llm.offline import OFFLINE_LABEL, OfflineProvider
 from shared.llm.types import ChatMessage, ChatRequest
@@ -102,3 +105,39 @@ def test_offline_reads_back_remembered_facts_and_ignores_steering() -> None:
     assert "steering" not in text
     empty = OfflineProvider().chat(ChatRequest(model="m", messages=(ChatMessage("user", "what do you know about me"),)))
     assert "anything remembered" in empty.text
+
+
+def test_offline_recall_lists_the_users_memories_including_entities() -> None:
+    # The prompt only carries tacit memories; a name and city stored a moment ago (entity/default) are
+    # found by listing memories with the tool, as a model would.
+    provider = OfflineProvider()
+    question = ChatMessage("user", "What do you remember about me?")
+    static = "## What You Know\n- [tacit/preferences] drink: Prefers green tea"
+    asked = provider.chat(
+        ChatRequest(model="offline-rules", messages=(question,), system_static=static, tools=default_registry().specs())
+    )
+    assert [call.name for call in asked.tool_calls] == ["memory_list"] and asked.text == ""
+    call = asked.tool_calls[0]
+    jsonschema.validate(call.arguments, default_registry().tools["memory_list"].parameters)  # a valid call
+    listed = json.dumps(
+        [
+            {"id": 2, "namespace": "entity/default", "key": "user/location", "value": "User lives in Lisbon"},
+            {"id": 1, "namespace": "entity/default", "key": "user/name", "value": "User's name is Alice"},
+            {"id": 3, "namespace": "tacit/preferences", "key": "drink", "value": "Prefers green tea"},
+        ]
+    )
+    answered = provider.chat(
+        ChatRequest(
+            model="offline-rules",
+            system_static=static,
+            tools=default_registry().specs(),
+            messages=(
+                question,
+                ChatMessage("assistant", "", tool_calls=(call,)),
+                ChatMessage("tool", listed, tool_call_id=call.id, tool_name="memory_list"),
+            ),
+        )
+    )
+    assert answered.tool_calls == [] and answered.text.startswith(OFFLINE_LABEL)
+    assert "User's name is Alice" in answered.text and "User lives in Lisbon" in answered.text
+    assert answered.text.count("Prefers green tea") == 1  # in the list and the prompt: said once
