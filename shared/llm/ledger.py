@@ -15,9 +15,6 @@ from typing import Any, Literal
 from shared import db
 from shared.db import Conn
 from shared.llm.types import Usage
-from shared.logging import get_logger
-
-log = get_logger(__name__)
 
 Purpose = Literal["chat", "extraction", "flush", "summary", "synthesis", "reflection"]
 PURPOSES: tuple[Purpose, ...] = ("chat", "extraction", "flush", "summary", "synthesis", "reflection")
@@ -46,20 +43,10 @@ class LedgerScope:
 def record_call(call: CallRecord, scope: LedgerScope) -> None:
     """Write one call now, committed on its own (never inside the caller's transaction).
 
-    With Postgres unreachable the row is lost and a warning says so; failing the caller instead would
-    make a retry spend the same tokens again."""
-    try:
-        with db.connection() as conn:
-            insert_calls(conn, [call], scope)
-    except db.DatabaseUnavailable as exc:
-        log.warning(
-            "LLM call not recorded: database unavailable",
-            purpose=call.purpose,
-            model=call.model,
-            input_tokens=call.usage.input_tokens,
-            output_tokens=call.usage.output_tokens,
-            error=str(exc),
-        )
+    With Postgres unreachable this raises DatabaseUnavailable, as the caller's own write would a moment
+    later: the task retries as it always does in an outage, instead of finishing with its spend unrecorded."""
+    with db.connection() as conn:
+        insert_calls(conn, [call], scope)
 
 
 def insert_calls(conn: Conn, calls: Sequence[CallRecord], scope: LedgerScope) -> None:
