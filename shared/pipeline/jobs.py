@@ -20,6 +20,7 @@ from shared.config import Settings
 from shared.context.compiler import context_window
 from shared.db import Conn
 from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
+from shared.embeddings.cache import register_vector_types
 from shared.llm.factory import chat_model, provider_name
 from shared.llm.ledger import CallRecord, LedgerScope
 from shared.llm.types import ChatProvider
@@ -338,6 +339,8 @@ def index_transcript(session_id: int, embedder: Embedder, batch_size: int = 64) 
         vectors = embed_texts(conn, embedder, [text for _, text in blocks], batch_size)
     ids = [row["id"] for row in rows]
     with db.connection() as conn:
+        # Maybe not the pooled connection embed_texts registered the vector type on.
+        register_vector_types(conn)
         marked = conn.execute(
             "UPDATE session_messages SET embedded_at = now() WHERE id = ANY(%s) AND embedded_at IS NULL", (ids,)
         ).rowcount
