@@ -50,6 +50,16 @@ def row_counts() -> dict[str, int]:
         }
 
 
+@pytest.fixture(autouse=True)
+def drop_queued_tasks() -> Iterator[None]:
+    """The fuzzed turns and memories enqueue hundreds of tasks for rows the next test truncates; a
+    worker started later should not spend its time (or a scripted reply) on them."""
+    yield
+    from workers.app import app as celery_app
+
+    celery_app.control.purge()
+
+
 @pytest.fixture
 def fuzz_env(gateway: Gateway) -> Iterator[None]:
     """Long polls and event streams end within a second: a fuzzed `wait=` or a stream on a queued turn
