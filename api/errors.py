@@ -81,7 +81,17 @@ class ErrorOut(BaseModel):
 
     code: str = Field(
         description="Stable machine-readable reason: "
-        + ", ".join(sorted({*STATUS_CODES.values(), "memory_rejected", "unknown_preset", "database_unavailable"}))
+        + ", ".join(
+            sorted(
+                {
+                    *STATUS_CODES.values(),
+                    "memory_rejected",
+                    "unknown_preset",
+                    "database_unavailable",
+                    "service_not_configured",
+                }
+            )
+        )
         + " (more may be added; branch on the ones you handle)",
         examples=["validation_error"],
     )
