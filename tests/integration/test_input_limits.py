@@ -19,6 +19,7 @@ from httpx_sse import connect_sse
 from shared import db
 from shared.auth import authenticate
 from shared.config import get_settings
+from shared.locks import HeartbeatLock, session_lock_name
 from shared.redis_client import STREAM_CLIENT_NAME, get_redis
 from shared.turns import submit_turn
 from tests.conftest import Gateway
@@ -304,20 +305,27 @@ def test_every_error_carries_a_code(gateway: Gateway, api: httpx.Client) -> None
 # --------------------------------------------------------------------------- event streams
 
 
-def queued_turn(api_key: str) -> int:
-    """A turn stored but never enqueued: nothing will run it while the test looks at it."""
+@pytest.fixture
+def queued_turn(api_key: str) -> Iterator[int]:
+    """A turn that stays queued while the test looks at it: stored without being enqueued, and its
+    session lock held by the test, so not even a leftover task of an earlier test can run it."""
     with db.connection() as conn:
         tenant = authenticate(conn, api_key)
         assert tenant is not None
         submitted = submit_turn(conn, tenant_id=tenant.id, session_key="s1", user_external_id="alice", text="hi")
-    return int(submitted.turn["turn_id"])
+    lock = HeartbeatLock(get_redis(), session_lock_name(submitted.turn["session_id"]), ttl_seconds=30)
+    assert lock.acquire()
+    try:
+        yield int(submitted.turn["turn_id"])
+    finally:
+        lock.release()
 
 
 def test_event_stream_ends_after_the_configured_time(
-    api: httpx.Client, api_key: str, settings_env: Callable[..., None]
+    api: httpx.Client, queued_turn: int, settings_env: Callable[..., None]
 ) -> None:
     settings_env(sse_max_seconds="1")
-    turn_id = queued_turn(api_key)
+    turn_id = queued_turn
     with connect_sse(api, "GET", f"/v1/turns/{turn_id}/events") as source:
         events = [event.event for event in source.iter_sse()]  # returns only when the server ends the stream
     assert "done" not in events and "error" not in events
@@ -329,10 +337,10 @@ def stream_connections() -> set[int]:
 
 
 def test_long_polls_and_streams_share_one_redis_pool(
-    api: httpx.Client, api_key: str, settings_env: Callable[..., None]
+    api: httpx.Client, queued_turn: int, settings_env: Callable[..., None]
 ) -> None:
     settings_env(sse_max_seconds="0.5")
-    turn_id = queued_turn(api_key)
+    turn_id = queued_turn
     assert api.get(f"/v1/turns/{turn_id}", params={"wait": 0.3}).json()["status"] == "queued"
     pooled = stream_connections()
     assert pooled  # the connection went back to the pool, still open for the next request
