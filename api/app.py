@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from api.body_limit import BodySizeLimit
+from api.errors import document_errors, install_error_handlers
 from api.metrics import EngramCollector
 from api.routes import health, memories, profiles, sessions, turns
 from shared import db
 from shared.config import get_settings
 from shared.logging import configure_logging
-from shared.services import ServiceNotConfigured
+from shared.memory.service import warm_query_embedder
+from shared.redis_client import close_shared_async_redis
 
 
 @asynccontextmanager
 async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    # The first search must not pay for loading the embedding model (seconds); load it now, off the loop.
+    threading.Thread(target=warm_query_embedder, name="warm-embedder", daemon=True).start()
     yield
+    await close_shared_async_redis()
     db.close_pool()
 
 
@@ -33,17 +39,10 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
     )
 
-    @app.exception_handler(db.DatabaseUnavailable)
-    async def _db_down(_request: Request, exc: db.DatabaseUnavailable) -> JSONResponse:
-        return JSONResponse(
-            {"detail": "database unavailable; nothing was written, retry later"},
-            status_code=503,
-            headers={"Retry-After": "5"},
-        )
-
-    @app.exception_handler(ServiceNotConfigured)
-    async def _not_configured(_request: Request, exc: ServiceNotConfigured) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
+    # Every error body is {"code", "detail"} (api/errors.py), and the OpenAPI schema says so.
+    install_error_handlers(app)
+    app.openapi = document_errors(app)  # type: ignore[method-assign]
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
 
     registry = CollectorRegistry()
     registry.register(EngramCollector())

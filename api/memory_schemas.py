@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.memory.store import KINDS
+from api.schemas import ID_PATTERN
+from shared.memory.keys import MAX_KEY_CHARS, MAX_VALUE_CHARS
+from shared.memory.store import KINDS, MAX_DECAY_RATE, MAX_NAMESPACE_CHARS, MAX_TAG_CHARS, MAX_TAGS
+from shared.text import SAFE_TEXT, SafeText
 
 Kind = Literal["fact", "episode", "preference", "style", "directive", "artifact", "reflection", "summary", "document"]
 assert set(KINDS) == set(Kind.__args__)  # type: ignore[attr-defined]
@@ -17,21 +20,34 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Limits as the schema states them; the write path (shared/memory) applies them again to the cleaned
+# text, so a value that passes here can still be refused (422 memory_rejected), e.g. as an injection.
+# Keys are normalised (lowercase, `-` for spaces) and must be at most MAX_KEY_CHARS after that; the raw
+# key may be a little longer (collapsed separators).
+Key = Annotated[str, Field(min_length=1, max_length=2 * MAX_KEY_CHARS), SAFE_TEXT]
+Value = Annotated[str, Field(min_length=1, max_length=MAX_VALUE_CHARS), SAFE_TEXT]
+Namespace = Annotated[str, Field(max_length=MAX_NAMESPACE_CHARS), SAFE_TEXT]
+Tag = Annotated[str, Field(max_length=MAX_TAG_CHARS), SAFE_TEXT]
+Confidence = Annotated[float, Field(ge=0, le=1, description="0..1, kept to 6 decimal places")]
+
+
 class MemoryIn(_Strict):
-    key: str = Field(min_length=1, max_length=1000, description="Normalised: lowercase, `-` for spaces")
-    value: str = Field(min_length=1, max_length=20_000, description="At most 2,048 characters once cleaned")
-    namespace: str | None = Field(None, max_length=1000, description="Default depends on kind, e.g. tacit/facts")
+    key: Key = Field(
+        description=f"Normalised: lowercase, `-` for spaces; at most {MAX_KEY_CHARS} characters after that"
+    )
+    value: Value = Field(description=f"At most {MAX_VALUE_CHARS} characters, no NUL, valid Unicode")
+    namespace: Namespace | None = Field(None, description="Default depends on kind, e.g. tacit/facts")
     kind: Kind = "fact"
-    tags: list[str] = Field(default_factory=list, max_length=50)
-    confidence: float = Field(1.0, ge=0, le=1)
+    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
+    confidence: Confidence = 1.0
     event_time: datetime | None = Field(None, description="When the remembered thing happened")
 
 
 class MemoryPatch(_Strict):
-    value: str | None = Field(None, min_length=1, max_length=20_000, description="A new value supersedes the memory")
-    tags: list[str] | None = Field(None, max_length=50)
-    confidence: float | None = Field(None, ge=0, le=1)
-    decay_rate: float | None = Field(None, ge=0)
+    value: Value | None = Field(None, description="A new value supersedes the memory")
+    tags: list[Tag] | None = Field(None, max_length=MAX_TAGS)
+    confidence: Confidence | None = None
+    decay_rate: float | None = Field(None, ge=0, le=MAX_DECAY_RATE, description="Per day; 0 = never decays")
     event_time: datetime | None = None
 
 
@@ -64,18 +80,20 @@ class MemoryWriteOut(BaseModel):
 
 
 class SearchFiltersIn(_Strict):
-    namespace: str | None = Field(None, max_length=1000, description="Namespace prefix, e.g. tacit")
-    kinds: list[Kind] | None = None
-    tags: list[str] | None = None
+    namespace: Namespace | None = Field(None, description="Namespace prefix, e.g. tacit")
+    kinds: list[Kind] | None = Field(None, max_length=len(KINDS))
+    tags: list[Tag] | None = Field(None, max_length=MAX_TAGS, description="Memories carrying all of these tags")
     since: datetime | None = None
     until: datetime | None = None
-    exclude_session: str | None = Field(None, description="Session key whose own memories and transcript to skip")
+    exclude_session: str | None = Field(
+        None, pattern=ID_PATTERN, description="Session key whose own memories and transcript to skip"
+    )
     include_superseded: bool = False
     include_transcripts: bool = True
 
 
 class SearchIn(_Strict):
-    query: str = Field(min_length=1, max_length=2000)
+    query: SafeText = Field(min_length=1, max_length=2000)
     limit: int = Field(10, ge=1, le=100)
     filters: SearchFiltersIn = Field(default_factory=SearchFiltersIn)
     mode: Literal["weighted", "rrf"] | None = Field(None, description="Fusion; default from ENGRAM_SEARCH_FUSION")

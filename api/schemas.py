@@ -7,21 +7,27 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from shared.text import SafeText
+
 TurnStatus = Literal["queued", "running", "done", "failed"]
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@\-]{0,127}$"
 
 
 class TurnIn(BaseModel):
     user_id: str = Field(pattern=ID_PATTERN, description="Your id for the user (letters, digits, ._:@-)")
-    text: str = Field(description="The user's message")
+    # The schema states the rule (not empty, not only whitespace); the validator enforces it with a
+    # plainer message than a pattern mismatch. The length limit is a setting (ENGRAM_MAX_TURN_CHARS, 413).
+    text: SafeText = Field(
+        description="The user's message: not blank, no NUL, valid Unicode; at most ENGRAM_MAX_TURN_CHARS "
+        "characters (longer is 413)",
+        json_schema_extra={"minLength": 1, "pattern": r"\S"},
+    )
 
     @field_validator("text")
     @classmethod
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("text must not be empty")
-        if "\x00" in value:
-            raise ValueError("text must not contain NUL characters")
         return value
 
 

@@ -34,6 +34,12 @@ class Settings(BaseSettings):
     flower_port: int = 5555
     max_turn_chars: int = Field(16_000, ge=1, description="Longest accepted user message")
     max_wait_seconds: float = Field(60.0, ge=0, description="Cap on ?wait= long polls")
+    max_request_bytes: int = Field(
+        1_048_576, ge=1024, description="Largest accepted request body; larger is 413 before it is read"
+    )
+    sse_max_seconds: float = Field(
+        300.0, gt=0, description="Longest an event stream stays open; clients resume with Last-Event-ID"
+    )
     # A fixed key for the default tenant (e.g. in docker-compose); unset = one is generated once.
     dev_api_key: SecretStr | None = None
 

@@ -1,8 +1,10 @@
-"""One Redis client per process (sync) and a factory for async clients (gateway streaming)."""
+"""One Redis client per process (sync), and one async client per event loop (gateway streaming)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import weakref
 from typing import Any
 
 import redis
@@ -13,6 +15,10 @@ from shared.services import resolve_redis_url
 
 _client: redis.Redis | None = None
 _lock = threading.Lock()
+# Async clients are bound to the loop they were made on: one per loop (a gateway has one).
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis] = weakref.WeakKeyDictionary()
+# Named so `CLIENT LIST` shows which connections the gateway's event streams hold.
+STREAM_CLIENT_NAME = "engram-gateway-events"
 
 # Short timeouts: a dead Redis must surface as an error quickly, not hang a request or a task.
 _TIMEOUTS: dict[str, Any] = {"socket_connect_timeout": 3, "socket_timeout": 10, "health_check_interval": 15}
@@ -30,8 +36,32 @@ def new_async_redis() -> aioredis.Redis:
     return aioredis.Redis.from_url(resolve_redis_url(get_settings()), **_TIMEOUTS)
 
 
+def shared_async_redis() -> aioredis.Redis:
+    """The async client of the running event loop, over one connection pool: event streams and long
+    polls borrow a connection for each blocking read and return it, instead of opening (and
+    tearing down) a client per request."""
+    loop = asyncio.get_running_loop()
+    with _lock:
+        client = _async_clients.get(loop)
+        if client is None:
+            client = aioredis.Redis.from_url(
+                resolve_redis_url(get_settings()), client_name=STREAM_CLIENT_NAME, **_TIMEOUTS
+            )
+            _async_clients[loop] = client
+        return client
+
+
+async def close_shared_async_redis() -> None:
+    """Close the running loop's shared client (gateway shutdown)."""
+    with _lock:
+        client = _async_clients.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.aclose()
+
+
 def reset_redis() -> None:
-    """Forget the client (after a fork, or in tests that restart the server)."""
+    """Forget the clients (after a fork, or in tests that restart the server)."""
     global _client
     with _lock:
         _client = None
+        _async_clients.clear()

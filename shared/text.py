@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator
+
 
 def estimate_tokens(text: str) -> int:
     """A cheap token estimate (~4 characters per token for English prose)."""
@@ -11,3 +16,43 @@ def estimate_tokens(text: str) -> int:
 def escape_like(text: str) -> str:
     """`text` as a literal inside a LIKE/ILIKE pattern (backslash is Postgres's default escape)."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+# Postgres `text` holds neither NUL nor lone UTF-16 surrogates (JSON's "\ud800" decodes to one in
+# Python, and encoding it to UTF-8 for the wire fails): either would surface as a 500 from deep in a
+# write. Every text field that reaches Postgres is checked here first, so the caller gets a 422.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def text_problem(value: str) -> str | None:
+    """Why `value` cannot be stored as Postgres text, or None when it can."""
+    found = _UNSTORABLE.search(value)
+    if found is None:
+        return None
+    char = found.group()
+    if char == "\x00":
+        return f"contains a NUL character (U+0000) at position {found.start()}"
+    return f"is not valid Unicode: a lone surrogate (U+{ord(char):04X}) at position {found.start()}"
+
+
+def valid_text(value: str) -> str:
+    """Pydantic validator: `value` unchanged, or a ValueError naming the first unstorable character."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise ValueError(f"text {problem}")
+    return value
+
+
+# The one check for request strings that end up in Postgres (bodies, query and path parameters):
+# `SafeText`, or `Annotated[str, Field(max_length=...), SAFE_TEXT]` with length limits — the limits go
+# before the check, so pydantic applies them as string limits ("at most N characters").
+SAFE_TEXT = AfterValidator(valid_text)
+SafeText = Annotated[str, SAFE_TEXT]
+
+
+def printable(value: str) -> str:
+    """`value` with lone surrogates replaced by U+FFFD, so it can be encoded (e.g. echoed in JSON)."""
+    return _SURROGATE.sub("\ufffd", value)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")

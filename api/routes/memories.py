@@ -7,15 +7,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 
 from api.deps import TenantDep
+from api.errors import ApiError
 from api.memory_schemas import (
+    Kind,
     MemoryEventOut,
     MemoryIn,
     MemoryOut,
     MemoryPatch,
     MemoryWriteOut,
+    Namespace,
     SearchIn,
     SearchOut,
     SearchResultOut,
+    Tag,
 )
 from api.schemas import ID_PATTERN
 from shared import db
@@ -28,6 +32,8 @@ from shared.memory.search import SearchFilters
 from shared.memory.service import search_memories
 from shared.memory.stats import memory_stats
 from shared.memory.store import (
+    KINDS,
+    MAX_TAGS,
     MemoryInput,
     Scope,
     WriteResult,
@@ -40,12 +46,16 @@ from shared.memory.store import (
     update_attributes,
 )
 from shared.memory.userdata import erase_user, export_user
+from shared.text import SAFE_TEXT
 from shared.turns import ensure_user, find_session, find_user_id
 
 log = get_logger(__name__)
 router = APIRouter(prefix="/v1/users/{user_id}", tags=["memories"])
 
 UserId = Annotated[str, Path(pattern=ID_PATTERN, description="Your id for the user")]
+MemoryId = Annotated[int, Path(ge=1, le=2**63 - 1, description="A memory id")]
+# OFFSET is a bigint in Postgres; paging this deep is never useful anyway.
+MAX_OFFSET = 1_000_000
 ACTOR = "api"
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such user or memory (for this tenant)"}}
 
@@ -72,8 +82,8 @@ def _write_out(result: WriteResult, response: Response) -> MemoryWriteOut:
     return MemoryWriteOut(action=result.action, memory=MemoryOut(**result.memory), replaced_id=result.previous_id)
 
 
-def _rejected(exc: MemoryRejected) -> HTTPException:
-    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc))
+def _rejected(exc: MemoryRejected) -> ApiError:
+    return ApiError(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc), code="memory_rejected")
 
 
 @router.post(
@@ -108,12 +118,12 @@ def create_memory(user_id: UserId, body: MemoryIn, tenant: TenantDep, response: 
 def get_memories(
     user_id: UserId,
     tenant: TenantDep,
-    namespace: Annotated[str | None, Query(max_length=1000, description="Namespace prefix")] = None,
-    kind: Annotated[list[str] | None, Query()] = None,
-    tag: Annotated[list[str] | None, Query()] = None,
+    namespace: Annotated[Namespace | None, Query(description="Namespace prefix")] = None,
+    kind: Annotated[list[Kind], Query(max_length=len(KINDS), description="Any of these kinds")] = [],  # noqa: B006
+    tag: Annotated[list[Tag], Query(max_length=MAX_TAGS, description="Carrying all of these tags")] = [],  # noqa: B006
     include_superseded: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> list[MemoryOut]:
     with db.connection() as conn:
         rows = list_memories(
@@ -143,7 +153,7 @@ def _no_longer_active(memory_id: int) -> HTTPException:
 
 
 @router.get("/memories/{memory_id}", response_model=MemoryOut, responses=NOT_FOUND)
-def read_memory(user_id: UserId, memory_id: int, tenant: TenantDep) -> MemoryOut:
+def read_memory(user_id: UserId, memory_id: MemoryId, tenant: TenantDep) -> MemoryOut:
     with db.connection() as conn:
         return MemoryOut(**_load(conn, _scope(conn, tenant, user_id), memory_id))
 
@@ -151,10 +161,14 @@ def read_memory(user_id: UserId, memory_id: int, tenant: TenantDep) -> MemoryOut
 @router.patch(
     "/memories/{memory_id}",
     response_model=MemoryWriteOut,
-    responses={**NOT_FOUND, 409: {"description": "The memory is superseded or deleted"}},
+    responses={
+        **NOT_FOUND,
+        201: {"description": "A new value: a new memory supersedes this one", "model": MemoryWriteOut},
+        409: {"description": "The memory is superseded or deleted"},
+    },
 )
 def patch_memory(
-    user_id: UserId, memory_id: int, body: MemoryPatch, tenant: TenantDep, response: Response
+    user_id: UserId, memory_id: MemoryId, body: MemoryPatch, tenant: TenantDep, response: Response
 ) -> MemoryWriteOut:
     try:
         with db.connection() as conn:
@@ -189,7 +203,7 @@ def patch_memory(
 
 
 @router.delete("/memories/{memory_id}", status_code=204, responses=NOT_FOUND)
-def remove_memory(user_id: UserId, memory_id: int, tenant: TenantDep) -> Response:
+def remove_memory(user_id: UserId, memory_id: MemoryId, tenant: TenantDep) -> Response:
     with db.connection() as conn:
         if delete_memory(conn, _scope(conn, tenant, user_id), memory_id, ACTOR) is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no active memory {memory_id}")
@@ -197,7 +211,7 @@ def remove_memory(user_id: UserId, memory_id: int, tenant: TenantDep) -> Respons
 
 
 @router.get("/memories/{memory_id}/history", response_model=list[MemoryEventOut], responses=NOT_FOUND)
-def read_history(user_id: UserId, memory_id: int, tenant: TenantDep) -> list[MemoryEventOut]:
+def read_history(user_id: UserId, memory_id: MemoryId, tenant: TenantDep) -> list[MemoryEventOut]:
     with db.connection() as conn:
         events = memory_history(conn, _scope(conn, tenant, user_id), memory_id)
     if events is None:
@@ -237,7 +251,7 @@ def entities(
 
 
 @router.get("/entities/{name}", responses=NOT_FOUND)
-def entity(user_id: UserId, name: Annotated[str, Path(max_length=200)], tenant: TenantDep) -> dict[str, Any]:
+def entity(user_id: UserId, name: Annotated[str, Path(max_length=200), SAFE_TEXT], tenant: TenantDep) -> dict[str, Any]:
     with db.connection() as conn:
         scope = _scope(conn, tenant, user_id)
         info = entity_info(conn, scope.tenant_id, scope.user_id, name)

@@ -20,7 +20,7 @@ from shared.config import get_settings
 from shared.events import TERMINAL_EVENTS, read_events
 from shared.llm.ledger import calls_by_purpose
 from shared.logging import get_logger
-from shared.redis_client import new_async_redis
+from shared.redis_client import shared_async_redis
 from shared.turns import TERMINAL_STATUSES, IdempotencyConflict, get_turn, submit_turn
 
 router = APIRouter(prefix="/v1", tags=["turns"])
@@ -104,16 +104,12 @@ async def read_turn(
     turn = await asyncio.to_thread(_load_turn, tenant.id, turn_id)
     if turn["status"] in TERMINAL_STATUSES or wait <= 0:
         return TurnOut(**turn)
-    client = new_async_redis()
-    try:
-        # Wake on the turn's own events; re-read the row (the truth) after each wake-up or second.
-        async for _entry, event, _data in _events_until(client, turn_id, deadline):
-            if event in TERMINAL_EVENTS or event == "idle":
-                turn = await asyncio.to_thread(_load_turn, tenant.id, turn_id)
-                if turn["status"] in TERMINAL_STATUSES:
-                    break
-    finally:
-        await client.aclose()
+    # Wake on the turn's own events; re-read the row (the truth) after each wake-up or second.
+    async for _entry, event, _data in _events_until(shared_async_redis(), turn_id, deadline):
+        if event in TERMINAL_EVENTS or event == "idle":
+            turn = await asyncio.to_thread(_load_turn, tenant.id, turn_id)
+            if turn["status"] in TERMINAL_STATUSES:
+                break
     return TurnOut(**turn)
 
 
@@ -139,7 +135,8 @@ async def _events_until(
     responses={
         200: {
             "content": {"text/event-stream": {}},
-            "description": "Server-Sent Events: delta, tool_call, tool_result, reset, then done or error",
+            "description": "Server-Sent Events: delta, tool_call, tool_result, reset, then done or error. The "
+            "stream ends after done or error, or after ENGRAM_SSE_MAX_SECONDS; reconnect with Last-Event-ID to go on.",
         },
         404: {"description": "No such turn"},
     },
@@ -155,25 +152,23 @@ async def turn_events(
 
 async def _sse(tenant_id: int, turn: dict[str, Any], last_id: str) -> AsyncIterator[dict[str, str]]:
     turn_id = turn["turn_id"]
-    client = new_async_redis()
-    try:
-        forever = time.monotonic() + 24 * 3600
-        async for entry, event, data in _events_until(client, turn_id, forever, last_id):
-            if event != "idle":
-                yield {"id": entry, "event": event, "data": json.dumps(data)}
-                if event in TERMINAL_EVENTS:
-                    return
-                continue
-            # Quiet: if the turn finished but its stream is gone (expired, Redis restarted), end from the row.
-            turn = await asyncio.to_thread(_load_turn, tenant_id, turn_id)
-            if turn["status"] in TERMINAL_STATUSES:
-                if turn["status"] == "done":
-                    yield {
-                        "event": "done",
-                        "data": json.dumps({"status": "done", "reply": turn["reply"], "usage": turn["usage"]}),
-                    }
-                else:
-                    yield {"event": "error", "data": json.dumps({"error": turn["error"]})}
+    # Bounded: a client that never disconnects holds a connection and a pooled Redis connection, so the
+    # stream ends after ENGRAM_SSE_MAX_SECONDS; every event carries its id, so EventSource resumes.
+    deadline = time.monotonic() + get_settings().sse_max_seconds
+    async for entry, event, data in _events_until(shared_async_redis(), turn_id, deadline, last_id):
+        if event != "idle":
+            yield {"id": entry, "event": event, "data": json.dumps(data)}
+            if event in TERMINAL_EVENTS:
                 return
-    finally:
-        await client.aclose()
+            continue
+        # Quiet: if the turn finished but its stream is gone (expired, Redis restarted), end from the row.
+        turn = await asyncio.to_thread(_load_turn, tenant_id, turn_id)
+        if turn["status"] in TERMINAL_STATUSES:
+            if turn["status"] == "done":
+                yield {
+                    "event": "done",
+                    "data": json.dumps({"status": "done", "reply": turn["reply"], "usage": turn["usage"]}),
+                }
+            else:
+                yield {"event": "error", "data": json.dumps({"error": turn["error"]})}
+            return

@@ -9,11 +9,13 @@ from shared.db import Conn
 from shared.embeddings import (
     Embedder,
     EmbeddingError,
+    LocalEmbedder,
     embed_texts,
     embedder_from_settings,
     ensure_embedding_space,
     vector_search_available,
 )
+from shared.embeddings.providers import local_model
 from shared.logging import get_logger
 from shared.memory.search import SearchFilters, SearchOptions, SearchResult, search
 from shared.memory.store import Scope
@@ -24,6 +26,20 @@ log = get_logger(__name__)
 @lru_cache(maxsize=1)
 def process_embedder() -> Embedder:
     return embedder_from_settings(get_settings())
+
+
+def warm_query_embedder() -> None:
+    """Load the local embedding model now rather than inside the first search request.
+
+    Loading it (torch + MiniLM) takes seconds: a gateway's first `/memories/search` took 10.7 s
+    while the SQL of the same search runs in milliseconds. The gateway calls this in a background
+    thread at startup; a search that arrives meanwhile waits for the same load instead of starting
+    another. Remote (OpenAI-compatible) embedders have nothing to load."""
+    try:
+        if isinstance(process_embedder(), LocalEmbedder):
+            local_model()
+    except Exception as exc:  # search falls back to its lexical legs; the first query retries the load
+        log.warning("could not preload the embedding model", error=str(exc))
 
 
 def options_from_settings(settings: Settings, limit: int) -> SearchOptions:

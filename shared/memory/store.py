@@ -19,6 +19,7 @@ a row handed in by a caller (or an id from a request) that belongs to someone el
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from psycopg.types.json import Jsonb
 from shared.db import Conn
 from shared.memory.entities import link_entities
 from shared.memory.keys import MemoryRejected, content_fingerprint, normalize_namespace, sanitize
-from shared.text import escape_like
+from shared.text import escape_like, text_problem
 
 KINDS = ("fact", "episode", "preference", "style", "directive", "artifact", "reflection", "summary", "document")
 
@@ -62,6 +63,7 @@ DEFAULT_DECAY_RATE = {
 
 MAX_TAGS = 20
 MAX_TAG_CHARS = 64
+MAX_NAMESPACE_CHARS = 128
 
 # `metadata.context`: text from around the memory's source (for an episode, the neighbouring turns of
 # the conversation). A turn such as "Yes, twice last summer!" means nothing on its own; its context
@@ -70,6 +72,13 @@ MAX_TAG_CHARS = 64
 # value alone.
 CONTEXT_KEY = "context"
 MAX_CONTEXT_CHARS = 2048
+
+# Daily decay rates above this make a memory worthless within hours; it also keeps the value inside
+# what the `real` column holds.
+MAX_DECAY_RATE = 10.0
+# `real` (float4) keeps about 7 significant digits and cannot hold magnitudes below ~1e-38 at all
+# (1e-127 raised "value out of range: underflow", a 500): scores are kept to 6 decimal places.
+REAL_DECIMALS = 6
 
 WriteAction = Literal["added", "superseded", "reinforced", "unchanged", "duplicate"]
 
@@ -118,6 +127,13 @@ MEMORY_COLUMNS = """id, namespace, key, value, kind, tags, metadata, confidence,
     supersedes_id, created_at, updated_at"""
 
 
+def storable_real(name: str, value: float, maximum: float) -> float:
+    """`value` checked against 0..maximum and rounded to what a `real` column keeps (1e-127 → 0.0)."""
+    if not math.isfinite(value) or not 0 <= value <= maximum:
+        raise MemoryRejected(f"{name} must be between 0 and {maximum:g}")
+    return round(float(value), REAL_DECIMALS)
+
+
 def _clean_tags(tags: Sequence[str]) -> list[str]:
     cleaned = []
     for tag in tags:
@@ -152,20 +168,36 @@ def _clean_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
+def _check_storable(item: MemoryInput) -> None:
+    """Text Postgres cannot hold is refused here, for every writer (API, agent tools, extraction): lone
+    surrogates anywhere; NUL in namespace and tags (key and value lose control characters when cleaned)."""
+    context = item.metadata.get(CONTEXT_KEY)
+    fields: list[tuple[str, str, bool]] = [
+        ("key", item.key, False),
+        ("value", item.value, False),
+        ("namespace", item.namespace or "", True),
+        *(("tag", str(tag), True) for tag in item.tags),
+        *([(f"metadata.{CONTEXT_KEY}", context, False)] if isinstance(context, str) else []),
+    ]
+    for name, text, nul_matters in fields:
+        problem = text_problem(text)
+        if problem is not None and (nul_matters or "surrogate" in problem):
+            raise MemoryRejected(f"{name} {problem}")
+
+
 def prepare(item: MemoryInput) -> MemoryInput:
     """Validate and normalise an input; raises MemoryRejected with the reason."""
     if item.kind not in KINDS:
         raise MemoryRejected(f"unknown kind {item.kind!r}; use one of {', '.join(KINDS)}")
+    _check_storable(item)
     key, value = sanitize(item.key, item.value)
     namespace = normalize_namespace(item.namespace or DEFAULT_NAMESPACE[item.kind])
     if not namespace:
         raise MemoryRejected("namespace is empty after normalisation")
-    if len(namespace) > 128:
-        raise MemoryRejected(f"namespace is {len(namespace)} characters; the limit is 128")
-    if not 0 <= item.confidence <= 1:
-        raise MemoryRejected("confidence must be between 0 and 1")
-    if item.decay_rate is not None and item.decay_rate < 0:
-        raise MemoryRejected("decay_rate must not be negative")
+    if len(namespace) > MAX_NAMESPACE_CHARS:
+        raise MemoryRejected(f"namespace is {len(namespace)} characters; the limit is {MAX_NAMESPACE_CHARS}")
+    confidence = storable_real("confidence", item.confidence, 1.0)
+    decay_rate = None if item.decay_rate is None else storable_real("decay_rate", item.decay_rate, MAX_DECAY_RATE)
     return MemoryInput(
         key=key,
         value=value,
@@ -173,8 +205,8 @@ def prepare(item: MemoryInput) -> MemoryInput:
         kind=item.kind,
         tags=_clean_tags(item.tags),
         metadata=_clean_metadata(item.metadata),
-        confidence=item.confidence,
-        decay_rate=DEFAULT_DECAY_RATE[item.kind] if item.decay_rate is None else item.decay_rate,
+        confidence=confidence,
+        decay_rate=DEFAULT_DECAY_RATE[item.kind] if decay_rate is None else decay_rate,
         event_time=item.event_time,
         source_session_id=item.source_session_id,
         source_message_ids=list(item.source_message_ids),
@@ -481,10 +513,10 @@ def update_attributes(
 ) -> dict[str, Any] | None:
     """Change descriptive fields in place (the value itself changes only by superseding); None when the id is
     not an active memory of this scope."""
-    if confidence is not None and not 0 <= confidence <= 1:
-        raise MemoryRejected("confidence must be between 0 and 1")
-    if decay_rate is not None and decay_rate < 0:
-        raise MemoryRejected("decay_rate must not be negative")
+    if confidence is not None:
+        confidence = storable_real("confidence", confidence, 1.0)
+    if decay_rate is not None:
+        decay_rate = storable_real("decay_rate", decay_rate, MAX_DECAY_RATE)
     changes = {
         "tags": _clean_tags(tags) if tags is not None else None,
         "confidence": confidence,

@@ -1,0 +1,250 @@
+"""Every error the gateway answers, in one shape: `{"code": <stable reason>, "detail": <text or issues>}`.
+
+`detail` is what FastAPI has always sent (a sentence, or the list of validation issues); `code` is
+the machine-readable reason a client can branch on. The handlers here are the only place error
+bodies are made, and `document_errors` writes the same shape into the OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException
+
+from shared import db
+from shared.logging import get_logger
+from shared.services import ServiceNotConfigured
+from shared.text import printable
+
+log = get_logger(__name__)
+
+# The default code of each status; a route can name a more specific one with `ApiError(code=...)`.
+STATUS_CODES: dict[int, str] = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "rate_limited",
+    500: "internal_error",
+    503: "service_unavailable",
+}
+# A 422 or 400 body echoes the offending input; never more than this of it (a 10 MB value came back
+# whole once), and at most this many issues per response.
+MAX_ECHO_CHARS = 200
+MAX_ISSUES = 20
+
+
+def code_for(status_code: int) -> str:
+    if status_code in STATUS_CODES:
+        return STATUS_CODES[status_code]
+    try:
+        return HTTPStatus(status_code).phrase.lower().replace(" ", "_").replace("-", "_")
+    except ValueError:
+        return "client_error" if 400 <= status_code < 500 else "server_error"
+
+
+class ApiError(HTTPException):
+    """An HTTPException with an explicit `code` (otherwise the status's default code is used)."""
+
+    def __init__(
+        self, status_code: int, detail: str, *, code: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(status_code, detail, headers)
+        self.code = code or code_for(status_code)
+
+
+class ValidationIssue(BaseModel):
+    type: str = Field(description="pydantic's error type, e.g. string_too_long, missing, json_invalid")
+    loc: list[str | int] = Field(description="Where: body/query/path/header, then field names and indexes")
+    msg: str
+    input: Any = Field(None, description=f"The offending input; at most {MAX_ECHO_CHARS} characters of it")
+    ctx: dict[str, Any] | None = None
+
+
+class ErrorOut(BaseModel):
+    """The body of every 4xx and 5xx response."""
+
+    code: str = Field(
+        description="Stable machine-readable reason: "
+        + ", ".join(
+            sorted(
+                {
+                    *STATUS_CODES.values(),
+                    "memory_rejected",
+                    "unknown_preset",
+                    "database_unavailable",
+                    "service_not_configured",
+                }
+            )
+        )
+        + " (more may be added; branch on the ones you handle)",
+        examples=["validation_error"],
+    )
+    detail: str | list[ValidationIssue] = Field(
+        description="A sentence saying what is wrong, or (validation_error) the list of issues"
+    )
+
+
+def error_response(
+    status_code: int, detail: Any, code: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    body = {"code": code or code_for(status_code), "detail": _echo(detail, MAX_ECHO_CHARS * 5)}
+    return JSONResponse(body, status_code=status_code, headers=headers)
+
+
+def _echo(value: Any, limit: int = MAX_ECHO_CHARS) -> Any:
+    """`value` made safe to send back: JSON-encodable (no lone surrogates, no NaN) and short."""
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if not isinstance(value, str):
+        try:
+            text = json.dumps(value, default=str, ensure_ascii=False, allow_nan=False)
+        except ValueError:  # NaN or infinity somewhere inside
+            text = json.dumps(value, default=str, ensure_ascii=False)
+        if len(text) <= limit and _encodable(text):
+            return json.loads(text)
+        value = text
+    value = printable(value)
+    return value if len(value) <= limit else f"{value[:limit]}… ({len(value)} characters)"
+
+
+def _encodable(text: str) -> bool:
+    return printable(text) == text
+
+
+# pydantic's own words for a lone surrogate in a length-limited string; said the way SafeText says it.
+_UNICODE_MSG = "text is not valid Unicode: it contains a lone surrogate (an unpaired \\ud800-\\udfff escape)"
+
+
+def validation_issues(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    issues = []
+    for error in errors[:MAX_ISSUES]:
+        issue: dict[str, Any] = {
+            "type": str(error.get("type", "value_error")),
+            "loc": [part if isinstance(part, int) else _echo(str(part)) for part in error.get("loc", ())],
+            "msg": _echo(_UNICODE_MSG if error.get("type") == "string_unicode" else str(error.get("msg", "")), 400),
+            "input": _echo(error.get("input")),
+        }
+        if error.get("ctx"):
+            issue["ctx"] = {
+                str(k): _echo(v if isinstance(v, int | float | str) else str(v)) for k, v in error["ctx"].items()
+            }
+        issues.append(issue)
+    if len(errors) > MAX_ISSUES:
+        issues.append(
+            {
+                "type": "too_many_errors",
+                "loc": [],
+                "msg": f"{len(errors) - MAX_ISSUES} more issues not shown",
+                "input": None,
+            }
+        )
+    return issues
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(
+            {"code": "validation_error", "detail": validation_issues(list(exc.errors()))}, status_code=422
+        )
+
+    @app.exception_handler(HTTPException)
+    async def _http(_request: Request, exc: HTTPException) -> JSONResponse:
+        detail = exc.detail
+        if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+            # FastAPI's "There was an error parsing the body" says nothing about why.
+            detail = f"the request body is not UTF-8 JSON ({exc.__cause__.reason} at byte {exc.__cause__.start})"
+        return error_response(exc.status_code, detail, getattr(exc, "code", None), dict(exc.headers or {}))
+
+    @app.exception_handler(db.DatabaseUnavailable)
+    async def _db_down(_request: Request, _exc: db.DatabaseUnavailable) -> JSONResponse:
+        return error_response(
+            503, "database unavailable; nothing was written, retry later", "database_unavailable", {"Retry-After": "5"}
+        )
+
+    @app.exception_handler(ServiceNotConfigured)
+    async def _not_configured(_request: Request, exc: ServiceNotConfigured) -> JSONResponse:
+        return error_response(503, str(exc), "service_not_configured")
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette re-raises after this response, so the traceback still reaches the server log.
+        log.error("unhandled error", path=request.url.path, error=type(exc).__name__)
+        return error_response(500, "internal server error; the gateway log has the details", "internal_error")
+
+
+# --------------------------------------------------------------------------- OpenAPI
+
+_ERROR_REF = {"$ref": "#/components/schemas/ErrorOut"}
+_DEFAULT_DESCRIPTIONS = {
+    "400": "The body could not be read as JSON text (e.g. it is not UTF-8)",
+    "401": "Missing or invalid API key",
+    "413": "Request body larger than ENGRAM_MAX_REQUEST_BYTES",
+    "422": "Invalid request: the issues are listed in `detail`",
+    "503": "Database unavailable; nothing was written",
+}
+
+
+def document_errors(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """An `app.openapi` that documents the error shape on every 4xx/5xx response, plus the errors
+    every operation can get from the gateway itself: 401 (secured), 413 (has a body), 422 and 503."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes, tags=app.openapi_tags
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        error_schema = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(error_schema.pop("$defs", {}))
+        components["ErrorOut"] = error_schema
+        for path, operations in schema.get("paths", {}).items():
+            for operation in operations.values():
+                _document_operation(path, operation)
+        for unused in ("HTTPValidationError", "ValidationError"):
+            if unused in components and f"#/components/schemas/{unused}" not in json.dumps(schema["paths"]):
+                del components[unused]
+        app.openapi_schema = schema
+        return schema
+
+    return openapi
+
+
+def _document_operation(path: str, operation: dict[str, Any]) -> None:
+    responses = operation.setdefault("responses", {})
+    if operation.get("security"):
+        responses.setdefault("401", {"description": _DEFAULT_DESCRIPTIONS["401"]})
+    if "requestBody" in operation:
+        responses.setdefault("400", {"description": _DEFAULT_DESCRIPTIONS["400"]})
+        responses.setdefault("413", {"description": _DEFAULT_DESCRIPTIONS["413"]})
+    if operation.get("parameters") or "requestBody" in operation:
+        responses.setdefault("422", {"description": _DEFAULT_DESCRIPTIONS["422"]})
+    if path.startswith("/v1/"):
+        responses.setdefault("503", {"description": _DEFAULT_DESCRIPTIONS["503"]})
+    for status_code, response in responses.items():
+        if status_code[:1] not in ("4", "5"):
+            continue
+        content = response.get("content", {}).get("application/json", {})
+        if not content or "HTTPValidationError" in json.dumps(content):
+            response["content"] = {"application/json": {"schema": _ERROR_REF}}
