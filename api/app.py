@@ -10,9 +10,10 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from api.body_limit import BodySizeLimit
+from api.deps import MetricsKey
 from api.errors import document_errors, install_error_handlers
 from api.metrics import EngramCollector
-from api.routes import health, memories, profiles, sessions, turns
+from api.routes import admin, health, memories, profiles, sessions, turns
 from shared import db
 from shared.config import get_settings
 from shared.logging import configure_logging
@@ -47,8 +48,9 @@ def create_app() -> FastAPI:
     registry = CollectorRegistry()
     registry.register(EngramCollector())
 
+    # Aggregates over every tenant: only for keys with the `metrics` (or `admin`) scope.
     @app.get("/metrics", include_in_schema=False)
-    def metrics() -> Response:
+    def metrics(_principal: MetricsKey) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(health.router)
@@ -56,4 +58,5 @@ def create_app() -> FastAPI:
     app.include_router(sessions.router)
     app.include_router(memories.router)
     app.include_router(profiles.router)
+    app.include_router(admin.router)
     return app

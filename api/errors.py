@@ -86,6 +86,8 @@ class ErrorOut(BaseModel):
                 {
                     *STATUS_CODES.values(),
                     "memory_rejected",
+                    "missing_scope",
+                    "wrong_user",
                     "unknown_preset",
                     "database_unavailable",
                     "service_not_configured",
@@ -199,6 +201,7 @@ _ERROR_REF = {"$ref": "#/components/schemas/ErrorOut"}
 _DEFAULT_DESCRIPTIONS = {
     "400": "The body could not be read as JSON text (e.g. it is not UTF-8)",
     "401": "Missing or invalid API key",
+    "403": "The API key lacks the scope this needs (`missing_scope`) or is bound to another user (`wrong_user`)",
     "413": "Request body larger than ENGRAM_MAX_REQUEST_BYTES",
     "422": "Invalid request: the issues are listed in `detail`",
     "503": "Database unavailable; nothing was written",
@@ -235,6 +238,7 @@ def _document_operation(path: str, operation: dict[str, Any]) -> None:
     responses = operation.setdefault("responses", {})
     if operation.get("security"):
         responses.setdefault("401", {"description": _DEFAULT_DESCRIPTIONS["401"]})
+        responses.setdefault("403", {"description": _DEFAULT_DESCRIPTIONS["403"]})
     if "requestBody" in operation:
         responses.setdefault("400", {"description": _DEFAULT_DESCRIPTIONS["400"]})
         responses.setdefault("413", {"description": _DEFAULT_DESCRIPTIONS["413"]})

@@ -6,31 +6,23 @@ import os
 import signal
 import time
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shared.config import Settings, get_settings
+from ops.cli_support import fail, load_settings
+from ops.keys_cli import keys_app
+from shared.config import Settings
 
 if TYPE_CHECKING:  # the HTTP client loads only for the commands that talk to the gateway
     from ops.client import EngramClient
 
 app = typer.Typer(help="engram: durable, automatic memory for chat agents.", no_args_is_help=True, add_completion=False)
+app.add_typer(keys_app, name="keys")
 
 
-def _fail(message: str, code: int = 1) -> NoReturn:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code)
-
-
-def _settings() -> Settings:
-    from pydantic import ValidationError
-
-    try:
-        return get_settings()
-    except ValidationError as exc:
-        problems = "; ".join(f"ENGRAM_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors())
-        _fail(f"invalid settings: {problems}", 2)
+_fail = fail
+_settings = load_settings
 
 
 # --------------------------------------------------------------------------------------------- up

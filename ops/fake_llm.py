@@ -35,7 +35,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, Literal
 
@@ -51,7 +51,12 @@ Json = dict[str, Any]
 
 @dataclass
 class FakeReply:
-    """One scripted reply; consumed by the next request of either format."""
+    """One scripted reply, consumed by the next request of either format that it matches.
+
+    `match` ties the reply to one conversation: only a request with a user message containing this
+    text may take it. A worker still finishing another test's turn then cannot consume it (the
+    "next request wins" rule alone made end-to-end tests flaky). Unmatched replies go to any request.
+    """
 
     text: str = ""
     tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -62,6 +67,10 @@ class FakeReply:
     chunk_delay_s: float = 0.0  # between streamed events
     # Streaming only: drop the connection after this many text deltas, to simulate a broken stream.
     fail_after_deltas: int | None = None
+    match: str | None = None
+
+    def matches(self, body: Json) -> bool:
+        return self.match is None or any(self.match in text for text in user_texts(body))
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,19 @@ def last_user_text(body: Json) -> str:
             if text:
                 return text
     return ""
+
+
+def user_texts(body: Json) -> list[str]:
+    """The text of every user message (tool results excluded), either wire format."""
+    texts = []
+    for message in body.get("messages") or []:
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            content = [block for block in content if isinstance(block, dict) and block.get("type") != "tool_result"]
+        texts.append(_content_text(content))
+    return texts
 
 
 def echo_reply(body: Json) -> FakeReply:
@@ -505,7 +527,10 @@ class FakeLLM:
 
     # -- scripting ------------------------------------------------------------------------------
 
-    def script(self, *replies: FakeReply) -> None:
+    def script(self, *replies: FakeReply, match: str | None = None) -> None:
+        """Queue replies in order; with `match`, each is only for requests whose user messages contain it."""
+        if match is not None:
+            replies = tuple(replace(reply, match=match) for reply in replies)
         with self._lock:
             self._script.extend(replies)
 
@@ -519,6 +544,10 @@ class FakeLLM:
     def requests(self) -> list[RecordedRequest]:
         with self._lock:
             return list(self._requests)
+
+    def requests_matching(self, text: str) -> list[RecordedRequest]:
+        """The requests one conversation made: those with a user message containing `text`."""
+        return [request for request in self.requests if any(text in t for t in user_texts(request.body))]
 
     def reset(self) -> None:
         with self._lock:
@@ -636,7 +665,9 @@ class FakeLLM:
     def _take_reply(self, recorded: RecordedRequest) -> FakeReply:
         with self._lock:
             self._requests.append(recorded)
-            scripted = self._script.popleft() if self._script else None
+            scripted = next((reply for reply in self._script if reply.matches(recorded.body)), None)
+            if scripted is not None:
+                self._script.remove(scripted)
         return scripted if scripted is not None else self.default(recorded.body)
 
     def _bind_reply(self, reply: FakeReply, fmt: WireFormat, body: Json) -> _Reply:

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 
-from api.deps import TenantDep
+from api.deps import MemoryReadKey, MemoryWriteKey
 from api.errors import ApiError
 from api.memory_schemas import (
     Kind,
@@ -95,7 +95,7 @@ def _rejected(exc: MemoryRejected) -> ApiError:
         422: {"description": "Rejected: injection pattern, limits, bad kind"},
     },
 )
-def create_memory(user_id: UserId, body: MemoryIn, tenant: TenantDep, response: Response) -> MemoryWriteOut:
+def create_memory(user_id: UserId, body: MemoryIn, tenant: MemoryWriteKey, response: Response) -> MemoryWriteOut:
     item = MemoryInput(
         key=body.key,
         value=body.value,
@@ -117,7 +117,7 @@ def create_memory(user_id: UserId, body: MemoryIn, tenant: TenantDep, response: 
 @router.get("/memories", response_model=list[MemoryOut], responses=NOT_FOUND)
 def get_memories(
     user_id: UserId,
-    tenant: TenantDep,
+    tenant: MemoryReadKey,
     namespace: Annotated[Namespace | None, Query(description="Namespace prefix")] = None,
     kind: Annotated[list[Kind], Query(max_length=len(KINDS), description="Any of these kinds")] = [],  # noqa: B006
     tag: Annotated[list[Tag], Query(max_length=MAX_TAGS, description="Carrying all of these tags")] = [],  # noqa: B006
@@ -153,7 +153,7 @@ def _no_longer_active(memory_id: int) -> HTTPException:
 
 
 @router.get("/memories/{memory_id}", response_model=MemoryOut, responses=NOT_FOUND)
-def read_memory(user_id: UserId, memory_id: MemoryId, tenant: TenantDep) -> MemoryOut:
+def read_memory(user_id: UserId, memory_id: MemoryId, tenant: MemoryReadKey) -> MemoryOut:
     with db.connection() as conn:
         return MemoryOut(**_load(conn, _scope(conn, tenant, user_id), memory_id))
 
@@ -168,7 +168,7 @@ def read_memory(user_id: UserId, memory_id: MemoryId, tenant: TenantDep) -> Memo
     },
 )
 def patch_memory(
-    user_id: UserId, memory_id: MemoryId, body: MemoryPatch, tenant: TenantDep, response: Response
+    user_id: UserId, memory_id: MemoryId, body: MemoryPatch, tenant: MemoryWriteKey, response: Response
 ) -> MemoryWriteOut:
     try:
         with db.connection() as conn:
@@ -203,7 +203,7 @@ def patch_memory(
 
 
 @router.delete("/memories/{memory_id}", status_code=204, responses=NOT_FOUND)
-def remove_memory(user_id: UserId, memory_id: MemoryId, tenant: TenantDep) -> Response:
+def remove_memory(user_id: UserId, memory_id: MemoryId, tenant: MemoryWriteKey) -> Response:
     with db.connection() as conn:
         if delete_memory(conn, _scope(conn, tenant, user_id), memory_id, ACTOR) is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no active memory {memory_id}")
@@ -211,7 +211,7 @@ def remove_memory(user_id: UserId, memory_id: MemoryId, tenant: TenantDep) -> Re
 
 
 @router.get("/memories/{memory_id}/history", response_model=list[MemoryEventOut], responses=NOT_FOUND)
-def read_history(user_id: UserId, memory_id: MemoryId, tenant: TenantDep) -> list[MemoryEventOut]:
+def read_history(user_id: UserId, memory_id: MemoryId, tenant: MemoryReadKey) -> list[MemoryEventOut]:
     with db.connection() as conn:
         events = memory_history(conn, _scope(conn, tenant, user_id), memory_id)
     if events is None:
@@ -220,7 +220,7 @@ def read_history(user_id: UserId, memory_id: MemoryId, tenant: TenantDep) -> lis
 
 
 @router.post("/memories/search", response_model=SearchOut, responses=NOT_FOUND)
-def search(user_id: UserId, body: SearchIn, tenant: TenantDep) -> SearchOut:
+def search(user_id: UserId, body: SearchIn, tenant: MemoryReadKey) -> SearchOut:
     with db.connection() as conn:
         scope = _scope(conn, tenant, user_id)
         exclude = None
@@ -243,7 +243,7 @@ def search(user_id: UserId, body: SearchIn, tenant: TenantDep) -> SearchOut:
 
 @router.get("/entities", responses=NOT_FOUND)
 def entities(
-    user_id: UserId, tenant: TenantDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    user_id: UserId, tenant: MemoryReadKey, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> list[dict[str, Any]]:
     with db.connection() as conn:
         scope = _scope(conn, tenant, user_id)
@@ -251,7 +251,9 @@ def entities(
 
 
 @router.get("/entities/{name}", responses=NOT_FOUND)
-def entity(user_id: UserId, name: Annotated[str, Path(max_length=200), SAFE_TEXT], tenant: TenantDep) -> dict[str, Any]:
+def entity(
+    user_id: UserId, name: Annotated[str, Path(max_length=200), SAFE_TEXT], tenant: MemoryReadKey
+) -> dict[str, Any]:
     with db.connection() as conn:
         scope = _scope(conn, tenant, user_id)
         info = entity_info(conn, scope.tenant_id, scope.user_id, name)
@@ -261,19 +263,19 @@ def entity(user_id: UserId, name: Annotated[str, Path(max_length=200), SAFE_TEXT
 
 
 @router.get("/stats", responses=NOT_FOUND)
-def stats(user_id: UserId, tenant: TenantDep) -> dict[str, Any]:
+def stats(user_id: UserId, tenant: MemoryReadKey) -> dict[str, Any]:
     with db.connection() as conn:
         return memory_stats(conn, _scope(conn, tenant, user_id))
 
 
 @router.get("/export", responses=NOT_FOUND)
-def export(user_id: UserId, tenant: TenantDep) -> dict[str, Any]:
+def export(user_id: UserId, tenant: MemoryReadKey) -> dict[str, Any]:
     with db.connection() as conn:
         return export_user(conn, _scope(conn, tenant, user_id))
 
 
 @router.delete("", responses=NOT_FOUND)
-def erase(user_id: UserId, tenant: TenantDep) -> dict[str, Any]:
+def erase(user_id: UserId, tenant: MemoryWriteKey) -> dict[str, Any]:
     """Erase the user and everything of theirs in one transaction; returns rows deleted per table."""
     with db.connection() as conn:
         counts = erase_user(conn, _scope(conn, tenant, user_id))

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, status
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from api.deps import TenantDep
+from api.deps import AdminKey, MemoryReadKey, MemoryWriteKey, TenantDep
 from api.errors import ApiError
 from api.schemas import ID_PATTERN
 from shared import db
@@ -187,7 +187,7 @@ def read_agent_profile(tenant: TenantDep) -> AgentProfileOut:
     response_model=AgentProfileOut,
     responses={422: {"description": "Invalid field, unknown preset (unknown_preset) or profile too large"}},
 )
-def update_agent_profile(body: AgentProfilePatch, tenant: TenantDep) -> AgentProfileOut:
+def update_agent_profile(body: AgentProfilePatch, tenant: AdminKey) -> AgentProfileOut:
     values = body.model_dump(exclude_unset=True, mode="json")
     try:
         with db.connection() as conn:
@@ -210,7 +210,7 @@ def _zone_ok(name: str) -> bool:
 
 
 @router.get("/users/{user_id}/profile", response_model=UserProfileOut, responses={404: {"description": "No user"}})
-def read_user_profile(user_id: Annotated[str, Path(pattern=ID_PATTERN)], tenant: TenantDep) -> UserProfileOut:
+def read_user_profile(user_id: Annotated[str, Path(pattern=ID_PATTERN)], tenant: MemoryReadKey) -> UserProfileOut:
     from shared.turns import find_user_id
 
     with db.connection() as conn:
@@ -227,7 +227,7 @@ def read_user_profile(user_id: Annotated[str, Path(pattern=ID_PATTERN)], tenant:
     responses={422: {"description": "Invalid field, e.g. an unknown time zone, or profile too large"}},
 )
 def update_user_profile(
-    user_id: Annotated[str, Path(pattern=ID_PATTERN)], body: UserProfilePatch, tenant: TenantDep
+    user_id: Annotated[str, Path(pattern=ID_PATTERN)], body: UserProfilePatch, tenant: MemoryWriteKey
 ) -> UserProfileOut:
     values = body.model_dump(exclude_unset=True)
     if values.get("timezone") and not _zone_ok(values["timezone"]):

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, status
 from pydantic import BaseModel, Field
 
-from api.deps import TenantDep
+from api.deps import ChatKey
 from api.routes.turns import SessionKey
 from api.schemas import ID_PATTERN, MessageOut, MessagesOut
 from shared import db
@@ -43,7 +43,7 @@ class SessionOut(BaseModel):
 @router.get("/sessions/{session_key}", response_model=SessionOut, responses={404: {"description": "No such session"}})
 def session_state(
     session_key: SessionKey,
-    tenant: TenantDep,
+    tenant: ChatKey,
     user_id: Annotated[str, Query(pattern=ID_PATTERN, description="The session's user")],
 ) -> SessionOut:
     """Summary, active task, compaction count, watermarks and LLM calls by purpose."""
@@ -63,7 +63,7 @@ def session_state(
 @router.get("/sessions/{session_key}/context")
 def session_context(
     session_key: SessionKey,
-    tenant: TenantDep,
+    tenant: ChatKey,
     user_id: Annotated[str, Query(pattern=ID_PATTERN, description="The session's user")],
 ) -> dict[str, Any]:
     """What the model would see on the next request: every section with its token count, the steering
@@ -80,7 +80,7 @@ def session_context(
 )
 def session_messages(
     session_key: SessionKey,
-    tenant: TenantDep,
+    tenant: ChatKey,
     user_id: Annotated[str, Query(pattern=ID_PATTERN, description="The session's user")],
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> MessagesOut:

@@ -13,9 +13,10 @@ from fastapi import APIRouter, Header, HTTPException, Path, Query, Response, sta
 from kombu.exceptions import OperationalError as BrokerUnavailable
 from sse_starlette.sse import EventSourceResponse
 
-from api.deps import TenantDep
+from api.deps import ChatKey, check_user
 from api.schemas import ID_PATTERN, TurnAccepted, TurnIn, TurnOut
 from shared import db
+from shared.auth import Principal
 from shared.config import get_settings
 from shared.events import TERMINAL_EVENTS, read_events
 from shared.llm.ledger import calls_by_purpose
@@ -43,12 +44,13 @@ SessionKey = Annotated[str, Path(pattern=ID_PATTERN, description="Your key for t
 def post_turn(
     session_key: SessionKey,
     body: TurnIn,
-    tenant: TenantDep,
+    tenant: ChatKey,
     response: Response,
     idempotency_key: Annotated[
         str | None, Header(max_length=200, description="Repeat a request safely: the same key returns the same turn")
     ] = None,
 ) -> TurnAccepted:
+    check_user(tenant, body.user_id)
     settings = get_settings()
     if len(body.text) > settings.max_turn_chars:
         raise HTTPException(
@@ -85,10 +87,11 @@ def _enqueue(session_id: int) -> None:
         log.warning("broker unavailable; turn will be re-driven by the sweep", session_id=session_id, error=str(exc))
 
 
-def _load_turn(tenant_id: int, turn_id: int) -> dict[str, Any]:
+def _load_turn(principal: Principal, turn_id: int) -> dict[str, Any]:
     with db.connection() as conn:
-        turn = get_turn(conn, tenant_id, turn_id)
-        if turn is None:
+        turn = get_turn(conn, principal.id, turn_id)
+        # Another user's turn is as invisible to a user-bound key as another tenant's is to any key.
+        if turn is None or not principal.may_act_for(turn["user_id"]):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no turn {turn_id}")
         turn["llm_calls"] = calls_by_purpose(conn, turn_id=turn_id)
     return turn
@@ -97,17 +100,17 @@ def _load_turn(tenant_id: int, turn_id: int) -> dict[str, Any]:
 @router.get("/turns/{turn_id}", response_model=TurnOut, responses={404: {"description": "No such turn"}})
 async def read_turn(
     turn_id: int,
-    tenant: TenantDep,
+    tenant: ChatKey,
     wait: Annotated[float, Query(ge=0, description="Seconds to wait for the turn to finish (long poll)")] = 0,
 ) -> TurnOut:
     deadline = time.monotonic() + min(wait, get_settings().max_wait_seconds)
-    turn = await asyncio.to_thread(_load_turn, tenant.id, turn_id)
+    turn = await asyncio.to_thread(_load_turn, tenant, turn_id)
     if turn["status"] in TERMINAL_STATUSES or wait <= 0:
         return TurnOut(**turn)
     # Wake on the turn's own events; re-read the row (the truth) after each wake-up or second.
     async for _entry, event, _data in _events_until(shared_async_redis(), turn_id, deadline):
         if event in TERMINAL_EVENTS or event == "idle":
-            turn = await asyncio.to_thread(_load_turn, tenant.id, turn_id)
+            turn = await asyncio.to_thread(_load_turn, tenant, turn_id)
             if turn["status"] in TERMINAL_STATUSES:
                 break
     return TurnOut(**turn)
@@ -143,14 +146,14 @@ async def _events_until(
 )
 async def turn_events(
     turn_id: int,
-    tenant: TenantDep,
+    tenant: ChatKey,
     last_event_id: Annotated[str | None, Header(description="Resume after this event id")] = None,
 ) -> EventSourceResponse:
-    turn = await asyncio.to_thread(_load_turn, tenant.id, turn_id)
-    return EventSourceResponse(_sse(tenant.id, turn, last_event_id or "0"), ping=15)
+    turn = await asyncio.to_thread(_load_turn, tenant, turn_id)
+    return EventSourceResponse(_sse(tenant, turn, last_event_id or "0"), ping=15)
 
 
-async def _sse(tenant_id: int, turn: dict[str, Any], last_id: str) -> AsyncIterator[dict[str, str]]:
+async def _sse(principal: Principal, turn: dict[str, Any], last_id: str) -> AsyncIterator[dict[str, str]]:
     turn_id = turn["turn_id"]
     # Bounded: a client that never disconnects holds a connection and a pooled Redis connection, so the
     # stream ends after ENGRAM_SSE_MAX_SECONDS; every event carries its id, so EventSource resumes.
@@ -162,7 +165,7 @@ async def _sse(tenant_id: int, turn: dict[str, Any], last_id: str) -> AsyncItera
                 return
             continue
         # Quiet: if the turn finished but its stream is gone (expired, Redis restarted), end from the row.
-        turn = await asyncio.to_thread(_load_turn, tenant_id, turn_id)
+        turn = await asyncio.to_thread(_load_turn, principal, turn_id)
         if turn["status"] in TERMINAL_STATUSES:
             if turn["status"] == "done":
                 yield {

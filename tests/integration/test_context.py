@@ -281,8 +281,8 @@ def test_profiles_over_rest_reach_the_prompt(api: httpx.Client, workers: CeleryS
     )
     assert profile.status_code == 200 and profile.json()["interests"] == ["go", "tea"]
     assert api.get("/v1/users/alice/profile").json()["timezone"] == "Asia/Tokyo"
-    fake_llm.script(FakeReply(text="hi"))
-    wait_turn(api, post_turn(api, "s-prof", "hello", user="alice").json()["turn_id"])
-    system = fake_llm.requests[-1].body["system"]
+    fake_llm.script(FakeReply(text="hi"), match="hello, profile test")
+    wait_turn(api, post_turn(api, "s-prof", "hello, profile test", user="alice").json()["turn_id"])
+    system = fake_llm.requests_matching("hello, profile test")[-1].body["system"]
     assert system[0]["text"].startswith("# Juno") and "Shortest correct answer" in system[0]["text"]
     assert "- Interests: go, tea" in system[0]["text"] and "(Asia/Tokyo" in system[1]["text"]

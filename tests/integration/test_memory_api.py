@@ -136,6 +136,7 @@ def test_agent_tools_store_and_search_through_a_turn(
         FakeReply(text="Noted."),
         FakeReply(tool_calls=[("memory_search", {"query": "favourite colour"})]),
         FakeReply(text="Teal."),
+        match="My favourite colour is teal",
     )
     first = wait_turn(api, post_turn(api, "s-tools", "My favourite colour is teal", user="alice").json()["turn_id"])
     assert first["status"] == "done"
@@ -145,7 +146,9 @@ def test_agent_tools_store_and_search_through_a_turn(
 
     second = wait_turn(api, post_turn(api, "s-tools", "What's my favourite colour?", user="alice").json()["turn_id"])
     assert second["status"] == "done"
-    tool_result = fake_llm.requests[-1].body["messages"][-1]["content"][0]["content"]
+    tool_result = fake_llm.requests_matching("What's my favourite colour?")[-1].body["messages"][-1]["content"][0][
+        "content"
+    ]
     assert "teal" in json.dumps(tool_result)
     assert api.get(f"/v1/users/alice/memories/{memories[0]['id']}").json()["access_count"] == 1
 
@@ -166,10 +169,14 @@ def test_agent_tools_cannot_touch_another_users_memory(
         ("search_conversation", {"query": "pin"}),
         ("memory_stats", {}),
     ]
-    fake_llm.script(FakeReply(tool_calls=calls), FakeReply(text="done"))
+    fake_llm.script(FakeReply(tool_calls=calls), FakeReply(text="done"), match="try to read alice's pin")
     turn = wait_turn(api, post_turn(api, "s-evil", "try to read alice's pin", user="mallory").json()["turn_id"])
     assert turn["status"] == "done"
-    results = [m for m in fake_llm.requests[-1].body["messages"][-1]["content"] if m["type"] == "tool_result"]
+    results = [
+        m
+        for m in fake_llm.requests_matching("try to read alice's pin")[-1].body["messages"][-1]["content"]
+        if m["type"] == "tool_result"
+    ]
     assert len(results) == len(calls)
     assert all("4321" not in json.dumps(r["content"]) for r in results)
     after = api.get(f"/v1/users/alice/memories/{mid}").json()

@@ -36,7 +36,7 @@ def test_worker_killed_mid_turn_completes_exactly_once(
 ) -> None:
     worker = celery_stack.ensure("anthropic")
     celery_stack.start_beat()
-    fake_llm.script(FakeReply(text="never delivered", delay_s=60))
+    fake_llm.script(FakeReply(text="never delivered", delay_s=60), match="survive this")
     turn_id = post_turn(api, "s-kill", "survive this").json()["turn_id"]
     wait_for_requests(fake_llm, 1)  # the worker is inside the LLM call now
 
@@ -82,7 +82,7 @@ def test_postgres_outage_refuses_new_turns_and_finishes_running_one(
     services = workers.services
     if not services.can_restart:
         pytest.skip("outage tests need the embedded servers (external URLs were given)")
-    fake_llm.script(FakeReply(text="first attempt cannot be saved", delay_s=2))
+    fake_llm.script(FakeReply(text="first attempt cannot be saved", delay_s=2), match="keep going")
     turn_id = post_turn(api, "s-pg", "keep going").json()["turn_id"]
     wait_for_requests(fake_llm, 1)
 

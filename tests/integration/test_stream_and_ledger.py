@@ -42,8 +42,8 @@ def test_sse_deltas_never_carry_fence_markers_even_split_across_deltas(
 ) -> None:
     # The fake streams word by word, so a marker with spaces inside arrives in several deltas.
     text = "Hello ⟦ F : 3fa9c2d17e0b : A ⟧ there.\n⟦F:0123456789ab:B⟧\nBye ⟦ F :forged⟧!"
-    fake_llm.script(FakeReply(text=text, chunk_delay_s=0.01))
-    turn_id = post_turn(api, "s-fence", "hi").json()["turn_id"]
+    fake_llm.script(FakeReply(text=text, chunk_delay_s=0.01), match="hi, fenced stream")
+    turn_id = post_turn(api, "s-fence", "hi, fenced stream").json()["turn_id"]
     events = stream(api, turn_id)
     deltas = [data["text"] for event, data in events if event == "delta"]
     assert len(deltas) > 3  # it did stream in pieces
@@ -59,6 +59,7 @@ def test_a_failed_turn_still_counts_its_llm_calls(api: httpx.Client, workers: Ce
     fake_llm.script(
         FakeReply(text="Let me check.", tool_calls=[("current_time", {})]),
         FakeReply(status=400),
+        match="What time is it?",
     )
     turn = wait_turn(api, post_turn(api, "s-fails", "What time is it?").json()["turn_id"])
     assert turn["status"] == "failed" and "400" in turn["error"]

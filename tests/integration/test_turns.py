@@ -44,7 +44,7 @@ def count(table: str) -> int:
 
 
 def test_turn_end_to_end_with_anthropic(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
-    fake_llm.script(FakeReply(text="Hello Alice, nice to meet you."))
+    fake_llm.script(FakeReply(text="Hello Alice, nice to meet you."), match="Hi, I am Alice.")
     accepted = post_turn(api, "s1", "Hi, I am Alice.")
     assert accepted.status_code == 202
     body = accepted.json()
@@ -59,7 +59,7 @@ def test_turn_end_to_end_with_anthropic(api: httpx.Client, workers: CeleryStack,
     assert turn["usage"]["cache_write_tokens"] > 0
     assert turn["timings"]["llm_ms"] >= 0 and turn["timings"]["run_ms"] >= turn["timings"]["llm_ms"]
 
-    (request,) = fake_llm.requests
+    (request,) = fake_llm.requests_matching("Hi, I am Alice.")
     assert request.format == "anthropic"
     system = request.body["system"]
     assert system[0]["cache_control"] == {"type": "ephemeral"} and "Current date and time" in system[1]["text"]
@@ -73,12 +73,12 @@ def test_turn_end_to_end_with_anthropic(api: httpx.Client, workers: CeleryStack,
 
 
 def test_second_turn_reads_cache_and_sees_history(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
-    fake_llm.script(FakeReply(text="First."), FakeReply(text="Second."))
-    first = wait_turn(api, post_turn(api, "s1", "one").json()["turn_id"])
-    second = wait_turn(api, post_turn(api, "s1", "two").json()["turn_id"])
+    fake_llm.script(FakeReply(text="First."), FakeReply(text="Second."), match="turn one of s1")
+    first = wait_turn(api, post_turn(api, "s1", "turn one of s1").json()["turn_id"])
+    second = wait_turn(api, post_turn(api, "s1", "turn two of s1").json()["turn_id"])
     assert (first["reply"], second["reply"]) == ("First.", "Second.")
     assert second["usage"]["cache_read_tokens"] > 0  # the static prefix was byte-identical
-    last = fake_llm.requests[-1]
+    last = fake_llm.requests_matching("turn one of s1")[-1]
     assert [m["role"] for m in last.body["messages"]] == ["user", "assistant", "user"]
 
 
@@ -86,12 +86,12 @@ def test_turn_end_to_end_with_openai(
     api: httpx.Client, celery_stack: CeleryStack, clean_state: Any, fake_llm: FakeLLM
 ) -> None:
     celery_stack.ensure("openai")
-    fake_llm.script(FakeReply(text="Hi from an OpenAI-compatible model."))
-    turn = wait_turn(api, post_turn(api, "s-openai", "hello").json()["turn_id"])
+    fake_llm.script(FakeReply(text="Hi from an OpenAI-compatible model."), match="hello from the openai test")
+    turn = wait_turn(api, post_turn(api, "s-openai", "hello from the openai test").json()["turn_id"])
     assert turn["status"] == "done", turn
     assert turn["reply"] == "Hi from an OpenAI-compatible model."
     assert turn["usage"]["provider"] == "openai"
-    (request,) = fake_llm.requests
+    (request,) = fake_llm.requests_matching("hello from the openai test")
     assert request.format == "openai" and request.body["stream"] is True
     roles = [m["role"] for m in request.body["messages"]]
     assert roles == ["system", "system", "user"]
@@ -99,7 +99,7 @@ def test_turn_end_to_end_with_openai(
 
 def test_sse_stream_delivers_tokens_in_order(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
     text = "one two three four five six seven eight nine ten"
-    fake_llm.script(FakeReply(text=text, delay_s=0.5, chunk_delay_s=0.02))
+    fake_llm.script(FakeReply(text=text, delay_s=0.5, chunk_delay_s=0.02), match="count to ten")
     turn_id = post_turn(api, "s-sse", "count to ten").json()["turn_id"]
     events: list[tuple[str, dict[str, Any]]] = []
     with connect_sse(api, "GET", f"/v1/turns/{turn_id}/events") as source:
@@ -115,8 +115,8 @@ def test_sse_stream_delivers_tokens_in_order(api: httpx.Client, workers: CeleryS
 
 
 def test_sse_after_completion_still_ends_with_done(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
-    fake_llm.script(FakeReply(text="already finished"))
-    turn_id = post_turn(api, "s-late", "hi").json()["turn_id"]
+    fake_llm.script(FakeReply(text="already finished"), match="hi, late listener")
+    turn_id = post_turn(api, "s-late", "hi, late listener").json()["turn_id"]
     assert wait_turn(api, turn_id)["status"] == "done"
     with connect_sse(api, "GET", f"/v1/turns/{turn_id}/events") as source:
         events = [(sse.event, json.loads(sse.data)) for sse in source.iter_sse()]
@@ -128,13 +128,14 @@ def test_tool_call_loop(api: httpx.Client, workers: CeleryStack, fake_llm: FakeL
     fake_llm.script(
         FakeReply(text="Let me check.", tool_calls=[("current_time", {"timezone": "Europe/Lisbon"})]),
         FakeReply(text="It is morning in Lisbon."),
+        match="What time is it in Lisbon?",
     )
     turn = wait_turn(api, post_turn(api, "s-tool", "What time is it in Lisbon?").json()["turn_id"])
     assert turn["status"] == "done", turn
     assert turn["reply"] == "Let me check.\n\nIt is morning in Lisbon."
     assert turn["usage"]["llm_calls"] == 2
 
-    first, second = fake_llm.requests
+    first, second = fake_llm.requests_matching("What time is it in Lisbon?")
     names = [tool["name"] for tool in first.body["tools"]]
     assert "current_time" in names and "memory_search" in names and names == sorted(names)
     tool_result = second.body["messages"][-1]["content"][0]
@@ -152,11 +153,11 @@ def test_tool_loop_stops_at_max_iterations(api: httpx.Client, workers: CelerySta
     fake_llm.default = lambda body: (
         FakeReply(text="done looping") if not body.get("tools") else FakeReply(tool_calls=[("current_time", {})])
     )
-    turn = wait_turn(api, post_turn(api, "s-loop", "loop").json()["turn_id"])
+    turn = wait_turn(api, post_turn(api, "s-loop", "loop until cut off").json()["turn_id"])
     assert turn["status"] == "done"
     assert turn["usage"]["llm_calls"] == 8  # ENGRAM_MAX_ITERATIONS default
     assert turn["reply"] == "done looping"
-    assert "tools" not in fake_llm.requests[-1].body
+    assert "tools" not in fake_llm.requests_matching("loop until cut off")[-1].body
 
 
 def test_turns_of_one_session_run_in_order_while_another_session_proceeds(
@@ -224,25 +225,27 @@ def test_concurrent_requests_with_one_idempotency_key_make_one_turn(api: httpx.C
 def test_failed_llm_call_marks_turn_failed_with_reason(
     api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM
 ) -> None:
-    fake_llm.script(FakeReply(status=401))
-    turn = wait_turn(api, post_turn(api, "s-fail", "hi").json()["turn_id"])
+    fake_llm.script(FakeReply(status=401), match="hi, this call fails")
+    turn = wait_turn(api, post_turn(api, "s-fail", "hi, this call fails").json()["turn_id"])
     assert turn["status"] == "failed"
     assert "401" in turn["error"]
-    assert len(fake_llm.requests) == 1  # 4xx is not retried
+    assert len(fake_llm.requests_matching("hi, this call fails")) == 1  # 4xx is not retried
     history = api.get("/v1/sessions/s-fail/messages", params={"user_id": "alice"}).json()["messages"]
     assert [m["role"] for m in history] == ["user"]
 
 
 def test_rate_limited_call_is_retried(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
-    fake_llm.script(FakeReply(status=429, headers={"retry-after": "0.1"}), FakeReply(text="after retry"))
-    turn = wait_turn(api, post_turn(api, "s-429", "hi").json()["turn_id"])
+    fake_llm.script(
+        FakeReply(status=429, headers={"retry-after": "0.1"}), FakeReply(text="after retry"), match="hi, rate limited"
+    )
+    turn = wait_turn(api, post_turn(api, "s-429", "hi, rate limited").json()["turn_id"])
     assert turn["status"] == "done" and turn["reply"] == "after retry"
-    assert len(fake_llm.requests) == 2
+    assert len(fake_llm.requests_matching("hi, rate limited")) == 2
 
 
 def test_sse_resumes_after_last_event_id(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
-    fake_llm.script(FakeReply(text="alpha beta gamma delta epsilon"))
-    turn_id = post_turn(api, "s-resume", "go").json()["turn_id"]
+    fake_llm.script(FakeReply(text="alpha beta gamma delta epsilon"), match="go, resume test")
+    turn_id = post_turn(api, "s-resume", "go, resume test").json()["turn_id"]
     assert wait_turn(api, turn_id)["status"] == "done"
     with connect_sse(api, "GET", f"/v1/turns/{turn_id}/events") as source:
         everything = [(sse.id, sse.event, json.loads(sse.data)) for sse in source.iter_sse()]
