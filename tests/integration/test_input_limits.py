@@ -361,6 +361,8 @@ def test_gateway_loads_the_embedding_model_at_startup_not_in_the_first_search(
     from shared.embeddings import providers
 
     monkeypatch.setattr(providers, "_local_model", None)
+    # The lifespan's shutdown closes the process's pool; other tests in this process keep using it.
+    monkeypatch.setattr(db, "close_pool", lambda: None)
     with TestClient(create_app()):
         warmers = [t for t in threading.enumerate() if t.name == "warm-embedder"]
         assert warmers
