@@ -111,8 +111,13 @@ def seed(api: httpx.Client) -> None:
     assert api.post("/v1/sessions/fuzz-session/turns", json={"user_id": FUZZ_USER, "text": "hi"}).status_code == 202
 
 
-def run_operation(operation: Any, mode: schemathesis.GenerationMode, call: Callable[[Any], None]) -> None:
-    fixed = {"user_id": FUZZ_USER} if any(p.name == "user_id" for p in operation.path_parameters) else None
+def run_operation(
+    operation: Any, mode: schemathesis.GenerationMode, call: Callable[[Any], None], sacrificial_key_id: int
+) -> None:
+    # Fuzzed key ids must never revoke the key the fuzzer itself authenticates with.
+    pinned = {"user_id": FUZZ_USER, "key_id": sacrificial_key_id}
+    names = {p.name for p in operation.path_parameters}
+    fixed = {name: value for name, value in pinned.items() if name in names} or None
 
     @settings(
         max_examples=EXAMPLES_PER_OPERATION,
@@ -133,6 +138,8 @@ def test_schemathesis_finds_no_server_error_and_no_schema_drift(
     gateway: Gateway, api: httpx.Client, api_key: str, fuzz_env: None
 ) -> None:
     seed(api)
+    sacrificial = api.post("/v1/admin/keys", json={"name": "fuzzed", "scopes": ["chat"]})
+    assert sacrificial.status_code == 201, sacrificial.text
     raw = httpx.get(f"{gateway.url}/openapi.json").json()
     config = schemathesis.Config.from_dict(
         {
@@ -159,7 +166,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_drift(
         operations += 1
         for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
             try:
-                run_operation(operation, mode, call)
+                run_operation(operation, mode, call, sacrificial.json()["id"])
             except Unsatisfiable:  # nothing to make invalid (no parameters, no body), e.g. GET /healthz
                 assert mode is schemathesis.GenerationMode.NEGATIVE, operation.label
             # schemathesis's FailureGroup is a BaseExceptionGroup: catch it too, to report every operation.
