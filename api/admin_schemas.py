@@ -41,3 +41,16 @@ class KeyOut(BaseModel):
 
 class IssuedKeyOut(KeyOut):
     key: str = Field(description="The secret. Shown once: only its hash is stored")
+
+
+class TenantOut(BaseModel):
+    id: int
+    name: str
+    monthly_token_budget: int | None = Field(description="LLM tokens per calendar month (UTC); null = unlimited")
+    tokens_used_this_month: int = Field(description="Input, output and cache tokens of every LLM call this month")
+
+
+class TenantPatch(BaseModel):
+    monthly_token_budget: int | None = Field(
+        ge=1, le=2**62, description="New budget; null removes it. Past 80 % the agent is told; past 100 % turns are 429"
+    )

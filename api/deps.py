@@ -3,7 +3,8 @@
 Every `/v1` route names the scope it needs by its parameter's type (`ChatKey`, `MemoryReadKey`,
 `MemoryWriteKey`, `AdminKey`, or `TenantDep` for any valid key). A key bound to one user is also
 checked against the `user_id` in the path or query here, so no route can forget it; routes that
-take the user from the body or from a stored row call `check_user` themselves.
+take the user from the body or from a stored row call `check_user` themselves. Every authenticated
+request takes a token from its key's and its tenant's rate-limit buckets (429 + Retry-After).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from api.errors import ApiError
 from shared import db
 from shared.auth import Principal, authenticate
+from shared.config import get_settings
+from shared.ratelimit import request_limits, take
+from shared.redis_client import get_redis
 
 _bearer = HTTPBearer(auto_error=False, description="An engram API key: `Authorization: Bearer egm_…`")
 
@@ -40,7 +44,28 @@ def current_principal(
     for user_id in (request.path_params.get("user_id"), request.query_params.get("user_id")):
         if isinstance(user_id, str):
             check_user(principal, user_id)
+    _rate_limit(principal)
     return principal
+
+
+def _rate_limit(principal: Principal) -> None:
+    settings = get_settings()
+    limits = request_limits(
+        principal.id,
+        principal.key_id,
+        key_rate=settings.rate_limit_key_per_second,
+        key_burst=settings.rate_limit_key_burst,
+        tenant_rate=settings.rate_limit_tenant_per_second,
+        tenant_burst=settings.rate_limit_tenant_burst,
+    )
+    refusal = take(get_redis(), limits)
+    if refusal is not None:
+        raise ApiError(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            refusal.message(),
+            code="rate_limited",
+            headers={"Retry-After": str(refusal.retry_after_s)},
+        )
 
 
 def check_user(principal: Principal, user_external_id: str) -> None:

@@ -87,6 +87,7 @@ class ErrorOut(BaseModel):
                     *STATUS_CODES.values(),
                     "memory_rejected",
                     "missing_scope",
+                    "token_budget_exceeded",
                     "wrong_user",
                     "unknown_preset",
                     "database_unavailable",
@@ -203,6 +204,7 @@ _DEFAULT_DESCRIPTIONS = {
     "401": "Missing or invalid API key",
     "403": "The API key lacks the scope this needs (`missing_scope`) or is bound to another user (`wrong_user`)",
     "413": "Request body larger than ENGRAM_MAX_REQUEST_BYTES",
+    "429": "Rate limit of the key or tenant (`rate_limited`, with Retry-After) or monthly token budget exceeded",
     "422": "Invalid request: the issues are listed in `detail`",
     "503": "Database unavailable; nothing was written",
 }
@@ -239,6 +241,7 @@ def _document_operation(path: str, operation: dict[str, Any]) -> None:
     if operation.get("security"):
         responses.setdefault("401", {"description": _DEFAULT_DESCRIPTIONS["401"]})
         responses.setdefault("403", {"description": _DEFAULT_DESCRIPTIONS["403"]})
+        responses.setdefault("429", {"description": _DEFAULT_DESCRIPTIONS["429"]})
     if "requestBody" in operation:
         responses.setdefault("400", {"description": _DEFAULT_DESCRIPTIONS["400"]})
         responses.setdefault("413", {"description": _DEFAULT_DESCRIPTIONS["413"]})

@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     sse_max_seconds: float = Field(
         300.0, gt=0, description="Longest an event stream stays open; clients resume with Last-Event-ID"
     )
+    # Token buckets in Redis: a sustained rate and a burst, per API key and per tenant (0 = no limit).
+    rate_limit_key_per_second: float = Field(50.0, ge=0, description="Requests per second one API key may sustain")
+    rate_limit_key_burst: int = Field(100, ge=1, description="Requests one API key may send at once")
+    rate_limit_tenant_per_second: float = Field(200.0, ge=0, description="Requests per second per tenant")
+    rate_limit_tenant_burst: int = Field(400, ge=1, description="Requests one tenant may send at once")
     # A fixed key for the default tenant (e.g. in docker-compose); unset = one is generated once.
     dev_api_key: SecretStr | None = None
 

@@ -37,6 +37,10 @@ TEST_ENV = {
     # Background extraction would call the scripted fake LLM at unpredictable moments; the pipeline
     # tests turn it on for their own workers.
     "ENGRAM_AUTO_MEMORY": "false",
+    # Tests (the fuzzer above all) send far more requests per key than a client would; the rate-limit
+    # tests turn the limiter on for themselves.
+    "ENGRAM_RATE_LIMIT_KEY_PER_SECOND": "0",
+    "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0",
 }
 _TABLES_KEPT = ("schema_migrations", "personality_presets")  # seeded by migrations
 

@@ -1,4 +1,5 @@
-"""Tenant administration (scope `admin`): API keys. Everything acts on the caller's own tenant."""
+"""Tenant administration (scope `admin`): API keys and the token budget. Everything acts on the
+caller's own tenant."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, status
 
-from api.admin_schemas import IssuedKeyOut, KeyIn, KeyOut
+from api.admin_schemas import IssuedKeyOut, KeyIn, KeyOut, TenantOut, TenantPatch
 from api.deps import AdminKey
 from api.errors import ApiError
 from shared import db
 from shared.keys import KeyRequestInvalid, create_api_key, list_api_keys, revoke_api_key, rotate_api_key
+from shared.quotas import budget_usage, set_budget
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 KeyId = Annotated[int, Path(ge=1, le=2**63 - 1)]
@@ -56,3 +58,27 @@ def rotate_key(key_id: KeyId, principal: AdminKey) -> IssuedKeyOut:
     if issued is None:
         raise ApiError(status.HTTP_404_NOT_FOUND, f"no active key {key_id}")
     return IssuedKeyOut(**_out(issued.record), key=issued.key)
+
+
+def _tenant_out(conn: db.Conn, principal: AdminKey) -> TenantOut:
+    usage = budget_usage(conn, principal.id)
+    assert usage is not None  # the key's own tenant
+    return TenantOut(
+        id=principal.id,
+        name=principal.name,
+        monthly_token_budget=usage["budget"],
+        tokens_used_this_month=int(usage["used"]),
+    )
+
+
+@router.get("/tenant", response_model=TenantOut)
+def read_tenant(principal: AdminKey) -> TenantOut:
+    with db.connection() as conn:
+        return _tenant_out(conn, principal)
+
+
+@router.patch("/tenant", response_model=TenantOut)
+def update_tenant(body: TenantPatch, principal: AdminKey) -> TenantOut:
+    with db.connection() as conn:
+        set_budget(conn, principal.id, body.monthly_token_budget)
+        return _tenant_out(conn, principal)

@@ -14,6 +14,7 @@ from kombu.exceptions import OperationalError as BrokerUnavailable
 from sse_starlette.sse import EventSourceResponse
 
 from api.deps import ChatKey, check_user
+from api.errors import ApiError
 from api.schemas import ID_PATTERN, TurnAccepted, TurnIn, TurnOut
 from shared import db
 from shared.auth import Principal
@@ -21,6 +22,7 @@ from shared.config import get_settings
 from shared.events import TERMINAL_EVENTS, read_events
 from shared.llm.ledger import calls_by_purpose
 from shared.logging import get_logger
+from shared.quotas import seconds_until_next_month, turn_refusal
 from shared.redis_client import shared_async_redis
 from shared.turns import TERMINAL_STATUSES, IdempotencyConflict, get_turn, submit_turn
 
@@ -59,6 +61,14 @@ def post_turn(
         )
     try:
         with db.connection() as conn:
+            refusal = turn_refusal(conn, tenant.id)
+            if refusal is not None:
+                raise ApiError(
+                    status.HTTP_429_TOO_MANY_REQUESTS,
+                    refusal,
+                    code="token_budget_exceeded",
+                    headers={"Retry-After": str(seconds_until_next_month())},
+                )
             submitted = submit_turn(
                 conn,
                 tenant_id=tenant.id,

@@ -298,6 +298,9 @@ def child_env(database_url: str, redis_url: str, data_dir: Path, llm_url: str) -
             "ENGRAM_ANTHROPIC_BASE_URL": llm_url,
             # Per-turn INFO lines would add log I/O to every measurement; warnings and errors still show.
             "ENGRAM_LOG_LEVEL": "WARNING",
+            # The benchmarks drive one key far harder than a client would; they measure the engine.
+            "ENGRAM_RATE_LIMIT_KEY_PER_SECOND": "0",
+            "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0",
             "PYTHONUNBUFFERED": "1",
         }
     )

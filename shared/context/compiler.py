@@ -20,6 +20,7 @@ from shared.context.steering import SteeringMessage, SteeringState, apply_steeri
 from shared.context.tokens import TokenCounter, counter_for
 from shared.db import Conn
 from shared.llm.types import ChatMessage, ToolSpec
+from shared.quotas import budget_used
 
 # Tools whose old results may be trimmed to a marker (bulky, re-fetchable output).
 PRUNABLE_TOOLS = frozenset({"read_document", "search_conversation", "memory_search", "memory_list"})
@@ -116,19 +117,6 @@ def _steering_facts(conn: Conn, session: dict[str, Any], turn_id: int | None) ->
         "recent_user_messages": tuple(r["content"] for r in users[-10:]),
         "minutes_since_previous_message": gap,
     }
-
-
-def budget_used(conn: Conn, tenant_id: int) -> float | None:
-    row = conn.execute(
-        """SELECT t.monthly_token_budget AS budget,
-                  (SELECT coalesce(sum(input_tokens + output_tokens + cache_read_tokens + cache_write_tokens), 0)
-                   FROM llm_calls WHERE tenant_id = t.id AND created_at >= date_trunc('month', now())) AS used
-           FROM tenants t WHERE t.id = %s""",
-        (tenant_id,),
-    ).fetchone()
-    if row is None or not row["budget"]:
-        return None
-    return float(row["used"]) / float(row["budget"])
 
 
 def prepare_turn(

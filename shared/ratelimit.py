@@ -1,0 +1,90 @@
+"""Request rate limits: token buckets in Redis, one per API key and one per tenant.
+
+A bucket holds up to `burst` tokens and refills at `rate` per second; a request takes one token or
+is refused with the wait until one is back. The check is one Lua script, so it is atomic across
+every gateway process and costs one round trip. (The `limits` package offers fixed and sliding
+windows but no token bucket; a bucket allows bursts up to a bound without a window edge that lets
+2× the rate through, which is what API clients expect.)
+
+Redis is coordination, not truth: when it is down the limiter lets requests through (turns are
+still accepted while Redis is down — they are in Postgres) rather than failing every request.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import redis
+
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+
+# KEYS[1] the bucket; ARGV: rate per second, burst, now (seconds). Returns {allowed, wait_ms}.
+_TOKEN_BUCKET = """
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local now = tonumber(ARGV[3])
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(state[1]) or burst
+local at = tonumber(state[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
+local allowed = 0
+local wait_ms = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  allowed = 1
+else
+  wait_ms = math.ceil((1 - tokens) / rate * 1000)
+end
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'at', now)
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+return {allowed, wait_ms}
+"""
+
+
+@dataclass(frozen=True)
+class Limit:
+    name: str  # what is limited, for the message: "API key", "tenant"
+    bucket: str  # the Redis key
+    per_second: float
+    burst: int
+
+
+@dataclass(frozen=True)
+class Refusal:
+    limit: Limit
+    retry_after_s: int
+
+    def message(self) -> str:
+        return (
+            f"rate limit of this {self.limit.name} exceeded ({self.limit.per_second:g} requests/s, bursts of "
+            f"{self.limit.burst}); retry after {self.retry_after_s} s"
+        )
+
+
+def take(client: redis.Redis, limits: list[Limit]) -> Refusal | None:
+    """Take one token from each bucket in turn; the first empty one refuses the request."""
+    now = time.time()
+    try:
+        script = client.register_script(_TOKEN_BUCKET)
+        for limit in limits:
+            if limit.per_second <= 0:
+                continue
+            allowed, wait_ms = script(keys=[limit.bucket], args=[limit.per_second, limit.burst, now])
+            if not int(allowed):
+                return Refusal(limit, max(1, math.ceil(int(wait_ms) / 1000)))
+    except (redis.RedisError, OSError) as exc:
+        log.warning("rate limiter unavailable; request let through", error=str(exc))
+    return None
+
+
+def request_limits(
+    tenant_id: int, key_id: int, *, key_rate: float, key_burst: int, tenant_rate: float, tenant_burst: int
+) -> list[Limit]:
+    return [
+        Limit("API key", f"engram:ratelimit:key:{key_id}", key_rate, key_burst),
+        Limit("tenant", f"engram:ratelimit:tenant:{tenant_id}", tenant_rate, tenant_burst),
+    ]

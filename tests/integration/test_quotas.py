@@ -1,0 +1,97 @@
+"""Rate limits (token buckets in Redis) and the monthly token budget, through the real gateway."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from ops.fake_llm import FakeLLM, FakeReply
+from shared.config import get_settings
+from tests.conftest import CeleryStack, Gateway, wait_turn
+
+
+@contextmanager
+def limits(**env: str) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(f"ENGRAM_RATE_LIMIT_{name.upper()}", value)
+        get_settings.cache_clear()
+        yield
+    get_settings.cache_clear()
+
+
+# Refill rates are slow on purpose: a bucket must not refill between the requests that empty it,
+# however slow the machine is.
+@pytest.fixture
+def tight_key_limit(clean_state: Any) -> Iterator[None]:
+    with limits(key_per_second="0.2", key_burst="3", tenant_per_second="0"):
+        yield
+
+
+@pytest.fixture
+def tight_tenant_limit(clean_state: Any) -> Iterator[None]:
+    with limits(key_per_second="0", tenant_per_second="0.01", tenant_burst="5"):
+        yield
+
+
+def new_key(admin: httpx.Client) -> str:
+    response = admin.post("/v1/admin/keys", json={"scopes": ["memory:read"]})
+    assert response.status_code == 201, response.text
+    key: str = response.json()["key"]
+    return key
+
+
+def statuses(gateway: Gateway, key: str, n: int) -> list[httpx.Response]:
+    with httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {key}"}) as http:
+        return [http.get("/v1/users/alice/memories") for _ in range(n)]
+
+
+def test_a_key_over_its_rate_gets_429_with_retry_after_then_is_served_again(
+    gateway: Gateway, api: httpx.Client, tight_key_limit: None
+) -> None:
+    key = new_key(api)
+    first = statuses(gateway, key, 4)
+    assert [r.status_code for r in first[:3]] == [404, 404, 404]  # authorised (no such user yet)
+    refused = first[3]
+    assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
+    assert "API key" in refused.json()["detail"] and int(refused.headers["Retry-After"]) >= 1
+    # The bucket refills one token in 5 s: poll until the key is served again (bounded), as a client honouring
+    # Retry-After would.
+    deadline = time.monotonic() + 15
+    while (response := statuses(gateway, key, 1)[0]).status_code == 429:
+        assert time.monotonic() < deadline, "the key was never served again"
+        time.sleep(0.2)
+    assert response.status_code == 404
+
+
+def test_the_tenant_bucket_is_shared_by_its_keys(gateway: Gateway, api: httpx.Client, tight_tenant_limit: None) -> None:
+    keys = [new_key(api), new_key(api)]  # the admin key spends two tenant tokens
+    served = statuses(gateway, keys[0], 3)  # three more: the tenant bucket (5) is empty now
+    assert [r.status_code for r in served] == [404, 404, 404]
+    other = statuses(gateway, keys[1], 1)[0]  # a fresh key, but the same tenant
+    assert other.status_code == 429 and "tenant" in other.json()["detail"]
+
+
+def test_a_spent_monthly_budget_refuses_new_turns(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:
+    assert api.patch("/v1/admin/tenant", json={"monthly_token_budget": 50}).json()["tokens_used_this_month"] == 0
+    fake_llm.script(FakeReply(text="This reply costs tokens."), match="spend the budget")
+    accepted = api.post("/v1/sessions/s-budget/turns", json={"user_id": "alice", "text": "spend the budget"})
+    assert wait_turn(api, accepted.json()["turn_id"])["status"] == "done"
+    tenant = api.get("/v1/admin/tenant").json()
+    assert tenant["tokens_used_this_month"] >= 50, tenant
+
+    turns_before = len(api.get("/v1/sessions/s-budget/messages", params={"user_id": "alice"}).json()["messages"])
+    refused = api.post("/v1/sessions/s-budget/turns", json={"user_id": "alice", "text": "one more"})
+    assert refused.status_code == 429 and refused.json()["code"] == "token_budget_exceeded"
+    assert "budget is used up" in refused.json()["detail"] and int(refused.headers["Retry-After"]) >= 1
+    after = api.get("/v1/sessions/s-budget/messages", params={"user_id": "alice"}).json()["messages"]
+    assert len(after) == turns_before  # nothing written
+
+    assert api.patch("/v1/admin/tenant", json={"monthly_token_budget": None}).status_code == 200
+    assert api.post("/v1/sessions/s-budget/turns", json={"user_id": "alice", "text": "one more"}).status_code == 202
+    assert api.patch("/v1/admin/tenant", json={"monthly_token_budget": 0}).status_code == 422
