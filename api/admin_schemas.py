@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictInt
 
 from api.schemas import ID_PATTERN
 from shared.auth import SCOPES
@@ -51,6 +51,6 @@ class TenantOut(BaseModel):
 
 
 class TenantPatch(BaseModel):
-    monthly_token_budget: int | None = Field(
+    monthly_token_budget: StrictInt | None = Field(
         ge=1, le=2**62, description="New budget; null removes it. Past 80 % the agent is told; past 100 % turns are 429"
     )

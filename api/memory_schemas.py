@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.schemas import ID_PATTERN
+from api.schemas import ID_PATTERN, Timestamp
 from shared.memory.keys import MAX_KEY_CHARS, MAX_VALUE_CHARS
 from shared.memory.store import KINDS, MAX_DECAY_RATE, MAX_NAMESPACE_CHARS, MAX_TAG_CHARS, MAX_TAGS
 from shared.text import SAFE_TEXT, SafeText
@@ -40,7 +40,7 @@ class MemoryIn(_Strict):
     kind: Kind = "fact"
     tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
     confidence: Confidence = 1.0
-    event_time: datetime | None = Field(None, description="When the remembered thing happened")
+    event_time: Timestamp | None = Field(None, description="When the remembered thing happened")
 
 
 class MemoryPatch(_Strict):
@@ -48,7 +48,7 @@ class MemoryPatch(_Strict):
     tags: list[Tag] | None = Field(None, max_length=MAX_TAGS)
     confidence: Confidence | None = None
     decay_rate: float | None = Field(None, ge=0, le=MAX_DECAY_RATE, description="Per day; 0 = never decays")
-    event_time: datetime | None = None
+    event_time: Timestamp | None = None
 
 
 class MemoryOut(BaseModel):
@@ -83,8 +83,8 @@ class SearchFiltersIn(_Strict):
     namespace: Namespace | None = Field(None, description="Namespace prefix, e.g. tacit")
     kinds: list[Kind] | None = Field(None, max_length=len(KINDS))
     tags: list[Tag] | None = Field(None, max_length=MAX_TAGS, description="Memories carrying all of these tags")
-    since: datetime | None = None
-    until: datetime | None = None
+    since: Timestamp | None = None
+    until: Timestamp | None = None
     exclude_session: str | None = Field(
         None, pattern=ID_PATTERN, description="Session key whose own memories and transcript to skip"
     )

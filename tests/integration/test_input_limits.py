@@ -397,3 +397,21 @@ def test_openapi_states_the_limits_and_the_error_shape(gateway: Gateway) -> None
                     assert response["content"]["application/json"]["schema"] == {
                         "$ref": "#/components/schemas/ErrorOut"
                     }, (method, path, status)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("post", "/v1/users/alice/memories/search", {"query": "tea", "filters": {"since": -81731}}),
+        ("post", "/v1/users/alice/memories", {"key": "k", "value": "v", "event_time": 1_700_000_000}),
+        ("patch", "/v1/admin/tenant", {"monthly_token_budget": True}),
+        ("patch", "/v1/admin/tenant", {"monthly_token_budget": 10.0}),
+    ],
+)
+def test_numbers_are_not_read_as_dates_nor_booleans_as_counts(
+    api: httpx.Client, method: str, path: str, body: dict[str, Any]
+) -> None:
+    # pydantic's lax mode would read -81731 as a Unix time and true as 1; the schema says otherwise.
+    response = api.request(method.upper(), path, json=body)
+    assert response.status_code == 422, response.text
+    assert api.get("/v1/admin/tenant").json()["monthly_token_budget"] is None
