@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
@@ -14,6 +15,13 @@ from shared.redis_client import get_redis
 
 router = APIRouter(tags=["health"])
 
+CHECK_TIMEOUT_SECONDS = 2.0
+# One small executor per dependency: checks stuck on a dead Postgres must not queue the Redis check
+# behind them (the shared default executor did, and /readyz then blamed Redis as well).
+_EXECUTORS = {
+    name: ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"readyz-{name}") for name in ("postgres", "redis")
+}
+
 
 @router.get("/healthz")
 def healthz() -> dict[str, str]:
@@ -21,7 +29,7 @@ def healthz() -> dict[str, str]:
 
 
 def _check_postgres() -> str:
-    with db.get_pool().connection(timeout=3) as conn:
+    with db.connection(timeout=CHECK_TIMEOUT_SECONDS) as conn:
         conn.execute("SELECT 1")
     return "ok"
 
@@ -31,9 +39,10 @@ def _check_redis() -> str:
     return "ok"
 
 
-async def _run_check(check: Callable[[], str]) -> str:
+async def _run_check(name: str, check: Callable[[], str]) -> str:
     try:
-        return await asyncio.wait_for(asyncio.to_thread(check), timeout=5)
+        loop = asyncio.get_running_loop()
+        return await asyncio.wait_for(loop.run_in_executor(_EXECUTORS[name], check), timeout=CHECK_TIMEOUT_SECONDS + 1)
     except Exception as exc:
         return f"error: {type(exc).__name__}: {exc}".strip()[:300]
 
@@ -43,7 +52,7 @@ async def readyz() -> JSONResponse:
     checks = dict(
         zip(
             ("postgres", "redis"),
-            await asyncio.gather(_run_check(_check_postgres), _run_check(_check_redis)),
+            await asyncio.gather(_run_check("postgres", _check_postgres), _run_check("redis", _check_redis)),
             strict=True,
         )
     )
