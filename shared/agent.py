@@ -77,6 +77,8 @@ class TurnOutcome:
     steering_fired: set[str]
 
 
+# How long a finished turn waits for an unavailable Postgres before its task gives up (and retries).
+SAVE_PATIENCE_SECONDS = 20.0
 # Looking again after a held lock's TTL: this much later, so the key has surely expired.
 LOCK_RECHECK_MARGIN_SECONDS = 1.0
 # Takeovers of dead holders' locks one drain call makes at most (another worker may win each race).
@@ -131,11 +133,10 @@ def has_open_turns(session_id: int) -> bool:
     return row is not None
 
 
-def sessions_with_open_turns(conn: Conn, limit: int = 5000) -> list[int]:
-    """Sessions with a queued or running turn (what a restarted worker re-drives)."""
-    rows = conn.execute(
-        "SELECT DISTINCT session_id FROM turns WHERE status IN ('queued', 'running') LIMIT %s", (limit,)
-    ).fetchall()
+def sessions_with_running_turns(conn: Conn, limit: int = 5000) -> list[int]:
+    """Sessions with a turn marked running (what a restarted worker re-drives: a worker that died
+    left its turns running)."""
+    rows = conn.execute("SELECT DISTINCT session_id FROM turns WHERE status = 'running' LIMIT %s", (limit,)).fetchall()
     return [int(row["session_id"]) for row in rows]
 
 
@@ -274,7 +275,9 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
         return
     if lock.lost:
         raise LockLost(f"session lock lost while running turn {turn['id']}")
-    with db.connection() as conn:
+    # The reply is paid for: wait out a Postgres restart (the lock's heartbeat goes on) rather than
+    # fail the task and run the model again on the retry.
+    with db.connection(patience=SAVE_PATIENCE_SECONDS) as conn:
         written = _guarded_update(
             conn,
             turn,

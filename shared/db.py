@@ -137,15 +137,17 @@ def close_pool() -> None:
     _availability.ok()
 
 
-def _checkout(pool: ConnectionPool[Conn], timeout: float) -> Conn:
-    deadline = time.monotonic() + timeout
+def _checkout(pool: ConnectionPool[Conn], timeout: float, patience: float) -> Conn:
+    started = time.monotonic()
+    deadline = started + max(timeout, patience)
     while True:
         remaining = deadline - time.monotonic()
         wait = min(OUTAGE_PROBE_SECONDS if _availability.down else _CHECKOUT_SLICE_SECONDS, max(remaining, 0.01))
         try:
             conn = pool.getconn(timeout=wait)
         except PoolTimeout as exc:
-            if _availability.down or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if (_availability.down and now - started >= patience) or now >= deadline:
                 raise DatabaseUnavailable(
                     "database unavailable: " + ("Postgres is not answering" if _availability.down else str(exc))
                 ) from exc
@@ -157,10 +159,13 @@ def _checkout(pool: ConnectionPool[Conn], timeout: float) -> Conn:
 
 
 @contextmanager
-def connection(timeout: float = POOL_TIMEOUT_SECONDS) -> Iterator[Conn]:
-    """A pooled connection inside one transaction."""
+def connection(timeout: float = POOL_TIMEOUT_SECONDS, *, patience: float = 0.0) -> Iterator[Conn]:
+    """A pooled connection inside one transaction.
+
+    With Postgres down, give up after `patience` seconds (0: at once); work that is expensive to
+    redo (a turn's finished reply) waits out a restart instead."""
     pool = get_pool()
-    conn = _checkout(pool, timeout)
+    conn = _checkout(pool, timeout, patience)
     try:
         with conn:  # commit on success, roll back on error; a pooled connection is not closed here
             yield conn

@@ -112,9 +112,11 @@ WORKER_PUBLISH_RETRY_POLICY = {"max_retries": 12, "interval_start": 0.5, "interv
 
 
 @worker_init.connect
-def _patient_publishing(**_: object) -> None:
+def _worker_broker_settings(**_: object) -> None:
+    # Only workers: the gateway must publish fast, and Flower recognises the broker by its scheme.
     app.conf.task_publish_retry_policy = WORKER_PUBLISH_RETRY_POLICY
     vars(app.amqp).pop("send_task_message", None)  # the sender caches the policy when first built
+    app.conf.broker_transport = "workers.broker:Transport"  # Redis; a killed task's message requeued first
 
 
 @worker_process_init.connect

@@ -11,7 +11,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared import db
-from shared.agent import LockLost, drain_session, sessions_with_open_turns
+from shared.agent import LockLost, drain_session, sessions_with_running_turns
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.logging import get_logger
@@ -96,19 +96,19 @@ def embed_later(memory_id: int) -> None:
 
 @worker_ready.connect
 def _redrive_after_start(sender: Any = None, **_: object) -> None:
-    """A worker that starts (or restarts after one was killed) re-drives every session with open
-    turns: a killed worker's messages sit unacknowledged in Redis until the visibility timeout, so
-    without this its turns waited for the stalled-turn sweep. Drains are idempotent; a session
-    that is running elsewhere costs one look."""
+    """A worker that starts (or restarts after one was killed) re-drives every session with a turn
+    marked running. A killed worker's messages are put back at start (workers/consumer.py); this
+    also covers one whose message was lost otherwise, which would wait for the stalled-turn sweep.
+    Drains are idempotent; a session running elsewhere costs a look or two."""
     if sender is None or "turns" not in sender.app.amqp.queues.consume_from:
         return
     try:
         with db.connection() as conn:
-            session_ids = sessions_with_open_turns(conn)
+            session_ids = sessions_with_running_turns(conn)
         for session_id in session_ids:
             enqueue_drain(session_id)
     except (DatabaseUnavailable, RedisError, BrokerUnavailable, OSError) as exc:
         log.warning("could not re-drive open turns at start; the sweep will", error=str(exc))
         return
     if session_ids:
-        log.info("re-drove sessions with open turns at worker start", sessions=len(session_ids))
+        log.info("re-drove sessions with running turns at worker start", sessions=len(session_ids))

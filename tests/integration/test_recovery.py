@@ -162,7 +162,11 @@ def test_postgres_outage_refuses_new_turns_and_finishes_running_one(
     services = workers.services
     if not services.can_restart:
         pytest.skip("outage tests need the embedded servers (external URLs were given)")
-    fake_llm.script(FakeReply(text="first attempt cannot be saved", delay_s=2))
+    worker = workers.worker
+    assert worker is not None
+    marker = "error connecting in 'engram'"  # psycopg_pool, when the worker cannot reach Postgres
+    failed_connects = worker.log_path.read_text(errors="replace").count(marker)
+    fake_llm.script(FakeReply(text="kept across the outage", delay_s=2))
     turn_id = post_turn(api, "s-pg", "keep going").json()["turn_id"]
     wait_for_requests(fake_llm, 1)
 
@@ -177,14 +181,21 @@ def test_postgres_outage_refuses_new_turns_and_finishes_running_one(
         refused = post_turn(api, "s-pg", "while down")
         assert refused.status_code == 503
         assert "database unavailable" in refused.json()["detail"]
-        time.sleep(3)  # the worker finishes its LLM call and fails to save it
+        # The worker got its reply and is trying to save it while Postgres is down.
+        deadline = time.monotonic() + 60
+        while worker.log_path.read_text(errors="replace").count(marker) <= failed_connects:
+            assert time.monotonic() < deadline, worker.tail()
+            time.sleep(0.1)
     finally:
         services.start_postgres()
 
     turn = wait_turn(api, turn_id, timeout=90)
     assert turn["status"] == "done", turn
-    assert turn["attempts"] >= 2
-    assert len(assistant_messages(turn_id)) == 1
+    # The reply already paid for was kept: the save waited for Postgres instead of failing the
+    # attempt and asking the model again.
+    assert turn["attempts"] == 1
+    assert assistant_messages(turn_id) == ["kept across the outage"]
+    assert len(fake_llm.requests) == 1
     assert count("turns") == 1  # the refused request left nothing behind
 
 
@@ -228,3 +239,27 @@ def test_engram_up_restarts_its_embedded_servers(up_env: dict[str, str]) -> None
             assert client.get("/readyz").status_code == 200
     finally:
         assert up.stop() == 0
+
+
+def test_a_task_whose_worker_died_goes_back_to_the_head_of_its_queue(services: TestServices) -> None:
+    from kombu import Connection, Exchange, Queue
+
+    from workers.broker import Transport
+
+    queue = Queue("engram-requeue-test", Exchange("engram-requeue-test"), routing_key="engram-requeue-test")
+    with Connection(services.redis_url, transport=Transport) as conn:
+        channel = conn.channel()
+        queue(channel).declare()
+        producer = conn.Producer(channel)
+        for body in ("interrupted", "sent later 1", "sent later 2"):
+            producer.publish(body, exchange=queue.exchange, routing_key=queue.routing_key, declare=[queue])
+        bound = queue(channel)
+        taken = bound.get(no_ack=False)
+        assert taken is not None and taken.payload == "interrupted"
+        taken.reject(requeue=True)  # what Celery does when the pool process running it was killed
+        order = []
+        while (message := bound.get(no_ack=False)) is not None:
+            order.append(message.payload)
+            message.ack()
+        bound.delete()
+    assert order == ["interrupted", "sent later 1", "sent later 2"]
