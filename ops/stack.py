@@ -55,6 +55,11 @@ def ensure_flower_password(settings: Settings) -> str:
     return password
 
 
+# Workers have nothing to learn from each other (mingle: revoked ids at start; gossip: peer events),
+# and both bootsteps reconnect badly after Redis restarts (a worker can stop consuming).
+_WORKER_FLAGS = ("--without-mingle", "--without-gossip")
+
+
 def _port_free(host: str, port: int) -> bool:
     return free_port(port, host) == port
 
@@ -112,12 +117,14 @@ class Stack:
             else:
                 self.postgres = EmbeddedPostgres(s.data_dir / "postgres")
                 database_url = self.postgres.start()
+                self.supervisor.watch("postgres", self.postgres)
             if s.redis_url:
                 redis_url = s.redis_url
             else:
                 previous = read_services(s).get("redis_port")
                 self.redis = EmbeddedRedis(s.data_dir / "valkey", port=previous)
                 redis_url = self.redis.start()
+                self.supervisor.watch("valkey", self.redis)
                 write_services(s, redis_port=self.redis.port)
         except EmbeddedServiceError as exc:
             raise StackError(str(exc)) from exc
@@ -195,6 +202,7 @@ class Stack:
                     str(s.turn_worker_concurrency),
                     "--loglevel",
                     s.log_level,
+                    *_WORKER_FLAGS,
                 ],
                 env,
             ),
@@ -211,6 +219,7 @@ class Stack:
                     str(s.background_worker_concurrency),
                     "--loglevel",
                     s.log_level,
+                    *_WORKER_FLAGS,
                 ],
                 env,
             ),

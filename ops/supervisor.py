@@ -4,6 +4,10 @@ Each child runs in its own process group and is recorded in `<run_dir>/procs/<na
 later start can find and stop the leftovers of a run that was killed (SIGKILL, power loss)
 before it could clean up. A child that dies while the stack runs is restarted with backoff; one
 that keeps dying stops the whole stack with its name and exit code.
+
+The embedded servers (Postgres, valkey) are watched the same way (`watch`): each check polls them,
+a dead one is logged and restarted on the same address, a failed restart is tried again with
+backoff, and one that keeps dying (or cannot be brought back) stops the stack with the reason.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
@@ -47,6 +52,29 @@ class ChildKeptDying(RuntimeError):
     pass
 
 
+class Service(Protocol):
+    """An embedded server the supervisor keeps running (ops/embedded.py)."""
+
+    def alive(self) -> bool: ...
+
+    def restart(self) -> None: ...
+
+
+# A server that cannot be brought back for this long stops the stack.
+SERVICE_RESTART_GIVE_UP_SECONDS = 120.0
+SERVICE_RETRY_MAX_DELAY_SECONDS = 15.0
+
+
+@dataclass
+class WatchedService:
+    name: str
+    service: Service
+    deaths: list[float] = field(default_factory=list)
+    down_since: float | None = None  # monotonic time its death was noticed; None while it runs
+    failed_restarts: int = 0
+    next_attempt: float = 0.0
+
+
 def _owned_by(pid: int, run_dir: Path) -> psutil.Process | None:
     try:
         proc = psutil.Process(pid)
@@ -66,6 +94,7 @@ class Supervisor:
         self.proc_dir = run_dir / "procs"
         self.base_env = {**base_env, OWNER_ENV: str(run_dir)}
         self.children: dict[str, Child] = {}
+        self.services: list[WatchedService] = []
 
     def clean_stale(self) -> list[str]:
         """Stop processes left by an earlier run of this data dir; remove their PID files."""
@@ -95,8 +124,56 @@ class Supervisor:
         previous = self.children.get(spec.name)
         self.children[spec.name] = Child(spec, proc, previous.restarts if previous else [])
 
+    def watch(self, name: str, service: Service) -> None:
+        """Keep an embedded server running from now on (checked with the children)."""
+        self.services.append(WatchedService(name, service))
+
+    def check_services(self) -> None:
+        """Restart embedded servers that died; raise when one keeps dying or cannot be restarted."""
+        for watched in self.services:
+            now = time.monotonic()
+            if watched.down_since is None:
+                if watched.service.alive():
+                    continue
+                watched.deaths = [t for t in watched.deaths if now - t < 60]
+                if len(watched.deaths) >= MAX_RESTARTS_PER_MINUTE:
+                    raise ChildKeptDying(
+                        f"embedded {watched.name} died {len(watched.deaths) + 1} times within a minute"
+                    )
+                watched.deaths.append(now)
+                watched.down_since, watched.failed_restarts, watched.next_attempt = now, 0, now
+                log.warning("embedded server died; restarting", service=watched.name)
+            if now < watched.next_attempt:
+                continue
+            try:
+                watched.service.restart()
+            except Exception as exc:  # the server's own start errors (port taken, shared memory in use, …)
+                watched.failed_restarts += 1
+                if now - watched.down_since > SERVICE_RESTART_GIVE_UP_SECONDS:
+                    raise ChildKeptDying(
+                        f"embedded {watched.name} could not be restarted for "
+                        f"{SERVICE_RESTART_GIVE_UP_SECONDS:.0f}s: {exc}"
+                    ) from exc
+                delay = min(2.0 ** (watched.failed_restarts - 1), SERVICE_RETRY_MAX_DELAY_SECONDS)
+                watched.next_attempt = now + delay
+                log.warning(
+                    "embedded server did not restart; trying again",
+                    service=watched.name,
+                    retry_in_s=delay,
+                    error=str(exc)[-500:],
+                )
+                continue
+            log.warning(
+                "embedded server restarted",
+                service=watched.name,
+                down_s=round(time.monotonic() - watched.down_since, 2),
+                attempts=watched.failed_restarts + 1,
+            )
+            watched.down_since = None
+
     def check_children(self) -> None:
-        """Restart children that exited; raise when one keeps dying."""
+        """Restart embedded servers and children that exited; raise when one keeps dying."""
+        self.check_services()  # first: the children need them
         now = time.monotonic()
         for name, child in list(self.children.items()):
             code = child.proc.poll()

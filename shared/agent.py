@@ -5,6 +5,11 @@ session is left to the current holder, which drains every queued turn before let
 claims turns oldest first. A turn's output — assistant and tool messages, reply, usage — is
 written in one transaction guarded by the claim's attempt number, so a worker killed mid-turn
 leaves nothing behind and the redelivered attempt writes the turn once.
+
+A holder that died keeps its lock until the TTL runs out. A drain that finds the lock taken and
+turns still open therefore does not just end: if the holder is provably dead (same machine, its
+process gone) it takes the lock over at once; otherwise it says when to look again (when the
+lock can have expired), and the task is retried then.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from shared.db import Conn
 from shared.events import TurnEventPublisher
 from shared.llm.ledger import CallRecord, LedgerScope, record_call
 from shared.llm.types import ChatMessage, ChatProvider, ChatRequest, ChatResult, LLMError, ToolCall, Usage
-from shared.locks import HeartbeatLock, session_lock_name
+from shared.locks import HeartbeatLock, holder, session_lock_name, take_over_if_holder_dead
 from shared.logging import get_logger
 from shared.text import estimate_tokens
 from shared.tools import ToolContext, ToolRegistry
@@ -74,11 +79,35 @@ class TurnOutcome:
     steering_fired: set[str]
 
 
-def drain_session(session_id: int, deps: TurnDeps) -> int:
-    """Run every queued turn of the session, in order. Returns how many this call ran."""
-    lock = HeartbeatLock(deps.redis, session_lock_name(session_id), deps.lock_ttl_seconds)
+# How long a finished turn waits for an unavailable Postgres before its task gives up (and retries).
+SAVE_PATIENCE_SECONDS = 20.0
+# Looking again after a held lock's TTL: this much later, so the key has surely expired.
+LOCK_RECHECK_MARGIN_SECONDS = 1.0
+# Takeovers of dead holders' locks one drain call makes at most (another worker may win each race).
+_MAX_TAKEOVERS = 3
+
+
+@dataclass(frozen=True)
+class DrainOutcome:
+    processed: int  # turns this call ran
+    # Another worker holds the session while turns are open: look again after this many seconds
+    # (when its lock can have expired, should that worker have died). None: nothing left to wait for.
+    recheck_in: float | None = None
+
+
+def drain_session(session_id: int, deps: TurnDeps) -> DrainOutcome:
+    """Run every queued turn of the session, in order."""
+    name = session_lock_name(session_id)
+    lock = HeartbeatLock(deps.redis, name, deps.lock_ttl_seconds)
     processed = 0
-    while lock.acquire():
+    takeovers = 0
+    while True:
+        if not lock.acquire():
+            if takeovers < _MAX_TAKEOVERS and take_over_if_holder_dead(deps.redis, name):
+                takeovers += 1
+                log.warning("took over the session lock of a worker that died", session_id=session_id)
+                continue
+            return DrainOutcome(processed, _recheck_in(deps, name) if has_open_turns(session_id) else None)
         try:
             while (turn := claim_next_turn(session_id)) is not None:
                 run_claimed_turn(turn, deps, lock)
@@ -88,8 +117,14 @@ def drain_session(session_id: int, deps: TurnDeps) -> int:
         # A turn queued between our last claim and the release saw the lock held and left the
         # work to us: look once more after letting go.
         if not has_open_turns(session_id):
-            break
-    return processed
+            return DrainOutcome(processed)
+
+
+def _recheck_in(deps: TurnDeps, name: str) -> float:
+    """When the current holder's lock can have expired: its remaining TTL plus a margin."""
+    current = holder(deps.redis, name)
+    ttl = current.ttl_seconds if current is not None else 0.0
+    return min(ttl, deps.lock_ttl_seconds) + LOCK_RECHECK_MARGIN_SECONDS
 
 
 def has_open_turns(session_id: int) -> bool:
@@ -98,6 +133,13 @@ def has_open_turns(session_id: int) -> bool:
             "SELECT 1 FROM turns WHERE session_id = %s AND status IN ('queued', 'running') LIMIT 1", (session_id,)
         ).fetchone()
     return row is not None
+
+
+def sessions_with_running_turns(conn: Conn, limit: int = 5000) -> list[int]:
+    """Sessions with a turn marked running (what a restarted worker re-drives: a worker that died
+    left its turns running)."""
+    rows = conn.execute("SELECT DISTINCT session_id FROM turns WHERE status = 'running' LIMIT %s", (limit,)).fetchall()
+    return [int(row["session_id"]) for row in rows]
 
 
 def claim_next_turn(session_id: int) -> dict[str, Any] | None:
@@ -235,7 +277,9 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
         return
     if lock.lost:
         raise LockLost(f"session lock lost while running turn {turn['id']}")
-    with db.connection() as conn:
+    # The reply is paid for: wait out a Postgres restart (the lock's heartbeat goes on) rather than
+    # fail the task and run the model again on the retry.
+    with db.connection(patience=SAVE_PATIENCE_SECONDS) as conn:
         written = _guarded_update(
             conn,
             turn,

@@ -2,23 +2,43 @@
 
 Rows come back as dicts. Callers use `connection()` for a transaction (commit on success,
 rollback on error) and keep SQL in the domain module that owns the table.
+
+Outages: the pool remembers whether its last contact with Postgres failed. While it did, a
+checkout waits only `OUTAGE_PROBE_SECONDS` (long enough for the pool to try one new connection)
+before raising `DatabaseUnavailable`, so requests get a fast 503 instead of waiting the full pool
+timeout; and a failed reconnection gives up after `RECONNECT_TIMEOUT_SECONDS` instead of backing
+off for minutes, so the next request after Postgres is back connects at once.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from shared.config import get_settings
 from shared.services import resolve_database_url
 
 # Every connection engram opens returns rows as dicts.
 Conn = psycopg.Connection[DictRow]
+
+# A healthy but busy pool: how long a checkout waits for a free connection.
+POOL_TIMEOUT_SECONDS = 10.0
+# A checkout waits in slices this long, so it notices an outage found meanwhile by another request.
+_CHECKOUT_SLICE_SECONDS = 1.0
+# Postgres known to be down: how long a checkout gives the pool to reconnect before giving up.
+OUTAGE_PROBE_SECONDS = 0.5
+# A reconnection attempt (with the pool's own backoff) gives up after this; the next checkout
+# starts a new one right away. psycopg_pool's default (5 minutes, backoff doubling from 1 s)
+# left the gateway answering 503 for most of a minute after Postgres was back.
+RECONNECT_TIMEOUT_SECONDS = 2.0
+CONNECT_TIMEOUT_SECONDS = 3
 
 _pool: ConnectionPool[Conn] | None = None
 _pool_lock = threading.Lock()
@@ -35,6 +55,58 @@ class DatabaseUnavailable(RuntimeError):
     """Postgres could not be reached; the operation wrote nothing and can be retried."""
 
 
+class _Availability:
+    """Whether the last contact with Postgres (a connect, a connection check, a query) failed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failed_at: float | None = None
+
+    @property
+    def down(self) -> bool:
+        return self._failed_at is not None
+
+    def failed(self) -> None:
+        with self._lock:
+            if self._failed_at is None:
+                self._failed_at = time.monotonic()
+
+    def ok(self) -> None:
+        if self._failed_at is not None:
+            with self._lock:
+                self._failed_at = None
+
+
+_availability = _Availability()
+
+
+def database_down() -> bool:
+    """True while this process's last contact with Postgres failed."""
+    return _availability.down
+
+
+class _TrackedConnection(psycopg.Connection[DictRow]):
+    """A pooled connection whose connect attempts tell the pool's availability what they found."""
+
+    @classmethod
+    def connect(cls, *args: Any, **kwargs: Any) -> _TrackedConnection:
+        try:
+            conn = super().connect(*args, **kwargs)
+        except psycopg.OperationalError:
+            _availability.failed()
+            raise
+        _availability.ok()
+        return conn
+
+
+def _check(conn: Conn) -> None:
+    try:
+        ConnectionPool.check_connection(conn)
+    except psycopg.Error:
+        _availability.failed()
+        raise
+
+
 def get_pool() -> ConnectionPool[Conn]:
     global _pool
     with _pool_lock:
@@ -44,10 +116,12 @@ def get_pool() -> ConnectionPool[Conn]:
                 resolve_database_url(settings),
                 min_size=1,
                 max_size=settings.db_pool_size,
-                kwargs={"row_factory": dict_row, "autocommit": False},
+                kwargs={"row_factory": dict_row, "autocommit": False, "connect_timeout": CONNECT_TIMEOUT_SECONDS},
+                connection_class=_TrackedConnection,
                 # A connection broken by a Postgres restart is detected and replaced on checkout.
-                check=ConnectionPool.check_connection,
-                timeout=10,
+                check=_check,
+                timeout=POOL_TIMEOUT_SECONDS,
+                reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
                 open=True,
                 name="engram",
             )
@@ -60,24 +134,56 @@ def close_pool() -> None:
         if _pool is not None:
             _pool.close()
             _pool = None
+    _availability.ok()
+
+
+def _checkout(pool: ConnectionPool[Conn], timeout: float, patience: float) -> Conn:
+    started = time.monotonic()
+    deadline = started + max(timeout, patience)
+    while True:
+        remaining = deadline - time.monotonic()
+        wait = min(OUTAGE_PROBE_SECONDS if _availability.down else _CHECKOUT_SLICE_SECONDS, max(remaining, 0.01))
+        try:
+            conn = pool.getconn(timeout=wait)
+        except PoolTimeout as exc:
+            now = time.monotonic()
+            if (_availability.down and now - started >= patience) or now >= deadline:
+                raise DatabaseUnavailable(
+                    "database unavailable: " + ("Postgres is not answering" if _availability.down else str(exc))
+                ) from exc
+            continue
+        except UNAVAILABLE_ERRORS as exc:
+            raise DatabaseUnavailable(f"database unavailable: {exc}".strip()) from exc
+        _availability.ok()  # it passed the check on checkout
+        return conn
 
 
 @contextmanager
-def connection() -> Iterator[Conn]:
-    """A pooled connection inside one transaction."""
+def connection(timeout: float = POOL_TIMEOUT_SECONDS, *, patience: float = 0.0) -> Iterator[Conn]:
+    """A pooled connection inside one transaction.
+
+    With Postgres down, give up after `patience` seconds (0: at once); work that is expensive to
+    redo (a turn's finished reply) waits out a restart instead."""
+    pool = get_pool()
+    conn = _checkout(pool, timeout, patience)
     try:
-        with get_pool().connection() as conn:
+        with conn:  # commit on success, roll back on error; a pooled connection is not closed here
             yield conn
     except UNAVAILABLE_ERRORS as exc:
+        if conn.broken or conn.closed:  # the server went away, not just this statement (a deadlock, a timeout)
+            _availability.failed()
         raise DatabaseUnavailable(f"database unavailable: {exc}".strip()) from exc
-    except TimeoutError as exc:  # the pool could not hand out a working connection in time
-        raise DatabaseUnavailable(f"database unavailable: {exc}") from exc
+    finally:
+        pool.putconn(conn)
 
 
 def connect(url: str | None = None, *, autocommit: bool = False) -> Conn:
     """A standalone connection (migrations, CLI checks) outside the pool."""
     return psycopg.connect(
-        url or resolve_database_url(get_settings()), row_factory=dict_row, autocommit=autocommit, connect_timeout=5
+        url or resolve_database_url(get_settings()),
+        row_factory=dict_row,
+        autocommit=autocommit,
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
     )
 
 
@@ -85,3 +191,4 @@ def forget_pool() -> None:
     """Drop (without closing) a pool inherited across fork; the child opens its own."""
     global _pool
     _pool = None
+    _availability.ok()

@@ -4,16 +4,118 @@ The lock has a token (only the owner can release or extend it) and a TTL, so a c
 releases it by expiry; a heartbeat thread extends the TTL every third of it while work runs.
 `lost` turns true if the lock expired under us (e.g. the process was frozen past the TTL) — the
 owner must then stop writing, because another worker may already hold it.
+
+The token names its owner: the machine's boot id, the PID namespace, the PID and the process's
+start time. A waiter on the same machine and in the same PID namespace can therefore tell for
+certain that the holder is gone (no such process, or another process with a reused PID) and take
+the lock over at once instead of waiting out the TTL; for a holder anywhere else it cannot tell,
+and waits (`holder`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
+import uuid
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+from pathlib import Path
 from types import TracebackType
 
+import psutil
 import redis
 from redis.exceptions import LockError, LockNotOwnedError, RedisError
+
+_TOKEN_VERSION = "o1"
+
+# Deletes the key only if it still holds the token we judged (the dead holder's), never a new owner's.
+_DELETE_IF_TOKEN = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('del', KEYS[1])
+end
+return 0
+"""
+
+
+@lru_cache(maxsize=1)
+def _machine() -> tuple[str, str]:
+    """(boot id, PID namespace) of this process; empty strings where the platform cannot say."""
+    try:
+        boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        pid_namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "", ""
+    return boot_id, pid_namespace
+
+
+def _start_time(pid: int) -> str:
+    return f"{psutil.Process(pid).create_time():.2f}"
+
+
+def owner_token() -> str:
+    """A fresh lock token that names this process (computed per call: pool children fork)."""
+    boot_id, pid_namespace = _machine()
+    pid = os.getpid()
+    try:
+        started = _start_time(pid)
+    except psutil.Error:
+        started = ""
+    return "|".join((_TOKEN_VERSION, boot_id, pid_namespace, str(pid), started, uuid.uuid4().hex))
+
+
+class Holder(Enum):
+    ALIVE = "alive"  # the holding process is running on this machine
+    DEAD = "dead"  # it was on this machine and is gone
+    UNKNOWN = "unknown"  # another machine or namespace, or a token without an owner
+
+
+def holder_state(token: str | bytes) -> Holder:
+    text = token.decode(errors="replace") if isinstance(token, bytes) else token
+    parts = text.split("|")
+    if len(parts) != 6 or parts[0] != _TOKEN_VERSION:
+        return Holder.UNKNOWN
+    _, boot_id, pid_namespace, pid_text, started, _ = parts
+    if not boot_id or (boot_id, pid_namespace) != _machine() or not pid_text.isdigit() or not started:
+        return Holder.UNKNOWN
+    try:
+        proc = psutil.Process(int(pid_text))
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return Holder.DEAD  # killed, not yet reaped by its parent
+        return Holder.ALIVE if _start_time(proc.pid) == started else Holder.DEAD  # PID reused
+    except psutil.NoSuchProcess:
+        return Holder.DEAD
+    except psutil.Error:
+        return Holder.UNKNOWN
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    state: Holder
+    ttl_seconds: float  # until the lock expires by itself
+
+
+def holder(client: redis.Redis, name: str) -> LockHolder | None:
+    """Who holds `name` and for how long yet; None when nobody does."""
+    pipe = client.pipeline(transaction=True)
+    pipe.get(name)
+    pipe.pttl(name)
+    token, pttl = pipe.execute()
+    if token is None:
+        return None
+    # pttl is -1 for a key without expiry (not one of ours); treat it as about to be looked at again.
+    return LockHolder(holder_state(token), max(int(pttl), 0) / 1000)
+
+
+def take_over_if_holder_dead(client: redis.Redis, name: str) -> bool:
+    """Delete the lock if its holder is provably dead. True when the lock is free afterwards."""
+    token = client.get(name)
+    if token is None:
+        return True
+    if holder_state(token) is not Holder.DEAD:
+        return False
+    return bool(client.eval(_DELETE_IF_TOKEN, 1, name, token))
 
 
 class HeartbeatLock:
@@ -26,7 +128,7 @@ class HeartbeatLock:
         self.lost = False
 
     def acquire(self) -> bool:
-        if not self._lock.acquire(blocking=False):
+        if not self._lock.acquire(blocking=False, token=owner_token()):
             return False
         self._stop.clear()
         self.lost = False

@@ -8,6 +8,8 @@ Reliability choices (see README "Crash safety"):
   could run.
 - visibility_timeout (Redis transport) longer than any countdown or time limit, otherwise a
   slow or delayed task would be redelivered while it still runs.
+- Redis outages: workers retry the broker forever and survive a connection lost with messages in
+  flight (workers/consumer.py); the sweeps re-drive whatever the outage held up.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from celery import Celery
-from celery.signals import setup_logging, worker_process_init
+from celery.signals import setup_logging, worker_init, worker_process_init
 from kombu import Exchange, Queue
 
 from shared import db
@@ -43,6 +45,9 @@ def create_celery() -> Celery:
     app.conf.update(
         broker_url=broker_url,
         broker_connection_retry_on_startup=True,
+        # Ride out a Redis outage of any length (the default gives up after 100 tries and exits).
+        broker_connection_max_retries=None,
+        worker_consumer="workers.consumer:ResilientConsumer",
         broker_transport_options={
             "visibility_timeout": settings.broker_visibility_timeout,
             "socket_connect_timeout": 3,
@@ -98,6 +103,20 @@ app = create_celery()
 def _configure_logging(**_: object) -> None:
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_json)
+
+
+# Tasks publish follow-up work (embeddings, extraction, retries). Unlike the gateway, which must
+# answer at once, a task can wait out a Redis restart (a second or two under `engram up`); a publish
+# that gave up after a second lost that work until a sweep found it (for embeddings: 15 minutes).
+WORKER_PUBLISH_RETRY_POLICY = {"max_retries": 12, "interval_start": 0.5, "interval_step": 0.5, "interval_max": 2}
+
+
+@worker_init.connect
+def _worker_broker_settings(**_: object) -> None:
+    # Only workers: the gateway must publish fast, and Flower recognises the broker by its scheme.
+    app.conf.task_publish_retry_policy = WORKER_PUBLISH_RETRY_POLICY
+    vars(app.amqp).pop("send_task_message", None)  # the sender caches the policy when first built
+    app.conf.broker_transport = "workers.broker:Transport"  # Redis; a killed task's message requeued first
 
 
 @worker_process_init.connect

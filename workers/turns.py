@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from celery.signals import worker_ready
+from kombu.exceptions import OperationalError as BrokerUnavailable
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared import db
-from shared.agent import LockLost, drain_session
+from shared.agent import LockLost, drain_session, sessions_with_running_turns
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.logging import get_logger
@@ -16,9 +20,19 @@ from shared.pipeline.jobs import plan_after_turn
 from shared.redis_client import get_redis
 from shared.runtime import turn_deps
 from workers.base import engram_task
-from workers.dispatch import enqueue_compaction, enqueue_embed_memory, enqueue_extraction, enqueue_flush
+from workers.dispatch import (
+    enqueue_compaction,
+    enqueue_drain,
+    enqueue_embed_memory,
+    enqueue_extraction,
+    enqueue_flush,
+)
 
 log = get_logger(__name__)
+
+# How many times one drain task looks again at a session another worker holds (each look comes
+# when that worker's lock can have expired). Past this the stalled-turn sweep is the safety net.
+MAX_LOCK_RECHECKS = 20
 
 
 def after_turn(session_id: int, turn_id: int) -> None:
@@ -46,7 +60,7 @@ def after_turn(session_id: int, turn_id: int) -> None:
             enqueue_flush(session_id)
         if follow.compact:
             enqueue_compaction(session_id)
-    except (RedisError, DatabaseUnavailable, OSError) as exc:
+    except (RedisError, BrokerUnavailable, DatabaseUnavailable, OSError) as exc:
         log.warning(
             "could not schedule memory work after the turn", session_id=session_id, turn_id=turn_id, error=str(exc)
         )
@@ -61,4 +75,40 @@ def after_turn(session_id: int, turn_id: int) -> None:
     max_retries=30,
 )
 def drain(session_id: int) -> int:
-    return drain_session(session_id, turn_deps(enqueue_embed_memory, after_turn))
+    outcome = drain_session(session_id, turn_deps(embed_later, after_turn))
+    if outcome.recheck_in is not None:
+        # Another worker holds the session and turns are open. If it is alive it drains them; if it
+        # died, its lock expires by `recheck_in` and this task, retried then, resumes the turns.
+        rechecks = drain.request.retries
+        if rechecks < MAX_LOCK_RECHECKS:
+            raise drain.retry(countdown=outcome.recheck_in, max_retries=MAX_LOCK_RECHECKS)
+        log.warning("session still held by another worker; leaving it to the sweep", session_id=session_id)
+    return outcome.processed
+
+
+def embed_later(memory_id: int) -> None:
+    """Best effort: a memory a tool wrote is embedded by the index sweep if the broker is away now."""
+    try:
+        enqueue_embed_memory(memory_id)
+    except (RedisError, BrokerUnavailable, OSError) as exc:
+        log.warning("could not enqueue embedding; the index sweep will", memory_id=memory_id, error=str(exc))
+
+
+@worker_ready.connect
+def _redrive_after_start(sender: Any = None, **_: object) -> None:
+    """A worker that starts (or restarts after one was killed) re-drives every session with a turn
+    marked running. A killed worker's messages are put back at start (workers/consumer.py); this
+    also covers one whose message was lost otherwise, which would wait for the stalled-turn sweep.
+    Drains are idempotent; a session running elsewhere costs a look or two."""
+    if sender is None or "turns" not in sender.app.amqp.queues.consume_from:
+        return
+    try:
+        with db.connection() as conn:
+            session_ids = sessions_with_running_turns(conn)
+        for session_id in session_ids:
+            enqueue_drain(session_id)
+    except (DatabaseUnavailable, RedisError, BrokerUnavailable, OSError) as exc:
+        log.warning("could not re-drive open turns at start; the sweep will", error=str(exc))
+        return
+    if session_ids:
+        log.info("re-drove sessions with running turns at worker start", sessions=len(session_ids))

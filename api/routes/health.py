@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
@@ -17,6 +18,13 @@ log = get_logger(__name__)
 
 router = APIRouter(tags=["health"])
 
+CHECK_TIMEOUT_SECONDS = 2.0
+# One small executor per dependency: checks stuck on a dead Postgres must not queue the Redis check
+# behind them (the shared default executor did, and /readyz then blamed Redis as well).
+_EXECUTORS = {
+    name: ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"readyz-{name}") for name in ("postgres", "redis")
+}
+
 
 @router.get("/healthz")
 def healthz() -> dict[str, str]:
@@ -24,7 +32,7 @@ def healthz() -> dict[str, str]:
 
 
 def _check_postgres() -> str:
-    with db.get_pool().connection(timeout=3) as conn:
+    with db.connection(timeout=CHECK_TIMEOUT_SECONDS) as conn:
         conn.execute("SELECT 1")
     return "ok"
 
@@ -38,10 +46,11 @@ async def _run_check(name: str, check: Callable[[], str]) -> str:
     """ "ok" or a generic reason. The exception stays in the server log: its text can carry host names,
     user names or URLs, and /readyz answers anyone who can reach the gateway."""
     try:
-        return await asyncio.wait_for(asyncio.to_thread(check), timeout=5)
+        loop = asyncio.get_running_loop()
+        return await asyncio.wait_for(loop.run_in_executor(_EXECUTORS[name], check), timeout=CHECK_TIMEOUT_SECONDS + 1)
     except TimeoutError:
         log.warning("readiness check timed out", dependency=name)
-        return "unavailable: no answer within 5 s"
+        return f"unavailable: no answer within {CHECK_TIMEOUT_SECONDS + 1:g} s"
     except Exception as exc:
         log.warning("readiness check failed", dependency=name, error=f"{type(exc).__name__}: {exc}")
         return "unavailable"

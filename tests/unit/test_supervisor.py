@@ -1,0 +1,101 @@
+"""The supervisor keeps embedded servers running: a dead one is restarted, a failed restart is tried
+again with backoff, and one that keeps dying or cannot come back stops the stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ops import supervisor as supervisor_module
+from ops.supervisor import ChildKeptDying, Supervisor
+
+
+class FakeServer:
+    def __init__(self, failing_restarts: int = 0) -> None:
+        self.running = True
+        self.failing_restarts = failing_restarts
+        self.restarts = 0
+        self.attempts = 0
+
+    def alive(self) -> bool:
+        return self.running
+
+    def restart(self) -> None:
+        self.attempts += 1
+        if self.failing_restarts:
+            self.failing_restarts -= 1
+            raise RuntimeError("port taken")
+        self.restarts += 1
+        self.running = True
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(supervisor_module.time, "monotonic", fake)
+    return fake
+
+
+def test_a_dead_server_is_restarted_once(tmp_path: Path, clock: Clock) -> None:
+    sup = Supervisor(tmp_path, {})
+    server = FakeServer()
+    sup.watch("valkey", server)
+    sup.check_services()
+    assert server.attempts == 0  # alive: left alone
+    server.running = False
+    sup.check_services()
+    assert server.restarts == 1
+    sup.check_services()
+    assert server.restarts == 1
+
+
+def test_a_failed_restart_is_retried_with_backoff(tmp_path: Path, clock: Clock) -> None:
+    sup = Supervisor(tmp_path, {})
+    server = FakeServer(failing_restarts=2)
+    sup.watch("postgres", server)
+    server.running = False
+    sup.check_services()
+    assert server.attempts == 1
+    sup.check_services()
+    assert server.attempts == 1  # backing off: not tried again at once
+    clock.now += 1.0
+    sup.check_services()
+    assert server.attempts == 2
+    clock.now += 1.0
+    sup.check_services()
+    assert server.attempts == 2  # the second failure doubled the wait
+    clock.now += 1.0
+    sup.check_services()
+    assert (server.attempts, server.restarts, server.running) == (3, 1, True)
+
+
+def test_a_server_that_cannot_come_back_stops_the_stack(tmp_path: Path, clock: Clock) -> None:
+    sup = Supervisor(tmp_path, {})
+    server = FakeServer(failing_restarts=1000)
+    sup.watch("postgres", server)
+    server.running = False
+    with pytest.raises(ChildKeptDying, match="postgres could not be restarted"):
+        for _ in range(1000):
+            sup.check_services()
+            clock.now += 5.0
+
+
+def test_a_server_that_keeps_dying_stops_the_stack(tmp_path: Path, clock: Clock) -> None:
+    sup = Supervisor(tmp_path, {})
+    server = FakeServer()
+    sup.watch("valkey", server)
+    with pytest.raises(ChildKeptDying, match="valkey died 6 times within a minute"):
+        for _ in range(10):
+            server.running = False
+            sup.check_services()
+            clock.now += 1.0
+    assert server.restarts == 5
