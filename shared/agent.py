@@ -79,8 +79,6 @@ class TurnOutcome:
     steering_fired: set[str]
 
 
-# How long a finished turn waits for an unavailable Postgres before its task gives up (and retries).
-SAVE_PATIENCE_SECONDS = 20.0
 # Looking again after a held lock's TTL: this much later, so the key has surely expired.
 LOCK_RECHECK_MARGIN_SECONDS = 1.0
 # Takeovers of dead holders' locks one drain call makes at most (another worker may win each race).
@@ -279,7 +277,7 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
         raise LockLost(f"session lock lost while running turn {turn['id']}")
     # The reply is paid for: wait out a Postgres restart (the lock's heartbeat goes on) rather than
     # fail the task and run the model again on the retry.
-    with db.connection(patience=SAVE_PATIENCE_SECONDS) as conn:
+    with db.connection(patience=db.PAID_WORK_PATIENCE_SECONDS) as conn:
         written = _guarded_update(
             conn,
             turn,

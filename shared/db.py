@@ -158,6 +158,11 @@ def _checkout(pool: ConnectionPool[Conn], timeout: float, patience: float) -> Co
         return conn
 
 
+# How long work already paid for (a model reply, the record of a model call) waits for an unavailable
+# Postgres before its task gives up and retries, which would pay for the call again.
+PAID_WORK_PATIENCE_SECONDS = 20.0
+
+
 @contextmanager
 def connection(timeout: float = POOL_TIMEOUT_SECONDS, *, patience: float = 0.0) -> Iterator[Conn]:
     """A pooled connection inside one transaction.

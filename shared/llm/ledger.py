@@ -43,9 +43,10 @@ class LedgerScope:
 def record_call(call: CallRecord, scope: LedgerScope) -> None:
     """Write one call now, committed on its own (never inside the caller's transaction).
 
-    With Postgres unreachable this raises DatabaseUnavailable, as the caller's own write would a moment
-    later: the task retries as it always does in an outage, instead of finishing with its spend unrecorded."""
-    with db.connection() as conn:
+    The call is paid for, so the write waits out a Postgres restart (as the turn's own save does) rather
+    than failing the attempt and paying again on the retry; past that patience it raises
+    DatabaseUnavailable and the task retries, instead of finishing with its spend unrecorded."""
+    with db.connection(patience=db.PAID_WORK_PATIENCE_SECONDS) as conn:
         insert_calls(conn, [call], scope)
 
 

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.conftest import Gateway, make_key
+from tests.integration.test_turns import count
 
 
 def client(gateway: Gateway, key: str | None) -> httpx.Client:
@@ -31,15 +32,6 @@ def issue(admin: httpx.Client, **body: Any) -> dict[str, Any]:
     assert response.status_code == 201, response.text
     issued: dict[str, Any] = response.json()
     return issued
-
-
-def count(table: str) -> int:
-    from shared import db
-
-    with db.connection() as conn:
-        row = conn.execute(f"SELECT count(*) AS n FROM {table}").fetchone()
-    assert row is not None
-    return int(row["n"])
 
 
 def test_a_read_only_key_reads_but_cannot_write(gateway: Gateway, admin: httpx.Client) -> None:
