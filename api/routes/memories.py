@@ -45,7 +45,8 @@ from shared.memory.store import (
     store_memory,
     update_attributes,
 )
-from shared.memory.userdata import erase_user, export_user
+from shared.memory.userdata import drop_live_state, erase_user, export_user
+from shared.redis_client import get_redis
 from shared.text import SAFE_TEXT
 from shared.turns import ensure_user, find_session, find_user_id
 
@@ -278,5 +279,6 @@ def export(user_id: UserId, tenant: MemoryReadKey) -> dict[str, Any]:
 def erase(user_id: UserId, tenant: MemoryWriteKey) -> dict[str, Any]:
     """Erase the user and everything of theirs in one transaction; returns rows deleted per table."""
     with db.connection() as conn:
-        counts = erase_user(conn, _scope(conn, tenant, user_id))
-    return {"erased": counts}
+        erasure = erase_user(conn, _scope(conn, tenant, user_id))
+    drop_live_state(get_redis(), erasure)
+    return {"erased": erasure.counts}

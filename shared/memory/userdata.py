@@ -1,78 +1,193 @@
-"""Everything engram holds about one user: export it, or erase it in one transaction."""
+"""Everything engram holds about one user: export it, or erase it in one transaction.
+
+Every table of the schema is classified here: either it holds user data (`USER_TABLES`, with the
+predicate that selects one user's rows, used by both export and erasure) or it does not
+(`NON_USER_TABLES`, with the reason). A test enumerates the live schema and fails on a table that is
+in neither, so a new table cannot be forgotten by export or erasure.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+from redis.exceptions import RedisError
+
 from shared.db import Conn
+from shared.events import stream_key
+from shared.logging import get_logger
 from shared.memory.store import MEMORY_COLUMNS, Scope
 
-# Child tables first; each statement is scoped by tenant and user.
-_ERASE_ORDER = (
-    (
-        "memory_entities",
-        "DELETE FROM memory_entities WHERE memory_id IN "
-        "(SELECT id FROM memories WHERE tenant_id = %(t)s AND user_id = %(u)s)",
+log = get_logger(__name__)
+
+# Parameters every predicate may use: tenant id, user id, and the user's external id.
+_USER_TURNS = "SELECT id FROM turns WHERE tenant_id = %(t)s AND user_id = %(u)s"
+_USER_MEMORIES = "SELECT id FROM memories WHERE tenant_id = %(t)s AND user_id = %(u)s"
+
+
+@dataclass(frozen=True)
+class UserTable:
+    name: str
+    predicate: str  # selects exactly this user's rows
+    export_columns: str  # what the export shows (never secrets or raw vectors)
+    export_order: str = "id"
+
+
+# Erasure runs in this order: rows that reference others first (the foreign keys would cascade
+# anyway, but explicit statements give per-table counts and do not depend on ON DELETE rules).
+USER_TABLES: tuple[UserTable, ...] = (
+    UserTable(
+        "inbound_events",
+        f"tenant_id = %(t)s AND turn_id IN ({_USER_TURNS})",
+        "id, channel, external_id, turn_id, payload, received_at",
     ),
-    ("memory_chunks", "DELETE FROM memory_chunks WHERE tenant_id = %(t)s AND user_id = %(u)s"),
-    ("memory_events", "DELETE FROM memory_events WHERE tenant_id = %(t)s AND user_id = %(u)s"),
-    ("memories", "DELETE FROM memories WHERE tenant_id = %(t)s AND user_id = %(u)s"),
-    ("entities", "DELETE FROM entities WHERE tenant_id = %(t)s AND user_id = %(u)s"),
-    ("documents", "DELETE FROM documents WHERE tenant_id = %(t)s AND user_id = %(u)s"),
-    ("llm_calls", "DELETE FROM llm_calls WHERE tenant_id = %(t)s AND user_id = %(u)s"),
-    ("session_messages", "DELETE FROM session_messages WHERE tenant_id = %(t)s AND user_id = %(u)s"),
-    ("turns", "DELETE FROM turns WHERE tenant_id = %(t)s AND user_id = %(u)s"),
-    ("sessions", "DELETE FROM sessions WHERE tenant_id = %(t)s AND user_id = %(u)s"),
-    ("users", "DELETE FROM users WHERE tenant_id = %(t)s AND id = %(u)s"),
+    UserTable(
+        "api_keys",
+        "tenant_id = %(t)s AND user_external_id = %(ext)s",
+        "id, name, key_prefix, scopes, created_at, last_used_at, revoked_at",
+    ),
+    UserTable(
+        "memory_entities",
+        f"memory_id IN ({_USER_MEMORIES})",
+        "memory_id, entity_id",
+        "memory_id, entity_id",
+    ),
+    UserTable(
+        "memory_chunks",
+        "tenant_id = %(t)s AND user_id = %(u)s",
+        "id, memory_id, session_id, chunk_index, text, first_message_id, last_message_id, created_at",
+    ),
+    UserTable(
+        "memory_events",
+        "tenant_id = %(t)s AND user_id = %(u)s",
+        "id, memory_id, action, namespace, key, old_value, new_value, actor, details, created_at",
+    ),
+    UserTable("memories", "tenant_id = %(t)s AND user_id = %(u)s", MEMORY_COLUMNS),
+    UserTable(
+        "entities",
+        "tenant_id = %(t)s AND user_id = %(u)s",
+        "id, canonical_name, entity_type, aliases, mention_count, first_seen_at, last_seen_at",
+    ),
+    UserTable(
+        "documents",
+        "tenant_id = %(t)s AND user_id = %(u)s",
+        "id, session_id, source_message_id, title, content, created_at",
+    ),
+    UserTable(
+        "llm_calls",
+        "tenant_id = %(t)s AND user_id = %(u)s",
+        "id, session_id, turn_id, purpose, provider, model, input_tokens, output_tokens, cache_read_tokens, "
+        "cache_write_tokens, duration_ms, ok, created_at",
+    ),
+    UserTable(
+        "session_messages",
+        "tenant_id = %(t)s AND user_id = %(u)s",
+        "id, session_id, turn_id, role, content, tool_calls, tool_results, is_compacted, created_at",
+        "session_id, turn_id, id",
+    ),
+    UserTable(
+        "turns",
+        "tenant_id = %(t)s AND user_id = %(u)s",
+        "id, session_id, status, idempotency_key, reply, error, usage, created_at, finished_at",
+    ),
+    UserTable(
+        "sessions",
+        "tenant_id = %(t)s AND user_id = %(u)s",
+        "id, channel, session_key, summary, active_task, compaction_count, created_at, updated_at",
+    ),
+    UserTable(
+        "users",
+        "tenant_id = %(t)s AND id = %(u)s",
+        "id, external_id, display_name, location, timezone, occupation, interests, goals, context, "
+        "communication_style, created_at, updated_at",
+    ),
 )
 
+# Tables that hold no data of any one user, and why.
+NON_USER_TABLES: dict[str, str] = {
+    "tenants": "the tenant's name and budget",
+    "agent_profiles": "the tenant's agent configuration",
+    "personality_presets": "built-in and tenant-defined presets",
+    "embedding_space": "which embedding model the database uses",
+    "schema_migrations": "applied migration files",
+    # Keyed by sha256 of the embedded text, with no owner; erasure deletes the rows of the user's
+    # chunk texts that no other user's chunk shares (see `_erase_cached_embeddings`).
+    "embedding_cache": "vectors keyed by text hash, erased by hash",
+}
 
-def erase_user(conn: Conn, scope: Scope) -> dict[str, int]:
-    """Delete every row of the user (GDPR erasure) in the caller's transaction; returns counts."""
-    params = {"t": scope.tenant_id, "u": scope.user_id}
-    counts = {}
-    for table, statement in _ERASE_ORDER:
-        counts[table] = conn.execute(statement, params).rowcount
-    return counts
+# The export's section names that predate the table-named ones (clients read them).
+_EXPORT_SECTION = {"users": "user", "session_messages": "messages"}
+
+
+@dataclass
+class Erasure:
+    counts: dict[str, int] = field(default_factory=dict)
+    turn_ids: list[int] = field(default_factory=list)
+
+
+def _params(conn: Conn, scope: Scope) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT external_id FROM users WHERE tenant_id = %s AND id = %s", (scope.tenant_id, scope.user_id)
+    ).fetchone()
+    return {"t": scope.tenant_id, "u": scope.user_id, "ext": row["external_id"] if row else None}
+
+
+def erase_user(conn: Conn, scope: Scope) -> Erasure:
+    """Delete every row of the user (GDPR erasure) in the caller's transaction.
+
+    Returns per-table counts and the ids whose live state in Redis the caller drops after commit
+    (`drop_live_state`)."""
+    params = _params(conn, scope)
+    erasure = Erasure()
+    erasure.turn_ids = [row["id"] for row in conn.execute(_USER_TURNS, params).fetchall()]
+    erasure.counts["embedding_cache"] = _erase_cached_embeddings(conn, params)
+    for table in USER_TABLES:
+        erasure.counts[table.name] = conn.execute(f"DELETE FROM {table.name} WHERE {table.predicate}", params).rowcount
+    return erasure
+
+
+def _erase_cached_embeddings(conn: Conn, params: dict[str, Any]) -> int:
+    """Cached vectors of the user's chunk texts (a vector can be inverted into an approximation of its
+    text), except those another user's chunk has too: theirs must stay searchable and cheap."""
+    return conn.execute(
+        """DELETE FROM embedding_cache c
+            WHERE c.content_hash IN (SELECT content_hash FROM memory_chunks
+                                      WHERE tenant_id = %(t)s AND user_id = %(u)s)
+              AND NOT EXISTS (SELECT 1 FROM memory_chunks o
+                               WHERE o.content_hash = c.content_hash AND o.user_id <> %(u)s)""",
+        params,
+    ).rowcount
+
+
+def drop_live_state(client: redis.Redis, erasure: Erasure) -> None:
+    """Best effort, after the erasure committed: the turns' event streams, which hold reply text for an
+    hour. (Redis holds nothing else of a user's: locks and debounce keys are ids and tokens.)"""
+    keys = [stream_key(turn_id) for turn_id in erasure.turn_ids]
+    try:
+        for start in range(0, len(keys), 500):
+            client.delete(*keys[start : start + 500])
+    except RedisError as exc:
+        log.warning("could not drop an erased user's live state", error=str(exc), keys=len(keys))
 
 
 def export_user(conn: Conn, scope: Scope) -> dict[str, Any]:
-    params = {"t": scope.tenant_id, "u": scope.user_id}
-    user = conn.execute(
-        """SELECT external_id, display_name, location, timezone, occupation, interests, goals, context,
-                  communication_style, created_at, updated_at FROM users WHERE tenant_id = %(t)s AND id = %(u)s""",
-        params,
-    ).fetchone()
-    sessions = conn.execute(
-        """SELECT id, channel, session_key, summary, active_task, compaction_count, created_at, updated_at
-           FROM sessions WHERE tenant_id = %(t)s AND user_id = %(u)s ORDER BY id""",
-        params,
-    ).fetchall()
-    messages = conn.execute(
-        """SELECT id, session_id, turn_id, role, content, tool_calls, tool_results, is_compacted, created_at
-           FROM session_messages WHERE tenant_id = %(t)s AND user_id = %(u)s ORDER BY session_id, turn_id, id""",
-        params,
-    ).fetchall()
-    memories = conn.execute(
-        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant_id = %(t)s AND user_id = %(u)s ORDER BY id", params
-    ).fetchall()
-    events = conn.execute(
-        """SELECT id, memory_id, action, namespace, key, old_value, new_value, actor, details, created_at
-           FROM memory_events WHERE tenant_id = %(t)s AND user_id = %(u)s ORDER BY id""",
-        params,
-    ).fetchall()
-    entities = conn.execute(
-        """SELECT e.id, e.canonical_name, e.entity_type, e.aliases, e.mention_count,
-                  coalesce(array_agg(me.memory_id) FILTER (WHERE me.memory_id IS NOT NULL), '{}') AS memory_ids
-           FROM entities e LEFT JOIN memory_entities me ON me.entity_id = e.id
-           WHERE e.tenant_id = %(t)s AND e.user_id = %(u)s GROUP BY e.id ORDER BY e.id""",
-        params,
-    ).fetchall()
-    return {
-        "user": user,
-        "sessions": sessions,
-        "messages": messages,
-        "memories": memories,
-        "memory_events": events,
-        "entities": entities,
-    }
+    """Every row `erase_user` would delete, table by table (no secrets, no raw vectors)."""
+    params = _params(conn, scope)
+    out: dict[str, Any] = {}
+    for table in reversed(USER_TABLES):
+        rows = conn.execute(
+            f"SELECT {table.export_columns} FROM {table.name} WHERE {table.predicate} ORDER BY {table.export_order}",
+            params,
+        ).fetchall()
+        out[_EXPORT_SECTION.get(table.name, table.name)] = rows
+    out["user"] = out["user"][0] if out["user"] else None
+    out["entities"] = _with_memory_ids(out["entities"], out["memory_entities"])
+    return out
+
+
+def _with_memory_ids(entities: list[dict[str, Any]], links: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_entity: dict[int, list[int]] = {}
+    for link in links:
+        by_entity.setdefault(link["entity_id"], []).append(link["memory_id"])
+    return [{**entity, "memory_ids": by_entity.get(entity["id"], [])} for entity in entities]

@@ -145,7 +145,7 @@ def test_erase_removes_every_row_of_one_user_only(conn: Conn) -> None:
         store_memory(conn, scope, MemoryInput(key="city", value="Porto"), "api")
     exported = export_user(conn, alice)
     assert len(exported["memories"]) == 3 and len(exported["memory_events"]) == 3 and exported["entities"]
-    counts = erase_user(conn, alice)
+    counts = erase_user(conn, alice).counts
     assert counts["memories"] == 3 and counts["memory_events"] == 3 and counts["users"] == 1
     assert counts["entities"] >= 1 and counts["memory_entities"] >= 1
     for table in ("memories", "memory_events", "entities"):
