@@ -6,7 +6,9 @@ check the budget invariants (selection limits, compressed summary length, keep l
 
 from __future__ import annotations
 
+import gc
 import time
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -837,25 +839,13 @@ def test_transcript_blocks_group_five_conversational_messages() -> None:
 
 # ============================================================================ untrusted input stays linear
 
-_N = 20_000
+# A careless regex turns quadratic on long whitespace runs (~30 s for 20,000 characters here before the
+# fix). Growth, not speed, is checked: the CPU cost at 8x the input, against the cost at 1x in the same
+# run; linear work grows ~8x (less, with fixed overheads), quadratic ~64x.
+_SMALL, _GROWTH, _MAX_RATIO = 2_500, 8, 24
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "ACTIVE TASK: " + " " * _N + "x",
-        "## " + " " * _N + "x",
-        "Please " + " " * _N + ", from now on x",
-        "a" + " " * _N + "and" + " " * _N + "b",
-        "\n \t" * _N,
-        "I like " + " ," * _N,
-        "Decisions: " + "a; " * _N,
-        "{" + '"a":' * _N,
-    ],
-)
-def test_pathological_input_is_handled_quickly(text: str) -> None:
-    # Whitespace runs are where a careless regex turns quadratic (~30 s here before the fix).
-    started = time.perf_counter()
+def _process_all(text: str) -> None:
     messages = [msg(1, "user", text), msg(2, "assistant", text)]
     parse_summary(text)
     compress_previous(text)
@@ -864,4 +854,37 @@ def test_pathological_input_is_handled_quickly(text: str) -> None:
     offline_extract(messages)
     parse_extraction(text)
     clean_directive(text)
-    assert time.perf_counter() - started < 5
+
+
+def _cpu_cost(text: str, repeats: int) -> float:
+    """The cheapest of `repeats` runs in CPU seconds of this process (immune to other processes' load)."""
+    costs = []
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            started = time.process_time()
+            _process_all(text)
+            costs.append(time.process_time() - started)
+    finally:
+        gc.enable()
+    return max(min(costs), 1e-6)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: "ACTIVE TASK: " + " " * n + "x",
+        lambda n: "## " + " " * n + "x",
+        lambda n: "Please " + " " * n + ", from now on x",
+        lambda n: "a" + " " * n + "and" + " " * n + "b",
+        lambda n: "\n \t" * n,
+        lambda n: "I like " + " ," * n,
+        lambda n: "Decisions: " + "a; " * n,
+        lambda n: "{" + '"a":' * n,
+    ],
+    ids=["task", "heading", "directive", "two-runs", "blank-lines", "commas", "decisions", "json"],
+)
+def test_pathological_input_costs_grow_linearly(make: Callable[[int], str]) -> None:
+    small = _cpu_cost(make(_SMALL), repeats=5)
+    large = _cpu_cost(make(_SMALL * _GROWTH), repeats=3)
+    assert large / small < _MAX_RATIO, f"{_GROWTH}x the input cost {large / small:.0f}x the CPU"
