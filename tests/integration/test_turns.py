@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -170,14 +171,13 @@ def test_turns_of_one_session_run_in_order_while_another_session_proceeds(
     fake_llm.default = slow_for_a
     a_ids: list[int] = []
 
-    def send_a() -> None:
-        for i in range(5):
-            a_ids.append(post_turn(api, "session-a", f"A-{i}").json()["turn_id"])
-
-    sender = threading.Thread(target=send_a)
-    sender.start()
-    sender.join()
-    b_id = post_turn(api, "session-b", "B-0", user="bob").json()["turn_id"]
+    for i in range(5):
+        accepted = post_turn(api, "session-a", f"A-{i}")
+        assert accepted.status_code == 202, accepted.text
+        a_ids.append(accepted.json()["turn_id"])
+    b_accepted = post_turn(api, "session-b", "B-0", user="bob")
+    assert b_accepted.status_code == 202, b_accepted.text
+    b_id = b_accepted.json()["turn_id"]
 
     a_turns = [wait_turn(api, turn_id) for turn_id in a_ids]
     b_turn = wait_turn(api, b_id)
@@ -208,17 +208,18 @@ def test_idempotency_key_returns_the_original_turn(api: httpx.Client, workers: C
 
 
 def test_concurrent_requests_with_one_idempotency_key_make_one_turn(api: httpx.Client, workers: CeleryStack) -> None:
-    results: list[int] = []
+    start = threading.Barrier(6)
 
-    def send() -> None:
-        results.append(post_turn(api, "s-race", "same", **{"Idempotency-Key": "race"}).json()["turn_id"])
+    def send(_: int) -> httpx.Response:
+        start.wait()
+        return post_turn(api, "s-race", "same", **{"Idempotency-Key": "race"})
 
-    threads = [threading.Thread(target=send) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(set(results)) == 1
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        responses = list(pool.map(send, range(6)))
+    assert [r.status_code for r in responses] == [202] * 6, [r.text for r in responses]
+    assert len({r.json()["turn_id"] for r in responses}) == 1
+    # Exactly one request created the turn; the others were told they got the original.
+    assert sorted(r.headers.get("Idempotent-Replayed") == "true" for r in responses) == [False] + [True] * 5
     assert count("turns") == 1
 
 
