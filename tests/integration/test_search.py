@@ -12,6 +12,7 @@ from pgvector import Vector
 from shared import db
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
+from shared.embeddings.cache import register_vector_types
 from shared.memory.indexing import index_memory
 from shared.memory.search import SearchFilters, SearchOptions, SearchResult, search
 from shared.memory.store import MemoryInput, Scope, store_memory
@@ -225,6 +226,7 @@ def test_vector_leg_returns_k_rows_when_the_user_owns_one_percent(conn: Conn, em
     """HNSW alone stops after ef_search candidates, most of them other users' rows; iterative
     scans keep going until k rows pass the user filter."""
     ensure_embedding_space(conn, embedder)
+    register_vector_types(conn)  # the rows below are inserted as pgvector values on this connection
     tenant_scope = make_scope(conn, "user-0")
     rng = np.random.default_rng(7)
     n_users, per_user = 100, 60  # 6,000 chunks; our user owns 1%
