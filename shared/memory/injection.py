@@ -529,7 +529,6 @@ _RAW_PATTERNS: tuple[tuple[str, str], ...] = (
         r"|\b(?:delete|erase|wipe|remove|clear|purge|destroy)\s+(?:all|every|each|everything|the\s+entire)\b"
         r"[^.!?\n]{0,30}\b(?:memor(?:y|ies)|stored\s+facts)\b",
     ),
-    ("fence marker", r"⟦\s*F\s*:"),
     (
         "foreign-language override",
         # Verb, then "previous" or "your" and "instructions" in either order, within one sentence. English
@@ -618,7 +617,6 @@ _ANCHORS: dict[str, tuple[str, ...]] = {
     ),
     "addressed to the AI": ("ai", "a.i.", "assistant", "model", "llm", "bot", "agent", "gpt", "claude", "engram"),
     "tool call": ("memor", "read", "search", "entity", "current"),
-    "fence marker": ("⟦",),
     "foreign-language override": (
         "ignor", "olvid", "oubli", "vergiss", "vergessen", "dimentic", "esquec", "negeer", "zignoruj", "игнорир",
         "забуд", "забыть", "пренебрег", "忽略", "无视", "無視", "不要理会", "忘记", "忘掉", "以前", "之前", "上面",

@@ -103,8 +103,9 @@ def sanitize(key: str, value: str) -> tuple[str, str]:
         raise MemoryRejected(f"key is {len(normalized)} characters after cleaning; the limit is {MAX_KEY_CHARS}")
     if len(clean_value) > MAX_VALUE_CHARS:
         raise MemoryRejected(f"value is {len(clean_value)} characters after cleaning; the limit is {MAX_VALUE_CHARS}")
-    # Keys are scanned with their separators read as spaces: "ignore_previous_instructions".
-    for field, text in (("key", re.sub(r"[-_/]+", " ", clean_key)), ("value", clean_value)):
+    # Keys are scanned as given and with their separators read as spaces: "ignore_previous_instructions".
+    scans = (("key", re.sub(r"[-_/]+", " ", clean_key)), ("key", clean_key), ("value", clean_value))
+    for field, text in scans:
         category = injection_category(text)
         if category is not None:
             raise MemoryRejected(f'{field} looks like a prompt injection ("{category}")')
