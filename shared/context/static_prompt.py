@@ -259,7 +259,12 @@ def build_static_prompt(inputs: PromptInputs) -> StaticPrompt:
     candidates: list[tuple[str, str | None]] = [
         ("persona", inputs.persona),
         ("character", _character(inputs.agent)),
-        ("learned_personality", f"## Personality (Learned)\n{_clean(inputs.directive)}" if inputs.directive else None),
+        (
+            "learned_personality",
+            "## Personality (Learned)\n" + fence("personality", [_clean(inputs.directive)])
+            if inputs.directive
+            else None,
+        ),
         ("communication_style", _communication_style(inputs.agent)),
         ("user", _user_information(inputs.user)),
     ]

@@ -170,15 +170,18 @@ def _squashed(text: str) -> str:
 _LEAD = r"(?:^|(?<=[.!?:;,\]>)}\u2014\u2013\"'\u201c\u201d(-]))[ \t#*>\[(\"'\u201c\u2018-]*"
 
 _AI = (
-    r"(?:ai|a\.i\.|assistant|assistants|model|models|llm|llms|chatbot|chatbots|bot|agent|agents|gpt|chatgpt|"
-    r"claude|engram)"
+    r"(?:(?:large\s+)?language\s+models?|ai\s+(?:systems?|tools?|agents?|assistants?|models?)|"
+    r"automated\s+(?:assistants?|systems?|agents?|tools?)|ai|a\.i\.|assistants?|models?|llms?|chatbots?|bots?|"
+    r"agents?|gpt|chatgpt|claude|engram)"
 )
 
 _OVERRIDE_VERB = (
     r"(?:ignore|ignoring|disregard|disregarding|forget|forgetting|override|overriding|overwrite|bypass|bypassing|"
     r"circumvent|skip|drop|discard|abandon|dismiss|set\s+aside|put\s+aside|throw\s+out|stop\s+following|"
     r"stop\s+obeying|do\s+not\s+follow|don't\s+follow|no\s+longer\s+follow|cancel|nullify|erase|wipe|delete|"
-    r"remove|clear|reset|suspend|disable|deactivate|turn\s+off|switch\s+off|lift|ditch|scrap|violate|evade|unlearn)"
+    r"remove|clear|reset|suspend|disable|deactivate|turn\s+off|switch\s+off|lift|ditch|scrap|violate|evade|unlearn|"
+    r"revoke|rescind|waive|invalidate|void|strip|pay\s+no\s+attention\s+to|stop\s+paying\s+attention\s+to|"
+    r"not\s+pay\s+attention\s+to|stop\s+being\s+bound\s+by)"
 )
 # Words that may stand between the verb and the noun ("all of your earlier"), and those among them
 # that make the noun the model's own rules ("your", "previous", "system").
@@ -187,23 +190,29 @@ _STRONG_QUALIFIER = (
     r"system|developer|hidden|secret|internal|built-in|programmed|pre-programmed|safety|ethical|moral|content|"
     r"all|every|any)"
 )
-_QUALIFIER = rf"(?:{_STRONG_QUALIFIER}|the|these|those|this|that|of|my|own|current|old|other|remaining|given|many)"
+_QUALIFIER = (
+    rf"(?:{_STRONG_QUALIFIER}|the|these|those|this|that|of|about|my|own|current|old|other|remaining|given|many|"
+    r"full|whole|entire)"
+)
 _NOUN = (
-    r"(?:instructions?|prompts?|directives?|directions|guidelines|guardrails|safeguards|programming|rules|"
-    r"restrictions|constraints|limitations|filters|policies|policy|training|configuration|settings|commands|"
-    r"orders|ethics|morals|conditioning|system\s+message)"
+    r"(?:instructions?|prompts?|directives?|directions|guidelines?|guidance|guardrails|safeguards|programming|"
+    r"rules?|restrictions?|constraints?|limitations?|filters?|policies|policy|training|configuration|settings|"
+    r"commands|orders|ethics|morals|conditioning|system\s+message|preamble|briefing|checks)"
 )
 # Nouns that are the model's rules whatever stands before them.
 _MODEL_NOUN = (
     r"(?:system\s+prompts?|system\s+messages?|system\s+instructions|guardrails|safeguards|content\s+polic(?:y|ies)|"
-    r"content\s+filters?|safety\s+(?:rules|guidelines|filters?|protocols|measures|settings|polic(?:y|ies)|training)|"
+    r"content\s+filters?|safety\s+(?:rules|guidelines|filters?|protocols|measures|settings|polic(?:y|ies)|training|"
+    r"checks|review|layer)|"
     r"ethical\s+guidelines|moral\s+guidelines)"
 )
 # "the rules you were given", "the instructions above": the model's rules, named after the noun.
 _TRAILER = (
     r"(?:above|before\s+this|so\s+far|you\s+(?:were|have\s+been|'ve\s+been|got)\s+given|you\s+received|"
     r"given\s+to\s+you|you\s+were\s+told|you\s+have|you've\s+been\s+told|in\s+your\s+system\s+prompt|"
-    r"from\s+your\s+(?:developers?|creators?|system\s+prompt))"
+    r"from\s+your\s+(?:developers?|creators?|system\s+prompt)|you\s+(?:follow|obey|operate\s+under|live\s+by)|"
+    r"you\s+(?:were|are)\s+(?:initiali[sz]ed|set\s+up|loaded|configured|programmed|trained|started)\s+with|"
+    r"you\s+got)"
 )
 
 _FOREIGN_PREVIOUS = (
@@ -213,7 +222,8 @@ _FOREIGN_PREVIOUS = (
 )
 _FOREIGN_INSTRUCTIONS = (
     r"\b(?:instrucci\w*|instructions?|anweisung\w*|istruzion\w*|instru[cç][õoã]\w*|instructies|instrukcj\w*|"
-    r"инструкци\w*|указани\w*|regeln|règles|reglas|regole|regras|regels)\b"
+    r"инструкци\w*|указани\w*|правил\w*|regeln|règles|reglas|regole|regras|regels|consignes|vorgaben|"
+    r"richtlinien|pautas|indicaciones|direttive)\b"
 )
 
 _RAW_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -269,7 +279,8 @@ _RAW_PATTERNS: tuple[tuple[str, str], ...] = (
         r"(?:(?:have|has|had)\s+)?(?:(?:been|are|is|were|was)\s+)?(?:now\s+|hereby\s+|officially\s+)?"
         r"(?:revoked|cancell?ed|void(?:ed)?|null(?:ified)?|overridden|replaced|suspended|lifted|disabled|deleted|"
         r"outdated|obsolete|invalid|expired|deactivated|no\s+longer\s+(?:valid|apply|applies|in\s+effect|active)|"
-        r"(?:do|does)\s+not\s+apply|(?:don't|doesn't)\s+apply|written\s+by\s+mistake|a\s+mistake|wrong)\b"
+        r"(?:do|does)\s+not\s+apply|(?:don't|doesn't)\s+apply|written\s+by\s+mistake|(?:just\s+|only\s+|merely\s+)?"
+        r"(?:suggestions|optional|recommendations|non-binding|not\s+binding))\b"
         rf"|\b{_NOUN}\s+{_TRAILER}[^.!?\n]{{0,30}}\b(?:no\s+longer\s+appl(?:y|ies)|(?:do|does)\s+not\s+apply|"
         r"(?:don't|doesn't)\s+apply|are\s+void|are\s+suspended|are\s+lifted)"
         r"|\b(?:everything|all(?:\s+the\s+text)?)\s+(?:above|before)\s+(?:this\s+(?:line|point|message)|here)\s+"
@@ -382,14 +393,17 @@ _RAW_PATTERNS: tuple[tuple[str, str], ...] = (
         "prompt exfiltration",
         r"\b(?:reveal|print|show|output|repeat|display|disclose|leak|dump|recite|tell\s+me|give\s+me|share|list|"
         r"quote|copy|paste|write\s+(?:out|down)|spell\s+out|translate|summari[sz]e|paraphrase|expose|return|echo|"
-        r"read\s+(?:out|back)|describe|explain|include|what\s+(?:is|are|were|'s)(?:\s+in)?)\s+(?:me\s+|us\s+)?"
+        r"read\s+(?:out|back)|describe|explain|include|restate|reproduce|type\s+out|send\s+me|revealing|printing|"
+        r"showing|repeating|restating|quoting|reciting|echoing|listing|summari[sz]ing|pasting|dumping|leaking|"
+        r"outputting|disclosing|what\s+(?:is|are|were|'s)(?:\s+in)?)\s+(?:me\s+|us\s+)?"
         r"(?:all\s+|the\s+(?:full\s+|whole\s+|exact\s+)?(?:text|contents?|wording)\s+of\s+|a\s+copy\s+of\s+)?"
         r"(?:(?:your|its|the\s+assistant's|the\s+ai's)\s+(?:(?:full|entire|complete|exact|original|initial|hidden|"
         r"secret|internal|verbatim|real|current|whole|first|system|developer)\s+)*(?:system\s+prompt|system\s+message|"
         r"prompt|instructions|rules|guidelines|configuration|config|guides|directives|developer\s+message|"
         r"context\s+window|fence\s+markers?|markers|programming)"
         r"|the\s+(?:(?:full|entire|complete|exact|verbatim)\s+)*(?:hidden|secret|internal|initial|original|system)\s+"
-        r"(?:prompt|instructions|rules|message|guides|markers|fence\s+markers))\b"
+        r"(?:prompt|instructions|rules|message|guides|markers|fence\s+markers|guidance|preamble|setup|configuration|"
+        r"config|text|context|directions|notes|policies|briefing|settings))\b"
         r"|\byour\s+(?:system\s+prompt|system\s+message|hidden\s+instructions|initial\s+instructions|secret\s+"
         r"instructions|original\s+instructions|developer\s+message|hidden\s+prompt|fence\s+markers)\b"
         rf"|\b(?:reveal|print|show|list|tell\s+me|repeat|output|give\s+me)\s+(?:me\s+)?(?:every|each|all|the)\s+"
@@ -458,6 +472,8 @@ _RAW_PATTERNS: tuple[tuple[str, str], ...] = (
         r"|\btreat\b[^.!?\n]{0,60}\bas\s+(?:an?\s+|the\s+)?(?:system|admin|administrator|developer|root|trusted|"
         r"top[- ]priority|highest[- ]priority|official)\s+"
         r"(?:instructions?|prompts?|messages?|commands?|rules?|priority)"
+        r"|\btreat\b[^.!?\n]{0,60}\bas\s+(?:coming\s+from|from|sent\s+by|written\s+by|if\s+(?:it|they)\s+(?:came|come|"
+        r"were)\s+from)\s+(?:your|the)\s+(?:developers?|system|admins?|administrators?|creators?|operators?|owners?|makers?)"
         r"|\btrust\b[^.!?\n]{0,40}\b(?:claim|claims|say|says|pretend|pretends)\s+to\s+be\s+from\s+(?:the\s+)?(?:system|"
         r"developers?|admin|administrator|openai|anthropic)"
         r"|\b(?:whenever|when|if)\s+(?:a|an|the|any)\s+(?:web\s*page|website|page|document|tool(?:\s+result)?|email|file)"
@@ -535,7 +551,8 @@ _RAW_PATTERNS: tuple[tuple[str, str], ...] = (
         # words are excluded from the stems ("Ignores spam calls; previous instructions from the doctor" is
         # an English sentence and stays the English patterns' business).
         r"\b(?:ignor(?!e\b|es\b|ed\b|ing\b)\w*|olvid\w*|oubli\w*|vergiss\w*|vergessen|dimentic\w*|esquec\w*|"
-        r"negeer\w*|zignoruj\w*|игнорир\w*|забуд\w*|забыть|пренебрег\w*)\b[^.!?\n]{0,50}?"
+        r"negeer\w*|zignoruj\w*|игнорир\w*|проигнорир\w*|забуд\w*|забыть|пренебрег\w*|не\s+обращай\s+внимани\w*)"
+        r"\b[^.!?\n]{0,50}?"
         rf"(?:{_FOREIGN_PREVIOUS}[^.!?\n]{{0,30}}?{_FOREIGN_INSTRUCTIONS}"
         rf"|{_FOREIGN_INSTRUCTIONS}[^.!?\n]{{0,30}}?{_FOREIGN_PREVIOUS})"
         # French and the Romance languages share "ignore" with English: accepted before a French,
@@ -546,6 +563,133 @@ _RAW_PATTERNS: tuple[tuple[str, str], ...] = (
         r"|(?:이전|앞의|모든)[^.!?\n]{0,20}(?:지시|명령|지침)[^.!?\n]{0,20}(?:무시|잊어)",
     ),
 )
+
+# Further alternatives of some categories, each with its own anchors: (category, anchors, pattern).
+_MORE_PATTERNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "override instructions",
+        ("told", "given", "instructed", "taught", "programmed"),
+        rf"\b{_OVERRIDE_VERB}\s+(?:about\s+)?(?:whatever|everything|anything|all|what)\s+(?:that\s+)?you\s+"
+        r"(?:were|have\s+been|'ve\s+been|got)\s+(?:told|given|instructed|taught|programmed)\b",
+    ),
+    (
+        "prompt exfiltration",
+        ("before", "above", "prior", "ahead", "told", "instructed", "given", "programmed", "system", "your"),
+        r"\b(?:text|words|content|everything|instructions|what(?:ever)?|anything)\s+(?:that\s+)?(?:appears?|appeared|"
+        r"comes?|came|is|was|were|sits?)\s+(?:before|above|prior\s+to|ahead\s+of)\s+(?:my|this|our|the)\s+"
+        r"(?:very\s+)?(?:first\s+)?(?:message|conversation|chat|question|prompt|input)\b"
+        r"|\b(?:honest|truthful|open|transparent)\s+about\s+(?:what|everything|whatever)\s+you\s+(?:were|have\s+been|"
+        r"'ve\s+been)\s+(?:told|instructed|given|programmed)"
+        r"|\b(?:tell|show|give|reveal|list|share|explain|describe|print|repeat)\s+(?:me\s+|us\s+)?(?:what|everything|"
+        r"whatever|all)\s+(?:that\s+)?you\s+(?:were|have\s+been|'ve\s+been)\s+(?:told|instructed|given|programmed)\b"
+        r"|\bwith\s+your\s+(?:instructions|rules|guidelines|system\s+prompt|configuration|prompt)\b"
+        r"|['\"\u201c\u2018]system[_ ]prompt['\"\u201d\u2019]",
+    ),
+    (
+        "prompt exfiltration",
+        ("revel", "mostr", "muestr", "enseñ", "affich", "montr", "révél", "zeig", "gib", "rivela", "покаж", "выведи",
+         "раскрой", "显示", "告诉我", "表示"),
+        r"(?:\b(?:revel|mostr|muestr|enseñ|affich|montr|révél|revél|zeig|gib|rivel|покаж|выведи|раскро)\w*|显示|告诉我|表示)"
+        r"[^.!?\n]{0,30}?(?:\b(?:configuraci\w*|configuration|konfiguration|configurazione|systemprompt|consignes|"
+        r"скрыт\w*|промпт\w*|системн\w*)|提示|指示|指令|設定)",
+    ),
+    (
+        "role change",
+        ("now", "being", "as"),
+        r"\byou(?:'re|’re|\s+are)\s+now\s+['\"\u201c\u2018]\w+"
+        r"|\bstop\s+being\s+(?:an?\s+)?(?:assistant|ai|helpful|engram|claude|yourself|chatbot|safe|careful)\b"
+        r"|\bas\s+['\"\u201c\u2018][^'\"\u201d\u2019\n]{1,30}['\"\u201d\u2019],?\s+(?:an?\s+)?"
+        r"(?:ai|model|assistant|bot|chatbot|persona|llm)\b",
+    ),
+    (
+        "safety disabled",
+        ("never", "not", "free", "allowed", "permitted", "authori", "skip", "drop", "suspend", "waiv", "revok",
+         "forget", "relax", "loosen", "switch"),
+        r"\b(?:never|not)\s+(?:been\s+)?(?:given|had|received|trained\s+with)\s+any\s+(?:safety|ethical|content|"
+        r"moral)\s+(?:training|guidelines|rules|filters|alignment)"
+        r"|\byou(?:'re|\s+are)\s+(?:now\s+)?(?:free|allowed|permitted|authori[sz]ed)\s+to\s+(?:ignore|disregard|break|"
+        r"bypass|skip|override|forget)\b"
+        r"|\b(?:skip\w*|drop\w*|suspend\w*|waiv\w*|revok\w*|forget\w*|relax\w*|loosen\w*|switch(?:ed|ing)?\s+off)\s+"
+        r"(?:any\s+|all\s+|your\s+|its\s+|the\s+)?(?:content|safety|ethical|moral)\s+(?:polic(?:y|ies)|filters?|"
+        r"restrictions?|guidelines|limits?|guardrails|protocols|constraints|checks|rules|mode|training|review)\b",
+    ),
+    (
+        "authority claim",
+        ("may", "can", "allowed", "permitted", "authori", "permission", "team", "grant", "policy"),
+        r"\b(?:assistants?|ai|models?|bots?|chatbots?|you)\s+(?:may\s+now|can\s+now|are\s+now\s+(?:allowed|permitted|"
+        r"authori[sz]ed|free)|are\s+(?:allowed|permitted|authori[sz]ed)|have\s+permission)\s+to\s+(?:share|reveal|"
+        r"disclose|send|access|bypass|break|override|leak|forward)\b"
+        r"|\b(?:ops|platform|dev|engineering|security|safety|trust|admin|moderation|support)\s+team\s+(?:says|said|"
+        r"wants|requires|has\s+decided|decided|instructs|insists)\s+(?:that\s+)?(?:you|assistants?|the\s+assistant|"
+        r"bots?|the\s+bot|ai)\s+(?:should|must|can|may|are|need|have)\b"
+        r"|\bgrant\s+(?:me|this\s+user|the\s+user)\s+(?:full\s+)?(?:admin(?:istrator)?|root|superuser|sudo)\b"
+        r"|" + _LEAD + r"(?:new|updated|revised)\s+(?:policy|rules|instructions)\s+from\s+(?:the\s+)?"
+        r"(?:platform|system|admins?|administrators?|developers?|openai|anthropic|engram|ops|safety|trust|security|"
+        r"operators?)\b",
+    ),
+    (
+        "fake system message",
+        ("system", "admin", "developer", "assistant"),
+        r"[<\u3008\u2039\u00ab]\s*/?\s*(?:system|admin|developer|assistant)\s*[>\u3009\u203a\u00bb]",
+    ),
+    (
+        "data exfiltration",
+        ("user's", "their", "customer's", "his", "her", "other", "another", "users", "partners", "advertisers",
+         "sponsors", "http", "www", "."),
+        r"\b(?:disclos|leak|reveal|shar|send|giv(?:e|ing)\s+out|post|publish|expos|read\s+out|forward|upload|email)\w*\s+"
+        r"(?:the\s+user's|their|the\s+customer's|his|her)\s+(?:home\s+)?(?:address|phone\s+number|number|password|"
+        r"pin|credentials|email(?:\s+address)?|location|contacts|contact\s+list|details|data|card(?:\s+details)?)\b"
+        r"|\b(?:see|read|access|view|show|share|leak|give|get|open)\w*\b[^.!?\n]{0,30}\b(?:other|another|all|every)\s+"
+        r"users?(?:'s?|’s?)?\s+(?:conversations?|chats?|data|memories|messages|histories|history|files|accounts?)\b"
+        r"|\b(?:shar|send|giv|disclos|forward|sell)\w*\b[^.!?\n]{0,40}\b(?:user|customer|personal|stored|private)\s+"
+        r"(?:details|data|information|memories|records)\b[^.!?\n]{0,20}\b(?:with|to)\s+(?:partners|advertisers|"
+        r"sponsors|anyone|third\s+parties|everyone)\b"
+        r"|\b(?:send|email|mail|forward|post|upload|sync|copy|exfiltrat|transmit|leak|submit|report|dump)\w*\b"
+        r"[^.!?\n]{0,60}?\b(?:contact\s+list|contacts|card\s+details|credentials|passwords?|conversations?|"
+        r"chat\s+history|memories)\b[^.!?\n]{0,40}?\b(?:to|at|into)\s+(?:https?://|www\.|[\w.+-]+@[\w-]+\.[\w.]+|"
+        r"[\w-]+(?:\.[\w-]+)*\.(?:example|com|net|org|io|xyz|ru|info|biz|co|app|site|online|top)\b)"
+        r"|\b(?:include|add|insert|append|put|embed|attach|end\s+with|link\s+to|recommend)\b[^.!?\n]{0,80}"
+        r"\b[\w-]+(?:\.[\w-]+)*\.(?:example|com|net|org|io|xyz|ru|info|biz|co|app|site|online|top)\b"
+        r"[^.!?\n]{0,60}\b(?:every|each|all)\s+(?:of\s+your\s+)?(?:reply|replies|response|responses|answer|answers|"
+        r"message|messages)\b"
+        r"|\b(?:tell|ask|instruct|direct|redirect|urge|remind|warn)\s+(?:the\s+)?(?:user|users|customer|them)\b"
+        r"[^.!?\n]{0,60}\b(?:re-?enter|update|confirm|provide|log\s*in|sign\s*in|pay|verify)\b[^.!?\n]{0,60}"
+        r"(?:https?://|www\.|\b[\w-]+(?:\.[\w-]+)*\.(?:example|com|net|org|io|xyz|ru|info|biz)\b)",
+    ),
+    (
+        "secret from the user",
+        ("user", "human"),
+        r"\b(?:don't|do\s+not|never|without)\s+(?:mention\w*|tell\w*|reveal\w*|show\w*|say\w*|let\w*|inform\w*|"
+        r"notify\w*|alert\w*|warn\w*)\s+(?:this\s+|it\s+|that\s+|anything\s+)?(?:to\s+)?(?:the\s+)?(?:user|human)\b",
+    ),
+    (
+        "decode and obey",
+        ("translat", "decod", "deciph", "unscram", "revers", "decrypt", "read", "convert", "rot"),
+        r"\b(?:translat|decod|deciph|unscrambl|revers|decrypt|read|convert|rot-?13)\w*\b[^.!?\n]{0,60}?\b(?:then|and"
+        r"(?:\s+then)?)\s+(?:execute|follow|obey|do\s+(?:it|what\s+it\s+says|that|as\s+it\s+says)|act\s+on\s+it|comply|"
+        r"run\s+it|carry\s+(?:it|them)\s+out|apply\s+it)\b",
+    ),
+    (
+        "memory directive",
+        ("memory", "note", "fact"),
+        r"\b(?:save|store|create|add|write|record|make)\s+(?:a\s+|this\s+|the\s+following\s+)?(?:new\s+)?"
+        r"(?:memory|note|fact)\s+(?:saying|stating|that\s+says|which\s+says)\b",
+    ),
+    (
+        "addressed to the AI",
+        ("attention", "if you", "if you're", "instruction", "ai", "assistant", "model", "bot", "agent", "llm"),
+        r"\battention[\s,:]+(?:all\s+|any\s+)?" + _AI + r"\b"
+        r"|\bif\s+you(?:'re|’re|\s+are)\s+(?:an?\s+)?(?:ai|(?:large\s+)?language\s+model|llm|assistant|bot|chatbot|"
+        r"automated|robot|machine)\b"
+        r"|\binstructions?\s+(?:for|to)\s+(?:the\s+|any\s+|all\s+)?" + _AI + r"(?:\s+tools?)?\s*[:\-\u2014\u2013]"
+        r"|\b(?:assistant|ai|llm|model|bot|agent)\s+instructions?\s*[:\-\u2014\u2013]"
+        r"|(?:\b(?:heads\s+up|listen|ok(?:ay)?)[\s,!:]+)(?:the\s+)?" + _AI + r"\b[^.!?\n]{0,80}\b"
+        r"(?:you\s+(?:should|must|need|have|are)|your|ignore|disregard|forget|override|bypass|reveal|approve|"
+        r"auto-approve|send|tell)\b"
+        r"|" + _LEAD + r"(?:ai\s+|dear\s+)?" + _AI + r"s?\s*[,:]\s*(?:please\s+)?(?:tell|give|write|approve|describe|"
+        r"share|disclose|forward|make|stop|start|inform)\b",
+    ),
+)  # fmt: skip
 
 # Words every match of a category contains (lowercase substrings). A view without any of them
 # cannot match, so the category's pattern is not run on it: plain substring tests are far cheaper
@@ -565,12 +709,14 @@ _ANCHORS: dict[str, tuple[str, ...]] = {
         "ignor", "disregard", "forget", "overrid", "overwrit", "bypass", "circumvent", "skip", "drop", "discard",
         "abandon", "dismiss", "aside", "throw", "stop", "follow", "cancel", "nullify", "erase", "wipe", "delete",
         "remove", "clear", "reset", "suspend", "disable", "deactivate", "turn", "switch", "lift", "ditch", "scrap",
-        "violate", "evade", "unlearn",
+        "violate", "evade", "unlearn", "revoke", "rescind", "waive", "invalidate", "void", "strip", "attention",
+        "bound",
     ),
     "instructions revoked": (
         "instruction", "prompt", "directive", "direction", "guideline", "guardrail", "safeguard", "programming",
         "rule", "restriction", "constraint", "limitation", "filter", "polic", "training", "configuration",
-        "setting", "command", "order", "ethic", "moral", "conditioning", "message", "above", "before",
+        "setting", "command", "order", "ethic", "moral", "conditioning", "message", "above", "before", "guidance",
+        "preamble", "briefing", "check",
     ),
     "instructions outranked": ("outrank", "overrid", "precedence", "supersede", "trump", "before", "replace"),
     "role change": (
@@ -595,6 +741,7 @@ _ANCHORS: dict[str, tuple[str, ...]] = {
     "prompt exfiltration": (
         "prompt", "message", "instruction", "rule", "guideline", "config", "guide", "directive", "context",
         "marker", "programming", "above", "before", "prior", "preceding", "starting", "sistema", "système",
+        "guidance", "preamble", "setup", "text", "notes", "polic", "briefing", "setting",
         "systeme", "systemprompt", "systeemprompt", "systemowy", "промпт", "系统提示", "システムプロンプト",
     ),
     "data exfiltration": (
@@ -627,6 +774,9 @@ _ANCHORS: dict[str, tuple[str, ...]] = {
 _PATTERNS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = tuple(
     (category, _ANCHORS.get(category, ("",)), re.compile(pattern, re.IGNORECASE | re.MULTILINE))
     for category, pattern in _RAW_PATTERNS
+) + tuple(
+    (category, anchors, re.compile(pattern, re.IGNORECASE | re.MULTILINE))
+    for category, anchors, pattern in _MORE_PATTERNS
 )
 
 # Run over the squashed view (letters only): long phrases that no benign text squashes into.
