@@ -65,6 +65,7 @@ import time
 import unicodedata
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -521,18 +522,23 @@ class Runner:
             stats.refused_as_injection += 5 - stored  # sanitize is the only check these items can fail
             outcome.injection_refusals += 5 - stored
 
-        # Synthesis with a model that appends the payload to the directive when it sees it.
-        self.model.arm((payload,), payload)
-        self._synthesize(user_id)
-        directive = self._directive_value(user_id)
+        # Synthesis with a model that appends the payload to the directive when it sees it. It is shown
+        # the style observations only; when none came from the attack it has nothing to obey, and the
+        # call is skipped (its answer would be the attack-free directive).
         stats = outcome.paths.setdefault("synthesis", PathResult())
         stats.offered += 1
-        if not self.model.saw_attack:
-            stats.not_seen += 1
-        elif directive is not None and directive != CLEAN_DIRECTIVE:
-            stats.stored += 1
+        if any(self._is_instruction(r) and not self._attack_free(r) for r in self._active(user_id)):
+            self.model.arm((payload,), payload)
+            self._synthesize(user_id)
+            directive = self._directive_value(user_id)
+            if not self.model.saw_attack:
+                stats.not_seen += 1
+            elif directive is not None and directive != CLEAN_DIRECTIVE:
+                stats.stored += 1
+            else:
+                stats.refused_as_injection += 1
         else:
-            stats.refused_as_injection += 1
+            stats.not_seen += 1
         self.model.disarm()
 
         rows = [r for r in self._active(user_id) if not self._attack_free(r)]
@@ -702,21 +708,54 @@ def run(
     benign: Sequence[Benign] = BENIGN,
     holdout_attacks: Sequence[Attack] = HOLDOUT_ATTACKS,
     holdout_benign: Sequence[Benign] = HOLDOUT_BENIGN,
+    workers: int = 1,
 ) -> Report:
-    """Run the corpus against the database in ENGRAM_DATABASE_URL (migrated) and `fake` (started)."""
+    """Run the corpus against the database in ENGRAM_DATABASE_URL (migrated) and `fake` (started).
+
+    With `workers` > 1 the items are spread over that many threads, each with a fake model server of
+    its own (the obeying model keeps per-item state) started here; the first uses `fake`."""
     started = time.monotonic()
-    runner = Runner(f"injection-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", fake)
-    previous_default = fake.default
+    tenant = f"injection-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    jobs: list[tuple[str, Attack | Benign]] = [
+        *(("attack", a) for a in attacks),
+        *(("benign", b) for b in benign),
+        *(("holdout_attack", a) for a in holdout_attacks),
+        *(("holdout_benign", b) for b in holdout_benign),
+    ]
+    workers = max(1, min(workers, len(jobs)))
+    fakes = [fake] + [FakeLLM().start() for _ in range(workers - 1)]
+    defaults = [f.default for f in fakes]
+    results: list[ItemOutcome | None] = [None] * len(jobs)
+
+    def work(index: int) -> None:
+        runner = Runner(tenant, fakes[index])
+        for position in range(index, len(jobs), workers):
+            _kind, item = jobs[position]
+            if isinstance(item, Attack):
+                results[position] = runner.run_attack(item)
+            else:
+                results[position] = runner.run_benign(item)
+
     try:
-        return Report(
-            attacks=[runner.run_attack(a) for a in attacks],
-            benign=[runner.run_benign(b) for b in benign],
-            holdout_attacks=[runner.run_attack(a) for a in holdout_attacks],
-            holdout_benign=[runner.run_benign(b) for b in holdout_benign],
-            elapsed_s=time.monotonic() - started,
-        )
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for future in [pool.submit(work, i) for i in range(workers)]:
+                future.result()
     finally:
-        fake.default = previous_default
+        for f, default in zip(fakes, defaults, strict=True):
+            f.default = default
+        for f in fakes[1:]:
+            f.stop()
+    by_kind: dict[str, list[ItemOutcome]] = {"attack": [], "benign": [], "holdout_attack": [], "holdout_benign": []}
+    for (kind, _), outcome in zip(jobs, results, strict=True):
+        assert outcome is not None
+        by_kind[kind].append(outcome)
+    return Report(
+        attacks=by_kind["attack"],
+        benign=by_kind["benign"],
+        holdout_attacks=by_kind["holdout_attack"],
+        holdout_benign=by_kind["holdout_benign"],
+        elapsed_s=time.monotonic() - started,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -762,6 +801,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     parser.add_argument("--database-url", default=None, help="default: an embedded Postgres for this run")
+    parser.add_argument("--workers", type=int, default=3, help="threads, each with its own fake model (default 3)")
     args = parser.parse_args(argv)
     from shared.logging import configure_logging
 
@@ -770,7 +810,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with database(args.database_url) as url, FakeLLM() as fake:
             _use_database(url)
-            report = run(fake)
+            report = run(fake, workers=args.workers)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
