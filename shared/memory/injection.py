@@ -289,8 +289,8 @@ _RAW_PATTERNS: tuple[tuple[str, str], ...] = (
     (
         "instructions outranked",
         r"\b(?:outranks?|overrides?|takes?\s+precedence\s+over|supersedes?|trumps?|comes?\s+before|replaces?)\s+"
-        r"(?:the\s+|your\s+|any\s+|all\s+)?(?:system|developer|original|previous|safety)\s*"
-        r"(?:prompt|instructions?|rules|guidelines|message)?\b"
+        r"(?:the\s+|your\s+|any\s+|all\s+)?(?:system|developer|original|previous|safety)\s+"
+        r"(?:prompt|instructions?|rules|guidelines|message)\b"
         r"|\b(?:outranks?|overrides?|takes?\s+precedence\s+over|supersedes?)\s+(?:the\s+|your\s+)(?:instructions|rules|guidelines)\b",
     ),
     # --- identity and role changes
@@ -303,7 +303,7 @@ _RAW_PATTERNS: tuple[tuple[str, str], ...] = (
         r"|\b(?:you\s+are|you're|act\s+as|pretend\s+to\s+be|become|called|named|roleplay\s+as|role-play\s+as)\s+"
         r"(?:now\s+)?DAN\b|\bdo\s+anything\s+now\b"
         r"|\byou(?:'re|\s+are)\s+(?:now\s+)?(?:a\s+)?(?:different|new|another)\s+(?:ai|assistant|model|persona)\b"
-        r"|\b(?:your\s+)?old\s+(?:personality|persona|identity|self)\s+is\s+(?:deleted|gone|dead|erased)"
+        r"|\byour\s+old\s+(?:personality|persona|identity|self)\s+is\s+(?:deleted|gone|dead|erased)"
         r"|\b(?:impersonate|simulate|emulate)\s+(?:an?\s+)?(?:different\s+)?(?:ai|assistant|chatbot|model)\b",
     ),
     (
@@ -322,7 +322,7 @@ _RAW_PATTERNS: tuple[tuple[str, str], ...] = (
     ),
     (
         "persona without rules",
-        rf"\b(?:{_AI}|version\s+of\s+you|persona|character|entity|twin)\b[^.!?\n]{{0,60}}?\b"
+        rf"\b(?:{_AI}|version\s+of\s+you|persona)\b[^.!?\n]{{0,60}}?\b"
         r"(?:has|have|with|without|no|zero|free\s+(?:of|from)|not\s+bound\s+by|unbound\s+by|isn't\s+bound\s+by|"
         r"never\s+follows?|doesn't\s+(?:have|follow)|does\s+not\s+(?:have|follow)|ignores?|removed|stripped|"
         r"disabled)\s+(?:any\s+|all\s+(?:of\s+)?(?:its\s+)?|its\s+|their\s+|the\s+)?"
@@ -491,9 +491,15 @@ _RAW_PATTERNS: tuple[tuple[str, str], ...] = (
     ),
     (
         "safety disabled",
-        r"\b(?:no|without|zero|free\s+of|free\s+from|disable\w*|bypass\w*|remov\w*|turn(?:ed)?\s+off|lift\w*|ignore\w*)"
+        # "has no safety rules" is a fair complaint about a workplace; about the model it is a jailbreak.
+        r"\b(?:disable\w*|bypass\w*|remov\w*|turn(?:ed)?\s+off|lift\w*|ignore\w*)"
         r"\s+(?:any\s+|all\s+|your\s+|its\s+|the\s+)?(?:content|safety|ethical|moral)\s+(?:polic(?:y|ies)|filters?|"
         r"restrictions?|guidelines|limits?|guardrails|protocols|constraints|checks|rules|mode)\b"
+        r"|\b(?:you|assistant|ai|model|bot|chatbot|persona|llm|act|acting|pretend|role-?play|behave|respond|answer|"
+        r"become)\b[^.!?\n]{0,40}?\b(?:no|without|zero|free\s+of|"
+        r"free\s+from)\s+(?:any\s+|all\s+|your\s+|its\s+|the\s+)?(?:content|safety|ethical|moral)\s+"
+        r"(?:polic(?:y|ies)|filters?|restrictions?|guidelines|limits?|guardrails|protocols|constraints|checks|rules|"
+        r"mode)\b"
         r"|\b(?:safety|content|ethical|moral)\s+(?:filters?|mode|guidelines|rules|policy|restrictions|checks|guardrails)"
         r"\s+(?:(?:is|are|has\s+been|have\s+been)\s+)?(?:now\s+)?(?:off|disabled|deactivated|removed|lifted|suspended|"
         r"turned\s+off|switched\s+off|waived)\b"
@@ -542,8 +548,9 @@ _RAW_PATTERNS: tuple[tuple[str, str], ...] = (
         r"\b(?:call|use|run|invoke|trigger|execute|fire)\s+(?:the\s+)?[`'\"]?(?:memory_(?:delete|store|correct|confirm|"
         r"search|list|recall|stats)|read_document|search_conversation|entity_info|current_time)\b"
         r"|\bmemory\s?_?(?:store|delete|correct)\b[^.!?\n]{0,60}\b(?:directive|style|every|all)\b"
+        # Wiping what is remembered about *the user* (a user asking to forget something says "my" or "me").
         r"|\b(?:delete|erase|wipe|remove|clear|purge|destroy)\s+(?:all|every|each|everything|the\s+entire)\b"
-        r"[^.!?\n]{0,30}\b(?:memor(?:y|ies)|stored\s+facts)\b",
+        r"[^.!?\n]{0,30}\b(?:memor(?:y|ies)|stored\s+facts)\b[^.!?\n]{0,30}\b(?:the|this|every|each|all|any)\s+users?\b",
     ),
     (
         "foreign-language override",
