@@ -1,11 +1,13 @@
 """Prompt-injection benchmark: the corpus of ops/bench/injection_corpus.py against the memory path.
 
-    python -m ops.bench.injection [--json] [--database-url URL]
+    python -m ops.bench.injection [--json] [--database-url URL] [--workers N]
 
 Runs in this process against real Postgres (an embedded one in a temporary directory unless a URL
 is given; every run writes into a fresh tenant) and the fake model server of ops/fake_llm.py, which
 the official Anthropic SDK talks to. Each corpus item gets a user of its own, so everything stored
 for that user came from that item.
+
+Items run in `--workers` threads (default 3), each with a fake model server of its own.
 
 Every attack goes through:
 
@@ -21,8 +23,9 @@ Every attack goes through:
    transcript it was shown, it answers with the attack's payload in all five categories (preference,
    entity, decision, style, artifact). Tool results are never shown to extraction, so it has nothing
    to obey there.
-3. Personality synthesis: after three ordinary style observations, the real synthesis job runs with a
-   model that appends the payload to an otherwise fine directive paragraph.
+3. Personality synthesis: on top of three ordinary style observations, when a style observation came
+   from the attack, the real synthesis job runs with a model that appends the payload to an otherwise
+   fine directive paragraph (when none did, the model is shown nothing to obey and the call is skipped).
 4. The context compiler: `prepare_turn` + `compile_request` for the user, with every memory the user
    has passed in as "relevant" (as if search had surfaced all of them).
 
