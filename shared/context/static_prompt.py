@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shared.context.data_fence import fence
 from shared.context.fences import FenceSet, render_guides, strip_markers
 from shared.context.profiles import get_agent_profile, get_user_profile, preset_prompt
 from shared.context.prompt_text import (
@@ -243,14 +244,14 @@ def _user_information(user: dict[str, Any] | None) -> str | None:
             value = ", ".join(_clean(str(v)) for v in value if str(v).strip())
         if value and _clean(str(value)):
             lines.append(f"- {label}: {_clean(str(value))}")
-    return "## About the user\n" + "\n".join(lines) if lines else None
+    return "## About the user\n" + fence("profile", lines) if lines else None
 
 
 def _what_you_know(inputs: PromptInputs) -> str | None:
     lines = [f"- [{m['namespace']}] {m['key']}: {_clean(m['value'])}" for m in inputs.memories]
     if inputs.file_knowledge:
         lines.append(inputs.file_knowledge)
-    return "## What You Know\n" + "\n".join(lines) if lines else None
+    return "## What You Know\n" + fence("memory", lines) if lines else None
 
 
 def build_static_prompt(inputs: PromptInputs) -> StaticPrompt:
@@ -258,7 +259,12 @@ def build_static_prompt(inputs: PromptInputs) -> StaticPrompt:
     candidates: list[tuple[str, str | None]] = [
         ("persona", inputs.persona),
         ("character", _character(inputs.agent)),
-        ("learned_personality", f"## Personality (Learned)\n{_clean(inputs.directive)}" if inputs.directive else None),
+        (
+            "learned_personality",
+            "## Personality (Learned)\n" + fence("personality", [_clean(inputs.directive)])
+            if inputs.directive
+            else None,
+        ),
         ("communication_style", _communication_style(inputs.agent)),
         ("user", _user_information(inputs.user)),
     ]
