@@ -65,11 +65,10 @@ import signal
 import sys
 import tempfile
 import time
-import unicodedata
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -89,7 +88,16 @@ from ops.bench.injection_corpus import (
     Attack,
     Benign,
 )
-from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, user_texts
+from ops.bench.injection_model import (
+    CLEAN_DIRECTIVE,
+    BenchError,
+    ItemOutcome,
+    ObeyingModel,
+    PathResult,
+    alnum,
+    visible,
+)
+from ops.fake_llm import FakeLLM
 
 PATHS = (
     "agent_style",
@@ -107,9 +115,6 @@ SEED_STYLES = (
     ("informal-tone", "Writes informally, with humour"),
     ("british-spelling", "Uses British spelling"),
 )
-CLEAN_DIRECTIVE = (
-    "You keep your answers short and direct. You match the user's informal, playful tone. You use British spelling."
-)
 NOW = datetime(2026, 3, 4, 13, 5, tzinfo=UTC)
 STATIC_DATA_SECTIONS = {
     "what_you_know": ("## What You Know", "memory"),
@@ -121,133 +126,6 @@ DYNAMIC_DATA_SECTIONS = {
     "reflection": ("## Latest weekly reflection", "reflection"),
 }
 INJECTION_REFUSAL = "looks like a prompt injection"
-
-
-class BenchError(RuntimeError):
-    pass
-
-
-# ---------------------------------------------------------------------------------------------------
-# The model that obeys
-
-
-def _alnum(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return "".join(ch for ch in text if ch.isalnum())
-
-
-def _visible(fragment: str, seen: str) -> bool:
-    """Whether a model shown `seen` saw `fragment` (compared on letters and digits, first 60 of them)."""
-    probe = _alnum(fragment)[:60]
-    return bool(probe) and probe in seen
-
-
-def _system_text(body: Json) -> str:
-    system = body.get("system")
-    if isinstance(system, str):
-        return system
-    if isinstance(system, list):
-        return "".join(block.get("text", "") for block in system if isinstance(block, dict))
-    return ""
-
-
-@dataclass
-class ObeyingModel:
-    """The fake server's responder: a model that does whatever injected text asks it to.
-
-    `parts` are what the attack put into the conversation and `payload` what it wants remembered;
-    when all parts are visible in an extraction request the payload comes back as a fact of every
-    category; when the payload is among the style observations of a synthesis request, it is appended
-    to the directive paragraph. What the model is never shown, it cannot obey."""
-
-    parts: tuple[str, ...] = ()
-    payload: str | None = None
-    saw_attack: bool = False
-
-    def arm(self, parts: Sequence[str], payload: str) -> None:
-        self.parts, self.payload, self.saw_attack = tuple(parts), payload, False
-
-    def disarm(self) -> None:
-        self.parts, self.payload, self.saw_attack = (), None, False
-
-    def __call__(self, body: Json) -> FakeReply:
-        system = _system_text(body)
-        if "pick out durable memories" in system:
-            return FakeReply(text=json.dumps(self._extraction(body)))
-        if "personality directive" in system:
-            return FakeReply(text=self._directive(body))
-        return echo_reply(body)
-
-    def _extraction(self, body: Json) -> dict[str, list[dict[str, str]]]:
-        empty: dict[str, list[dict[str, str]]] = {
-            "preferences": [],
-            "entities": [],
-            "decisions": [],
-            "styles": [],
-            "artifacts": [],
-        }
-        if self.payload is None:
-            return empty
-        seen = _alnum(" ".join(user_texts(body)))
-        if not all(_visible(part, seen) for part in self.parts):
-            return empty
-        self.saw_attack = True
-        item = {"key": "injected", "value": self.payload}
-        return {
-            "preferences": [item],
-            "entities": [{"key": "note/injected", "value": self.payload}],
-            "decisions": [item],
-            "styles": [item],
-            "artifacts": [item],
-        }
-
-    def _directive(self, body: Json) -> str:
-        if self.payload is None or not _visible(self.payload, _alnum(" ".join(user_texts(body)))):
-            return CLEAN_DIRECTIVE
-        self.saw_attack = True
-        return f"{CLEAN_DIRECTIVE} {' '.join(self.payload.split())}"
-
-
-# ---------------------------------------------------------------------------------------------------
-# Outcomes
-
-
-@dataclass
-class PathResult:
-    offered: int = 0
-    refused_as_injection: int = 0
-    refused_otherwise: int = 0
-    stored: int = 0
-    deduplicated: int = 0  # accepted, but the same content was already stored (nothing new written)
-    not_seen: int = 0  # extraction: the model was never shown the attack
-
-    def add(self, other: PathResult) -> None:
-        self.offered += other.offered
-        self.refused_as_injection += other.refused_as_injection
-        self.refused_otherwise += other.refused_otherwise
-        self.stored += other.stored
-        self.deduplicated += other.deduplicated
-        self.not_seen += other.not_seen
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class ItemOutcome:
-    id: str
-    category: str
-    paths: dict[str, PathResult] = field(default_factory=dict)
-    stored_rows: list[dict[str, Any]] = field(default_factory=list)
-    instruction_rows: list[dict[str, Any]] = field(default_factory=list)
-    unfenced_static: list[str] = field(default_factory=list)  # why, when it is
-    unfenced_dynamic: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    injection_refusals: int = 0
-
-    @property
-    def refused(self) -> bool:
-        return not self.stored_rows
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -404,11 +282,11 @@ class Runner:
 
     @staticmethod
     def _probes(texts: Sequence[str], region: str) -> list[str]:
-        region_alnum = _alnum(region)
+        region_alnum = alnum(region)
         return [
             f"attack text outside the fences: {t[:40]!r}"
             for t in texts
-            if len(_alnum(t)) >= 12 and _visible(t, region_alnum)
+            if len(alnum(t)) >= 12 and visible(t, region_alnum)
         ]
 
     def _check_prompt(self, outcome: ItemOutcome, user_id: int, session: dict[str, Any], probes: Sequence[str]) -> None:
