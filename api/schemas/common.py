@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import AfterValidator, BeforeValidator
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@\-]{0,127}$"
 
@@ -18,4 +18,15 @@ def _iso_text_only(value: Any) -> Any:
     raise ValueError("must be an ISO-8601 date-time string, e.g. 2026-05-01T09:00:00Z")
 
 
-Timestamp = Annotated[datetime, BeforeValidator(_iso_text_only)]
+def _representable(value: datetime) -> datetime:
+    # Postgres stores 0001-01-01T00:00+01:00 as a date before year 1 (1 BC), which Python cannot read
+    # back: every later read of the row would fail. Refuse a time whose UTC is outside years 1-9999.
+    try:
+        if value.tzinfo is not None:
+            value.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError("the time in UTC must lie within the years 1 to 9999") from exc
+    return value
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_iso_text_only), AfterValidator(_representable)]
