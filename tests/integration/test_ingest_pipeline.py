@@ -99,4 +99,3 @@ def test_a_session_mixing_batches_and_turns_keeps_arrival_order(
     sent = json.dumps(chat["messages"])
     assert sent.index("Earlier: I am planning") < sent.index("flights") < sent.index("What do you know")
     assert "Later: I booked" not in sent
-
