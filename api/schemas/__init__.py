@@ -1,5 +1,5 @@
 """Request and response bodies of the HTTP API, one module per area (they also make the OpenAPI
-schema): common (ids, timestamps), turns, sessions, ingest, memories, profiles, admin, health.
+schema): common (ids, timestamps), turns, sessions, ingest, context, memories, profiles, admin, health.
 
 Routes import from the area's module; the names are re-exported here for callers that want one import.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from api.schemas.admin import IssuedKeyOut, KeyIn, KeyOut, TenantOut, TenantPatch
 from api.schemas.common import ID_PATTERN, Timestamp
+from api.schemas.context import ContextIn, ContextItemOut, ContextOut, ContextSectionOut
 from api.schemas.health import Readiness
 from api.schemas.ingest import IngestAccepted, IngestIn, IngestMessageIn, MemoryStatusOut
 from api.schemas.memories import (
@@ -30,6 +31,10 @@ __all__ = [
     "ID_PATTERN",
     "AgentProfileOut",
     "AgentProfilePatch",
+    "ContextIn",
+    "ContextItemOut",
+    "ContextOut",
+    "ContextSectionOut",
     "IngestAccepted",
     "IngestIn",
     "IngestMessageIn",

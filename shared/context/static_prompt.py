@@ -223,9 +223,10 @@ def _communication_style(agent: dict[str, Any] | None) -> str | None:
     return "## Communication style\n" + "\n".join(lines) if lines else None
 
 
-def _user_information(user: dict[str, Any] | None) -> str | None:
+def user_information_lines(user: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(field, "- Label: value") for each filled profile field, in prompt order."""
     if not user:
-        return None
+        return []
     labels = (
         ("display_name", "Name"),
         ("location", "Location"),
@@ -242,12 +243,22 @@ def _user_information(user: dict[str, Any] | None) -> str | None:
         if isinstance(value, list):
             value = ", ".join(_clean(str(v)) for v in value if str(v).strip())
         if value and _clean(str(value)):
-            lines.append(f"- {label}: {_clean(str(value))}")
+            lines.append((key, f"- {label}: {_clean(str(value))}"))
+    return lines
+
+
+def _user_information(user: dict[str, Any] | None) -> str | None:
+    lines = [line for _, line in user_information_lines(user)]
     return "## About the user\n" + "\n".join(lines) if lines else None
 
 
+def memory_line(memory: dict[str, Any]) -> str:
+    """A remembered item as the prompt lists it: `- [namespace] key: value`."""
+    return f"- [{memory['namespace']}] {memory['key']}: {_clean(memory['value'])}"
+
+
 def _what_you_know(inputs: PromptInputs) -> str | None:
-    lines = [f"- [{m['namespace']}] {m['key']}: {_clean(m['value'])}" for m in inputs.memories]
+    lines = [memory_line(m) for m in inputs.memories]
     if inputs.file_knowledge:
         lines.append(inputs.file_knowledge)
     return "## What You Know\n" + "\n".join(lines) if lines else None

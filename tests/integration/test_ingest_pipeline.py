@@ -80,6 +80,12 @@ def test_ingested_messages_are_extracted_once_after_the_debounce(
     assert "I live in Lisbon." in prompt and "I prefer green tea." in prompt
     found = api.post("/v1/users/alice/memories/search", json={"query": "green tea"}).json()["results"]
     assert any("green tea" in r["value"] for r in found)
+    # What the outside agent puts in its next prompt now carries the extracted facts, within budget.
+    packed = api.post(
+        "/v1/users/alice/context", json={"query": "tea in Lisbon", "session_key": "outside", "max_tokens": 300}
+    ).json()
+    assert "Prefers green tea" in packed["context"] and "Lives in Lisbon" in packed["context"]
+    assert packed["tokens"] <= 300
 
 
 def test_a_session_mixing_batches_and_turns_keeps_arrival_order(
