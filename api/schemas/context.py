@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from api.schemas.common import ID_PATTERN
-from shared.context.packed import SECTIONS
 from shared.text import SAFE_TEXT
 
 MAX_CONTEXT_TOKENS = 100_000
 
+# The names shared.context.packed.SECTIONS uses (a unit test keeps them equal; importing it here would load
+# the search and model code into every importer of the schemas, the Python client included).
 SectionName = Literal[
     "profile", "active_task", "summary", "relevant_memories", "transcript", "what_you_know", "reflection"
 ]
-assert set(SECTIONS) == set(SectionName.__args__)  # type: ignore[attr-defined]
+
+SECTION_COUNT = len(get_args(SectionName))
 
 
 class ContextIn(BaseModel):
@@ -31,7 +33,7 @@ class ContextIn(BaseModel):
         1000, ge=1, le=MAX_CONTEXT_TOKENS, description="Budget for the whole `context` text; `tokens` never exceeds it"
     )
     sections: list[SectionName] | None = Field(
-        None, min_length=1, max_length=len(SECTIONS), description="Only these sections (default: all)"
+        None, min_length=1, max_length=SECTION_COUNT, description="Only these sections (default: all)"
     )
 
 

@@ -75,3 +75,11 @@ def test_packing_is_greedy_by_value() -> None:
     assert kept == {"profile:display_name", *(f"memory:{i}" for i in range(5))} and packed.dropped == 1
     assert [s["name"] for s in packed.sections] == ["profile", "what_you_know"]
     assert pack([top], 3, O200K).context == ""  # not even the fence fits: nothing, not a broken block
+
+
+def test_the_schema_names_every_context_section() -> None:
+    from typing import get_args
+
+    from api.schemas.context import SectionName
+
+    assert list(get_args(SectionName)) == list(SECTIONS)
