@@ -51,6 +51,7 @@ class Ingested:
 
     session_id: int
     message_ids: list[int]
+    new_messages: int
     status: str
     replayed: bool = False
 
@@ -107,7 +108,7 @@ def _models(model: type[Any]) -> Callable[[httpx.Response], list[Any]]:
 def _ingested(response: httpx.Response) -> Ingested:
     body = IngestAccepted.model_validate(_json(response))
     replayed = response.headers.get("Idempotent-Replayed") == "true"
-    return Ingested(body.session_id, body.message_ids, body.status, replayed)
+    return Ingested(body.session_id, body.message_ids, body.new_messages, body.status, replayed)
 
 
 def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -96,7 +96,9 @@ def post_messages(
         from workers.dispatch import schedule_memory_work  # the Celery app reads settings: load on first use
 
         schedule_memory_work(result.session_id)
-    return IngestAccepted(session_id=result.session_id, message_ids=result.message_ids, status="queued")
+    return IngestAccepted(
+        session_id=result.session_id, message_ids=result.message_ids, new_messages=result.written, status="queued"
+    )
 
 
 @router.get("/memory-status", response_model=MemoryStatusOut, responses={404: {"description": "No such session"}})

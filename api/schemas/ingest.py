@@ -94,6 +94,9 @@ class IngestIn(BaseModel):
 class IngestAccepted(BaseModel):
     session_id: int
     message_ids: list[int] = Field(description="One per message sent, in order")
+    new_messages: int = Field(
+        description="Messages this request stored: fewer than sent when message keys were known, 0 on a replay"
+    )
     status: Literal["queued"] = Field(description="Stored; extraction and the rest of the pipeline follow")
 
 

@@ -49,8 +49,9 @@ def export_user(conn: Conn, scope: Scope) -> dict[str, Any]:
         params,
     ).fetchall()
     messages = conn.execute(
-        """SELECT id, session_id, turn_id, role, content, tool_calls, tool_results, is_compacted, created_at
-           FROM session_messages WHERE tenant_id = %(t)s AND user_id = %(u)s ORDER BY session_id, turn_id, id""",
+        """SELECT id, session_id, turn_id, role, content, name, tool_calls, tool_results, is_compacted, created_at
+           FROM session_messages WHERE tenant_id = %(t)s AND user_id = %(u)s
+           ORDER BY session_id, turn_id NULLS FIRST, id""",
         params,
     ).fetchall()
     memories = conn.execute(

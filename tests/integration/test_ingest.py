@@ -159,11 +159,12 @@ def test_message_keys_make_a_rerun_write_nothing(api: httpx.Client) -> None:
     # A re-run that overlaps: the known three answer their stored ids, the new two are written.
     second = api.post(URL, json={"messages": keyed}).json()
     assert second["message_ids"][:3] == first["message_ids"]
+    assert first["new_messages"] == 3 and second["new_messages"] == 2
     stored = history(api)
     assert [m["content"] for m in stored] == [m["content"] for m in CONVERSATION]
     before = counts()
     third = api.post(URL, json={"messages": keyed}).json()
-    assert third["message_ids"] == second["message_ids"]
+    assert third["message_ids"] == second["message_ids"] and third["new_messages"] == 0
     assert counts()["session_messages"] == before["session_messages"]
     # The same message key with other content is a conflict, and nothing of that batch is written.
     clash = [
