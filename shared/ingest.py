@@ -52,8 +52,8 @@ class IngestMessage:
 class IngestResult:
     session_id: int
     message_ids: list[int]  # one per message sent, in order (stored earlier for a known message key)
-    written: int  # messages this call wrote
-    replayed: bool  # the batch's Idempotency-Key was seen before: nothing was written
+    written: int  # messages the batch wrote (a replay answers the first call's count)
+    replayed: bool  # the batch's Idempotency-Key was seen before: nothing was written now
     batch_id: int | None = None
 
 
@@ -148,7 +148,7 @@ def ingest_messages(
 
     conn.execute(
         "UPDATE turns SET details = %s WHERE id = %s",
-        (json.dumps({"metadata": metadata or {}, "message_ids": ids}), batch_id),
+        (json.dumps({"metadata": metadata or {}, "message_ids": ids, "written": written}), batch_id),
     )
     if written:
         refresh_token_count(conn, session_id)
@@ -189,7 +189,12 @@ def _replay(conn: Conn, tenant_id: int, key: str, request_hash: str) -> IngestRe
         raise IdempotencyConflict(
             "this Idempotency-Key was already used for a different request (session, user, messages or metadata differ)"
         )
-    ids = [int(i) for i in (row["details"] or {}).get("message_ids", [])]
+    details = row["details"] or {}
+    ids = [int(i) for i in details.get("message_ids", [])]
     return IngestResult(
-        session_id=int(row["session_id"]), message_ids=ids, written=0, replayed=True, batch_id=int(row["id"])
+        session_id=int(row["session_id"]),
+        message_ids=ids,
+        written=int(details.get("written", 0)),
+        replayed=True,
+        batch_id=int(row["id"]),
     )

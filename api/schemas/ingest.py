@@ -95,7 +95,8 @@ class IngestAccepted(BaseModel):
     session_id: int
     message_ids: list[int] = Field(description="One per message sent, in order")
     new_messages: int = Field(
-        description="Messages this request stored: fewer than sent when message keys were known, 0 on a replay"
+        description="Messages this batch stored: fewer than sent when message keys were known (a replay answers as the "
+        "first call did)"
     )
     status: Literal["queued"] = Field(description="Stored; extraction and the rest of the pipeline follow")
 
