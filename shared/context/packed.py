@@ -220,7 +220,7 @@ def _known_items(conn: Conn, scope: Scope, seen: set[str]) -> list[Item]:
         if item_id in seen:  # already offered as a relevant memory, at a higher value
             continue
         value = BASE_VALUE["what_you_know"] + 10 * (1 - rank / max(1, len(rows)))
-        items.append(Item("what_you_know", item_id, "memory", defang(memory_line(row)), value))
+        items.append(Item("what_you_know", item_id, row["kind"], defang(memory_line(row)), value))
     return items
 
 

@@ -89,13 +89,13 @@ def what_you_know(conn: Conn, tenant_id: int, user_id: int) -> list[dict[str, An
     Chosen by use, but listed by namespace and key: an access-count change that does not change the
     selection must not reorder the list (that would break the prompt cache for nothing)."""
     rows = conn.execute(
-        """(SELECT id, namespace, key, value, access_count, true AS personality FROM memories
+        """(SELECT id, namespace, key, value, kind, access_count, true AS personality FROM memories
             WHERE tenant_id = %(t)s AND user_id = %(u)s AND valid_until IS NULL
               AND (namespace = 'tacit/personality' OR namespace LIKE 'tacit/personality/%%')
               AND NOT (namespace = %(dns)s AND key = %(dkey)s)
             ORDER BY access_count DESC, id LIMIT %(plimit)s)
            UNION ALL
-           (SELECT id, namespace, key, value, access_count, false FROM memories
+           (SELECT id, namespace, key, value, kind, access_count, false FROM memories
             WHERE tenant_id = %(t)s AND user_id = %(u)s AND valid_until IS NULL
               AND (namespace = 'tacit' OR namespace LIKE 'tacit/%%')
               AND NOT (namespace = 'tacit/personality' OR namespace LIKE 'tacit/personality/%%')

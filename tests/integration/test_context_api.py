@@ -66,6 +66,8 @@ def test_context_carries_profile_knowledge_session_and_relevant_memories(api: ht
     assert f"memory:{trip}" in sections["relevant_memories"]
     assert f"memory:{tea}" in sections["what_you_know"] + sections.get("relevant_memories", [])
     assert sections["profile"] == ["profile:display_name", "profile:location"]
+    kinds = {item["id"]: item["kind"] for section in found["sections"] for item in section["items"]}
+    assert kinds[f"memory:{tea}"] == "fact" and kinds["profile:location"] == "profile"
     assert found["tokens"] == O200K.count(text) <= 1000 and found["tokenizer"] == "o200k_base"
     # Sections on request; a session or user nobody has is not an error, and looking creates nothing.
     only = context(api, query="Kyoto", sections=["relevant_memories"], max_tokens=1000)

@@ -213,3 +213,17 @@ def test_a_time_postgres_could_not_give_back_is_refused(api: httpx.Client) -> No
     assert counts() == before
     memory = api.post("/v1/users/alice/memories", json={"key": "k", "value": "v", "event_time": early["created_at"]})
     assert memory.status_code == 422
+
+
+def test_a_spent_token_budget_refuses_ingest(api: httpx.Client) -> None:
+    # Extraction of ingested messages costs model tokens: past the budget, nothing more is taken in.
+    assert api.patch("/v1/admin/tenant", json={"monthly_token_budget": 50}).status_code == 200
+    with db.connection() as conn:
+        conn.execute(
+            """INSERT INTO llm_calls (tenant_id, purpose, provider, model, input_tokens)
+               SELECT id, 'extraction', 'fake', 'fake', 100 FROM tenants WHERE name = 'tenant-a'"""
+        )
+    before = counts()
+    refused = api.post(URL, json={"messages": [{"role": "user", "content": "hi"}]})
+    assert refused.status_code == 429 and refused.json()["code"] == "token_budget_exceeded"
+    assert int(refused.headers["Retry-After"]) > 0 and counts() == before
