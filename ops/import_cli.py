@@ -12,13 +12,13 @@ from ops.cli_support import fail, load_settings
 from ops.import_file import ImportFileError, ImportPlan, read_import_file
 
 
-def _send(plan: ImportPlan, url: str, key: str, batch_size: int, memories: bool) -> tuple[int, int, int]:
-    """(messages written, messages already there, memories written)."""
+def _send(plan: ImportPlan, url: str, key: str, batch_size: int, memories: bool) -> tuple[int, int, int, int]:
+    """(messages written, messages already there, memories written, memories refused)."""
     import httpx
 
     from engram.client import EngramAPIError, EngramClient
 
-    written = known = memories_written = 0
+    written = known = memories_written = memories_refused = 0
     with EngramClient(url, key, timeout=120) as client:
         try:
             client.http.get("/healthz").raise_for_status()
@@ -36,14 +36,22 @@ def _send(plan: ImportPlan, url: str, key: str, batch_size: int, memories: bool)
                 for user_id, bodies in plan.memories.items():
                     for body in bodies:
                         fields = {k: v for k, v in body.items() if k not in ("key", "value")}
-                        outcome = client.add_memory(user_id, body["key"], body["value"], **fields)
+                        try:
+                            outcome = client.add_memory(user_id, body["key"], body["value"], **fields)
+                        except EngramAPIError as exc:
+                            if exc.status_code != 422:
+                                raise
+                            # One memory the write rules refuse (limits, injection patterns) loses no other.
+                            typer.secho(f"memory {body['key']!r} refused: {exc.detail}", err=True, dim=True)
+                            memories_refused += 1
+                            continue
                         memories_written += outcome.action in ("added", "superseded")
-        except EngramAPIError as exc:
+        except (EngramAPIError, httpx.HTTPError) as exc:
             fail(
-                f"the gateway refused a request ({exc}); what was sent before is stored, and running the same "
-                "import again skips it"
+                f"the import stopped ({exc}); what was sent before is stored, and running the same import again "
+                "skips it"
             )
-    return written, known, memories_written
+    return written, known, memories_written, memories_refused
 
 
 def import_command(
@@ -74,8 +82,9 @@ def import_command(
         f"{file}: {plan.message_count} message(s) in {len(plan.conversations)} session(s)"
         + (f", {plan.memory_count} memories" if plan.memory_count and memories else "")
     )
-    written, known, memories_written = _send(plan, base, key, batch_size, memories)
+    written, known, memories_written, refused = _send(plan, base, key, batch_size, memories)
     typer.echo(
         f"imported {written} new message(s), {known} already there"
         + (f"; {memories_written} new memories" if plan.memory_count and memories else "")
+        + (f", {refused} refused" if refused else "")
     )
