@@ -13,7 +13,7 @@ from api.body_limit import BodySizeLimit
 from api.deps import MetricsKey
 from api.errors import document_errors, install_error_handlers
 from api.metrics import EngramCollector
-from api.routes import admin, health, memories, profiles, sessions, turns
+from api.routes import admin, context, health, ingest, memories, profiles, sessions, turns
 from shared import db
 from shared.config import get_settings
 from shared.logging import configure_logging
@@ -59,4 +59,6 @@ def create_app() -> FastAPI:
     app.include_router(memories.router)
     app.include_router(profiles.router)
     app.include_router(admin.router)
+    app.include_router(ingest.router)
+    app.include_router(context.router)
     return app
