@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import structlog
 from psycopg.types.json import Jsonb
 
 from shared import db
@@ -37,6 +38,7 @@ from shared.locks import HeartbeatLock, holder, session_lock_name, take_over_if_
 from shared.logging import get_logger
 from shared.text import estimate_tokens
 from shared.tools import ToolContext, ToolRegistry
+from shared.tracing import turn_span
 from shared.turns import refresh_token_count
 
 log = get_logger(__name__)
@@ -231,6 +233,14 @@ def relevant_memories(conn: Conn, turn: dict[str, Any], history: list[ChatMessag
 
 
 def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> None:
+    with (
+        structlog.contextvars.bound_contextvars(turn_id=turn["id"], session_id=turn["session_id"]),
+        turn_span(turn["id"], turn["session_id"], turn["attempts"]),
+    ):
+        _run_claimed_turn(turn, deps, lock)
+
+
+def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> None:
     bound = log.bind(turn_id=turn["id"], session_id=turn["session_id"], attempt=turn["attempts"])
     events = TurnEventPublisher(deps.redis, turn["id"])
     if turn["attempts"] > 1:

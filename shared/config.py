@@ -123,6 +123,15 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = Field(False, description="JSON log lines instead of console format")
 
+    # --- tracing (OpenTelemetry; shared/tracing.py) -------------------------------------------------
+    otel_enabled: bool = Field(False, description="Export OpenTelemetry traces (OTLP over HTTP)")
+    otel_endpoint: str | None = Field(
+        None, description="OTLP/HTTP collector base URL (spans go to <url>/v1/traces); unset = http://localhost:4318"
+    )
+    otel_headers: SecretStr | None = Field(None, description="Extra OTLP request headers, `name=value,name=value`")
+    otel_service_name: str = Field("engram", description="service.name prefix; each process adds its role")
+    otel_sample_ratio: float = Field(1.0, ge=0, le=1, description="Share of new traces recorded (head sampling)")
+
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
