@@ -132,6 +132,15 @@ class Settings(BaseSettings):
     otel_service_name: str = Field("engram", description="service.name prefix; each process adds its role")
     otel_sample_ratio: float = Field(1.0, ge=0, le=1, description="Share of new traces recorded (head sampling)")
 
+    # --- metrics ---------------------------------------------------------------------------------
+    worker_metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Port of a worker pool's Prometheus exporter; unset = none"
+    )
+    worker_metrics_host: str = Field("127.0.0.1", description="Address the worker exporter binds to (key required)")
+    metrics_sql_interval_seconds: float = Field(
+        60.0, ge=0, description="Cross-tenant SQL aggregates in metrics are recomputed at most this often"
+    )
+
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:

@@ -26,6 +26,7 @@ from shared.logging import configure_logging
 from shared.redis_client import reset_redis
 from shared.services import resolve_redis_url
 from shared.tracing import configure_tracing, instrument_celery_worker
+from workers import metrics as _metric_signals  # noqa: F401  (task metrics, the pool's exporter)
 from workers import tracing as _publish_hooks  # noqa: F401  (connects the request-id publish hook)
 from workers.queues import QUEUES
 
