@@ -27,8 +27,9 @@ TASK_SECONDS = Histogram(
     ["task", "queue", "state"],
     buckets=_LATENCY_BUCKETS,
 )
-TASK_FAILURES = Counter("engram_task_failures", "Celery tasks that failed for good", ["task", "exception"])
-TASK_RETRIES = Counter("engram_task_retries", "Celery task retries scheduled", ["task", "reason"])
+# By task only, so every series can exist (at 0) from the start: rate() and alerts see a first failure.
+TASK_FAILURES = Counter("engram_task_failures", "Celery tasks that raised (the exception is in the log)", ["task"])
+TASK_RETRIES = Counter("engram_task_retries", "Celery task retries scheduled", ["task"])
 
 TURNS_FINISHED = Counter("engram_turns_finished", "Turns finished by a worker, by status", ["status"])
 TURN_PHASE_SECONDS = Histogram(
@@ -71,12 +72,22 @@ def observe_task(task: str, queue: str, state: str, seconds: float) -> None:
     TASK_SECONDS.labels(task, queue, state).observe(max(seconds, 0.0))
 
 
-def count_task_failure(task: str, exception: str) -> None:
-    TASK_FAILURES.labels(task, exception).inc()
+def count_task_failure(task: str) -> None:
+    TASK_FAILURES.labels(task).inc()
 
 
-def count_task_retry(task: str, reason: str) -> None:
-    TASK_RETRIES.labels(task, reason).inc()
+def count_task_retry(task: str) -> None:
+    TASK_RETRIES.labels(task).inc()
+
+
+def preinitialize(tasks: Iterable[str]) -> None:
+    """Zero-valued series for every task's failures and retries and each turn outcome, so a scrape
+    shows them before the first event (a missing series reads as "no data", not as 0)."""
+    for task in tasks:
+        TASK_FAILURES.labels(task)
+        TASK_RETRIES.labels(task)
+    for status in ("done", "failed"):
+        TURNS_FINISHED.labels(status)
 
 
 def observe_turn(status: str, timings: Mapping[str, Any]) -> None:

@@ -44,7 +44,7 @@ from shared import db
 from shared.auth import authenticate, hash_key
 from shared.config import get_settings
 from shared.logging import get_logger
-from shared.metrics import count_task_failure, count_task_retry, observe_task
+from shared.metrics import count_task_failure, count_task_retry, observe_task, preinitialize
 from shared.redis_client import get_redis
 from workers.queues import QUEUES
 
@@ -72,13 +72,13 @@ def _task_finished(task_id: str | None = None, task: Any = None, state: str | No
 
 
 @task_failure.connect(weak=False)
-def _task_failed(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
-    count_task_failure(getattr(sender, "name", "unknown"), type(exception).__name__ if exception else "unknown")
+def _task_failed(sender: Any = None, **_: Any) -> None:
+    count_task_failure(getattr(sender, "name", "unknown"))
 
 
 @task_retry.connect(weak=False)
-def _task_retried(sender: Any = None, reason: Any = None, **_: Any) -> None:
-    count_task_retry(getattr(sender, "name", "unknown"), type(reason).__name__ if reason is not None else "unknown")
+def _task_retried(sender: Any = None, **_: Any) -> None:
+    count_task_retry(getattr(sender, "name", "unknown"))
 
 
 # ---- scrape-time gauges (main process) -------------------------------------------------------------
@@ -225,6 +225,8 @@ def _start_exporter(sender: Any = None, **_: Any) -> None:
     _multiproc_dir = tempfile.mkdtemp(prefix="engram-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = _multiproc_dir
     values.ValueClass = values.MultiProcessValue()
+    if sender is not None:
+        preinitialize(name for name in sender.app.tasks if name.startswith("engram."))
     queues = list(sender.app.amqp.queues.consume_from) if sender is not None else []
     registry = build_registry(queues, settings.metrics_sql_interval_seconds, _multiproc_dir)
     server = serve(registry, settings.worker_metrics_host, settings.worker_metrics_port, _KeyCheck())

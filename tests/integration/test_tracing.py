@@ -16,7 +16,7 @@ import pytest
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM
 from tests.conftest import CeleryStack, make_key, wait_turn
-from tests.integration.test_pipeline import responder
+from tests.integration.test_pipeline import eventually, responder
 from tests.support.otlp import OTLPSink, Span
 from tests.support.processes import CeleryProcess, gateway, wait_http
 
@@ -145,9 +145,9 @@ def test_a_turn_is_one_linked_trace(traced: tuple[CeleryStack, CeleryProcess], s
     assert not [s.name for s in spans if MARKER in json.dumps(s.attributes, default=str)]
 
 
-def json_lines(path: Path) -> list[dict[str, Any]]:
+def json_lines(path: Path, offset: int = 0) -> list[dict[str, Any]]:
     lines = []
-    for raw in path.read_text(errors="replace").splitlines():
+    for raw in path.read_bytes()[offset:].decode(errors="replace").splitlines():
         if raw.startswith("{"):
             lines.append(json.loads(raw))
     return lines
@@ -155,15 +155,19 @@ def json_lines(path: Path) -> list[dict[str, Any]]:
 
 def test_logs_carry_ids_and_no_text(traced: tuple[CeleryStack, CeleryProcess]) -> None:
     stack, gw = traced
+    assert stack.worker is not None
     key = make_key("tenant-a")
+    start = stack.worker.log_path.stat().st_size  # the worker (and its log) may have served earlier tests
     client, accepted = post(gw, key, f"My locker code is {MARKER}", "req-logs-1")
     try:
         assert wait_turn(client, accepted["turn_id"])["status"] == "done"
     finally:
         client.close()
-    assert stack.worker is not None
     gateway_lines = json_lines(gw.log_path)
-    worker_lines = json_lines(stack.worker.log_path)
+    worker_log = stack.worker.log_path
+    # The turn is visible as done a moment before its worker logs the line: wait for the line.
+    eventually(lambda: any(line.get("event") == "turn done" for line in json_lines(worker_log, start)))
+    worker_lines = json_lines(worker_log, start)
 
     accepted_line = next(line for line in gateway_lines if line.get("event") == "turn accepted")
     assert accepted_line["request_id"] == "req-logs-1"
