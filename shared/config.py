@@ -140,6 +140,9 @@ class Settings(BaseSettings):
     metrics_sql_interval_seconds: float = Field(
         60.0, ge=0, description="Cross-tenant SQL aggregates in metrics are recomputed at most this often"
     )
+    metrics_api_key: SecretStr | None = Field(
+        None, description="A fixed key with only the metrics scope, registered by `engram migrate` (Prometheus)"
+    )
 
     @field_validator("data_dir")
     @classmethod

@@ -148,3 +148,26 @@ def test_gateway_counts_its_requests_by_route(api: httpx.Client) -> None:
     assert (sample(scraped.text, "engram_http_request_duration_seconds_count", route=route, method="POST") or 0) >= 1
     # The raw path (with the caller's session key) is never a label.
     assert "/v1/sessions/counted/turns" not in scraped.text
+
+
+def test_migrate_registers_the_metrics_key_with_that_scope_only(
+    clean_state: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from ops.cli import app
+    from shared.auth import authenticate
+    from shared.config import get_settings
+
+    monkeypatch.setenv("ENGRAM_METRICS_API_KEY", "egm_prometheus_scraper_key_0123456789")
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["migrate"])
+        assert result.exit_code == 0, result.output
+    finally:
+        monkeypatch.delenv("ENGRAM_METRICS_API_KEY")
+        get_settings.cache_clear()
+    with db.connection() as conn:
+        principal = authenticate(conn, "egm_prometheus_scraper_key_0123456789")
+    assert principal is not None and principal.scopes == frozenset({"metrics"})
+    assert principal.allows("metrics") and not principal.allows("chat")
