@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     llm_max_attempts: int = Field(4, ge=1, description="Tries per LLM call on 429/5xx/timeouts")
     llm_max_retry_wait_seconds: float = 30.0
     max_output_tokens: int = 1024
+    llm_prices: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="US$ per million tokens by model and kind, for the cost metric (JSON); unset = no cost",
+    )
 
     # --- embeddings ----------------------------------------------------------------------------
     embedding_provider: Literal["local", "openai"] = Field(
@@ -148,6 +152,18 @@ class Settings(BaseSettings):
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+    @field_validator("llm_prices")
+    @classmethod
+    def _price_kinds(cls, value: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        kinds = {"input", "output", "cache_read", "cache_write"}
+        for model, price in value.items():
+            unknown = set(price) - kinds
+            if unknown:
+                raise ValueError(
+                    f"ENGRAM_LLM_PRICES[{model!r}]: unknown token kinds {sorted(unknown)}; use {sorted(kinds)}"
+                )
+        return value
 
     @field_validator("flower_password")
     @classmethod

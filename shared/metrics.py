@@ -47,6 +47,9 @@ LLM_TOKENS = Counter(
     "LLM tokens by purpose, model and kind (input, output, cache_read, cache_write)",
     ["purpose", "model", "kind"],
 )
+LLM_COST = Counter(
+    "engram_llm_cost_usd", "LLM spend in US dollars by purpose and model (ENGRAM_LLM_PRICES)", ["purpose", "model"]
+)
 LLM_SECONDS = Histogram(
     "engram_llm_call_duration_seconds",
     "LLM call time by purpose and model",
@@ -100,9 +103,17 @@ def observe_turn(status: str, timings: Mapping[str, Any]) -> None:
 
 
 def observe_llm_call(
-    purpose: str, provider: str, model: str, ok: bool, seconds: float, tokens: Mapping[str, int]
+    purpose: str,
+    provider: str,
+    model: str,
+    ok: bool,
+    seconds: float,
+    tokens: Mapping[str, int],
+    cost_usd: float | None = None,
 ) -> None:
     LLM_CALLS.labels(purpose, provider, model, "true" if ok else "false").inc()
+    if cost_usd is not None:
+        LLM_COST.labels(purpose, model).inc(cost_usd)
     LLM_SECONDS.labels(purpose, model).observe(max(seconds, 0.0))
     for kind, count in tokens.items():
         if count:

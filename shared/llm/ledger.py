@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from shared import db
+from shared.config import get_settings
 from shared.db import Conn
+from shared.llm.pricing import call_cost
 from shared.llm.types import Usage
 from shared.metrics import observe_llm_call
 
@@ -61,6 +63,7 @@ def record_call(call: CallRecord, scope: LedgerScope) -> None:
             "cache_read": call.usage.cache_read_tokens,
             "cache_write": call.usage.cache_write_tokens,
         },
+        call_cost(call.model, call.usage, get_settings().llm_prices),
     )
 
 

@@ -3,6 +3,7 @@ worker pool's exporter, after a turn whose memories were extracted and embedded.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -29,7 +30,15 @@ def test_every_dashboard_metric_is_scraped(
     celery_stack: CeleryStack, clean_state: Any, fake_llm: FakeLLM, api: httpx.Client
 ) -> None:
     fake_llm.default = responder()
-    env = {**PIPELINE_ENV, "ENGRAM_EXTRACTION_DEBOUNCE_SECONDS": "0", "ENGRAM_WORKER_METRICS_PORT": str(EXPORTER_PORT)}
+    env = {
+        **PIPELINE_ENV,
+        "ENGRAM_EXTRACTION_DEBOUNCE_SECONDS": "0",
+        "ENGRAM_WORKER_METRICS_PORT": str(EXPORTER_PORT),
+        # The cost panel needs priced models (the chat model and the extraction model of the fake).
+        "ENGRAM_LLM_PRICES": json.dumps(
+            {m: {"input": 3, "output": 15} for m in ("claude-sonnet-4-5", "claude-haiku-4-5")}
+        ),
+    }
     celery_stack.ensure("anthropic", **env)
     wanted = set().union(*(metric_names(expr) for expr in queries(load())))
     key = metrics_key(["metrics"])
