@@ -12,13 +12,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from api.body_limit import BodySizeLimit
 from api.deps import MetricsKey
 from api.errors import document_errors, install_error_handlers
-from api.metrics import EngramCollector
+from api.metrics import EngramCollector, RequestMetrics
+from api.request_context import RequestContext
 from api.routes import admin, context, health, ingest, memories, profiles, sessions, turns
 from shared import db
 from shared.config import get_settings
 from shared.logging import configure_logging
 from shared.memory.service import warm_query_embedder
 from shared.redis_client import close_shared_async_redis
+from shared.tracing import configure_tracing, instrument_fastapi
 
 
 @asynccontextmanager
@@ -44,9 +46,15 @@ def create_app() -> FastAPI:
     install_error_handlers(app)
     app.openapi = document_errors(app)  # type: ignore[method-assign]
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
-
     registry = CollectorRegistry()
-    registry.register(EngramCollector())
+    registry.register(EngramCollector(settings.metrics_sql_interval_seconds))
+    app.add_middleware(RequestMetrics, registry=registry)
+    app.add_middleware(RequestContext)  # outermost: every line of the request carries its id
+    if configure_tracing("gateway", settings):
+        from workers.tracing import install_publish_tracing
+
+        instrument_fastapi(app)
+        install_publish_tracing()
 
     # Aggregates over every tenant: only for keys with the `metrics` (or `admin`) scope.
     @app.get("/metrics", include_in_schema=False)

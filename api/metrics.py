@@ -1,17 +1,23 @@
 """Prometheus metrics on the gateway's /metrics.
 
-Postgres is the record of what the workers did (turns, LLM calls by purpose, memories), so the
-gateway reads those aggregates at scrape time instead of every worker process exporting its own
-counters; queue depths come from Redis. Celery task metrics (runtimes, failures per task) are
-exported by Flower at its own /metrics.
+The gateway's own: requests by route, method and status, and their latency (RequestMetrics below).
+System gauges: queue depths (Redis, every scrape: a few LLEN), turns by status and active memories
+(cross-tenant SQL, recomputed at most every ENGRAM_METRICS_SQL_INTERVAL_SECONDS per gateway, so a
+scraper — or several — cannot turn /metrics into a load on Postgres). Work done by workers (tasks,
+turn latency split, LLM calls and tokens, extraction and embedding lag) is counted where it happens
+and served by each worker pool's exporter (workers/metrics.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared import db
 from shared.logging import get_logger
@@ -22,36 +28,41 @@ log = get_logger(__name__)
 
 
 class EngramCollector(Collector):
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        try:
-            yield from self._from_postgres()
-        except Exception as exc:  # a scrape must not fail because one source is down
-            log.warning("metrics: postgres unavailable", error=str(exc))
+    def __init__(self, sql_interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.sql_interval = sql_interval
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._sql: tuple[dict[str, int], int] | None = None
+        self._sql_at = float("-inf")
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        sql = self._postgres_aggregates()
+        if sql is not None:
+            by_status, active = sql
+            turns = GaugeMetricFamily("engram_turns", "Turns by status (all tenants; cached)", labels=["status"])
+            for status, count in sorted(by_status.items()):
+                turns.add_metric([status], count)
+            yield turns
+            yield GaugeMetricFamily("engram_memories_active", "Active memories (all tenants; cached)", value=active)
         try:
             yield self._queue_depths()
-        except Exception as exc:
+        except Exception as exc:  # a scrape must not fail because one source is down
             log.warning("metrics: redis unavailable", error=str(exc))
 
-    def _from_postgres(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        calls = CounterMetricFamily("engram_llm_calls", "LLM calls by purpose", labels=["purpose", "provider", "ok"])
-        tokens = CounterMetricFamily("engram_llm_tokens", "LLM tokens by purpose and kind", labels=["purpose", "kind"])
-        turns = GaugeMetricFamily("engram_turns", "Turns by status", labels=["status"])
-        memories = GaugeMetricFamily("engram_memories_active", "Active memories")
-        with db.connection() as conn:
-            for row in conn.execute(
-                """SELECT purpose, provider, ok, count(*) AS n, sum(input_tokens) AS input,
-                          sum(output_tokens) AS output, sum(cache_read_tokens) AS cache_read,
-                          sum(cache_write_tokens) AS cache_write
-                   FROM llm_calls GROUP BY purpose, provider, ok"""
-            ):
-                calls.add_metric([row["purpose"], row["provider"], str(row["ok"]).lower()], row["n"])
-                for kind in ("input", "output", "cache_read", "cache_write"):
-                    tokens.add_metric([row["purpose"], kind], int(row[kind] or 0))
-            for row in conn.execute("SELECT status, count(*) AS n FROM turns WHERE kind = 'chat' GROUP BY status"):
-                turns.add_metric([row["status"]], row["n"])
-            active = conn.execute("SELECT count(*) AS n FROM memories WHERE valid_until IS NULL").fetchone()
-            memories.add_metric([], active["n"] if active else 0)
-        yield from (calls, tokens, turns, memories)
+    def _postgres_aggregates(self) -> tuple[dict[str, int], int] | None:
+        with self._lock:
+            if self.clock() - self._sql_at >= self.sql_interval:
+                try:
+                    with db.connection() as conn:
+                        rows = conn.execute(
+                            "SELECT status, count(*) AS n FROM turns WHERE kind = 'chat' GROUP BY status"
+                        ).fetchall()
+                        active = conn.execute("SELECT count(*) AS n FROM memories WHERE valid_until IS NULL").fetchone()
+                    self._sql = ({row["status"]: int(row["n"]) for row in rows}, int(active["n"]) if active else 0)
+                    self._sql_at = self.clock()
+                except Exception as exc:
+                    log.warning("metrics: postgres unavailable", error=str(exc))
+            return self._sql
 
     def _queue_depths(self) -> GaugeMetricFamily:
         depth = GaugeMetricFamily("engram_queue_depth", "Messages waiting per Celery queue", labels=["queue"])
@@ -62,3 +73,47 @@ class EngramCollector(Collector):
         for queue, length in zip(QUEUES, pipe.execute(), strict=True):
             depth.add_metric([queue], length)
         return depth
+
+
+class RequestMetrics:
+    """Requests and their latency by route template (never the raw path: ids would explode the labels)."""
+
+    def __init__(self, app: ASGIApp, registry: CollectorRegistry) -> None:
+        self.app = app
+        self.requests = Counter(
+            "engram_http_requests",
+            "Gateway requests by route, method and status",
+            ["route", "method", "status"],
+            registry=registry,
+        )
+        self.seconds = Histogram(
+            "engram_http_request_duration_seconds",
+            "Gateway request latency until the response starts (streams: until their first byte)",
+            ["route", "method"],
+            registry=registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began = time.monotonic()
+        status = 500
+
+        async def observed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                self.seconds.labels(_route(scope), scope["method"]).observe(time.monotonic() - began)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed_send)
+        finally:
+            self.requests.labels(_route(scope), scope["method"], str(status)).inc()
+
+
+def _route(scope: Scope) -> str:
+    route = scope.get("route")
+    return str(getattr(route, "path", None) or "unmatched")

@@ -89,6 +89,15 @@ def migrate() -> None:
                 conn.autocommit = False
                 register_key(conn, ensure_tenant(conn, DEFAULT_TENANT), settings.dev_api_key.get_secret_value(), "dev")
                 conn.commit()
+            if settings.metrics_api_key is not None:
+                # Prometheus's key in docker-compose / Kubernetes: the `metrics` scope and nothing else.
+                from shared.auth import DEFAULT_TENANT, ensure_tenant, register_key
+
+                conn.autocommit = False
+                tenant_id = ensure_tenant(conn, DEFAULT_TENANT)
+                scraper_key = settings.metrics_api_key.get_secret_value()
+                register_key(conn, tenant_id, scraper_key, "metrics", scopes=["metrics"])
+                conn.commit()
     except ServiceNotConfigured as exc:
         _fail(str(exc))
     except Exception as exc:

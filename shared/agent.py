@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import structlog
 from psycopg.types.json import Jsonb
 
 from shared import db
@@ -35,8 +36,10 @@ from shared.llm.ledger import CallRecord, LedgerScope, record_call
 from shared.llm.types import ChatMessage, ChatProvider, ChatRequest, ChatResult, LLMError, ToolCall, Usage
 from shared.locks import HeartbeatLock, holder, session_lock_name, take_over_if_holder_dead
 from shared.logging import get_logger
+from shared.metrics import observe_turn
 from shared.text import estimate_tokens
 from shared.tools import ToolContext, ToolRegistry
+from shared.tracing import turn_span
 from shared.turns import refresh_token_count
 
 log = get_logger(__name__)
@@ -235,6 +238,14 @@ def relevant_memories(conn: Conn, turn: dict[str, Any], history: list[ChatMessag
 
 
 def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> None:
+    with (
+        structlog.contextvars.bound_contextvars(turn_id=turn["id"], session_id=turn["session_id"]),
+        turn_span(turn["id"], turn["session_id"], turn["attempts"]),
+    ):
+        _run_claimed_turn(turn, deps, lock)
+
+
+def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> None:
     bound = log.bind(turn_id=turn["id"], session_id=turn["session_id"], attempt=turn["attempts"])
     events = TurnEventPublisher(deps.redis, turn["id"])
     if turn["attempts"] > 1:
@@ -273,14 +284,18 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
     except (LLMError, IntegrityViolation) as exc:
         error = f"quarantined: {exc}" if isinstance(exc, IntegrityViolation) else str(exc)
         bound.warning("turn failed", error=error)
+        timings = _timings(turn, started, None)
         with db.connection() as conn:
-            _guarded_update(conn, turn, "failed", error=error, timings=_timings(turn, started, None))
+            failed = _guarded_update(conn, turn, "failed", error=error, timings=timings)
+        if failed:
+            observe_turn("failed", timings)
         events.publish("error", error=error)
         return
     if lock.lost:
         raise LockLost(f"session lock lost while running turn {turn['id']}")
     # The reply is paid for: wait out a Postgres restart (the lock's heartbeat goes on) rather than
     # fail the task and run the model again on the retry.
+    timings = _timings(turn, started, outcome.llm_seconds)
     with db.connection(patience=db.PAID_WORK_PATIENCE_SECONDS) as conn:
         written = _guarded_update(
             conn,
@@ -293,13 +308,14 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
                 "model": deps.model,
                 "provider": deps.provider.name,
             },
-            timings=_timings(turn, started, outcome.llm_seconds),
+            timings=timings,
         )
         if written:
             _insert_messages(conn, turn, outcome.messages)
             refresh_token_count(conn, turn["session_id"])
             _after_steering(conn, turn["session_id"], outcome.steering_fired)
     if written:
+        observe_turn("done", timings)
         events.publish("done", status="done", reply=outcome.reply, usage=outcome.usage.as_dict())
         bound.info("turn done", llm_calls=len(outcome.calls), **outcome.usage.as_dict())
         if deps.after_turn is not None:

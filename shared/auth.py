@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shared.db import Conn
@@ -62,11 +63,20 @@ def ensure_tenant(conn: Conn, name: str) -> int:
     return int(row["id"])
 
 
-def register_key(conn: Conn, tenant_id: int, key: str, name: str = "") -> None:
+def register_key(conn: Conn, tenant_id: int, key: str, name: str = "", scopes: Sequence[str] | None = None) -> None:
+    """Register a key chosen elsewhere (settings). `scopes` None = the column's default (all but metrics).
+    A key already registered keeps what it has."""
+    if scopes is None:
+        conn.execute(
+            """INSERT INTO api_keys (tenant_id, name, key_prefix, key_hash) VALUES (%s, %s, %s, %s)
+               ON CONFLICT (key_hash) DO NOTHING""",
+            (tenant_id, name, key[:10], hash_key(key)),
+        )
+        return
     conn.execute(
-        """INSERT INTO api_keys (tenant_id, name, key_prefix, key_hash) VALUES (%s, %s, %s, %s)
+        """INSERT INTO api_keys (tenant_id, name, key_prefix, key_hash, scopes) VALUES (%s, %s, %s, %s, %s)
            ON CONFLICT (key_hash) DO NOTHING""",
-        (tenant_id, name, key[:10], hash_key(key)),
+        (tenant_id, name, key[:10], hash_key(key), list(scopes)),
     )
 
 

@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     llm_max_attempts: int = Field(4, ge=1, description="Tries per LLM call on 429/5xx/timeouts")
     llm_max_retry_wait_seconds: float = 30.0
     max_output_tokens: int = 1024
+    llm_prices: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="US$ per million tokens by model and kind, for the cost metric (JSON); unset = no cost",
+    )
 
     # --- embeddings ----------------------------------------------------------------------------
     embedding_provider: Literal["local", "openai"] = Field(
@@ -126,10 +130,43 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = Field(False, description="JSON log lines instead of console format")
 
+    # --- tracing (OpenTelemetry; shared/tracing.py) -------------------------------------------------
+    otel_enabled: bool = Field(False, description="Export OpenTelemetry traces (OTLP over HTTP)")
+    otel_endpoint: str | None = Field(
+        None, description="OTLP/HTTP collector base URL (spans go to <url>/v1/traces); unset = http://localhost:4318"
+    )
+    otel_headers: SecretStr | None = Field(None, description="Extra OTLP request headers, `name=value,name=value`")
+    otel_service_name: str = Field("engram", description="service.name prefix; each process adds its role")
+    otel_sample_ratio: float = Field(1.0, ge=0, le=1, description="Share of new traces recorded (head sampling)")
+
+    # --- metrics ---------------------------------------------------------------------------------
+    worker_metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Port of a worker pool's Prometheus exporter; unset = none"
+    )
+    worker_metrics_host: str = Field("127.0.0.1", description="Address the worker exporter binds to (key required)")
+    metrics_sql_interval_seconds: float = Field(
+        60.0, ge=0, description="Cross-tenant SQL aggregates in metrics are recomputed at most this often"
+    )
+    metrics_api_key: SecretStr | None = Field(
+        None, description="A fixed key with only the metrics scope, registered by `engram migrate` (Prometheus)"
+    )
+
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+    @field_validator("llm_prices")
+    @classmethod
+    def _price_kinds(cls, value: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        kinds = {"input", "output", "cache_read", "cache_write"}
+        for model, price in value.items():
+            unknown = set(price) - kinds
+            if unknown:
+                raise ValueError(
+                    f"ENGRAM_LLM_PRICES[{model!r}]: unknown token kinds {sorted(unknown)}; use {sorted(kinds)}"
+                )
+        return value
 
     @field_validator("flower_password")
     @classmethod

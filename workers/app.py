@@ -25,6 +25,9 @@ from shared.config import get_settings
 from shared.logging import configure_logging
 from shared.redis_client import reset_redis
 from shared.services import resolve_redis_url
+from shared.tracing import configure_tracing, instrument_celery_worker
+from workers import metrics as _metric_signals  # noqa: F401  (task metrics, the pool's exporter)
+from workers import tracing as _publish_hooks  # noqa: F401  (connects the request-id publish hook)
 from workers.queues import QUEUES
 
 TASK_MODULES = [
@@ -124,3 +127,6 @@ def _fresh_connections_after_fork(**_: object) -> None:
     # Sockets inherited from the parent must not be shared by children: start over.
     db.forget_pool()
     reset_redis()
+    # Tracing starts in each pool process: the exporter's thread would not survive the fork.
+    if configure_tracing("worker"):
+        instrument_celery_worker()

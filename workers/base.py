@@ -18,6 +18,7 @@ from shared.config import Settings, get_settings
 from workers.app import app
 from workers.limits import check_visibility_timeout
 from workers.queues import QUEUES
+from workers.tracing import REQUEST_ID_HEADER
 
 F = TypeVar("F", bound=Callable[..., Any])
 CountdownOf = Callable[[Settings], float]
@@ -51,6 +52,9 @@ def engram_task(queue: str, *, max_countdown: CountdownOf | None = None, **optio
         @wraps(fn)
         def run(self: Task, *args: Any, **kwargs: Any) -> Any:
             context = {key: kwargs[key] for key in _CONTEXT_KEYS if key in kwargs}
+            request_id = self.request.get(REQUEST_ID_HEADER)
+            if request_id:
+                context["request_id"] = request_id
             with structlog.contextvars.bound_contextvars(
                 task_id=self.request.id, task=name, queue=queue, retries=self.request.retries, **context
             ):

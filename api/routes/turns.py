@@ -81,6 +81,7 @@ def post_turn(
     except IdempotencyConflict as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
     turn = submitted.turn
+    log.info("turn accepted", turn_id=turn["turn_id"], session_id=turn["session_id"], replayed=submitted.replayed)
     if submitted.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     else:

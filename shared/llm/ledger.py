@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from shared import db
+from shared.config import get_settings
 from shared.db import Conn
+from shared.llm.pricing import call_cost
 from shared.llm.types import Usage
+from shared.metrics import observe_llm_call
 
 Purpose = Literal["chat", "extraction", "flush", "summary", "synthesis", "reflection"]
 PURPOSES: tuple[Purpose, ...] = ("chat", "extraction", "flush", "summary", "synthesis", "reflection")
@@ -48,6 +51,20 @@ def record_call(call: CallRecord, scope: LedgerScope) -> None:
     DatabaseUnavailable and the task retries, instead of finishing with its spend unrecorded."""
     with db.connection(patience=db.PAID_WORK_PATIENCE_SECONDS) as conn:
         insert_calls(conn, [call], scope)
+    observe_llm_call(
+        call.purpose,
+        call.provider,
+        call.model,
+        call.ok,
+        call.duration_ms / 1000,
+        {
+            "input": call.usage.input_tokens,
+            "output": call.usage.output_tokens,
+            "cache_read": call.usage.cache_read_tokens,
+            "cache_write": call.usage.cache_write_tokens,
+        },
+        call_cost(call.model, call.usage, get_settings().llm_prices),
+    )
 
 
 def insert_calls(conn: Conn, calls: Sequence[CallRecord], scope: LedgerScope) -> None:

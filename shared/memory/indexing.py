@@ -12,6 +12,7 @@ chunk row's `text` is exactly what was embedded, so `reindex` (which re-embeds `
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC, datetime
 from typing import Any
 
 from pgvector import Vector
@@ -20,6 +21,7 @@ from shared.db import Conn
 from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
 from shared.memory.chunking import Chunk, split_text
 from shared.memory.store import CONTEXT_KEY, DEFAULT_NAMESPACE
+from shared.metrics import observe_embedding_lag
 
 
 def embeddable_text(memory: dict[str, Any]) -> str:
@@ -44,7 +46,7 @@ def embedding_inputs(memory: dict[str, Any]) -> list[tuple[Chunk, str]]:
 def index_memory(conn: Conn, embedder: Embedder, memory_id: int, batch_size: int = 64) -> int:
     """(Re)build the chunks of one memory; returns how many chunks it has now (0 if it is gone)."""
     memory = conn.execute(
-        "SELECT id, tenant_id, user_id, namespace, key, value, kind, metadata FROM memories WHERE id = %s",
+        "SELECT id, tenant_id, user_id, namespace, key, value, kind, metadata, updated_at FROM memories WHERE id = %s",
         (memory_id,),
     ).fetchone()
     if memory is None:
@@ -75,6 +77,8 @@ def index_memory(conn: Conn, embedder: Embedder, memory_id: int, batch_size: int
                 for (chunk, text), vector in zip(inputs, vectors, strict=True)
             ],
         )
+    # Observed before the caller commits: the commit is milliseconds, the lag seconds to hours.
+    observe_embedding_lag("memory", (datetime.now(UTC) - memory["updated_at"]).total_seconds())
     return len(inputs)
 
 

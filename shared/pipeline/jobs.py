@@ -27,6 +27,7 @@ from shared.llm.types import ChatProvider
 from shared.logging import get_logger
 from shared.memory.keys import MemoryRejected
 from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.metrics import observe_extraction_lag
 from shared.pipeline.background_llm import complete
 from shared.pipeline.compaction import (
     build_summary_prompt,
@@ -153,7 +154,7 @@ def extract_session(
         if session is None:
             return JobOutcome(skipped="session gone")
         rows = conn.execute(
-            """SELECT id, role, content FROM session_messages
+            """SELECT id, role, content, created_at FROM session_messages
                WHERE session_id = %s AND extracted_at IS NULL ORDER BY id LIMIT 400""",
             (session_id,),
         ).fetchall()
@@ -173,6 +174,8 @@ def extract_session(
             (max(ids), session_id),
         )
         _store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "extraction", outcome)
+    mined_at = datetime.now(UTC)
+    observe_extraction_lag((row["role"], (mined_at - row["created_at"]).total_seconds()) for row in rows)
     return outcome
 
 

@@ -122,3 +122,38 @@ def beat(env: dict[str, str], log_dir: Path) -> CeleryProcess:
         "INFO",
     ]
     return CeleryProcess("beat", argv, env, log_dir)
+
+
+def gateway(env: dict[str, str], log_dir: Path, port: int, name: str = "gateway") -> CeleryProcess:
+    """The gateway as deployed: uvicorn with the app factory in its own process (wait with `wait_http`)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "api.app:create_app",
+        "--factory",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+    ]
+    return CeleryProcess(name, argv, env, log_dir)
+
+
+def wait_http(process: CeleryProcess, url: str, timeout: float = 60) -> None:
+    """Until `url` answers 200 (or the process exits, which fails with its log)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.proc is not None
+        if process.proc.poll() is not None:
+            raise RuntimeError(f"{process.name} exited early:\n{process.tail()}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{process.name} did not answer {url} in {timeout}s:\n{process.tail()}")

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from shared.config import Settings
-from workers.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, QUEUES
+from workers.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS, QUEUES
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -77,7 +77,7 @@ def workers(services: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
 
 
 def test_core_services_present(services: dict[str, dict[str, Any]]) -> None:
-    assert {"postgres", "redis", "migrate", "gateway", "beat", "flower"} <= services.keys()
+    assert {"postgres", "redis", "migrate", "gateway", "proxy", "beat", "flower"} <= services.keys()
     assert "pgvector" in services["postgres"]["image"], "the schema needs the vector extension"
     assert services["redis"]["image"].startswith("redis:")
 
@@ -100,13 +100,20 @@ def test_each_queue_group_has_its_own_worker(services: dict[str, dict[str, Any]]
     # behind a long extraction or compaction task.
     assert any(set(INTERACTIVE_QUEUES) <= queues for queues in groups)
     assert not any(queues & set(INTERACTIVE_QUEUES) and queues & set(BACKGROUND_QUEUES) for queues in groups)
-    assert all(any(queue in queues for queues in groups) for queue in BACKGROUND_QUEUES)
+    # One pool per queue group of workers/queues.py, named after it.
+    assert workers(services) == {f"worker-{pool}": set(queues) for pool, queues in POOLS.items()}
+    for name in workers(services):
+        args = argv(services[name])
+        assert "--without-mingle" in args and "--without-gossip" in args, name
 
 
-def test_exactly_one_beat(services: dict[str, dict[str, Any]]) -> None:
-    # Two beats would schedule every periodic task twice.
+def test_two_beats_share_the_redbeat_lock(services: dict[str, dict[str, Any]]) -> None:
+    # Two plain beats would schedule every periodic task twice; RedBeat's Redis lock lets one run.
     beats = [name for name, svc in services.items() if "celery" in argv(svc) and "beat" in argv(svc)]
     assert beats == ["beat"]
+    args = argv(services["beat"])
+    assert args[args.index("-S") + 1] == "redbeat.RedBeatScheduler"
+    assert services["beat"]["deploy"]["replicas"] == 2
 
 
 def test_engram_services_reach_postgres_and_redis(services: dict[str, dict[str, Any]]) -> None:
@@ -155,13 +162,31 @@ def test_gateway_command_and_healthcheck(services: dict[str, dict[str, Any]]) ->
     assert args[:3] == ["uvicorn", "api.app:create_app", "--factory"]
     assert args[args.index("--host") + 1] == "0.0.0.0"
     assert "/readyz" in " ".join(gateway["healthcheck"]["test"])
+    # Two replicas, reached only through the proxy.
+    assert gateway["deploy"]["replicas"] == 2
+    assert not gateway.get("ports")
+
+
+def test_the_proxy_balances_the_gateways_on_readiness(services: dict[str, dict[str, Any]]) -> None:
+    proxy = services["proxy"]
+    assert proxy["image"].startswith("haproxy:")
+    mount = next(v for v in proxy["volumes"] if v.endswith(":/usr/local/etc/haproxy/haproxy.cfg:ro"))
+    config = (ROOT / mount.split(":")[0]).read_text()
+    assert re.search(r"^\s*server-template \w+ \d+ gateway:8000 check .*resolvers docker", config, re.M)
+    assert re.search(r"^\s*option httpchk GET /readyz", config, re.M)
+    # Long polls and event streams (300 s) must outlive the proxy's server timeout.
+    timeout = int(re.search(r"^\s*timeout server (\d+)s", config, re.M).group(1))  # type: ignore[union-attr]
+    assert timeout > Settings(_env_file=None).sse_max_seconds  # type: ignore[call-arg]
 
 
 def test_backing_services_have_healthchecks_and_volumes(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
     assert "ping" in services["redis"]["healthcheck"]["test"]
-    assert argv(services["redis"])[argv(services["redis"]).index("--appendonly") + 1] == "yes"
+    redis_args = argv(services["redis"])
+    assert redis_args[redis_args.index("--appendonly") + 1] == "yes"
+    # A full Redis must refuse writes, never evict queued tasks or locks.
+    assert redis_args[redis_args.index("--maxmemory-policy") + 1] == "noeviction"
     for name, mount in (("postgres", "/var/lib/postgresql/data"), ("redis", "/data")):
         volume = next(v.split(":")[0] for v in services[name]["volumes"] if v.split(":")[1] == mount)
         assert volume in compose["volumes"], name
@@ -177,7 +202,7 @@ def test_published_ports_are_loopback_only(services: dict[str, dict[str, Any]]) 
             else:
                 parts = str(port).split(":")
                 published[f"{name}:{parts[-2] if len(parts) > 1 else parts[0]}"] = parts[0] if len(parts) == 3 else None
-    assert published.keys() == {"gateway:8000", "flower:5555"}
+    assert published.keys() == {"proxy:8000", "flower:5555", "prometheus:9090", "grafana:3000"}
     assert all(host_ip == "127.0.0.1" for host_ip in published.values()), published
 
 
@@ -197,9 +222,69 @@ def test_every_interpolation_is_well_formed() -> None:
         assert "$" not in rest, f"line {number}: {line.strip()}"
 
 
-def test_flower_always_asks_for_a_login(services: dict[str, dict[str, Any]]) -> None:
-    variables = env(services["flower"])
+def test_flower_always_asks_for_a_login(services: dict[str, dict[str, Any]], compose: dict[str, Any]) -> None:
+    flower = services["flower"]
+    args = argv(flower)
+    # Task history survives a restart: the state file is on a named volume.
+    assert "--persistent=True" in args
+    db_dir = next(a for a in args if a.startswith("--db=")).split("=", 1)[1].rsplit("/", 1)[0]
+    volume = next(v.split(":")[0] for v in flower["volumes"] if v.split(":")[1] == db_dir)
+    assert volume in compose["volumes"]
+    variables = env(flower)
     assert "FLOWER_UNAUTHENTICATED_API" not in variables
     assert re.fullmatch(
         r"\$\{ENGRAM_FLOWER_USER:-engram\}:\$\{ENGRAM_FLOWER_PASSWORD:\?[^}$]+\}", variables["FLOWER_BASIC_AUTH"] or ""
     )
+
+
+def test_monitoring_profile_scrapes_every_process_and_loads_the_dashboard(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["monitoring"], name
+    # Prometheus: the gateway and every worker pool, with the metrics key (a compose secret from the env).
+    config = yaml.safe_load((ROOT / "ops" / "compose" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert compose["secrets"]["metrics_api_key"] == {"environment": "ENGRAM_METRICS_API_KEY"}
+    assert "metrics_api_key" in services["prometheus"]["secrets"]
+    for job in jobs.values():
+        assert job["authorization"]["credentials_file"] == "/run/secrets/metrics_api_key"
+    gateway_names = jobs["engram-gateway"]["dns_sd_configs"][0]["names"]
+    worker_sd = jobs["engram-workers"]["dns_sd_configs"][0]
+    assert gateway_names == ["gateway"]
+    assert set(worker_sd["names"]) == set(workers(services))
+    port = env(services["worker-turns"])["ENGRAM_WORKER_METRICS_PORT"]
+    assert worker_sd["port"] == int(port or 0)
+    # Grafana: provisioned with a Prometheus datasource and the dashboard folder holding ops/grafana/engram.json.
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in services["grafana"]["volumes"]}
+    assert (ROOT / mounts["/var/lib/grafana/dashboards"] / "engram.json").is_file()
+    provisioning = ROOT / mounts["/etc/grafana/provisioning"]
+    provider = yaml.safe_load((provisioning / "dashboards" / "engram.yml").read_text())["providers"][0]
+    assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
+    datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"][0]
+    assert datasource["type"] == "prometheus" and datasource["url"] == "http://prometheus:9090"
+
+
+def test_compose_config_is_accepted_by_docker_compose_where_installed() -> None:
+    """`docker compose config` when the plugin exists (it does not on every machine; the tests above parse
+    the YAML either way)."""
+    import os
+    import shutil
+    import subprocess
+
+    docker = shutil.which("docker")
+    if docker is None or subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0:
+        return
+    environment = {
+        **os.environ,
+        "ENGRAM_DEV_API_KEY": "egm_x",
+        "ENGRAM_FLOWER_PASSWORD": "x",
+        "ENGRAM_METRICS_API_KEY": "egm_y",
+        "GRAFANA_ADMIN_PASSWORD": "x",
+    }
+    result = subprocess.run(
+        [docker, "compose", "-f", str(COMPOSE_FILE), "--profile", "monitoring", "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        env=environment,
+    )
+    assert result.returncode == 0, result.stderr
