@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from workers.app import app
+
+if TYPE_CHECKING:  # the gateway sends tasks through this module: keep it light
+    from shared.pipeline.jobs import JobOutcome
 
 
 def enqueue_drain(session_id: int) -> None:
@@ -38,3 +43,13 @@ def enqueue_compaction(session_id: int) -> None:
 
 def enqueue_transcript_indexing(session_id: int) -> None:
     app.send_task("engram.embeddings.index_transcript", kwargs={"session_id": session_id}, queue="embeddings")
+
+
+def enqueue_follow_up(outcome: JobOutcome, tenant_id: int | None = None, user_id: int | None = None) -> None:
+    """What a memory job's outcome calls for: embed the memories whose text changed, and re-synthesise the
+    personality directive when style observations changed (needs the owner). Every queue module that runs
+    memory jobs uses this, so it lives here and not in one of them (queue modules never import each other)."""
+    for memory_id in outcome.changed_memory_ids:
+        enqueue_embed_memory(memory_id)
+    if outcome.styles_changed and tenant_id is not None and user_id is not None:
+        enqueue_synthesis(tenant_id, user_id)
