@@ -52,6 +52,35 @@ class EngramCollector(Collector):
             active = conn.execute("SELECT count(*) AS n FROM memories WHERE valid_until IS NULL").fetchone()
             memories.add_metric([], active["n"] if active else 0)
         yield from (calls, tokens, turns, memories)
+        yield from self._jobs()
+
+    def _jobs(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """Maintenance jobs, from job_runs: runs by status, and the latest run's duration, changes and counts."""
+        runs = CounterMetricFamily("engram_job_runs", "Maintenance job runs by status", labels=["job", "status"])
+        duration = GaugeMetricFamily(
+            "engram_job_last_duration_seconds", "Duration of the latest finished all-users run", labels=["job"]
+        )
+        changed = GaugeMetricFamily(
+            "engram_job_last_changed", "Memories the latest run created, superseded or removed", labels=["job"]
+        )
+        counts = GaugeMetricFamily(
+            "engram_job_last_count",
+            "Counts of the latest all-users run (examined, decayed, …)",
+            labels=["job", "count"],
+        )
+        with db.connection() as conn:
+            for row in conn.execute("SELECT job, status, count(*) AS n FROM job_runs GROUP BY job, status"):
+                runs.add_metric([row["job"], row["status"]], row["n"])
+            for row in conn.execute(
+                """SELECT DISTINCT ON (job) job, changed, counts,
+                          extract(epoch FROM finished_at - started_at) AS seconds
+                   FROM job_runs WHERE scope = 'all' AND status = 'done' ORDER BY job, finished_at DESC"""
+            ):
+                duration.add_metric([row["job"]], float(row["seconds"]))
+                changed.add_metric([row["job"]], row["changed"])
+                for name, value in sorted(row["counts"].items()):
+                    counts.add_metric([row["job"], name], value)
+        yield from (runs, duration, changed, counts)
 
     def _queue_depths(self) -> GaugeMetricFamily:
         depth = GaugeMetricFamily("engram_queue_depth", "Messages waiting per Celery queue", labels=["queue"])

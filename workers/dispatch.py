@@ -53,3 +53,14 @@ def enqueue_follow_up(outcome: JobOutcome, tenant_id: int | None = None, user_id
         enqueue_embed_memory(memory_id)
     if outcome.styles_changed and tenant_id is not None and user_id is not None:
         enqueue_synthesis(tenant_id, user_id)
+
+
+def enqueue_job(
+    name: str, *, as_of: str | None = None, tenant_id: int | None = None, user_id: int | None = None
+) -> None:
+    """A maintenance job's task (named like the job: cache-eviction → engram.maintenance.cache_eviction)."""
+    app.send_task(
+        f"engram.maintenance.{name.replace('-', '_')}",
+        kwargs={"as_of": as_of, "tenant_id": tenant_id, "user_id": user_id},
+        queue="maintenance",
+    )

@@ -30,9 +30,21 @@ _ERASE_ORDER = (
 def erase_user(conn: Conn, scope: Scope) -> dict[str, int]:
     """Delete every row of the user (GDPR erasure) in the caller's transaction; returns counts."""
     params = {"t": scope.tenant_id, "u": scope.user_id}
+    hashes = [
+        row["content_hash"]
+        for row in conn.execute(
+            "SELECT DISTINCT content_hash FROM memory_chunks WHERE tenant_id = %(t)s AND user_id = %(u)s", params
+        ).fetchall()
+    ]
     counts = {}
     for table, statement in _ERASE_ORDER:
         counts[table] = conn.execute(statement, params).rowcount
+    # Cached embeddings of the user's text go too, unless another user's chunk has the same text.
+    counts["embedding_cache"] = conn.execute(
+        """DELETE FROM embedding_cache ec WHERE ec.content_hash = ANY(%s)
+             AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.content_hash = ec.content_hash)""",
+        (hashes,),
+    ).rowcount
     return counts
 
 
