@@ -1,0 +1,99 @@
+"""Maintenance jobs through real Celery: two beat processes (one leader, one standby), a job fired by beat
+runs once per period, the standby takes over when the leader is killed, and a long job runs in slices
+that resume from its cursor."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared import db
+from tests.conftest import CeleryStack
+from tests.support.processes import CeleryProcess, worker
+
+pytestmark = pytest.mark.integration
+
+# Every job but decay off; decay fires every minute, so one simulated "period" (a day) sees several fires.
+BEAT_ENV = {
+    "ENGRAM_JOB_DECAY_SCHEDULE": "* * * * *",
+    "ENGRAM_JOB_CONSOLIDATION_ENABLED": "false",
+    "ENGRAM_JOB_ENRICHMENT_ENABLED": "false",
+    "ENGRAM_JOB_REFLECTION_ENABLED": "false",
+    "ENGRAM_JOB_CACHE_EVICTION_ENABLED": "false",
+    "ENGRAM_BEAT_LOCK_TIMEOUT_SECONDS": "12",
+}
+
+
+def beat_process(name: str, env: dict[str, str], log_dir: Path) -> CeleryProcess:
+    argv = [sys.executable, "-m", "celery", "-A", "workers.app", "beat", "--loglevel", "INFO"]
+    return CeleryProcess(name, argv, env, log_dir)
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def runs(job: str) -> list[dict[str, Any]]:
+    with db.connection() as conn:
+        return conn.execute("SELECT * FROM job_runs WHERE job = %s ORDER BY id", (job,)).fetchall()
+
+
+@pytest.fixture
+def maintenance_worker(
+    celery_stack: CeleryStack, clean_state: object, tmp_path: Path
+) -> Iterator[Callable[..., CeleryProcess]]:
+    started: list[CeleryProcess] = []
+
+    def start(**overrides: str) -> CeleryProcess:
+        env = celery_stack.env("offline", {**BEAT_ENV, **overrides})
+        proc = worker(f"maint{len(started)}", env, tmp_path, 1, ("maintenance", "embeddings")).start()
+        started.append(proc)
+        proc.wait_ready()
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def test_two_beats_one_leader_one_run_per_period_and_the_standby_takes_over(
+    celery_stack: CeleryStack, maintenance_worker: Callable[..., CeleryProcess], tmp_path: Path
+) -> None:
+    background = maintenance_worker()
+    env = celery_stack.env("offline", BEAT_ENV)
+    first = beat_process("beat-a", env, tmp_path).start()
+    first.wait_ready("beat: Acquired lock")
+    second = beat_process("beat-b", env, tmp_path).start()
+    try:
+        second.wait_ready("beat: Starting...")
+        # Beat fires decay at the next minute; the run's period is the day.
+        done = wait_for(lambda: [r for r in runs("decay") if r["status"] == "done"], 90, "a decay run")
+        assert len(done) == 1 and done[0]["scope"] == "all"
+        # Only the leader sends; the standby waits for the lock.
+        assert "Sending due task job-decay" in first.tail(200_000)
+        assert "Sending due task" not in second.tail(200_000)
+        assert "Acquired lock" not in second.tail(200_000)
+
+        # The next minute's fire falls in the same period: the task finds the run done and changes nothing.
+        wait_for(lambda: '"already_ran": true' in background.tail(400_000), 90, "a second, no-op fire")
+        assert [(r["status"], r["attempt"]) for r in runs("decay")] == [("done", 1)]
+
+        # The leader dies without releasing its lock: the standby takes over once the lock times out
+        # (12 s here; ENGRAM_BEAT_LOCK_TIMEOUT_SECONDS) and sends the schedule from then on.
+        first.kill_hard()
+        second.wait_ready("beat: Acquired lock", timeout=40)
+        wait_for(lambda: "Sending due task" in second.tail(200_000), 30, "the standby sending tasks")
+    finally:
+        first.stop()
+        second.stop()
