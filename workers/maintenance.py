@@ -104,6 +104,11 @@ def cache_eviction(as_of: str | None = None, tenant_id: int | None = None, user_
     return _run_job(cache_eviction, "cache-eviction", as_of, tenant_id, user_id)
 
 
+@engram_task("maintenance", **_JOB_RETRY)
+def reflection(as_of: str | None = None, tenant_id: int | None = None, user_id: int | None = None) -> str:
+    return _run_job(reflection, "reflection", as_of, tenant_id, user_id)
+
+
 @engram_task("maintenance")
 def resume_job_runs() -> int:
     """Beat: runs left unfinished (their worker died and the message was lost, or they failed) and held

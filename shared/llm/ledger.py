@@ -16,8 +16,17 @@ from shared import db
 from shared.db import Conn
 from shared.llm.types import Usage
 
-Purpose = Literal["chat", "extraction", "flush", "summary", "synthesis", "reflection"]
-PURPOSES: tuple[Purpose, ...] = ("chat", "extraction", "flush", "summary", "synthesis", "reflection")
+Purpose = Literal["chat", "extraction", "flush", "summary", "synthesis", "reflection", "consolidation", "enrichment"]
+PURPOSES: tuple[Purpose, ...] = (
+    "chat",
+    "extraction",
+    "flush",
+    "summary",
+    "synthesis",
+    "reflection",
+    "consolidation",
+    "enrichment",
+)
 
 
 @dataclass(frozen=True)
