@@ -40,3 +40,7 @@ CREATE INDEX IF NOT EXISTS sessions_unconsolidated_idx ON sessions (user_id, id)
 ALTER TABLE llm_calls DROP CONSTRAINT IF EXISTS llm_calls_purpose_check;
 ALTER TABLE llm_calls ADD CONSTRAINT llm_calls_purpose_check CHECK (purpose IN (
     'chat', 'extraction', 'flush', 'summary', 'synthesis', 'reflection', 'consolidation', 'enrichment'));
+
+-- Consolidation reads a session 30 messages at a time; the last message consolidated is committed with
+-- each page's facts, so a killed consolidation resumes after it (nothing read twice, nothing skipped).
+ALTER TABLE sessions ADD COLUMN IF NOT EXISTS consolidated_message_id bigint NOT NULL DEFAULT 0;

@@ -62,6 +62,12 @@ def maintenance_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
                 day_of_week=day_of_week,
             ),
         }
+    if enabled(settings, "consolidation"):
+        entries["queue-consolidations"] = {
+            "task": "engram.maintenance.queue_consolidations",
+            "schedule": timedelta(seconds=settings.sweep_interval_seconds),
+            "options": {"expires": settings.sweep_interval_seconds},
+        }
     entries["resume-job-runs"] = {
         "task": "engram.maintenance.resume_job_runs",
         "schedule": timedelta(seconds=max(settings.sweep_interval_seconds, 60)),

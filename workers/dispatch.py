@@ -64,3 +64,7 @@ def enqueue_job(
         kwargs={"as_of": as_of, "tenant_id": tenant_id, "user_id": user_id},
         queue="maintenance",
     )
+
+
+def enqueue_consolidate_session(session_id: int) -> None:
+    app.send_task("engram.maintenance.consolidate_session", kwargs={"session_id": session_id}, queue="maintenance")

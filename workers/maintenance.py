@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from celery import Task
@@ -14,16 +14,24 @@ from shared import db
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.llm.types import LLMError
-from shared.locks import is_locked
+from shared.locks import HeartbeatLock, is_locked
 from shared.logging import get_logger
 from shared.maintenance import jobs as maintenance_jobs
+from shared.maintenance.consolidation import consolidate_session as consolidate_one
+from shared.maintenance.consolidation import sessions_to_queue
 from shared.maintenance.runs import RunSuperseded, UserRef, lock_name, scope_user, unfinished_runs
 from shared.maintenance.schedule import enabled
 from shared.pipeline import debounce
 from shared.recovery import sessions_to_redrive, touch_open_turns
 from shared.redis_client import get_redis
 from workers.base import engram_task
-from workers.dispatch import enqueue_drain, enqueue_embed_memory, enqueue_extraction, enqueue_job
+from workers.dispatch import (
+    enqueue_consolidate_session,
+    enqueue_drain,
+    enqueue_embed_memory,
+    enqueue_extraction,
+    enqueue_job,
+)
 
 log = get_logger(__name__)
 
@@ -107,6 +115,44 @@ def cache_eviction(as_of: str | None = None, tenant_id: int | None = None, user_
 @engram_task("maintenance", **_JOB_RETRY)
 def reflection(as_of: str | None = None, tenant_id: int | None = None, user_id: int | None = None) -> str:
     return _run_job(reflection, "reflection", as_of, tenant_id, user_id)
+
+
+@engram_task("maintenance", **_JOB_RETRY)
+def consolidation(as_of: str | None = None, tenant_id: int | None = None, user_id: int | None = None) -> str:
+    return _run_job(consolidation, "consolidation", as_of, tenant_id, user_id)
+
+
+@engram_task("maintenance", **_JOB_RETRY)
+def consolidate_session(session_id: int) -> str:
+    """A user started a new session: consolidate one of their earlier ones now rather than at night."""
+    settings = get_settings()
+    lock = HeartbeatLock(get_redis(), f"engram:lock:consolidate:{session_id}", settings.session_lock_ttl_seconds)
+    if not lock.acquire():
+        return "another consolidation of this session is running"
+    try:
+        outcome = consolidate_one(session_id, settings, as_of=datetime.now(UTC))
+    finally:
+        lock.release()
+    for memory_id in outcome.to_embed:
+        enqueue_embed_memory(memory_id)
+    return outcome.stopped or ("consolidated" if outcome.consolidated else "nothing to do")
+
+
+@engram_task("maintenance")
+def queue_consolidations() -> int:
+    """Beat: sessions of users who have since started a new one go to consolidation (once per 10 min)."""
+    settings = get_settings()
+    if not settings.job_consolidation_enabled:
+        return 0
+    with db.connection() as conn:
+        session_ids = sessions_to_queue(conn)
+    client = get_redis()
+    queued = 0
+    for session_id in session_ids:
+        if client.set(f"engram:consolidation:queued:{session_id}", 1, nx=True, ex=600):
+            enqueue_consolidate_session(session_id)
+            queued += 1
+    return queued
 
 
 @engram_task("maintenance")

@@ -7,7 +7,7 @@ from typing import Any
 
 from shared.config import Settings
 from shared.db import Conn
-from shared.maintenance import cache_eviction, decay, reflection
+from shared.maintenance import cache_eviction, consolidation, decay, reflection
 from shared.maintenance.runs import JobFunction, RunResult, UserRef, last_runs, run_job, run_summary
 from shared.maintenance.schedule import JOBS, cron_of, enabled, next_run, spec_of
 
@@ -15,6 +15,7 @@ FUNCTIONS: dict[str, JobFunction] = {
     "decay": decay.run,
     "cache-eviction": cache_eviction.run,
     "reflection": reflection.run,
+    "consolidation": consolidation.run,
 }
 
 
