@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,71 @@ def test_two_beats_one_leader_one_run_per_period_and_the_standby_takes_over(
     finally:
         first.stop()
         second.stop()
+
+
+def _scope(conn: Any, user: str) -> tuple[int, int]:
+    from shared.auth import ensure_tenant
+    from shared.turns import ensure_user
+
+    tenant_id = ensure_tenant(conn, "default")
+    return tenant_id, ensure_user(conn, tenant_id, user)
+
+
+def test_a_long_job_runs_in_slices_that_resume_from_the_cursor(
+    maintenance_worker: Callable[..., CeleryProcess],
+) -> None:
+    """Slices of ~0 s: every task does one page and sends itself on; the run still examines each memory once."""
+    maintenance_worker(ENGRAM_JOB_SLICE_SECONDS="0.001", ENGRAM_JOB_PAGE_SIZE="10")
+    with db.connection() as conn:
+        for user in ("ann", "ben", "cat"):
+            tenant_id, user_id = _scope(conn, user)
+            conn.execute(
+                """INSERT INTO memories (tenant_id, user_id, namespace, key, value, created_at)
+                   SELECT %s, %s, 'tacit/facts', 'fact-' || g, 'Fact ' || g, now() - interval '2 days'
+                   FROM generate_series(1, 25) g""",
+                (tenant_id, user_id),
+            )
+    from workers.dispatch import enqueue_job
+
+    enqueue_job("decay", as_of=(datetime.now(UTC) + timedelta(days=30)).isoformat())
+    done = wait_for(lambda: [r for r in runs("decay") if r["status"] == "done"], 60, "the sliced run to finish")
+    assert done[0]["counts"] == {"examined": 75, "decayed": 75} and done[0]["changed"] == 0
+    assert done[0]["attempt"] > 3  # each slice resumed the run under a new attempt
+    with db.connection() as conn:
+        events = conn.execute("SELECT count(*) AS n FROM memory_events WHERE actor = 'decay'").fetchone()
+    assert events["n"] == 75
+
+
+def test_a_new_session_gets_the_previous_one_consolidated_by_the_workers(
+    maintenance_worker: Callable[..., CeleryProcess],
+) -> None:
+    maintenance_worker(ENGRAM_JOB_CONSOLIDATION_ENABLED="true")
+    with db.connection() as conn:
+        tenant_id, user_id = _scope(conn, "dora")
+        ids = []
+        for key, text in (("s1", "I live in Lisbon."), ("s2", "Hello again")):
+            session_id = conn.execute(
+                "INSERT INTO sessions (tenant_id, user_id, session_key) VALUES (%s, %s, %s) RETURNING id",
+                (tenant_id, user_id, key),
+            ).fetchone()["id"]
+            conn.execute(
+                """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content)
+                   VALUES (%s, %s, %s, 'user', %s)""",
+                (tenant_id, user_id, session_id, text),
+            )
+            ids.append(session_id)
+    from workers.app import app
+
+    app.send_task("engram.maintenance.queue_consolidations", queue="maintenance")
+
+    def consolidated() -> bool:
+        with db.connection() as conn:
+            row = conn.execute("SELECT consolidated_at FROM sessions WHERE id = %s", (ids[0],)).fetchone()
+        return row["consolidated_at"] is not None
+
+    wait_for(consolidated, 60, "the earlier session to be consolidated")
+    with db.connection() as conn:
+        current = conn.execute("SELECT consolidated_at FROM sessions WHERE id = %s", (ids[1],)).fetchone()
+        fact = conn.execute("SELECT value, source FROM memories WHERE key = 'user/location'").fetchone()
+    assert current["consolidated_at"] is None  # the session in progress is left alone
+    assert (fact["value"], fact["source"]) == ("User lives in Lisbon", "consolidation")
