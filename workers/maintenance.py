@@ -123,6 +123,11 @@ def consolidation(as_of: str | None = None, tenant_id: int | None = None, user_i
 
 
 @engram_task("maintenance", **_JOB_RETRY)
+def enrichment(as_of: str | None = None, tenant_id: int | None = None, user_id: int | None = None) -> str:
+    return _run_job(enrichment, "enrichment", as_of, tenant_id, user_id)
+
+
+@engram_task("maintenance", **_JOB_RETRY)
 def consolidate_session(session_id: int) -> str:
     """A user started a new session: consolidate one of their earlier ones now rather than at night."""
     settings = get_settings()

@@ -7,7 +7,7 @@ from typing import Any
 
 from shared.config import Settings
 from shared.db import Conn
-from shared.maintenance import cache_eviction, consolidation, decay, reflection
+from shared.maintenance import cache_eviction, consolidation, decay, enrichment, reflection
 from shared.maintenance.runs import JobFunction, RunResult, UserRef, last_runs, run_job, run_summary
 from shared.maintenance.schedule import JOBS, cron_of, enabled, next_run, spec_of
 
@@ -16,6 +16,7 @@ FUNCTIONS: dict[str, JobFunction] = {
     "cache-eviction": cache_eviction.run,
     "reflection": reflection.run,
     "consolidation": consolidation.run,
+    "enrichment": enrichment.run,
 }
 
 
@@ -29,10 +30,9 @@ def run(
     provider: Any = None,
 ) -> RunResult:
     spec_of(name)  # UnknownJob for a bad name
-    function = FUNCTIONS.get(name)
-    if function is None:
-        raise NotImplementedError(f"job {name!r} is not implemented yet")
-    return run_job(name, function, settings, as_of=as_of, user=user, slice_seconds=slice_seconds, provider=provider)
+    return run_job(
+        name, FUNCTIONS[name], settings, as_of=as_of, user=user, slice_seconds=slice_seconds, provider=provider
+    )
 
 
 def overview(conn: Conn, settings: Settings, now: datetime | None = None) -> list[dict[str, Any]]:
