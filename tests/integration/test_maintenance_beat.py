@@ -166,3 +166,27 @@ def test_a_new_session_gets_the_previous_one_consolidated_by_the_workers(
         fact = conn.execute("SELECT value, source FROM memories WHERE key = 'user/location'").fetchone()
     assert current["consolidated_at"] is None  # the session in progress is left alone
     assert (fact["value"], fact["source"]) == ("User lives in Lisbon", "consolidation")
+
+
+def test_the_resume_sweep_finishes_a_run_whose_worker_died(maintenance_worker: Callable[..., CeleryProcess]) -> None:
+    """A run left 'running' with nobody holding its lock (its worker was killed and the message lost) is
+    sent again by the sweep and resumes under a new attempt, with its own clock."""
+    maintenance_worker()
+    as_of = datetime.now(UTC) + timedelta(days=400)
+    with db.connection() as conn:
+        tenant_id, user_id = _scope(conn, "eve")
+        conn.execute(
+            """INSERT INTO memories (tenant_id, user_id, namespace, key, value)
+               VALUES (%s, %s, 'tacit/facts', 'k', 'v')""",
+            (tenant_id, user_id),
+        )
+        conn.execute(
+            """INSERT INTO job_runs (job, period, as_of, heartbeat_at)
+               VALUES ('decay', %s, %s, now() - interval '5 minutes')""",
+            (as_of.date().isoformat(), as_of),
+        )
+    from workers.app import app
+
+    app.send_task("engram.maintenance.resume_job_runs", queue="maintenance")
+    done = wait_for(lambda: [r for r in runs("decay") if r["status"] == "done"], 60, "the resumed run")
+    assert done[0]["attempt"] == 2 and done[0]["changed"] == 1 and done[0]["as_of"] == as_of

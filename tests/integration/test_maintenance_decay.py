@@ -128,6 +128,20 @@ def test_cli_decay_400_days_ahead_forgets_the_unprotected_and_a_second_run_chang
     assert runs["n"] == 1 and runs["attempts"] == 1
 
 
+def test_cli_lists_every_job_with_its_schedule(conn: Conn) -> None:
+    listed = subprocess.run(
+        [sys.executable, "-m", "ops.cli", "jobs", "list", "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert listed.returncode == 0, listed.stderr
+    jobs_listed = {job["name"]: job for job in json.loads(listed.stdout)}
+    assert list(jobs_listed) == ["enrichment", "consolidation", "decay", "reflection", "cache-eviction"]
+    assert jobs_listed["decay"]["schedule"] == "0 4 * * *" and jobs_listed["decay"]["last_run"] is None
+    table = subprocess.run(
+        [sys.executable, "-m", "ops.cli", "jobs", "list"], capture_output=True, text=True, timeout=60
+    )
+    assert "decay" in table.stdout and "0 3 * * 0" in table.stdout and "never" in table.stdout
+
+
 def test_cli_refuses_bad_input_with_a_reason(conn: Conn) -> None:
     bad_job = engram("jobs", "run", "nonsense")
     assert bad_job.returncode == 2 and "unknown job 'nonsense'" in bad_job.stderr
