@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -34,8 +34,9 @@ class EngramCollector(Collector):
         self._lock = threading.Lock()
         self._sql: tuple[dict[str, int], int] | None = None
         self._sql_at = float("-inf")
+        self._jobs_families: list[CounterMetricFamily | GaugeMetricFamily] = []
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         sql = self._postgres_aggregates()
         if sql is not None:
             by_status, active = sql
@@ -44,6 +45,7 @@ class EngramCollector(Collector):
                 turns.add_metric([status], count)
             yield turns
             yield GaugeMetricFamily("engram_memories_active", "Active memories (all tenants; cached)", value=active)
+            yield from self._jobs_families
         try:
             yield self._queue_depths()
         except Exception as exc:  # a scrape must not fail because one source is down
@@ -58,11 +60,40 @@ class EngramCollector(Collector):
                             "SELECT status, count(*) AS n FROM turns WHERE kind = 'chat' GROUP BY status"
                         ).fetchall()
                         active = conn.execute("SELECT count(*) AS n FROM memories WHERE valid_until IS NULL").fetchone()
+                        self._jobs_families = list(self._jobs(conn))
                     self._sql = ({row["status"]: int(row["n"]) for row in rows}, int(active["n"]) if active else 0)
                     self._sql_at = self.clock()
                 except Exception as exc:
                     log.warning("metrics: postgres unavailable", error=str(exc))
             return self._sql
+
+    @staticmethod
+    def _jobs(conn: db.Conn) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """Maintenance jobs, from job_runs: runs by status, and the latest run's duration, changes and counts."""
+        runs = CounterMetricFamily("engram_job_runs", "Maintenance job runs by status", labels=["job", "status"])
+        duration = GaugeMetricFamily(
+            "engram_job_last_duration_seconds", "Duration of the latest finished all-users run", labels=["job"]
+        )
+        changed = GaugeMetricFamily(
+            "engram_job_last_changed", "Memories the latest run created, superseded or removed", labels=["job"]
+        )
+        counts = GaugeMetricFamily(
+            "engram_job_last_count",
+            "Counts of the latest all-users run (examined, decayed, …)",
+            labels=["job", "count"],
+        )
+        for row in conn.execute("SELECT job, status, count(*) AS n FROM job_runs GROUP BY job, status"):
+            runs.add_metric([row["job"], row["status"]], row["n"])
+        for row in conn.execute(
+            """SELECT DISTINCT ON (job) job, changed, counts,
+                      extract(epoch FROM finished_at - started_at) AS seconds
+               FROM job_runs WHERE scope = 'all' AND status = 'done' ORDER BY job, finished_at DESC"""
+        ):
+            duration.add_metric([row["job"]], float(row["seconds"]))
+            changed.add_metric([row["job"]], row["changed"])
+            for name, value in sorted(row["counts"].items()):
+                counts.add_metric([row["job"], name], value)
+        yield from (runs, duration, changed, counts)
 
     def _queue_depths(self) -> GaugeMetricFamily:
         depth = GaugeMetricFamily("engram_queue_depth", "Messages waiting per Celery queue", labels=["queue"])

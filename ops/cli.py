@@ -12,6 +12,7 @@ import typer
 
 from ops.cli_support import fail, load_settings
 from ops.import_cli import import_command
+from ops.jobs_cli import jobs_app
 from ops.keys_cli import keys_app
 from shared.config import Settings
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # the HTTP client loads only for the commands that talk to th
 app = typer.Typer(help="engram: durable, automatic memory for chat agents.", no_args_is_help=True, add_completion=False)
 app.add_typer(keys_app, name="keys")
 app.command("import")(import_command)
+app.add_typer(jobs_app, name="jobs")
 
 
 _fail = fail

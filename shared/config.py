@@ -126,6 +126,34 @@ class Settings(BaseSettings):
         None, description="Flower basic-auth password; unset = generated once and kept in the data dir"
     )
 
+    # --- maintenance jobs (beat) -----------------------------------------------------------------
+    # Schedules are 5-field cron expressions (minute hour day-of-month month day-of-week; day of week
+    # 0 = Sunday) in `jobs_timezone`. Defaults from the references: enrichment 02:00, consolidation
+    # 03:00, decay 04:00, reflection Sunday 03:00, embedding-cache eviction daily.
+    jobs_timezone: str = Field("UTC", description="Time zone of the job schedules and of a run's period (its day)")
+    job_enrichment_schedule: str = Field("0 2 * * *", description="Cron schedule of entity enrichment")
+    job_enrichment_enabled: bool = True
+    job_consolidation_schedule: str = Field("0 3 * * *", description="Cron schedule of the consolidation sweep")
+    job_consolidation_enabled: bool = True
+    job_decay_schedule: str = Field("0 4 * * *", description="Cron schedule of decay")
+    job_decay_enabled: bool = True
+    job_reflection_schedule: str = Field("0 3 * * 0", description="Cron schedule of the weekly reflection")
+    job_reflection_enabled: bool = True
+    job_cache_eviction_schedule: str = Field("30 4 * * *", description="Cron schedule of embedding-cache eviction")
+    job_cache_eviction_enabled: bool = True
+    job_page_size: int = Field(200, ge=1, le=10_000, description="Memories (or sessions) per page; a page commits")
+    job_slice_seconds: float = Field(
+        240.0, gt=0, description="A job task works this long, then sends itself on (resuming from its cursor)"
+    )
+    beat_lock_timeout_seconds: int = Field(
+        30, ge=10, description="Beat leader lock TTL in Redis; a standby beat takes over within about this"
+    )
+    decay_threshold: float = Field(0.05, gt=0, lt=1, description="Decayed confidence below this soft-deletes")
+    maintenance_daily_token_budget: int = Field(
+        200_000, ge=0, description="Per tenant: LLM tokens a day for consolidation, enrichment, reflection (0 = none)"
+    )
+    embedding_cache_max_idle_days: int = Field(30, ge=1, description="Cache entries unused this long are evicted")
+
     # --- logging -----------------------------------------------------------------------------
     log_level: str = "INFO"
     log_json: bool = Field(False, description="JSON log lines instead of console format")
@@ -150,6 +178,31 @@ class Settings(BaseSettings):
     metrics_api_key: SecretStr | None = Field(
         None, description="A fixed key with only the metrics scope, registered by `engram migrate` (Prometheus)"
     )
+
+    @field_validator(
+        "job_enrichment_schedule",
+        "job_consolidation_schedule",
+        "job_decay_schedule",
+        "job_reflection_schedule",
+        "job_cache_eviction_schedule",
+    )
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from shared.maintenance.schedule import parse_cron
+
+        parse_cron(value)  # ValueError with the reason
+        return " ".join(value.split())
+
+    @field_validator("jobs_timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {value!r}") from exc
+        return value
 
     @field_validator("data_dir")
     @classmethod

@@ -15,14 +15,17 @@ Reliability choices (see README "Crash safety"):
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from celery import Celery
+from celery.schedules import crontab
 from celery.signals import setup_logging, worker_init, worker_process_init
 from kombu import Exchange, Queue
 
 from shared import db
-from shared.config import get_settings
+from shared.config import Settings, get_settings
 from shared.logging import configure_logging
+from shared.maintenance.schedule import JOBS, cron_of, enabled
 from shared.redis_client import reset_redis
 from shared.services import resolve_redis_url
 from shared.tracing import configure_tracing, instrument_celery_worker
@@ -38,6 +41,42 @@ TASK_MODULES = [
     "workers.flush",
     "workers.compaction",
 ]
+
+
+# Beat wakes at least this often: it extends its leader lock then (so the lock timeout must exceed it) and
+# a standby retries taking the lock at this interval.
+BEAT_MAX_LOOP_SECONDS = 5
+
+
+def maintenance_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Beat entries of the enabled maintenance jobs (cron in ENGRAM_JOBS_TIMEZONE) and the resume sweep."""
+    entries: dict[str, dict[str, Any]] = {}
+    for name, spec in JOBS.items():
+        if not enabled(settings, name):
+            continue
+        minute, hour, day_of_month, month_of_year, day_of_week = cron_of(settings, name).split()
+        entries[f"job-{name}"] = {
+            "task": spec.task,
+            "schedule": crontab(
+                minute=minute,
+                hour=hour,
+                day_of_month=day_of_month,
+                month_of_year=month_of_year,
+                day_of_week=day_of_week,
+            ),
+        }
+    if enabled(settings, "consolidation"):
+        entries["queue-consolidations"] = {
+            "task": "engram.maintenance.queue_consolidations",
+            "schedule": timedelta(seconds=settings.sweep_interval_seconds),
+            "options": {"expires": settings.sweep_interval_seconds},
+        }
+    entries["resume-job-runs"] = {
+        "task": "engram.maintenance.resume_job_runs",
+        "schedule": timedelta(seconds=max(settings.sweep_interval_seconds, 60)),
+        "options": {"expires": 60},
+    }
+    return entries
 
 
 def create_celery() -> Celery:
@@ -75,8 +114,19 @@ def create_celery() -> Celery:
         worker_hijack_root_logger=False,
         worker_send_task_events=True,
         task_send_sent_event=True,
-        timezone="UTC",
+        # Schedules (the maintenance jobs' crontabs) are read in this zone; messages stay in UTC.
+        timezone=settings.jobs_timezone,
+        # Beat with a leader lock in Redis: several beat processes may run (one per machine, for
+        # availability); only the holder of the lock sends, and a standby takes over within the lock
+        # timeout when it dies. Every job run is also keyed by (job, period) in job_runs, so a
+        # duplicate fire is a no-op anyway.
+        beat_scheduler="redbeat.RedBeatScheduler",
+        redbeat_redis_url=broker_url,
+        redbeat_key_prefix="redbeat:engram",
+        redbeat_lock_timeout=settings.beat_lock_timeout_seconds,
+        beat_max_loop_interval=BEAT_MAX_LOOP_SECONDS,
         beat_schedule={
+            **maintenance_schedule(settings),
             "redrive-stalled-turns": {
                 "task": "engram.maintenance.redrive_stalled_turns",
                 "schedule": timedelta(seconds=settings.sweep_interval_seconds),
@@ -94,6 +144,12 @@ def create_celery() -> Celery:
             },
         },
     )
+    if settings.beat_lock_timeout_seconds <= 2 * BEAT_MAX_LOOP_SECONDS:
+        raise ValueError(f"ENGRAM_BEAT_LOCK_TIMEOUT_SECONDS must exceed {2 * BEAT_MAX_LOOP_SECONDS}")
+    if settings.job_slice_seconds >= settings.turn_soft_time_limit:
+        raise ValueError(
+            "ENGRAM_JOB_SLICE_SECONDS must be below ENGRAM_TURN_SOFT_TIME_LIMIT (a slice ends between pages)"
+        )
     if settings.turn_time_limit >= settings.broker_visibility_timeout:
         raise ValueError("ENGRAM_BROKER_VISIBILITY_TIMEOUT must exceed ENGRAM_TURN_TIME_LIMIT")
     return app

@@ -6,11 +6,10 @@ from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.llm.types import LLMError
 from shared.locks import HeartbeatLock
-from shared.pipeline.jobs import compact_session, extract_session
+from shared.pipeline.jobs import compact_session, extract_session, session_owner
 from shared.redis_client import get_redis
 from workers.base import engram_task
-from workers.dispatch import enqueue_transcript_indexing
-from workers.extraction import follow_up, session_owner
+from workers.dispatch import enqueue_follow_up, enqueue_transcript_indexing
 
 
 @engram_task("compaction", autoretry_for=(DatabaseUnavailable, LLMError), retry_backoff=2, max_retries=5)
@@ -21,7 +20,7 @@ def compact(session_id: int) -> str:
         return "another compaction of this session is running"
     try:
         # Every message is mined before it leaves the context.
-        follow_up(extract_session(session_id, settings), *session_owner(session_id))
+        enqueue_follow_up(extract_session(session_id, settings), *session_owner(session_id))
         outcome = compact_session(session_id, settings)
     finally:
         lock.release()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kombu.exceptions import OperationalError as BrokerUnavailable
 from redis.exceptions import RedisError
 
@@ -13,6 +15,9 @@ from shared.pipeline import debounce
 from shared.pipeline.jobs import plan_after_turn
 from shared.redis_client import get_redis
 from workers.app import app
+
+if TYPE_CHECKING:  # only for annotations
+    from shared.pipeline.jobs import JobOutcome
 
 log = get_logger(__name__)
 
@@ -80,3 +85,28 @@ def schedule_memory_work(session_id: int) -> None:
             enqueue_compaction(session_id)
     except (RedisError, BrokerUnavailable, DatabaseUnavailable, OSError) as exc:
         log.warning("could not schedule memory work; the sweeps will", session_id=session_id, error=str(exc))
+
+
+def enqueue_follow_up(outcome: JobOutcome, tenant_id: int | None = None, user_id: int | None = None) -> None:
+    """What a memory job's outcome calls for: embed the memories whose text changed, and re-synthesise the
+    personality directive when style observations changed (needs the owner). Every queue module that runs
+    memory jobs uses this, so it lives here and not in one of them (queue modules never import each other)."""
+    for memory_id in outcome.changed_memory_ids:
+        enqueue_embed_memory(memory_id)
+    if outcome.styles_changed and tenant_id is not None and user_id is not None:
+        enqueue_synthesis(tenant_id, user_id)
+
+
+def enqueue_job(
+    name: str, *, as_of: str | None = None, tenant_id: int | None = None, user_id: int | None = None
+) -> None:
+    """A maintenance job's task (named like the job: cache-eviction → engram.maintenance.cache_eviction)."""
+    app.send_task(
+        f"engram.maintenance.{name.replace('-', '_')}",
+        kwargs={"as_of": as_of, "tenant_id": tenant_id, "user_id": user_id},
+        queue="maintenance",
+    )
+
+
+def enqueue_consolidate_session(session_id: int) -> None:
+    app.send_task("engram.maintenance.consolidate_session", kwargs={"session_id": session_id}, queue="maintenance")

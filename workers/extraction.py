@@ -8,23 +8,16 @@ from shared.llm.types import LLMError
 from shared.locks import HeartbeatLock
 from shared.logging import get_logger
 from shared.pipeline import debounce
-from shared.pipeline.jobs import JobOutcome, extract_session, synthesize_personality
+from shared.pipeline.jobs import extract_session, session_owner, synthesize_personality
 from shared.redis_client import get_redis
 from workers.base import engram_task
-from workers.dispatch import enqueue_embed_memory, enqueue_synthesis
+from workers.dispatch import enqueue_follow_up
 
 log = get_logger(__name__)
 
 
 class SessionBusy(RuntimeError):
     """Another worker is extracting this session; try again shortly (new messages need a pass)."""
-
-
-def follow_up(outcome: JobOutcome, tenant_id: int | None = None, user_id: int | None = None) -> None:
-    for memory_id in outcome.changed_memory_ids:
-        enqueue_embed_memory(memory_id)
-    if outcome.styles_changed and tenant_id is not None and user_id is not None:
-        enqueue_synthesis(tenant_id, user_id)
 
 
 @engram_task(
@@ -49,23 +42,15 @@ def extract(session_id: int, token: str) -> str:
     finally:
         lock.release()
     session = session_owner(session_id)
-    follow_up(outcome, *session)
+    enqueue_follow_up(outcome, *session)
     log.info(
         "extraction done", session_id=session_id, memories=len(outcome.changed_memory_ids), skipped=outcome.skipped
     )
     return outcome.skipped or f"{len(outcome.changed_memory_ids)} memories"
 
 
-def session_owner(session_id: int) -> tuple[int | None, int | None]:
-    from shared import db
-
-    with db.connection() as conn:
-        row = conn.execute("SELECT tenant_id, user_id FROM sessions WHERE id = %s", (session_id,)).fetchone()
-    return (row["tenant_id"], row["user_id"]) if row else (None, None)
-
-
 @engram_task("extraction", autoretry_for=(DatabaseUnavailable, LLMError), retry_backoff=2, max_retries=5)
 def synthesize(tenant_id: int, user_id: int) -> str:
     outcome = synthesize_personality(tenant_id, user_id, get_settings())
-    follow_up(outcome)
+    enqueue_follow_up(outcome)
     return outcome.skipped or "directive updated"

@@ -6,10 +6,10 @@ from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.llm.types import LLMError
 from shared.locks import HeartbeatLock
-from shared.pipeline.jobs import flush_session
+from shared.pipeline.jobs import flush_session, session_owner
 from shared.redis_client import get_redis
 from workers.base import engram_task
-from workers.extraction import follow_up, session_owner
+from workers.dispatch import enqueue_follow_up
 
 
 @engram_task("flush", autoretry_for=(DatabaseUnavailable, LLMError), retry_backoff=2, max_retries=5)
@@ -24,5 +24,5 @@ def flush(session_id: int) -> str:
         outcome = flush_session(session_id, settings)
     finally:
         lock.release()
-    follow_up(outcome, *session_owner(session_id))
+    enqueue_follow_up(outcome, *session_owner(session_id))
     return outcome.skipped or f"{len(outcome.changed_memory_ids)} memories"

@@ -2,14 +2,36 @@
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from celery import Task
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from shared import db
 from shared.config import get_settings
+from shared.db import DatabaseUnavailable
+from shared.llm.types import LLMError
+from shared.locks import HeartbeatLock, is_locked
 from shared.logging import get_logger
+from shared.maintenance import jobs as maintenance_jobs
+from shared.maintenance.consolidation import consolidate_session as consolidate_one
+from shared.maintenance.consolidation import sessions_to_queue
+from shared.maintenance.runs import RunSuperseded, UserRef, lock_name, scope_user, unfinished_runs
+from shared.maintenance.schedule import enabled
 from shared.pipeline import debounce
 from shared.recovery import sessions_to_redrive, touch_open_turns
 from shared.redis_client import get_redis
 from workers.base import engram_task
-from workers.dispatch import enqueue_drain, enqueue_extraction
+from workers.dispatch import (
+    enqueue_consolidate_session,
+    enqueue_drain,
+    enqueue_embed_memory,
+    enqueue_extraction,
+    enqueue_job,
+)
 
 log = get_logger(__name__)
 
@@ -44,3 +66,119 @@ def redrive_stalled_turns() -> int:
     if session_ids:
         log.info("re-enqueued stalled sessions", sessions=session_ids)
     return len(session_ids)
+
+
+# ------------------------------------------------------------------------------------ maintenance jobs
+# Thin wrappers: each runs one slice of its job (shared/maintenance/), then sends itself again with the
+# run's clock when the slice ran out, so a long job never meets the task time limit and a killed one
+# resumes from its cursor. Beat sends them without arguments (the clock is now).
+
+_JOB_RETRY: dict[str, Any] = {
+    "autoretry_for": (DatabaseUnavailable, LLMError, RedisConnectionError, RedisTimeoutError, RunSuperseded),
+    "retry_backoff": 2,
+    "retry_backoff_max": 60,
+    "max_retries": 8,
+}
+# A run another process holds: look again once its lock can have expired, this many times at most
+# (the resume sweep is the safety net after that).
+MAX_BUSY_RECHECKS = 10
+
+
+def _run_job(task: Task, name: str, as_of: str | None, tenant_id: int | None, user_id: int | None) -> str:
+    settings = get_settings()
+    if as_of is None and not enabled(settings, name):
+        return f"{name} is disabled (ENGRAM_JOB_{name.replace('-', '_').upper()}_ENABLED)"
+    user = UserRef(tenant_id, user_id) if tenant_id is not None and user_id is not None else None
+    clock = datetime.fromisoformat(as_of) if as_of else None
+    result = maintenance_jobs.run(name, settings, as_of=clock, user=user, slice_seconds=settings.job_slice_seconds)
+    for memory_id in result.to_embed:
+        enqueue_embed_memory(memory_id)
+    if result.status == "paused":
+        assert result.as_of is not None
+        enqueue_job(name, as_of=result.as_of.isoformat(), tenant_id=tenant_id, user_id=user_id)
+    elif result.status == "busy" and task.request.retries < MAX_BUSY_RECHECKS:
+        raise task.retry(countdown=settings.session_lock_ttl_seconds + 1, max_retries=MAX_BUSY_RECHECKS)
+    log.info("job slice done", job=name, **{k: v for k, v in result.as_json().items() if k != "job"})
+    return json.dumps(result.as_json(), default=str)
+
+
+@engram_task("maintenance", **_JOB_RETRY)
+def decay(as_of: str | None = None, tenant_id: int | None = None, user_id: int | None = None) -> str:
+    return _run_job(decay, "decay", as_of, tenant_id, user_id)
+
+
+@engram_task("maintenance", **_JOB_RETRY)
+def cache_eviction(as_of: str | None = None, tenant_id: int | None = None, user_id: int | None = None) -> str:
+    return _run_job(cache_eviction, "cache-eviction", as_of, tenant_id, user_id)
+
+
+@engram_task("maintenance", **_JOB_RETRY)
+def reflection(as_of: str | None = None, tenant_id: int | None = None, user_id: int | None = None) -> str:
+    return _run_job(reflection, "reflection", as_of, tenant_id, user_id)
+
+
+@engram_task("maintenance", **_JOB_RETRY)
+def consolidation(as_of: str | None = None, tenant_id: int | None = None, user_id: int | None = None) -> str:
+    return _run_job(consolidation, "consolidation", as_of, tenant_id, user_id)
+
+
+@engram_task("maintenance", **_JOB_RETRY)
+def enrichment(as_of: str | None = None, tenant_id: int | None = None, user_id: int | None = None) -> str:
+    return _run_job(enrichment, "enrichment", as_of, tenant_id, user_id)
+
+
+@engram_task("maintenance", **_JOB_RETRY)
+def consolidate_session(session_id: int) -> str:
+    """A user started a new session: consolidate one of their earlier ones now rather than at night."""
+    settings = get_settings()
+    lock = HeartbeatLock(get_redis(), f"engram:lock:consolidate:{session_id}", settings.session_lock_ttl_seconds)
+    if not lock.acquire():
+        return "another consolidation of this session is running"
+    try:
+        outcome = consolidate_one(session_id, settings, as_of=datetime.now(UTC))
+    finally:
+        lock.release()
+    for memory_id in outcome.to_embed:
+        enqueue_embed_memory(memory_id)
+    return outcome.stopped or ("consolidated" if outcome.consolidated else "nothing to do")
+
+
+@engram_task("maintenance")
+def queue_consolidations() -> int:
+    """Beat: sessions of users who have since started a new one go to consolidation (once per 10 min)."""
+    settings = get_settings()
+    if not settings.job_consolidation_enabled:
+        return 0
+    with db.connection() as conn:
+        session_ids = sessions_to_queue(conn)
+    client = get_redis()
+    queued = 0
+    for session_id in session_ids:
+        if client.set(f"engram:consolidation:queued:{session_id}", 1, nx=True, ex=600):
+            enqueue_consolidate_session(session_id)
+            queued += 1
+    return queued
+
+
+@engram_task("maintenance")
+def resume_job_runs() -> int:
+    """Beat: runs left unfinished (their worker died and the message was lost, or they failed) and held
+    by nobody are sent again; they resume from their cursor with their own clock."""
+    with db.connection() as conn:
+        rows = unfinished_runs(conn)
+    client = get_redis()
+    resumed = 0
+    for row in rows:
+        if is_locked(client, lock_name(row["job"], row["period"], row["scope"])):
+            continue
+        user = scope_user(row["scope"])
+        enqueue_job(
+            row["job"],
+            as_of=row["as_of"].isoformat(),
+            tenant_id=user.tenant_id if user else None,
+            user_id=user.user_id if user else None,
+        )
+        resumed += 1
+    if resumed:
+        log.info("resumed unfinished job runs", runs=resumed)
+    return resumed

@@ -1,5 +1,5 @@
-"""Tenant administration (scope `admin`): API keys and the token budget. Everything acts on the
-caller's own tenant."""
+"""Tenant administration (scope `admin`): API keys and the token budget, acting on the caller's own
+tenant; and the maintenance jobs (shared by every tenant: schedules and run records, no user data)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from fastapi import APIRouter, Path, Query, status
 
 from api.deps import AdminKey
 from api.errors import ApiError
+from api.job_schemas import JobOut
 from api.schemas.admin import IssuedKeyOut, KeyIn, KeyOut, TenantOut, TenantPatch
 from shared import db
+from shared.config import get_settings
 from shared.keys import KeyRequestInvalid, create_api_key, list_api_keys, revoke_api_key, rotate_api_key
 from shared.quotas import budget_usage, set_budget
 
@@ -82,3 +84,12 @@ def update_tenant(body: TenantPatch, principal: AdminKey) -> TenantOut:
     with db.connection() as conn:
         set_budget(conn, principal.id, body.monthly_token_budget)
         return _tenant_out(conn, principal)
+
+
+@router.get("/jobs", response_model=list[JobOut])
+def list_jobs(principal: AdminKey) -> list[JobOut]:
+    """Each maintenance job: schedule, enabled, last run (start, duration, counts, error), next run."""
+    from shared.maintenance.jobs import overview
+
+    with db.connection() as conn:
+        return [JobOut(**job) for job in overview(conn, get_settings())]

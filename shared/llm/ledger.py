@@ -19,8 +19,17 @@ from shared.llm.pricing import call_cost
 from shared.llm.types import Usage
 from shared.metrics import observe_llm_call
 
-Purpose = Literal["chat", "extraction", "flush", "summary", "synthesis", "reflection"]
-PURPOSES: tuple[Purpose, ...] = ("chat", "extraction", "flush", "summary", "synthesis", "reflection")
+Purpose = Literal["chat", "extraction", "flush", "summary", "synthesis", "reflection", "consolidation", "enrichment"]
+PURPOSES: tuple[Purpose, ...] = (
+    "chat",
+    "extraction",
+    "flush",
+    "summary",
+    "synthesis",
+    "reflection",
+    "consolidation",
+    "enrichment",
+)
 
 
 @dataclass(frozen=True)

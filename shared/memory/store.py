@@ -506,6 +506,9 @@ def delete_memory(conn: Conn, scope: Scope, memory_id: int, actor: str) -> dict[
     ).fetchone()
     if row is not None:
         record_event(conn, scope, row, "delete", actor, old_value=row["value"])
+        from shared.memory.derived import release_derived  # derived.py builds on this module
+
+        release_derived(conn, scope, [row["id"]], actor=actor, forgotten=True)
     return row
 
 

@@ -111,6 +111,8 @@ NON_USER_TABLES: dict[str, str] = {
     "personality_presets": "built-in and tenant-defined presets",
     "embedding_space": "which embedding model the database uses",
     "schema_migrations": "applied migration files",
+    # A run limited to one user names that user's numeric id in `scope`, nothing else of theirs.
+    "job_runs": "maintenance job bookkeeping (periods, cursors, counts)",
     # Keyed by sha256 of the embedded text, with no owner; erasure deletes the rows of the user's
     # chunk texts that no other user's chunk shares (see `_erase_cached_embeddings`).
     "embedding_cache": "vectors keyed by text hash, erased by hash",

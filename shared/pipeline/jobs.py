@@ -42,11 +42,11 @@ from shared.pipeline.extraction import (
     ExtractedFacts,
     TranscriptMessage,
     build_extraction_prompt,
-    offline_extract,
     parse_extraction,
     select_for_extraction,
     to_memory_inputs,
 )
+from shared.pipeline.offline_extraction import offline_extract
 from shared.pipeline.personality import (
     StyleObservation,
     active_styles,
@@ -78,6 +78,13 @@ def compaction_threshold(settings: Settings) -> int:
     if settings.compaction_threshold_tokens:
         return settings.compaction_threshold_tokens
     return int(context_window(chat_model(settings), settings.context_window_tokens) * COMPACTION_SHARE_OF_WINDOW)
+
+
+def session_owner(session_id: int) -> tuple[int | None, int | None]:
+    """(tenant_id, user_id) of a session, or (None, None) when it is gone."""
+    with db.connection() as conn:
+        row = conn.execute("SELECT tenant_id, user_id FROM sessions WHERE id = %s", (session_id,)).fetchone()
+    return (row["tenant_id"], row["user_id"]) if row else (None, None)
 
 
 def _session(conn: Conn, session_id: int) -> dict[str, Any] | None:

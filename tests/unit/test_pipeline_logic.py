@@ -34,11 +34,11 @@ from shared.pipeline.extraction import (
     ExtractedFacts,
     TranscriptMessage,
     build_extraction_prompt,
-    offline_extract,
     parse_extraction,
     select_for_extraction,
     to_memory_inputs,
 )
+from shared.pipeline.offline_extraction import offline_extract
 from shared.pipeline.personality import (
     StyleObservation,
     active_styles,

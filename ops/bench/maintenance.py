@@ -1,0 +1,234 @@
+"""Maintenance jobs at scale: decay, consolidation, enrichment, reflection and cache eviction over
+synthetic users, each job run once, in-process, through the same entry point beat's tasks use
+(shared.maintenance.jobs.run), against an embedded Postgres and valkey in a temporary directory.
+
+    python -m ops.bench.maintenance                                  # 1,000 users x 100 memories
+    python -m ops.bench.maintenance --users 200 --memories 100 --llm-latency-ms 50 --json
+
+Corpus: per user `--memories` facts and preferences whose creation (and last access, for a third of
+them) is spread evenly over the two years before the clock; 3 of them created in the last week (so every
+user is due a reflection); one idle, unconsolidated session of 6 messages (3 user statements the
+extraction rules and the fake model both turn into facts); embedding-cache rows, half unused for 40
+days. The model is the fake LLM (ops/fake_llm.py, Anthropic format) answering each job's prompt in its
+format after `--llm-latency-ms`; `--offline` uses the offline rules instead (enrichment then skips).
+
+Per job: duration, memories examined or written per second, the process's peak RSS while it ran, LLM
+calls per 1,000 memories of the corpus, and the run's counts. With --json the last line is one object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+JOB_ORDER = ("enrichment", "consolidation", "decay", "reflection", "cache-eviction")
+
+
+def fake_answer(body: dict[str, Any]) -> Any:
+    """The fake model's reply to each maintenance prompt, in the format that prompt asks for."""
+    from ops.fake_llm import FakeReply, last_user_text
+
+    text = json.dumps(body)
+    prompt = last_user_text(body)
+    if "durable memories" in text:  # extraction (consolidation)
+        facts = {
+            "preferences": [{"key": "bench-tea", "value": "Prefers green tea over coffee"}],
+            "entities": [{"key": "user/location", "value": "User lives in Lisbon"}],
+            "decisions": [],
+            "styles": [],
+            "artifacts": [],
+        }
+        return FakeReply(text=json.dumps(facts))
+    if "contradicted" in text:
+        return FakeReply(text='{"contradicted": []}')
+    if "named entities" in text:
+        count = prompt.count("\n") + 1
+        return FakeReply(
+            text=json.dumps({str(i): [{"name": "Ana Lopez", "aliases": ["Ana"]}] for i in range(1, count)})
+        )
+    return FakeReply(text="This week the user shared a few new facts about their routines.")
+
+
+def seed(conn: Any, users: int, memories: int, now: datetime) -> int:
+    tenant = conn.execute("INSERT INTO tenants (name) VALUES ('bench') RETURNING id").fetchone()["id"]
+    conn.execute(
+        "INSERT INTO users (tenant_id, external_id) SELECT %s, 'user-' || g FROM generate_series(1, %s) g",
+        (tenant, users),
+    )
+    span = timedelta(days=730).total_seconds()
+    conn.execute(
+        """INSERT INTO memories (tenant_id, user_id, namespace, key, value, kind, decay_rate, created_at,
+                                 last_accessed_at)
+           SELECT u.tenant_id, u.id, CASE WHEN g %% 2 = 0 THEN 'tacit/facts' ELSE 'tacit/preferences' END,
+                  'item-' || g, 'note ' || g || ' about topic ' || (g %% 17),
+                  CASE WHEN g %% 2 = 0 THEN 'fact' ELSE 'preference' END,
+                  CASE WHEN g %% 2 = 0 THEN 0.01 ELSE 0.005 END,
+                  CASE WHEN g <= 3 THEN %(now)s - interval '2 days'
+                       ELSE %(now)s - make_interval(secs => %(span)s * g / %(m)s) END,
+                  CASE WHEN g %% 3 = 0 THEN %(now)s - make_interval(secs => %(span)s * g / %(m)s / 3) END
+           FROM users u CROSS JOIN generate_series(1, %(m)s) g""",
+        {"now": now, "span": span, "m": memories},
+    )
+    conn.execute(
+        """INSERT INTO sessions (tenant_id, user_id, session_key, created_at)
+           SELECT tenant_id, id, 'old', %s FROM users""",
+        (now - timedelta(hours=3),),
+    )
+    lines = ("I live in Lisbon.", "I prefer green tea over coffee.", "I work at Acme Corp.")
+    for line in lines:
+        conn.execute(
+            """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content, created_at)
+               SELECT s.tenant_id, s.user_id, s.id, r.role, CASE r.role WHEN 'user' THEN %s ELSE 'Noted!' END, %s
+               FROM sessions s CROSS JOIN (VALUES ('user'), ('assistant')) r(role)""",
+            (line, now - timedelta(hours=3)),
+        )
+    conn.execute(
+        """INSERT INTO embedding_cache (model, dimension, content_hash, embedding, last_used_at)
+           SELECT 'bench', 3, md5(g::text), '[1,0,0]',
+                  %s - make_interval(days => CASE WHEN g %% 2 = 0 THEN 40 ELSE 1 END)
+           FROM generate_series(1, %s) g""",
+        (now, users * 10),
+    )
+    return users * memories
+
+
+class PeakRss:
+    def __init__(self) -> None:
+        self.process = psutil.Process()
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> PeakRss:
+        self.peak = self.process.memory_info().rss
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from ops.embedded import EmbeddedPostgres, EmbeddedRedis
+    from ops.fake_llm import FakeLLM
+
+    workdir = Path(tempfile.mkdtemp(prefix="engram-bench-maint-"))
+    postgres = EmbeddedPostgres(workdir / "postgres")
+    redis = EmbeddedRedis(workdir / "valkey")
+    fake = FakeLLM(latency_s=args.llm_latency_ms / 1000)
+    fake.default = fake_answer
+    try:
+        os.environ["ENGRAM_DATABASE_URL"] = postgres.start()
+        os.environ["ENGRAM_REDIS_URL"] = redis.start()
+        os.environ["ENGRAM_DATA_DIR"] = str(workdir / "data")
+        os.environ["ENGRAM_MAINTENANCE_DAILY_TOKEN_BUDGET"] = "0"
+        os.environ["ENGRAM_JOB_PAGE_SIZE"] = str(args.page_size)
+        fake.start()
+        if args.offline:
+            os.environ["ENGRAM_LLM_PROVIDER"] = "offline"
+        else:
+            os.environ.update(
+                {
+                    "ENGRAM_LLM_PROVIDER": "anthropic",
+                    "ENGRAM_ANTHROPIC_API_KEY": "bench",
+                    "ENGRAM_ANTHROPIC_BASE_URL": fake.anthropic_base_url,
+                }
+            )
+        from shared import db
+        from shared.config import get_settings
+        from shared.maintenance import jobs
+        from shared.migrate import apply_migrations
+
+        settings = get_settings()
+        with db.connect() as conn:
+            apply_migrations(conn)
+        now = datetime.now(UTC)
+        began = time.monotonic()
+        with db.connection() as conn:
+            total = seed(conn, args.users, args.memories, now)
+        seeded_s = time.monotonic() - began
+        results: dict[str, Any] = {}
+        for name in args.jobs:
+            calls_before = len(fake.requests)
+            with PeakRss() as rss:
+                started = time.monotonic()
+                result = jobs.run(name, settings, as_of=now)
+                seconds = time.monotonic() - started
+            calls = len(fake.requests) - calls_before
+            touched = sum(
+                result.counts.get(k, 0)
+                for k in ("examined", "memories_enriched", "messages_read", "reflections_written", "evicted")
+            )
+            results[name] = {
+                "seconds": round(seconds, 2),
+                "touched_per_second": round(touched / seconds, 1) if seconds else None,
+                "peak_rss_mb": round(rss.peak / 2**20, 1),
+                "llm_calls": calls,
+                "llm_calls_per_1000_memories": round(calls * 1000 / total, 2),
+                "changed": result.changed,
+                "counts": result.counts,
+                "details": {k: v for k, v in result.details.items() if k != "stopped_tenants"},
+            }
+            print(
+                f"{name:<15} {seconds:8.2f} s  {results[name]['touched_per_second'] or 0:>9} touched/s  "
+                f"peak RSS {results[name]['peak_rss_mb']:7.1f} MB  LLM calls {calls:>5} "
+                f"({results[name]['llm_calls_per_1000_memories']}/1k memories)  changed {result.changed}  "
+                f"{dict(result.counts)}",
+                flush=True,
+            )
+        return {
+            "bench": "maintenance",
+            "users": args.users,
+            "memories_per_user": args.memories,
+            "memories": total,
+            "seed_seconds": round(seeded_s, 1),
+            "llm_latency_ms": args.llm_latency_ms,
+            "provider": "offline" if args.offline else "fake-anthropic",
+            "jobs": results,
+        }
+    finally:
+        fake.stop()
+        from shared import db
+
+        db.close_pool()
+        redis.stop()
+        postgres.stop()
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.maintenance", description=__doc__.split("\n")[0])
+    parser.add_argument("--users", type=int, default=1000)
+    parser.add_argument("--memories", type=int, default=100, help="memories per user")
+    parser.add_argument("--llm-latency-ms", type=float, default=50.0, help="fake model latency per call")
+    parser.add_argument("--page-size", type=int, default=200, help="ENGRAM_JOB_PAGE_SIZE")
+    parser.add_argument("--offline", action="store_true", help="the offline rules instead of the fake model")
+    parser.add_argument("--jobs", type=lambda s: s.split(","), default=list(JOB_ORDER), help="comma-separated")
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    summary = run(args)
+    if args.json:
+        print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

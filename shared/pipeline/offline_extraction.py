@@ -1,0 +1,411 @@
+"""The offline provider's extraction: rule-based, not a model.
+
+With no language model configured, extraction (and consolidation, which reuses it) still has to
+produce facts, so a handful of first-person statements are recognised with patterns. The output is
+an `ExtractedFacts`, exactly what a model's parsed answer gives, so everything downstream (mapping,
+storing, dedup) runs the same way for both.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+
+from shared.memory.keys import MemoryRejected, sanitize
+from shared.pipeline.extraction import (
+    CATEGORIES,
+    MAX_DERIVED_KEY_WORDS,
+    ExtractedFacts,
+    TranscriptMessage,
+    derive_key,
+    is_steering,
+    split_sentences,
+)
+
+# Principles, in order:
+# - user messages only (never assistant, tool, system or steering text);
+# - a pattern must open the sentence (after an optional "hi,", "btw", "also", ...), so reported
+#   speech, conditionals and questions about the user ("do you know where I live in…") stay out;
+# - questions never produce facts: "I like that idea?" is silent;
+# - names, places and organisations must be capitalised ("call me later" is not a name);
+# - vague objects ("I like that", "I love it", "I like the idea") are dropped;
+# - quoted lines and fenced code are skipped: they are someone else's words or data.
+# A missed fact is cheap (a model provider will find it); a wrong one is shown in every prompt.
+
+_APOSTROPHES = str.maketrans({"’": "'", "‘": "'", "ʼ": "'"})
+_CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
+_LEAD = (
+    r"^(?:(?:hi|hello|hey|well|ok|okay|so|also|and|but|btw|by the way|oh|actually|fyi|anyway|"
+    r"just so you know|for the record|for context|for reference)\b[\s,!.:;-]*)*"
+)
+_EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
+_QUOTES = "\"'“”‘’«»"
+_TRAILING = " \t.,;:!?…" + _QUOTES + ")"
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_CONNECTORS = frozenset({"of", "de", "del", "der", "van", "von", "da", "di", "du", "la", "le", "los", "el"})
+_TITLES = frozenset({"Mr.", "Mrs.", "Ms.", "Dr.", "Prof.", "St."})
+_NOT_A_NAME = _words(
+    "I A An The My Your Our His Her Their This That These Those It Not Just Very So Also Here There Now "
+    "Currently Still Always Never Sometimes Really Actually Probably Maybe Sure Yes No Okay Ok Fine "
+    "Good Great Happy Sorry Busy Tired Back Home Later Soon Please"
+)
+# First words (or first two) of objects too vague to be a fact: "I like that", "I love the idea".
+_VAGUE_FIRST = _words(
+    "that this these those it it's its them they him her you your yours what how when where why if whether "
+    "which who everything anything something nothing all both each such so very too much more most"
+)
+_VAGUE_PREFIXES = (
+    "the idea",
+    "the way",
+    "the plan",
+    "the suggestion",
+    "the answer",
+    "the sound",
+    "the look",
+    "the first",
+    "the second",
+    "the last",
+    "the other",
+    "the one",
+    "to think",
+    "to believe",
+    "to say",
+    "to know",
+)
+_CLAUSE_END = re.compile(
+    r"(?:[,;:()\[\]—–]|\s-\s|\b(?:but|because|since|although|though|so|which|while|unless|except|"
+    r"whereas)\b|\band\s+(?:I|we|you|he|she|they|it|my|then|also)\b).*$",
+    re.IGNORECASE | re.DOTALL,
+)
+_JOBS = _words(
+    "engineer developer programmer designer architect scientist researcher analyst consultant manager "
+    "teacher professor lecturer student nurse doctor physician surgeon dentist pharmacist therapist "
+    "psychologist lawyer attorney accountant writer author journalist editor artist musician photographer "
+    "chef cook baker farmer pilot mechanic electrician plumber carpenter firefighter paramedic marketer "
+    "entrepreneur founder ceo cto cfo administrator technician librarian translator veterinarian barista "
+    "waiter waitress cashier recruiter intern freelancer contractor tutor coach economist statistician "
+    "mathematician physicist chemist biologist illustrator animator producer director"
+)
+_NOT_CURRENT_JOB = frozenset({"former", "retired", "ex", "aspiring", "future", "wannabe", "not", "bit", "big", "huge"})
+_RELATIONS = (
+    r"wife|husband|partner|spouse|boyfriend|girlfriend|fianc[eé]e?|brother|sister|sibling|mother|mom|mum|"
+    r"father|dad|son|daughter|friend|boss|manager|colleague|coworker|co-worker|roommate|flatmate|"
+    r"grandmother|grandma|grandfather|grandpa|aunt|uncle|cousin|niece|nephew|dog|cat|pet"
+)
+_PETS = frozenset({"dog", "cat", "pet"})
+# "I'm going to …" is mostly conversation ("I'm going to paste the log"), not a plan.
+_CHATTY_VERBS = _words(
+    "be ask say tell give paste share send show explain try need have let check think sleep see wait repeat "
+    "rephrase answer reply clarify describe copy upload attach type quote list start stop keep look read "
+    "bed cry die lose"
+)
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    return re.compile(_LEAD + pattern, re.IGNORECASE | re.DOTALL)
+
+
+_P_NAME = _compile(r"my name(?: is|'s)\s+(?P<rest>.+)")
+_P_CALL_ME = _compile(r"(?:(?:you can |please )?call me|i go by)\s+(?P<rest>.+)")
+_P_LIVE = _compile(r"i (?:currently |now |still )?live in\s+(?P<rest>.+)")
+_P_MOVED = _compile(r"i(?:'ve| have)? (?:just |recently )?moved to\s+(?P<rest>.+)")
+_P_FROM = _compile(r"i(?:'m| am) (?:originally )?from\s+(?P<rest>.+)")
+_P_WORK_AT = _compile(r"i (?:currently )?work (?:at|for)\s+(?P<rest>.+)")
+_P_WORK_AS = _compile(r"i (?:currently )?work as (?:an? )?(?P<rest>.+)")
+_P_IM_A = _compile(r"i(?:'m| am) (?:an?)\s+(?P<rest>.+)")
+_P_PREFER = _compile(r"i (?:really |much |generally |usually |strongly |definitely )?prefer\s+(?P<rest>.+)")
+_P_RATHER = _compile(r"i(?:'d| would) rather\s+(?P<rest>.+)")
+_P_LIKE = _compile(r"i (?:really |also |absolutely |do |truly )?(?:like|love|enjoy)\s+(?P<rest>.+)")
+_P_DISLIKE = _compile(
+    r"i (?:really )?(?:(?:don't|do not|dont) (?:really )?(?:like|enjoy)|hate|dislike|can't stand|cannot stand)"
+    r"\s+(?P<rest>.+)"
+)
+_P_RELATION = _compile(
+    rf"my (?P<adj>best |older |younger |little |big |twin )?(?P<rel>{_RELATIONS})"
+    r"(?:'s name is| is called| is named| is| called| named)\s+(?P<rest>.+)"
+)
+_P_DECIDED = _compile(r"(?:i|we)(?:'ve| have)? (?:finally |just )?decided (?P<prep>to|on)\s+(?P<rest>.+)")
+_P_GOING_TO = _compile(r"i(?:'m| am) (?:going to|gonna)\s+(?P<rest>.+)")
+_P_PLEASE_ALWAYS = _compile(r"please (?P<adv>always|never)\s+(?P<rest>.+)")
+_P_FROM_NOW_ON = _compile(r"(?:from now on|going forward|in future|in the future)[\s,:]+(?:please\s+)?(?P<rest>.+)")
+_TRAILING_FROM_NOW_ON = re.compile(r"\b(?:from now on|going forward)\W*$", re.IGNORECASE)
+_P_PLEASE = _compile(r"please\s+(?P<rest>.+)")
+_P_MY_EMAIL = _compile(r"my (?:work |personal |school |private )?e-?mail(?: address)? is\s+(?P<rest>\S+)")
+
+
+def _clause(rest: str, max_words: int) -> str | None:
+    """The object of a statement: up to the first clause break, trailing punctuation stripped."""
+    text = _CLAUSE_END.sub("", rest).strip().rstrip(_TRAILING).strip()
+    text = " ".join(text.split())
+    words = text.split()
+    if not words or len(words) > max_words:
+        return None
+    return text
+
+
+def _is_vague(phrase: str) -> bool:
+    lowered = phrase.lower()
+    first = lowered.split()[0]
+    return first in _VAGUE_FIRST or any(lowered == p or lowered.startswith(p + " ") for p in _VAGUE_PREFIXES)
+
+
+def _third_person(phrase: str) -> str:
+    """ "my coffee black" → "their coffee black": the stored fact is about the user, not the reader."""
+    swaps = {"my": "their", "mine": "theirs", "myself": "themself", "me": "them"}
+    return re.sub(r"\b(my|mine|myself|me)\b", lambda m: swaps[m.group(1).lower()], phrase, flags=re.IGNORECASE)
+
+
+def _proper_noun(rest: str, max_words: int, *, allow_digits: bool = False) -> str | None:
+    """The capitalised name at the start of `rest` ("Ana Lopez", "Bank of America"), or None."""
+    parts: list[str] = []
+    for raw in rest.split():
+        if raw in _TITLES:
+            parts.append(raw)
+            continue
+        word = raw.rstrip(_TRAILING)
+        ended = word != raw  # punctuation after a word ends the name
+        first = word[:1]
+        is_name = bool(first) and (first.isupper() or (allow_digits and first.isdigit()))
+        is_name = is_name and re.fullmatch(r"[\w&'.-]+", word) is not None and word not in _NOT_A_NAME
+        # A lowercase connector ("Bank of America") continues a name but never starts one.
+        if is_name or (parts and word.lower() in _CONNECTORS and not ended):
+            parts.append(word)
+        else:
+            break
+        if ended:
+            break
+    while parts and (parts[-1].lower() in _CONNECTORS or parts[-1] in _TITLES):
+        parts.pop()
+    if not parts or len(parts) > max_words:
+        return None
+    return " ".join(parts)
+
+
+def _place(rest: str) -> str | None:
+    """A capitalised place, with an optional ", Region" ("Berlin, Germany")."""
+    place = _proper_noun(rest, 4)
+    if place is None:
+        return None
+    tail = rest[len(place) :]
+    region_match = re.match(r"\s*,\s*(.+)", tail, re.DOTALL)
+    if region_match:
+        region = _proper_noun(region_match.group(1), 3)
+        if region is not None:
+            return f"{place}, {region}"
+    return place
+
+
+def _occupation(rest: str) -> tuple[str | None, str | None]:
+    """(job, employer) from "software engineer at Acme" or (None, None) when the job is not a known one."""
+    words: list[str] = []
+    employer_text: str | None = None
+    raw_words = rest.split()
+    for index, raw in enumerate(raw_words):
+        word = raw.rstrip(_TRAILING)
+        lowered = word.lower()
+        if lowered in {"at", "for"}:
+            employer_text = " ".join(raw_words[index + 1 :])
+            break
+        if lowered in {"in", "with", "and", "but", "who", "that", "from", "on", "by", "so"}:
+            break
+        words.append(word)
+        if word != raw:
+            break
+    if not 1 <= len(words) <= 4 or words[-1].lower() not in _JOBS:
+        return None, None
+    if any(w.lower().strip("-") in _NOT_CURRENT_JOB or not re.fullmatch(r"[A-Za-z-]+", w) for w in words):
+        return None, None
+    employer = _proper_noun(employer_text, 5, allow_digits=True) if employer_text else None
+    return " ".join(words), employer
+
+
+def _article(phrase: str) -> str:
+    return "an" if phrase[:1].lower() in "aeiou" else "a"
+
+
+def _slug(text: str, max_words: int = MAX_DERIVED_KEY_WORDS) -> str:
+    return derive_key(text, max_words)
+
+
+def _is_question(sentence: str) -> bool:
+    return sentence.rstrip(" \t" + _QUOTES + ")").endswith("?")
+
+
+class _Collector:
+    """Facts per category; a later statement with the same key replaces the earlier value."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, dict[str, str]] = {name: {} for name in CATEGORIES}
+
+    def add(self, category: str, key: str, value: str) -> None:
+        try:
+            clean_key, clean_value = sanitize(key, value)
+        except MemoryRejected:
+            return
+        self.found[category][clean_key] = clean_value
+
+    def facts(self) -> ExtractedFacts:
+        return ExtractedFacts(**{name: list(items.items()) for name, items in self.found.items()})
+
+
+# "I like cats and I hate dogs": each first-person clause is read as its own statement.
+_CLAUSE_SPLIT = re.compile(r";|\b(?:and|but)\s+(?=I\b|I'|[Mm]y\b)")
+
+
+def _user_sentences(messages: Iterable[TranscriptMessage]) -> Iterator[str]:
+    for message in messages:
+        if message.role != "user" or is_steering(message.content):
+            continue
+        text = _CODE_FENCE.sub("\n", message.content.translate(_APOSTROPHES))
+        lines = [line for line in text.splitlines() if not line.lstrip().startswith(">")]
+        yield from split_sentences("\n".join(lines))
+
+
+def offline_extract(messages: Sequence[TranscriptMessage]) -> ExtractedFacts:
+    """Rule-based extraction over the user's own messages (the offline provider; not a model).
+
+    Deterministic and conservative; see the comment block above for the rules. Facts come out
+    already sanitised (normalised keys); anything the sanitiser refuses is dropped.
+    """
+    out = _Collector()
+    for sentence in _user_sentences(messages):
+        for email in _EMAIL.findall(sentence):
+            out.add("entities", f"email/{email.lower()}", f"Email address mentioned by the user: {email}")
+        if _is_question(sentence) or sentence[:1] in _QUOTES:
+            continue
+        for clause in _CLAUSE_SPLIT.split(sentence):
+            clause = clause.strip().rstrip(",").strip()
+            if clause:
+                _extract_sentence(clause, out)
+    return out.facts()
+
+
+def _extract_sentence(sentence: str, out: _Collector) -> None:
+    # Each sentence yields at most the facts of the first matching statement family, except that
+    # an occupation may also name an employer.
+    if m := _P_MY_EMAIL.match(sentence):
+        email_match = _EMAIL.fullmatch(m.group("rest").rstrip(_TRAILING))
+        if email_match:
+            out.found["entities"].pop(f"email/{email_match.group(0).lower()}", None)
+            out.add("entities", "user/email", f"User's email address is {email_match.group(0)}")
+        return
+    if m := _P_NAME.match(sentence):
+        if name := _proper_noun(m.group("rest"), 3):
+            out.add("entities", "user/name", f"User's name is {name}")
+        return
+    if m := _P_CALL_ME.match(sentence):
+        if name := _proper_noun(m.group("rest"), 3):
+            out.add("preferences", "preferred-name", f"Prefers to be called {name}")
+        return
+    for pattern, key, template in (
+        (_P_LIVE, "user/location", "User lives in {}"),
+        (_P_MOVED, "user/location", "User moved to {}"),
+        (_P_FROM, "user/hometown", "User is from {}"),
+    ):
+        if m := pattern.match(sentence):
+            if place := _place(m.group("rest")):
+                out.add("entities", key, template.format(place))
+            return
+    if m := _P_WORK_AT.match(sentence):
+        if org := _proper_noun(m.group("rest"), 5, allow_digits=True):
+            out.add("entities", "user/employer", f"User works at {org}")
+        return
+    if (m := _P_WORK_AS.match(sentence)) or (m := _P_IM_A.match(sentence)):
+        job, employer = _occupation(m.group("rest"))
+        if job:
+            out.add("entities", "user/occupation", f"User works as {_article(job)} {job}")
+            if employer:
+                out.add("entities", "user/employer", f"User works at {employer}")
+        return
+    if m := _P_RATHER.match(sentence):
+        phrase = _clause(m.group("rest"), 12)
+        pair = re.match(r"(?P<a>.+?)\s+than\s+(?P<b>.+)$", phrase or "", re.IGNORECASE)
+        if pair and not _is_vague(pair.group("a")) and not _is_vague(pair.group("b")):
+            _add_pair(out, pair.group("a"), pair.group("b"), "Would rather {} than {}")
+        return
+    if m := _P_PREFER.match(sentence):
+        _prefer(out, m.group("rest"))
+        return
+    if m := _P_DISLIKE.match(sentence):
+        if (phrase := _clause(m.group("rest"), 8)) and not _is_vague(phrase):
+            out.add("preferences", _slug(phrase), f"Dislikes {_third_person(phrase)}")
+        return
+    if m := _P_LIKE.match(sentence):
+        if (phrase := _clause(m.group("rest"), 8)) and not _is_vague(phrase):
+            out.add("preferences", _slug(phrase), f"Likes {_third_person(phrase)}")
+        return
+    if m := _P_RELATION.match(sentence):
+        relation = (m.group("adj") or "") + m.group("rel").lower()
+        if name := _proper_noun(m.group("rest"), 3):
+            kind = "pet" if m.group("rel").lower() in _PETS else "person"
+            out.add("entities", f"{kind}/{_slug(name)}", f"User's {relation} is {name}")
+        return
+    if m := _P_DECIDED.match(sentence):
+        if phrase := _clause(m.group("rest"), 15):
+            prep = m.group("prep").lower()
+            out.add("decisions", _slug(phrase), f"Decided {prep} {_third_person(phrase)}")
+        return
+    if m := _P_GOING_TO.match(sentence):
+        phrase = _clause(m.group("rest"), 15)
+        if not phrase or len(phrase.split()) < 2:
+            return
+        first = phrase.split()[0]
+        if first[0].isupper() and first not in _NOT_A_NAME:  # "I'm going to Lisbon in May"
+            out.add("decisions", _slug(f"go to {phrase}"), f"Plans to go to {phrase}")
+        elif first.lower() not in _CHATTY_VERBS | {"the", "a", "an", "my", "your", "you"}:
+            out.add("decisions", _slug(phrase), f"Plans to {_third_person(phrase)}")
+        return
+    _extract_style(sentence, out)
+
+
+def _prefer(out: _Collector, rest: str) -> None:
+    phrase = _clause(rest, 12)
+    if phrase is None or _is_vague(phrase):
+        return
+    pair = re.match(r"(?P<a>.+?)\s+(?:over|rather than|instead of)\s+(?P<b>.+)$", phrase, re.IGNORECASE)
+    if pair is None:
+        # "to" compares only short noun phrases: "tea to coffee", not "going to the gym" or
+        # "walking to work" (a gerund before "to" is an activity, not one side of a comparison).
+        pair = re.match(r"(?P<a>.+?)\s+to\s+(?P<b>.+)$", phrase, re.IGNORECASE)
+        if pair and (
+            len(pair.group("a").split()) > 3
+            or len(pair.group("b").split()) > 3
+            or pair.group("a").lower().endswith("ing")
+            or pair.group("a").lower() in {"not", "to"}
+        ):
+            pair = None
+    if pair is not None:
+        if not _is_vague(pair.group("b")):
+            _add_pair(out, pair.group("a"), pair.group("b"), "Prefers {} over {}")
+        return
+    out.add("preferences", _slug(phrase), f"Prefers {_third_person(phrase)}")
+
+
+def _add_pair(out: _Collector, first: str, second: str, template: str) -> None:
+    # The key names both sides in sorted order, so "tea over coffee" later replaced by
+    # "coffee over tea" supersedes the old preference instead of contradicting it.
+    key = "-vs-".join(sorted((_slug(first, 4), _slug(second, 4))))
+    out.add("preferences", key, template.format(_third_person(first), _third_person(second)))
+
+
+def _extract_style(sentence: str, out: _Collector) -> None:
+    if m := _P_PLEASE_ALWAYS.match(sentence):
+        if phrase := _clause(m.group("rest"), 15):
+            adverb = m.group("adv").lower()
+            out.add("styles", _slug(f"{adverb} {phrase}"), f"Asked the assistant to {adverb} {phrase}")
+        return
+    m = _P_FROM_NOW_ON.match(sentence)
+    if m is None and (suffix := _TRAILING_FROM_NOW_ON.search(sentence)) is not None:
+        # "Please reply in French from now on": the suffix is cut first, then the request is read.
+        m = _P_PLEASE.match(sentence[: suffix.start()].rstrip().rstrip(",").rstrip())
+    if m is None:
+        return
+    phrase = _clause(m.group("rest"), 15)
+    # "From now on I'll …" is news about the user, not a request about how to talk to them.
+    if phrase and phrase.split()[0].lower() not in {"i", "i'll", "i'm", "we", "we'll", "he", "she", "they", "it", "my"}:
+        out.add("styles", _slug(phrase), f"Asked the assistant, from now on: {phrase}")

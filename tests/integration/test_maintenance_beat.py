@@ -1,0 +1,192 @@
+"""Maintenance jobs through real Celery: two beat processes (one leader, one standby), a job fired by beat
+runs once per period, the standby takes over when the leader is killed, and a long job runs in slices
+that resume from its cursor."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared import db
+from tests.conftest import CeleryStack
+from tests.support.processes import CeleryProcess, worker
+
+pytestmark = pytest.mark.integration
+
+# Every job but decay off; decay fires every minute, so one simulated "period" (a day) sees several fires.
+BEAT_ENV = {
+    "ENGRAM_JOB_DECAY_SCHEDULE": "* * * * *",
+    "ENGRAM_JOB_CONSOLIDATION_ENABLED": "false",
+    "ENGRAM_JOB_ENRICHMENT_ENABLED": "false",
+    "ENGRAM_JOB_REFLECTION_ENABLED": "false",
+    "ENGRAM_JOB_CACHE_EVICTION_ENABLED": "false",
+    "ENGRAM_BEAT_LOCK_TIMEOUT_SECONDS": "12",
+}
+
+
+def beat_process(name: str, env: dict[str, str], log_dir: Path) -> CeleryProcess:
+    argv = [sys.executable, "-m", "celery", "-A", "workers.app", "beat", "--loglevel", "INFO"]
+    return CeleryProcess(name, argv, env, log_dir)
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def runs(job: str) -> list[dict[str, Any]]:
+    with db.connection() as conn:
+        return conn.execute("SELECT * FROM job_runs WHERE job = %s ORDER BY id", (job,)).fetchall()
+
+
+@pytest.fixture
+def maintenance_worker(
+    celery_stack: CeleryStack, clean_state: object, tmp_path: Path
+) -> Iterator[Callable[..., CeleryProcess]]:
+    started: list[CeleryProcess] = []
+
+    def start(**overrides: str) -> CeleryProcess:
+        env = celery_stack.env("offline", {**BEAT_ENV, **overrides})
+        proc = worker(f"maint{len(started)}", env, tmp_path, 1, ("maintenance", "embeddings")).start()
+        started.append(proc)
+        proc.wait_ready()
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def test_two_beats_one_leader_one_run_per_period_and_the_standby_takes_over(
+    celery_stack: CeleryStack, maintenance_worker: Callable[..., CeleryProcess], tmp_path: Path
+) -> None:
+    background = maintenance_worker()
+    env = celery_stack.env("offline", BEAT_ENV)
+    first = beat_process("beat-a", env, tmp_path).start()
+    first.wait_ready("beat: Acquired lock")
+    second = beat_process("beat-b", env, tmp_path).start()
+    try:
+        second.wait_ready("beat: Starting...")
+        # Beat fires decay at the next minute; the run's period is the day.
+        done = wait_for(lambda: [r for r in runs("decay") if r["status"] == "done"], 90, "a decay run")
+        assert len(done) == 1 and done[0]["scope"] == "all"
+        # Only the leader sends; the standby waits for the lock.
+        assert "Sending due task job-decay" in first.tail(200_000)
+        assert "Sending due task" not in second.tail(200_000)
+        assert "Acquired lock" not in second.tail(200_000)
+
+        # The next minute's fire falls in the same period: the task finds the run done and changes nothing.
+        wait_for(lambda: '"already_ran": true' in background.tail(400_000), 90, "a second, no-op fire")
+        assert [(r["status"], r["attempt"]) for r in runs("decay")] == [("done", 1)]
+
+        # The leader dies without releasing its lock: the standby takes over once the lock times out
+        # (12 s here; ENGRAM_BEAT_LOCK_TIMEOUT_SECONDS) and sends the schedule from then on.
+        first.kill_hard()
+        second.wait_ready("beat: Acquired lock", timeout=40)
+        wait_for(lambda: "Sending due task" in second.tail(200_000), 30, "the standby sending tasks")
+    finally:
+        first.stop()
+        second.stop()
+
+
+def _scope(conn: Any, user: str) -> tuple[int, int]:
+    from shared.auth import ensure_tenant
+    from shared.turns import ensure_user
+
+    tenant_id = ensure_tenant(conn, "default")
+    return tenant_id, ensure_user(conn, tenant_id, user)
+
+
+def test_a_long_job_runs_in_slices_that_resume_from_the_cursor(
+    maintenance_worker: Callable[..., CeleryProcess],
+) -> None:
+    """Slices of ~0 s: every task does one page and sends itself on; the run still examines each memory once."""
+    maintenance_worker(ENGRAM_JOB_SLICE_SECONDS="0.001", ENGRAM_JOB_PAGE_SIZE="10")
+    with db.connection() as conn:
+        for user in ("ann", "ben", "cat"):
+            tenant_id, user_id = _scope(conn, user)
+            conn.execute(
+                """INSERT INTO memories (tenant_id, user_id, namespace, key, value, created_at)
+                   SELECT %s, %s, 'tacit/facts', 'fact-' || g, 'Fact ' || g, now() - interval '2 days'
+                   FROM generate_series(1, 25) g""",
+                (tenant_id, user_id),
+            )
+    from workers.dispatch import enqueue_job
+
+    enqueue_job("decay", as_of=(datetime.now(UTC) + timedelta(days=30)).isoformat())
+    done = wait_for(lambda: [r for r in runs("decay") if r["status"] == "done"], 60, "the sliced run to finish")
+    assert done[0]["counts"] == {"examined": 75, "decayed": 75} and done[0]["changed"] == 0
+    assert done[0]["attempt"] > 3  # each slice resumed the run under a new attempt
+    with db.connection() as conn:
+        events = conn.execute("SELECT count(*) AS n FROM memory_events WHERE actor = 'decay'").fetchone()
+    assert events["n"] == 75
+
+
+def test_a_new_session_gets_the_previous_one_consolidated_by_the_workers(
+    maintenance_worker: Callable[..., CeleryProcess],
+) -> None:
+    maintenance_worker(ENGRAM_JOB_CONSOLIDATION_ENABLED="true")
+    with db.connection() as conn:
+        tenant_id, user_id = _scope(conn, "dora")
+        ids = []
+        for key, text in (("s1", "I live in Lisbon."), ("s2", "Hello again")):
+            session_id = conn.execute(
+                "INSERT INTO sessions (tenant_id, user_id, session_key) VALUES (%s, %s, %s) RETURNING id",
+                (tenant_id, user_id, key),
+            ).fetchone()["id"]
+            conn.execute(
+                """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content)
+                   VALUES (%s, %s, %s, 'user', %s)""",
+                (tenant_id, user_id, session_id, text),
+            )
+            ids.append(session_id)
+    from workers.app import app
+
+    app.send_task("engram.maintenance.queue_consolidations", queue="maintenance")
+
+    def consolidated() -> bool:
+        with db.connection() as conn:
+            row = conn.execute("SELECT consolidated_at FROM sessions WHERE id = %s", (ids[0],)).fetchone()
+        return row["consolidated_at"] is not None
+
+    wait_for(consolidated, 60, "the earlier session to be consolidated")
+    with db.connection() as conn:
+        current = conn.execute("SELECT consolidated_at FROM sessions WHERE id = %s", (ids[1],)).fetchone()
+        fact = conn.execute("SELECT value, source FROM memories WHERE key = 'user/location'").fetchone()
+    assert current["consolidated_at"] is None  # the session in progress is left alone
+    assert (fact["value"], fact["source"]) == ("User lives in Lisbon", "consolidation")
+
+
+def test_the_resume_sweep_finishes_a_run_whose_worker_died(maintenance_worker: Callable[..., CeleryProcess]) -> None:
+    """A run left 'running' with nobody holding its lock (its worker was killed and the message lost) is
+    sent again by the sweep and resumes under a new attempt, with its own clock."""
+    maintenance_worker()
+    as_of = datetime.now(UTC) + timedelta(days=400)
+    with db.connection() as conn:
+        tenant_id, user_id = _scope(conn, "eve")
+        conn.execute(
+            """INSERT INTO memories (tenant_id, user_id, namespace, key, value)
+               VALUES (%s, %s, 'tacit/facts', 'k', 'v')""",
+            (tenant_id, user_id),
+        )
+        conn.execute(
+            """INSERT INTO job_runs (job, period, as_of, heartbeat_at)
+               VALUES ('decay', %s, %s, now() - interval '5 minutes')""",
+            (as_of.date().isoformat(), as_of),
+        )
+    from workers.app import app
+
+    app.send_task("engram.maintenance.resume_job_runs", queue="maintenance")
+    done = wait_for(lambda: [r for r in runs("decay") if r["status"] == "done"], 60, "the resumed run")
+    assert done[0]["attempt"] == 2 and done[0]["changed"] == 1 and done[0]["as_of"] == as_of
