@@ -108,15 +108,32 @@ def test_drain_looks_again_when_a_lock_held_elsewhere_expires(
     assert wait_turn(api, first["turn_id"])["status"] == "done"
     # A holder on another machine, whose liveness cannot be checked from here, died holding the lock.
     lock = session_lock_name(first["session_id"])
-    get_redis().set(lock, "o1|another-machine|pid:[1]|4242|1.00|cafe", px=3000)
+    client = get_redis()
+    # Keyspace events tell an expiry from a deletion: the drain must wait for the first, never do the second.
+    client.config_set("notify-keyspace-events", "Egx")
+    events = client.pubsub()
+    events.psubscribe("__keyevent@*__:expired", "__keyevent@*__:del")
+    events.get_message(timeout=5)  # the subscription confirmations
+    events.get_message(timeout=5)
+    try:
+        client.set(lock, "o1|another-machine|pid:[1]|4242|1.00|cafe", px=3000)
+        second = post_turn(api, "s-elsewhere", "two").json()  # its drain finds the lock taken
 
-    second = post_turn(api, "s-elsewhere", "two").json()  # its drain finds the lock taken
-
-    turn = wait_turn(api, second["turn_id"], timeout=60)
-    assert turn["status"] == "done", turn
-    assert turn["attempts"] == 1
-    assert assistant_messages(second["turn_id"]) == ["echo: two"]
-    assert get_redis().get(lock) is None  # expired by itself: nobody broke a lock it could not judge
+        turn = wait_turn(api, second["turn_id"], timeout=60)
+        assert turn["status"] == "done", turn
+        assert turn["attempts"] == 1
+        assert assistant_messages(second["turn_id"]) == ["echo: two"]
+        first_event = None
+        while first_event is None:
+            message = events.get_message(timeout=10)
+            assert message is not None, "no keyspace event for the session lock"
+            if message["type"] == "pmessage" and message["data"] in (lock, lock.encode()):
+                first_event = message["channel"]
+        # Expired by itself: nobody broke a lock whose holder it could not judge.
+        assert str(first_event).rstrip("'").endswith(":expired"), first_event
+    finally:
+        events.close()
+        client.config_set("notify-keyspace-events", "")
 
 
 def test_redis_outage_turn_accepted_and_completed_after_recovery(
