@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS channel_deliveries (
     id                  bigserial PRIMARY KEY,
     tenant_id           bigint NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
     connection_id       bigint NOT NULL REFERENCES channel_connections(id) ON DELETE CASCADE,
-    user_id             bigint NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    -- NULL only for the answer to an erasure (/forget), sent after the user is gone.
+    user_id             bigint REFERENCES users(id) ON DELETE CASCADE,
     inbound_event_id    bigint REFERENCES inbound_events(id) ON DELETE SET NULL,
     turn_id             bigint UNIQUE REFERENCES turns(id) ON DELETE CASCADE,
     target              jsonb NOT NULL,         -- where to post (Slack channel + thread, Telegram chat + reply)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ops.channels_cli import channels_app, users_app
 from ops.cli_support import fail, load_settings
 from ops.keys_cli import keys_app
 from shared.config import Settings
@@ -19,6 +20,8 @@ if TYPE_CHECKING:  # the HTTP client loads only for the commands that talk to th
 
 app = typer.Typer(help="engram: durable, automatic memory for chat agents.", no_args_is_help=True, add_completion=False)
 app.add_typer(keys_app, name="keys")
+app.add_typer(channels_app, name="channels")
+app.add_typer(users_app, name="users")
 
 
 _fail = fail

@@ -26,6 +26,7 @@ import redis
 from psycopg.types.json import Jsonb
 
 from shared import db
+from shared.channels.deliveries import reply_ready
 from shared.context.compiler import IntegrityViolation, TurnContext, compile_request, prepare_turn
 from shared.context.dynamic import RELEVANT_LIMIT
 from shared.context.fences import MarkerFilter, strip_markers
@@ -67,6 +68,8 @@ class TurnDeps:
     context_window: int | None = None
     # Each LLM call is written to the ledger the moment it returns, in its own transaction (ledger.py).
     record_call: Callable[[CallRecord, LedgerScope], None] = record_call
+    # (delivery_id): a channel turn finished; its reply (or failure notice) is ready to post.
+    reply_ready: Callable[[int], None] | None = None
 
 
 @dataclass
@@ -174,6 +177,14 @@ def _fail(conn: Conn, turn: dict[str, Any], error: str) -> None:
            WHERE id = %s AND status IN ('queued', 'running')""",
         (error, turn["id"]),
     )
+    # A channel's person is told; the stalled-delivery sweep posts it (no task is at hand here).
+    reply_ready(conn, turn["id"])
+
+
+def _notify_reply(deps: TurnDeps, delivery_id: int | None) -> None:
+    """After the commit that finished a channel turn: hand its reply to the `channels` queue."""
+    if delivery_id is not None and deps.reply_ready is not None:
+        deps.reply_ready(delivery_id)
 
 
 def load_context(conn: Conn, turn: dict[str, Any]) -> list[ChatMessage]:
@@ -270,8 +281,10 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
         error = f"quarantined: {exc}" if isinstance(exc, IntegrityViolation) else str(exc)
         bound.warning("turn failed", error=error)
         with db.connection() as conn:
-            _guarded_update(conn, turn, "failed", error=error, timings=_timings(turn, started, None))
+            failed = _guarded_update(conn, turn, "failed", error=error, timings=_timings(turn, started, None))
+            delivery = reply_ready(conn, turn["id"]) if failed else None
         events.publish("error", error=error)
+        _notify_reply(deps, delivery)
         return
     if lock.lost:
         raise LockLost(f"session lock lost while running turn {turn['id']}")
@@ -291,12 +304,15 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
             },
             timings=_timings(turn, started, outcome.llm_seconds),
         )
+        delivery = None
         if written:
             _insert_messages(conn, turn, outcome.messages)
             refresh_token_count(conn, turn["session_id"])
             _after_steering(conn, turn["session_id"], outcome.steering_fired)
+            delivery = reply_ready(conn, turn["id"])
     if written:
         events.publish("done", status="done", reply=outcome.reply, usage=outcome.usage.as_dict())
+        _notify_reply(deps, delivery)
         bound.info("turn done", llm_calls=len(outcome.calls), **outcome.usage.as_dict())
         if deps.after_turn is not None:
             deps.after_turn(turn["session_id"], turn["id"])

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from shared import db
+from shared.channels.deliveries import deliveries_to_redrive
 from shared.config import get_settings
 from shared.logging import get_logger
 from shared.pipeline import debounce
 from shared.recovery import sessions_to_redrive, touch_open_turns
 from shared.redis_client import get_redis
 from workers.base import engram_task
-from workers.dispatch import enqueue_drain, enqueue_extraction
+from workers.dispatch import enqueue_delivery, enqueue_drain, enqueue_extraction
 
 log = get_logger(__name__)
 
@@ -44,3 +45,16 @@ def redrive_stalled_turns() -> int:
     if session_ids:
         log.info("re-enqueued stalled sessions", sessions=session_ids)
     return len(session_ids)
+
+
+@engram_task("maintenance")
+def redrive_stalled_deliveries() -> int:
+    """Channel replies whose task was lost (or that waited out a long Retry-After, or whose worker died
+    mid-send): send them again. Sending is claimed in Postgres, so a live task is never doubled."""
+    with db.connection() as conn:
+        delivery_ids = deliveries_to_redrive(conn, get_settings().channel_stalled_delivery_seconds)
+    for delivery_id in delivery_ids:
+        enqueue_delivery(delivery_id)
+    if delivery_ids:
+        log.info("re-enqueued stalled channel deliveries", deliveries=delivery_ids)
+    return len(delivery_ids)
