@@ -559,3 +559,116 @@ def test_environment_shortcut_done_when(
         for name in env:
             os.environ.pop(name, None)
         get_settings.cache_clear()
+
+
+def test_telegram_429_waits_retry_after_and_unparsable_markdown_goes_plain(
+    gateway: Gateway, stack: CeleryStack, fake: FakeChannels, fake_llm: FakeLLM
+) -> None:
+    add_connection("telegram")
+    fake.telegram.script(
+        "sendMessage",
+        Scripted(status=429, headers={"Retry-After": "1"}),
+        Scripted(status=400, body={"ok": False, "error_code": 400, "description": "Bad Request: can't parse entities"}),
+    )
+    fake_llm.script(FakeReply(text="Costs 5.00 *today*"), match="price please")
+    post_telegram(gateway.url, tg_update(1101, "price please"))
+    limited, rejected, plain = fake.telegram.wait_for("sendMessage", 3)
+    settle()
+    assert len(fake.telegram.calls("sendMessage")) == 3
+    assert rejected.at - limited.at >= 1.0  # retry_after honoured
+    assert rejected.body["parse_mode"] == "MarkdownV2" and rejected.body["text"] == "Costs 5\\.00 _today_"
+    assert "parse_mode" not in plain.body and plain.body["text"] == "Costs 5.00 *today*"
+    (delivery,) = deliveries()
+    assert delivery["status"] == "sent"
+
+
+def test_too_long_message_is_answered_without_a_turn(gateway: Gateway, stack: CeleryStack, fake: FakeChannels) -> None:
+    add_connection("slack")
+    limit = get_settings().max_turn_chars
+    post_slack(gateway.url, slack_dm("x" * (limit + 1), event_id="EvLong"))
+    (call,) = fake.slack.wait_for("chat.postMessage")
+    assert f"at most {limit:,}" in call.body["text"]
+    settle()
+    assert table_counts()["turns"] == 0
+
+
+def test_lost_command_answer_is_sent_by_the_sweep(stack: CeleryStack, fake: FakeChannels) -> None:
+    from shared.channels.receive import receive_telegram_update
+
+    connection = add_connection("telegram")
+    accepted = receive_telegram_update(connection, tg_update(1201, "/start"), get_settings())
+    assert accepted is not None and accepted.delivery_id is not None  # stored, never enqueued
+    stack.start_beat()
+    (call,) = fake.telegram.wait_for("sendMessage", timeout=90)
+    assert "/memory" in call.body["text"]
+    settle()
+    assert len(fake.telegram.calls("sendMessage")) == 1
+
+
+def test_cli_adds_connections_sets_the_webhook_polls_and_links(
+    stack: CeleryStack, fake: FakeChannels, api: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from ops.cli import app
+
+    monkeypatch.setenv("ENGRAM_TELEGRAM_API_URL", fake.telegram_api_url)
+    get_settings.cache_clear()
+    runner = CliRunner()
+    try:
+        added = runner.invoke(
+            app, ["channels", "add", "telegram", "--tenant", "tenant-a", "--name", "tg", "--bot-token", TG_TOKEN]
+        )
+        assert added.exit_code == 0, added.output
+        assert "@engram_test_bot" in added.output and TG_TOKEN not in added.output  # learnt with getMe
+        slack_added = runner.invoke(
+            app,
+            ["channels", "add", "slack", "--tenant", "tenant-a", "--name", "sl", "--json",
+             "--signing-secret", SIGNING_SECRET, "--bot-token", SLACK_TOKEN],
+        )  # fmt: skip
+        assert slack_added.exit_code == 0, slack_added.output
+        assert json.loads(slack_added.output)["webhook_path"] == "/v1/channels/slack/sl/events"
+        refused = runner.invoke(
+            app, ["channels", "add", "slack", "--tenant", "tenant-a", "--name", "x", "--bot-token", "b"]
+        )
+        assert refused.exit_code == 2 and "signing secret is required" in refused.output
+        listed = runner.invoke(app, ["channels", "list", "--tenant", "tenant-a"])
+        assert listed.exit_code == 0 and "tg" in listed.output and SLACK_TOKEN not in listed.output
+
+        hooked = runner.invoke(app, ["channels", "telegram", "set-webhook", "https://bot.example", "--name", "tg",
+                                     "--tenant", "tenant-a"])  # fmt: skip
+        assert hooked.exit_code == 0, hooked.output
+        (call,) = fake.telegram.calls("setWebhook")
+        assert call.body["url"] == "https://bot.example/v1/channels/telegram/tg/webhook"
+        with db.connection() as conn:
+            secret = conn.execute("SELECT secrets FROM channel_connections WHERE slug = 'tg'").fetchone()
+        assert secret is not None and call.body["secret_token"] == secret["secrets"]["webhook_secret"]
+
+        fake.push_update(tg_update(1301, "hello from polling"))
+        polled = runner.invoke(app, ["channels", "telegram", "poll", "--name", "tg", "--tenant", "tenant-a",
+                                     "--once", "--timeout", "1"])  # fmt: skip
+        assert polled.exit_code == 0, polled.output
+        assert "1 received, 1 new" in polled.output
+        assert fake.telegram.calls("deleteWebhook")  # polling and a webhook exclude each other
+        (reply,) = fake.telegram.wait_for("sendMessage")
+        assert reply.body["text"].startswith("echo: hello from polling")
+
+        linked = runner.invoke(
+            app, ["users", "link", "ada", "telegram:tg:4200", "slack:sl:U100", "--tenant", "tenant-a", "--json"]
+        )
+        assert linked.exit_code == 0, linked.output
+        rows = json.loads(linked.output)["linked"]
+        assert [(r["kind"], r["user_id"], r["previous_user_id"]) for r in rows] == [
+            ("telegram", "ada", "telegram:tg:4200"),
+            ("slack", "ada", None),
+        ]
+        unknown = runner.invoke(app, ["users", "link", "ada", "slack:nope:U1", "--tenant", "tenant-a"])
+        assert unknown.exit_code == 1 and "no slack connection 'nope'" in unknown.output
+        identities = api.get("/v1/admin/identities", params={"user_id": "ada"}).json()
+        assert sorted((i["kind"], i["platform_user_id"]) for i in identities) == [
+            ("slack", "U100"),
+            ("telegram", "4200"),
+        ]
+    finally:
+        monkeypatch.delenv("ENGRAM_TELEGRAM_API_URL")
+        get_settings.cache_clear()
