@@ -15,6 +15,7 @@ error message: errors are built from the method, the HTTP status and Telegram's 
 from __future__ import annotations
 
 import hmac
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,22 @@ from shared.channels.errors import FormattingRejected, PermanentSendError, Retry
 MESSAGE_UNITS = 4_096  # UTF-16 code units per message, after entity parsing
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 COMMANDS = ("start", "memory", "forget")
+
+
+_TOKEN_IN_URL = re.compile(r"/bot\d+:[A-Za-z0-9_-]+")
+
+
+class _HideBotTokens(logging.Filter):
+    """httpx logs every request's URL at INFO, and a Bot API URL carries the bot token: hide it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "/bot" in message:
+            record.msg, record.args = _TOKEN_IN_URL.sub("/bot[redacted]", message), ()
+        return True
+
+
+logging.getLogger("httpx").addFilter(_HideBotTokens())
 
 
 def secret_matches(expected: str, received: str | None) -> bool:

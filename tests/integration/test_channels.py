@@ -366,6 +366,9 @@ def test_telegram_update_twice_gets_one_reply_and_wrong_secret_401(
     assert call.body["text"] == "Hi Ada \\(again\\) \\- _welcome_ back\\!"
     assert "reply_parameters" not in call.body  # a private chat is not a thread of replies
     assert post_telegram(gateway.url, tg_update(502, "x"), secret=TG_SECRET + "x").status_code == 401
+    # httpx logs each request's URL, which holds the bot token: the worker's log must not show it.
+    assert stack.worker is not None and "/bot[redacted]/sendMessage" in stack.worker.tail(10**7)
+    assert TG_TOKEN not in stack.worker.tail(10**7)
 
 
 def test_telegram_groups_answer_only_mentions_and_replies(
