@@ -5,7 +5,8 @@ recorded (method, token, body, arrival time); a test scripts failures per method
 Scripted(status=429, headers={"Retry-After": "1"}))`) and waits for calls with `wait_for` instead of
 sleeping. The Telegram fake also serves getUpdates from updates a test pushes.
 
-    python -m ops.fake_channels --port 8998      # both APIs: Slack at /api/, Telegram at /bot<token>/
+    python -m ops.fake_channels --port 8998      # both APIs: Slack at /api/, Telegram at /bot<token>/;
+                                                 # prints one JSON line per call it receives
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ class FakeChannels:
         self.slack = _Recorder()
         self.telegram = _Recorder()
         self.slack_token: str | None = None  # when set, other tokens get invalid_auth
+        self.print_calls = False  # the CLI prints one JSON line per call (to check a stack by hand)
         self.telegram_bot = {"id": 7000001, "is_bot": True, "first_name": "Engram", "username": "engram_test_bot"}
         self._ts = itertools.count(1)
         self._message_ids = itertools.count(1)
@@ -163,6 +165,10 @@ class FakeChannels:
 
     # -- handlers -------------------------------------------------------------------------------
 
+    def _print(self, platform: str, method: str, token: str, body: Json) -> None:
+        if self.print_calls:
+            print(json.dumps({"platform": platform, "method": method, "token": token, "body": body}), flush=True)
+
     async def _answer(self, scripted: Scripted | None, default: Json, error: Json) -> Response:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
@@ -181,6 +187,7 @@ class FakeChannels:
         token = auth.removeprefix("Bearer ").strip()
         body = await _body(request)
         scripted = self.slack.record(Call("slack", method, token, body, time.monotonic()))
+        self._print("slack", method, token, body)
         if self.slack_token is not None and token != self.slack_token:
             return JSONResponse({"ok": False, "error": "invalid_auth"})
         if method == "chat.postMessage":
@@ -207,7 +214,9 @@ class FakeChannels:
         token = request.path_params["token"]
         body = await _body(request)
         scripted = self.telegram.record(Call("telegram", method, token, body, time.monotonic()))
-        if not token.startswith(f"{self.telegram_bot['id']}:"):
+        self._print("telegram", method, token, body)
+        bot_id, _, secret = token.partition(":")
+        if not bot_id.isdigit() or not secret:  # any well-formed token is a bot here; its number is the bot's id
             return JSONResponse({"ok": False, "error_code": 401, "description": "Unauthorized"}, status_code=401)
         if method == "sendMessage":
             default: Json = {
@@ -219,7 +228,7 @@ class FakeChannels:
                 },
             }
         elif method == "getMe":
-            default = {"ok": True, "result": dict(self.telegram_bot)}
+            default = {"ok": True, "result": {**self.telegram_bot, "id": int(bot_id)}}
         elif method == "getUpdates":
             default = {"ok": True, "result": await self._take_updates(body)}
         else:
@@ -300,6 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency-ms", type=float, default=0.0)
     args = parser.parse_args(argv)
     fake = FakeChannels(host=args.host, port=args.port, latency_s=args.latency_ms / 1000)
+    fake.print_calls = True
     sock = fake._bind()
     print(f"fake Slack at {fake.slack_api_url}, fake Telegram at {fake.telegram_api_url}", flush=True)
     uvicorn.Server(fake._config()).run(sockets=[sock])
