@@ -163,6 +163,20 @@ def deliveries() -> list[dict[str, Any]]:
         return conn.execute("SELECT * FROM channel_deliveries ORDER BY id").fetchall()
 
 
+def delivery_state_after_sending(timeout: float = 30) -> dict[str, Any]:
+    """The (only) delivery once its task let go of it: no longer `sending`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with db.connection() as conn:
+            row = conn.execute(
+                "SELECT status, last_error, next_attempt_at > now() AS later FROM channel_deliveries"
+            ).fetchone()
+        assert row is not None
+        if row["status"] != "sending" or time.monotonic() > deadline:
+            return row
+        time.sleep(0.05)
+
+
 def texts(calls: list[Call]) -> list[str]:
     return [str(call.body.get("text")) for call in calls]
 
@@ -675,3 +689,47 @@ def test_cli_adds_connections_sets_the_webhook_polls_and_links(
     finally:
         monkeypatch.delenv("ENGRAM_TELEGRAM_API_URL")
         get_settings.cache_clear()
+
+
+def test_long_retry_after_gives_the_worker_back_and_the_sweep_sends_later(
+    gateway: Gateway, stack: CeleryStack, fake: FakeChannels
+) -> None:
+    add_connection("slack")
+    stack.start_beat()
+    # Longer than ENGRAM_CHANNEL_RETRY_MAX_WAIT_SECONDS (2 s here): not slept through in the task.
+    fake.slack.script("chat.postMessage", Scripted(status=429, headers={"Retry-After": "3"}))
+    post_slack(gateway.url, slack_dm("patience", event_id="EvWait"))
+    fake.slack.wait_for("chat.postMessage", 1)
+    waiting = delivery_state_after_sending()
+    assert waiting["status"] == "pending" and waiting["later"] and "429" in waiting["last_error"]
+    limited, posted = fake.slack.wait_for("chat.postMessage", 2, timeout=90)
+    assert posted.at - limited.at >= 3.0
+    settle()
+    assert len(fake.slack.calls("chat.postMessage")) == 2
+    (delivery,) = deliveries()
+    assert delivery["status"] == "sent" and delivery["attempts"] == 2
+
+
+def test_spent_budget_is_said_in_the_channel(
+    gateway: Gateway, stack: CeleryStack, fake: FakeChannels, api: httpx.Client
+) -> None:
+    add_connection("slack")
+    assert api.patch("/v1/admin/tenant", json={"monthly_token_budget": 1}).status_code == 200
+    post_slack(gateway.url, slack_dm("first", event_id="EvB1"))  # nothing used yet: it runs, and uses tokens
+    fake.slack.wait_for("chat.postMessage")
+    post_slack(gateway.url, slack_dm("second", event_id="EvB2"))
+    refusal = fake.slack.wait_for("chat.postMessage", 2)[-1]
+    assert "budget is spent" in refusal.body["text"]
+    settle()
+    assert table_counts()["turns"] == 1
+
+
+def test_a_connection_name_belongs_to_one_tenant(api: httpx.Client) -> None:
+    add_connection("slack", slug="shared-name", tenant="tenant-b")
+    taken = api.post(
+        "/v1/admin/channels",
+        json={"kind": "slack", "slug": "shared-name", "signing_secret": "s", "bot_token": SLACK_TOKEN},
+    )
+    assert taken.status_code == 422 and "taken by another tenant" in taken.json()["detail"]
+    assert api.get("/v1/admin/channels").json() == []
+    assert api.delete("/v1/admin/channels/slack/shared-name").status_code == 404  # not this tenant's to remove
