@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from redis.exceptions import RedisError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from shared import db
@@ -200,6 +201,15 @@ def deliver(delivery_id: int, settings: Settings, sleep: Callable[[float], None]
         with db.connection() as conn:
             deliveries.finish_failed(conn, delivery_id, failure.tries, error)
         bound.error("delivery failed", tries=failure.tries, error=error)
+        return "failed"
+    except (db.DatabaseUnavailable, RedisError):
+        raise  # the task retries; the lease keeps others off meanwhile
+    except Exception as exc:
+        # A bug, not the platform: record it rather than let the sweep retry it every lease forever.
+        error = f"internal error: {type(exc).__name__}: {connection.redact(str(exc))[:300]}"
+        with db.connection() as conn:
+            deliveries.finish_failed(conn, delivery_id, 0, error)
+        bound.exception("delivery failed on an internal error", error=error)
         return "failed"
     finally:
         platform.close()

@@ -163,8 +163,8 @@ def deliveries() -> list[dict[str, Any]]:
         return conn.execute("SELECT * FROM channel_deliveries ORDER BY id").fetchall()
 
 
-def delivery_state_after_sending(timeout: float = 30) -> dict[str, Any]:
-    """The (only) delivery once its task let go of it: no longer `sending`."""
+def wait_delivery(leaving: str = "sending", timeout: float = 30) -> dict[str, Any]:
+    """The (only) delivery once it is no longer in state `leaving` (its task let go of it, or took it)."""
     deadline = time.monotonic() + timeout
     while True:
         with db.connection() as conn:
@@ -172,7 +172,7 @@ def delivery_state_after_sending(timeout: float = 30) -> dict[str, Any]:
                 "SELECT status, last_error, next_attempt_at > now() AS later FROM channel_deliveries"
             ).fetchone()
         assert row is not None
-        if row["status"] != "sending" or time.monotonic() > deadline:
+        if row["status"] != leaving or time.monotonic() > deadline:
             return row
         time.sleep(0.05)
 
@@ -700,7 +700,7 @@ def test_long_retry_after_gives_the_worker_back_and_the_sweep_sends_later(
     fake.slack.script("chat.postMessage", Scripted(status=429, headers={"Retry-After": "3"}))
     post_slack(gateway.url, slack_dm("patience", event_id="EvWait"))
     fake.slack.wait_for("chat.postMessage", 1)
-    waiting = delivery_state_after_sending()
+    waiting = wait_delivery("sending")
     assert waiting["status"] == "pending" and waiting["later"] and "429" in waiting["last_error"]
     limited, posted = fake.slack.wait_for("chat.postMessage", 2, timeout=90)
     assert posted.at - limited.at >= 3.0
@@ -733,3 +733,72 @@ def test_a_connection_name_belongs_to_one_tenant(api: httpx.Client) -> None:
     assert taken.status_code == 422 and "taken by another tenant" in taken.json()["detail"]
     assert api.get("/v1/admin/channels").json() == []
     assert api.delete("/v1/admin/channels/slack/shared-name").status_code == 404  # not this tenant's to remove
+
+
+def test_platform_clients_classify_failures(fake: FakeChannels) -> None:
+    """The real slack_sdk and httpx clients against the fake: what is retried, after how long, what is final."""
+    from shared.channels.errors import FormattingRejected, PermanentSendError, RetryableSendError
+    from shared.channels.slack import SlackClient
+    from shared.channels.telegram import TelegramClient
+
+    client = SlackClient(SLACK_TOKEN, fake.slack_api_url, 5)
+    fake.slack.script(
+        "chat.postMessage",
+        Scripted(status=429, headers={"Retry-After": "7"}),
+        Scripted(status=502, raw="<html>bad gateway</html>"),
+        Scripted(body={"ok": False, "error": "invalid_auth"}),
+    )
+    with pytest.raises(RetryableSendError) as limited:
+        client.post_message("C1", "hi", None)
+    assert limited.value.retry_after == 7.0
+    with pytest.raises(RetryableSendError, match="502"):
+        client.post_message("C1", "hi", None)
+    with pytest.raises(PermanentSendError, match="invalid_auth"):
+        client.post_message("C1", "hi", None)
+    assert client.post_message("C1", "hi", "1.2")  # the ts of the posted message
+    assert fake.slack.calls("chat.postMessage")[-1].token == SLACK_TOKEN
+
+    fake.telegram.script(
+        "sendMessage",
+        Scripted(status=429, headers={"Retry-After": "4"}),
+        Scripted(status=500),
+        Scripted(status=400, body={"ok": False, "error_code": 400, "description": "Bad Request: can't parse entities"}),
+        Scripted(status=403, body={"ok": False, "error_code": 403, "description": "Forbidden: bot was blocked"}),
+    )
+    with TelegramClient(TG_TOKEN, fake.telegram_api_url, 5) as tg:
+        with pytest.raises(RetryableSendError) as slow:
+            tg.send_message({"chat_id": 1}, "x", markdown_v2=False)
+        assert slow.value.retry_after == 4.0
+        with pytest.raises(RetryableSendError, match="500"):
+            tg.send_message({"chat_id": 1}, "x", markdown_v2=False)
+        with pytest.raises(FormattingRejected):
+            tg.send_message({"chat_id": 1}, "x", markdown_v2=True)
+        with pytest.raises(PermanentSendError, match="blocked") as blocked:
+            tg.send_message({"chat_id": 1}, "x", markdown_v2=False)
+        assert TG_TOKEN not in str(blocked.value)
+    with TelegramClient(TG_TOKEN, "http://127.0.0.1:9", 2) as unreachable:
+        with pytest.raises(RetryableSendError, match="network error") as down:
+            unreachable.get_me()
+        assert TG_TOKEN not in str(down.value)
+
+
+def test_a_delivery_that_cannot_be_sent_for_an_internal_reason_is_failed_not_retried_forever(
+    stack: CeleryStack, fake: FakeChannels
+) -> None:
+    from psycopg.types.json import Jsonb
+
+    from workers.dispatch import enqueue_delivery
+
+    connection = add_connection("slack")
+    with db.connection() as conn:
+        row = conn.execute(
+            "INSERT INTO channel_deliveries (tenant_id, connection_id, target, text) VALUES (%s, %s, %s, 'hi') "
+            "RETURNING id",
+            (connection.tenant_id, connection.id, Jsonb({"no-channel": True})),
+        ).fetchone()
+    assert row is not None
+    enqueue_delivery(row["id"])
+    wait_delivery("pending")  # claimed
+    state = wait_delivery("sending")
+    assert state["status"] == "failed" and state["last_error"].startswith("internal error: KeyError")
+    assert fake.slack.calls("chat.postMessage") == []
