@@ -14,13 +14,16 @@ from api.deps import MetricsKey
 from api.errors import document_errors, install_error_handlers
 from api.metrics import EngramCollector, RequestMetrics
 from api.request_context import RequestContext
-from api.routes import admin, context, health, ingest, memories, profiles, sessions, turns
+from api.routes import admin, channel_admin, channels, context, health, ingest, memories, profiles, sessions, turns
 from shared import db
 from shared.config import get_settings
-from shared.logging import configure_logging
+from shared.logging import configure_logging, get_logger
 from shared.memory.service import warm_query_embedder
 from shared.redis_client import close_shared_async_redis
+from shared.services import ServiceNotConfigured
 from shared.tracing import configure_tracing, instrument_fastapi
+
+log = get_logger(__name__)
 
 
 @asynccontextmanager
@@ -69,4 +72,21 @@ def create_app() -> FastAPI:
     app.include_router(admin.router)
     app.include_router(ingest.router)
     app.include_router(context.router)
+    app.include_router(channels.router)
+    app.include_router(channel_admin.router)
+    _sync_env_channels()
     return app
+
+
+def _sync_env_channels() -> None:
+    """The environment shortcut (ENGRAM_SLACK_* / ENGRAM_TELEGRAM_*): create or update the default tenant's
+    `default` connections now. A failure is logged, not fatal: the gateway serves everything else."""
+    from shared.channels.connections import ConnectionInvalid
+    from shared.channels.setup import sync_env_connections
+
+    try:
+        sync_env_connections(get_settings())
+    except ConnectionInvalid as exc:
+        log.error("channel settings in the environment are invalid", error=str(exc))
+    except (db.DatabaseUnavailable, ServiceNotConfigured) as exc:
+        log.error("could not store the channel connections from the environment", error=str(exc))

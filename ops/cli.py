@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ops.channels_cli import channels_app, users_app
 from ops.cli_support import fail, load_settings
 from ops.import_cli import import_command
 from ops.jobs_cli import jobs_app
@@ -23,6 +24,8 @@ app = typer.Typer(help="engram: durable, automatic memory for chat agents.", no_
 app.add_typer(keys_app, name="keys")
 app.command("import")(import_command)
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(channels_app, name="channels")
+app.add_typer(users_app, name="users")
 
 
 _fail = fail

@@ -27,6 +27,7 @@ import structlog
 from psycopg.types.json import Jsonb
 
 from shared import db
+from shared.channels.deliveries import reply_ready
 from shared.context.compiler import IntegrityViolation, TurnContext, compile_request, prepare_turn
 from shared.context.dynamic import RELEVANT_LIMIT
 from shared.context.fences import MarkerFilter, strip_markers
@@ -70,6 +71,8 @@ class TurnDeps:
     context_window: int | None = None
     # Each LLM call is written to the ledger the moment it returns, in its own transaction (ledger.py).
     record_call: Callable[[CallRecord, LedgerScope], None] = record_call
+    # (delivery_id): a channel turn finished; its reply (or failure notice) is ready to post.
+    reply_ready: Callable[[int], None] | None = None
 
 
 @dataclass
@@ -177,6 +180,14 @@ def _fail(conn: Conn, turn: dict[str, Any], error: str) -> None:
            WHERE id = %s AND status IN ('queued', 'running')""",
         (error, turn["id"]),
     )
+    # A channel's person is told; the stalled-delivery sweep posts it (no task is at hand here).
+    reply_ready(conn, turn["id"])
+
+
+def _notify_reply(deps: TurnDeps, delivery_id: int | None) -> None:
+    """After the commit that finished a channel turn: hand its reply to the `channels` queue."""
+    if delivery_id is not None and deps.reply_ready is not None:
+        deps.reply_ready(delivery_id)
 
 
 def load_context(conn: Conn, turn: dict[str, Any]) -> list[ChatMessage]:
@@ -287,9 +298,11 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
         timings = _timings(turn, started, None)
         with db.connection() as conn:
             failed = _guarded_update(conn, turn, "failed", error=error, timings=timings)
+            delivery = reply_ready(conn, turn["id"]) if failed else None
         if failed:
             observe_turn("failed", timings)
         events.publish("error", error=error)
+        _notify_reply(deps, delivery)
         return
     if lock.lost:
         raise LockLost(f"session lock lost while running turn {turn['id']}")
@@ -310,13 +323,16 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
             },
             timings=timings,
         )
+        delivery = None
         if written:
             _insert_messages(conn, turn, outcome.messages)
             refresh_token_count(conn, turn["session_id"])
             _after_steering(conn, turn["session_id"], outcome.steering_fired)
+            delivery = reply_ready(conn, turn["id"])
     if written:
         observe_turn("done", timings)
         events.publish("done", status="done", reply=outcome.reply, usage=outcome.usage.as_dict())
+        _notify_reply(deps, delivery)
         bound.info("turn done", llm_calls=len(outcome.calls), **outcome.usage.as_dict())
         if deps.after_turn is not None:
             deps.after_turn(turn["session_id"], turn["id"])

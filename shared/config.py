@@ -154,6 +154,23 @@ class Settings(BaseSettings):
     )
     embedding_cache_max_idle_days: int = Field(30, ge=1, description="Cache entries unused this long are evicted")
 
+    # --- chat channels (Slack, Telegram) --------------------------------------------------------
+    # The environment shortcut: these create/update the connection `default` of the default tenant at start.
+    slack_signing_secret: SecretStr | None = None
+    slack_bot_token: SecretStr | None = None
+    telegram_bot_token: SecretStr | None = None
+    telegram_webhook_secret: SecretStr | None = None
+    slack_api_url: str = Field("https://slack.com/api/", description="Slack Web API base URL (tests: a fake)")
+    telegram_api_url: str = Field("https://api.telegram.org", description="Bot API host; methods at /bot<token>/<m>")
+    channel_http_timeout_seconds: float = Field(10.0, gt=0, description="Timeout of one platform API request")
+    channel_send_attempts: int = Field(5, ge=1, description="Tries per message part on 429, 5xx and network errors")
+    channel_retry_max_wait_seconds: float = Field(
+        30.0, ge=0, description="Longest wait between tries; a longer Retry-After reschedules the delivery"
+    )
+    channel_stalled_delivery_seconds: float = Field(
+        60.0, gt=0, description="Deliveries pending this long (their task lost) are re-enqueued by the sweep"
+    )
+
     # --- logging -----------------------------------------------------------------------------
     log_level: str = "INFO"
     log_json: bool = Field(False, description="JSON log lines instead of console format")

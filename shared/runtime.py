@@ -14,7 +14,9 @@ from shared.tools import default_registry
 
 @lru_cache(maxsize=1)
 def turn_deps(
-    memory_written: Callable[[int], None] | None = None, after_turn: Callable[[int, int], None] | None = None
+    memory_written: Callable[[int], None] | None = None,
+    after_turn: Callable[[int, int], None] | None = None,
+    reply_ready: Callable[[int], None] | None = None,
 ) -> TurnDeps:
     settings = get_settings()
     return TurnDeps(
@@ -27,6 +29,7 @@ def turn_deps(
         lock_ttl_seconds=settings.session_lock_ttl_seconds,
         memory_written=memory_written,
         after_turn=after_turn,
+        reply_ready=reply_ready,
         context_dir=settings.context_dir,
         context_window=settings.context_window_tokens,
     )

@@ -40,6 +40,7 @@ TASK_MODULES = [
     "workers.extraction",
     "workers.flush",
     "workers.compaction",
+    "workers.channels",
 ]
 
 
@@ -134,6 +135,11 @@ def create_celery() -> Celery:
             },
             "redrive-pending-extraction": {
                 "task": "engram.maintenance.redrive_pending_extraction",
+                "schedule": timedelta(seconds=settings.sweep_interval_seconds),
+                "options": {"expires": settings.sweep_interval_seconds},
+            },
+            "redrive-stalled-deliveries": {
+                "task": "engram.maintenance.redrive_stalled_deliveries",
                 "schedule": timedelta(seconds=settings.sweep_interval_seconds),
                 "options": {"expires": settings.sweep_interval_seconds},
             },

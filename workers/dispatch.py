@@ -8,9 +8,11 @@ from kombu.exceptions import OperationalError as BrokerUnavailable
 from redis.exceptions import RedisError
 
 from shared import db
+from shared.channels.inbound import Accepted
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.logging import get_logger
+from shared.memory.userdata import Erasure, drop_live_state
 from shared.pipeline import debounce
 from shared.pipeline.jobs import plan_after_turn
 from shared.redis_client import get_redis
@@ -110,3 +112,27 @@ def enqueue_job(
 
 def enqueue_consolidate_session(session_id: int) -> None:
     app.send_task("engram.maintenance.consolidate_session", kwargs={"session_id": session_id}, queue="maintenance")
+
+
+def enqueue_delivery(delivery_id: int) -> None:
+    app.send_task("engram.channels.deliver", kwargs={"delivery_id": delivery_id}, queue="channels")
+
+
+def dispatch_accepted(accepted: Accepted) -> None:
+    """After a channel event is committed: drain its turn's session, or deliver its answer, and drop the
+    live streams of a user it erased. Best effort: with the broker away, the stalled-turn and
+    stalled-delivery sweeps pick the work up from Postgres."""
+    try:
+        if accepted.session_id is not None:
+            enqueue_drain(accepted.session_id)
+        if accepted.delivery_id is not None:
+            enqueue_delivery(accepted.delivery_id)
+    except (BrokerUnavailable, RedisError, OSError) as exc:
+        log.warning(
+            "broker unavailable; the sweep will pick up the channel event",
+            session_id=accepted.session_id,
+            delivery_id=accepted.delivery_id,
+            error=str(exc),
+        )
+    if accepted.erased_turn_ids:
+        drop_live_state(get_redis(), Erasure(turn_ids=list(accepted.erased_turn_ids)))

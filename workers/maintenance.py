@@ -11,6 +11,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared import db
+from shared.channels.deliveries import deliveries_to_redrive
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.llm.types import LLMError
@@ -27,6 +28,7 @@ from shared.redis_client import get_redis
 from workers.base import engram_task
 from workers.dispatch import (
     enqueue_consolidate_session,
+    enqueue_delivery,
     enqueue_drain,
     enqueue_embed_memory,
     enqueue_extraction,
@@ -182,3 +184,16 @@ def resume_job_runs() -> int:
     if resumed:
         log.info("resumed unfinished job runs", runs=resumed)
     return resumed
+
+
+@engram_task("maintenance")
+def redrive_stalled_deliveries() -> int:
+    """Channel replies whose task was lost (or that waited out a long Retry-After, or whose worker died
+    mid-send): send them again. Sending is claimed in Postgres, so a live task is never doubled."""
+    with db.connection() as conn:
+        delivery_ids = deliveries_to_redrive(conn, get_settings().channel_stalled_delivery_seconds)
+    for delivery_id in delivery_ids:
+        enqueue_delivery(delivery_id)
+    if delivery_ids:
+        log.info("re-enqueued stalled channel deliveries", deliveries=delivery_ids)
+    return len(delivery_ids)

@@ -16,7 +16,7 @@ from shared.db import DatabaseUnavailable
 from shared.logging import get_logger
 from shared.runtime import turn_deps
 from workers.base import engram_task
-from workers.dispatch import enqueue_drain, enqueue_embed_memory, schedule_memory_work
+from workers.dispatch import enqueue_delivery, enqueue_drain, enqueue_embed_memory, schedule_memory_work
 
 log = get_logger(__name__)
 
@@ -39,7 +39,7 @@ def after_turn(session_id: int, turn_id: int) -> None:
     max_retries=30,
 )
 def drain(session_id: int) -> int:
-    outcome = drain_session(session_id, turn_deps(embed_later, after_turn))
+    outcome = drain_session(session_id, turn_deps(embed_later, after_turn, deliver_later))
     if outcome.recheck_in is not None:
         # Another worker holds the session and turns are open. If it is alive it drains them; if it
         # died, its lock expires by `recheck_in` and this task, retried then, resumes the turns.
@@ -56,6 +56,14 @@ def embed_later(memory_id: int) -> None:
         enqueue_embed_memory(memory_id)
     except (RedisError, BrokerUnavailable, OSError) as exc:
         log.warning("could not enqueue embedding; the index sweep will", memory_id=memory_id, error=str(exc))
+
+
+def deliver_later(delivery_id: int) -> None:
+    """Best effort: a channel reply whose task cannot be sent now is posted by the stalled-delivery sweep."""
+    try:
+        enqueue_delivery(delivery_id)
+    except (RedisError, BrokerUnavailable, OSError) as exc:
+        log.warning("could not enqueue a channel delivery; the sweep will", delivery_id=delivery_id, error=str(exc))
 
 
 @worker_ready.connect

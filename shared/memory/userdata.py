@@ -38,9 +38,21 @@ class UserTable:
 # anyway, but explicit statements give per-table counts and do not depend on ON DELETE rules).
 USER_TABLES: tuple[UserTable, ...] = (
     UserTable(
+        "channel_deliveries",
+        "tenant_id = %(t)s AND user_id = %(u)s",
+        "id, connection_id, turn_id, inbound_event_id, target, text, status, attempts, parts_sent, last_error, "
+        "created_at, sent_at",
+    ),
+    UserTable(
         "inbound_events",
-        f"tenant_id = %(t)s AND turn_id IN ({_USER_TURNS})",
-        "id, channel, external_id, turn_id, payload, received_at",
+        # Channel events carry their user; older rows (and events without one) are found by their turn.
+        f"tenant_id = %(t)s AND (user_id = %(u)s OR turn_id IN ({_USER_TURNS}))",
+        "id, channel, connection_id, external_id, turn_id, payload, received_at",
+    ),
+    UserTable(
+        "channel_identities",
+        "tenant_id = %(t)s AND user_id = %(u)s",
+        "id, connection_id, platform_user_id, display_name, profile_fetched_at, created_at",
     ),
     UserTable(
         "api_keys",
@@ -113,6 +125,8 @@ NON_USER_TABLES: dict[str, str] = {
     "schema_migrations": "applied migration files",
     # A run limited to one user names that user's numeric id in `scope`, nothing else of theirs.
     "job_runs": "maintenance job bookkeeping (periods, cursors, counts)",
+    # A tenant's bots; the people who talk to them are in channel_identities.
+    "channel_connections": "the tenant's Slack and Telegram bots and their secrets",
     # Keyed by sha256 of the embedded text, with no owner; erasure deletes the rows of the user's
     # chunk texts that no other user's chunk shares (see `_erase_cached_embeddings`).
     "embedding_cache": "vectors keyed by text hash, erased by hash",

@@ -130,6 +130,27 @@ def populate(api: httpx.Client, user: str, mark: str) -> int:
             "VALUES (%s, %s, %s, %s, %s)",
             (user_row["tenant_id"], "slack", f"ev-{user}", turn_id, Jsonb({"text": f"hello {mark}"})),
         )
+        connection = conn.execute(
+            "INSERT INTO channel_connections (tenant_id, kind, slug) VALUES (%s, 'telegram', %s) RETURNING id",
+            (user_row["tenant_id"], f"bot-{user}"),
+        ).fetchone()
+        assert connection is not None
+        conn.execute(
+            "INSERT INTO channel_identities (tenant_id, connection_id, platform_user_id, user_id, display_name) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (user_row["tenant_id"], connection["id"], f"tg-{user}", user_row["id"], f"{user} {mark}"),
+        )
+        command = conn.execute(
+            "INSERT INTO inbound_events (tenant_id, channel, connection_id, user_id, external_id, payload) "
+            "VALUES (%s, 'telegram', %s, %s, %s, %s) RETURNING id",
+            (user_row["tenant_id"], connection["id"], user_row["id"], f"up-{user}", Jsonb({"text": f"/memory {mark}"})),
+        ).fetchone()
+        assert command is not None
+        conn.execute(
+            "INSERT INTO channel_deliveries (tenant_id, connection_id, user_id, inbound_event_id, target, text) "
+            "VALUES (%s, %s, %s, %s, %s, %s)",
+            (user_row["tenant_id"], connection["id"], user_row["id"], command["id"], Jsonb({"chat_id": 1}), mark),
+        )
         create_api_key(conn, user_row["tenant_id"], name=f"{user}'s app {mark}", user_external_id=user)
     return int(turn_id)
 

@@ -1,0 +1,318 @@
+"""Slack channel benchmark: signed Events API requests at a fixed rate against a private stack whose
+replies go to a fake Slack Web API (ops/fake_channels.py), with a zero-latency fake LLM.
+
+    python -m ops.bench.channels --rate 5 --seconds 20 --json
+
+Three phases, each open-loop (requests are sent on schedule, whether or not earlier ones finished), with
+a share of the events delivered a second time as Slack's retries (`X-Slack-Retry-Num: 1`):
+
+1. sustained: --rate events/s for --seconds. Reported: webhook ack latency p50/p99 (request until the
+   200; Slack gives up after 3 s) and event → reply posted p50/p99 (the signed request leaving until the
+   fake Slack receives chat.postMessage).
+2. capacity: --capacity-events at 100/s, more than the workers answer: the rate at which the backlog
+   drains (replies per second, first event to last reply) is the measured sustained rate.
+3. burst: 10 × that rate for --burst-seconds: the ack latency when events arrive ten times faster than
+   turns can run (the queue absorbs them; Slack must still get its 200 in time).
+
+In both, duplicates sent vs replies posted: replies must equal the unique events, one each.
+
+The stack is `engram up`'s layout (ops/bench/stack.py: a worker on turns + channels, one on the memory
+queues) with ENGRAM_AUTO_MEMORY off, so the figures are the channel path and the turn, not extraction.
+The Slack connection comes from the environment shortcut (ENGRAM_SLACK_SIGNING_SECRET / _BOT_TOKEN). The
+fake Slack runs in this process, so post times and send times share one clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm, up_workers
+from ops.bench.turns import _dist
+from ops.fake_channels import FakeChannels
+from shared.channels.slack import sign
+
+SIGNING_SECRET = "bench-signing-secret"
+BOT_TOKEN = "xoxb-bench-token"
+SLACK_ACK_LIMIT_MS = 3000.0
+CAPACITY_RATE = 100.0  # events/s of the capacity phase: far above what the workers answer
+PHASES = ("sustained", "capacity", "burst")
+_TOKEN = re.compile(r"bench-(\d+)-(\d+)")
+
+
+@dataclass
+class Phase:
+    name: str
+    rate: float
+    seconds: float
+    sent_at: dict[int, float] = field(default_factory=dict)  # event number → monotonic send start
+    acks_ms: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    duplicates_sent: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _payload(phase_no: int, n: int, users: int) -> bytes:
+    user = n % users
+    event = {
+        "type": "event_callback",
+        "team_id": "TBENCH",
+        "event_id": f"Ev{phase_no}x{n}",
+        "event_time": int(time.time()),
+        "authorizations": [{"user_id": "UBOT", "is_bot": True}],
+        "event": {
+            "type": "message",
+            "channel_type": "im",
+            "user": f"U{user:04d}",
+            "channel": f"D{user:04d}",
+            "text": f"hello bench-{phase_no}-{n}",
+            "ts": f"{int(time.time())}.{n:06d}",
+        },
+    }
+    return json.dumps(event).encode()
+
+
+def _send(client: httpx.Client, url: str, body: bytes, retry: int | None) -> tuple[float, str | None]:
+    stamp = str(int(time.time()))
+    headers = {
+        "Content-Type": "application/json",
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": sign(SIGNING_SECRET, stamp, body),
+    }
+    if retry is not None:
+        headers["X-Slack-Retry-Num"] = str(retry)
+    began = time.monotonic()
+    try:
+        response = client.post(url, content=body, headers=headers)
+    except httpx.HTTPError as exc:
+        return (time.monotonic() - began) * 1000, type(exc).__name__
+    elapsed = (time.monotonic() - began) * 1000
+    return elapsed, None if response.status_code == 200 else f"HTTP {response.status_code}"
+
+
+def run_phase(phase: Phase, phase_no: int, url: str, users: int, duplicate_share: float, threads: int) -> None:
+    """Send phase.rate events per second for phase.seconds, each possibly followed by a retry."""
+    endpoint = f"{url}/v1/channels/slack/default/events"
+    local = threading.local()
+    rng = random.Random(phase_no)
+
+    def client() -> httpx.Client:
+        if not hasattr(local, "client"):
+            local.client = httpx.Client(timeout=30)
+        return local.client
+
+    def fire(n: int, body: bytes, retry: int | None) -> None:
+        if retry is None:
+            with phase.lock:
+                phase.sent_at[n] = time.monotonic()
+        ack_ms, error = _send(client(), endpoint, body, retry)
+        with phase.lock:
+            phase.acks_ms.append(ack_ms)
+            if error:
+                phase.errors.append(error)
+
+    total = max(1, int(phase.rate * phase.seconds))
+    timers: list[threading.Timer] = []
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for n in range(total):
+            due = start + n / phase.rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            body = _payload(phase_no, n, users)
+            pool.submit(fire, n, body, None)
+            if rng.random() < duplicate_share:
+                phase.duplicates_sent += 1
+                retry_due = due + rng.uniform(0.05, 1.0)  # Slack retries after its timeout, in parallel
+                timer = threading.Timer(max(0.0, retry_due - time.monotonic()), pool.submit, (fire, n, body, 1))
+                timer.start()
+                timers.append(timer)
+        for timer in timers:  # every retry is submitted before the pool closes
+            timer.join()
+
+
+def replies(fake: FakeChannels, phase_no: int) -> dict[int, list[float]]:
+    """Event number → arrival times of its chat.postMessage calls."""
+    found: dict[int, list[float]] = {}
+    for call in fake.slack.calls("chat.postMessage"):
+        match = _TOKEN.search(str(call.body.get("text")))
+        if match and int(match.group(1)) == phase_no:
+            found.setdefault(int(match.group(2)), []).append(call.at)
+    return found
+
+
+def wait_for_replies(fake: FakeChannels, phase: Phase, phase_no: int, timeout: float, quiet: float = 3.0) -> None:
+    """Until every event has its reply, and then `quiet` seconds without any new post (a duplicate reply
+    would arrive in that time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(replies(fake, phase_no)) >= len(phase.sent_at):
+            break
+        time.sleep(0.2)
+    settled_at, seen = time.monotonic(), len(fake.slack.calls("chat.postMessage"))
+    while time.monotonic() - settled_at < quiet and time.monotonic() < deadline:
+        time.sleep(0.2)
+        now_seen = len(fake.slack.calls("chat.postMessage"))
+        if now_seen != seen:
+            settled_at, seen = time.monotonic(), now_seen
+
+
+def summarize(phase: Phase, fake: FakeChannels, phase_no: int) -> dict[str, Any]:
+    posted = replies(fake, phase_no)
+    e2e = [(min(times) - phase.sent_at[n]) * 1000 for n, times in posted.items() if n in phase.sent_at]
+    first = min(phase.sent_at.values()) if phase.sent_at else 0.0
+    last = max((t for times in posted.values() for t in times), default=first)
+    unique = len(phase.sent_at)
+    return {
+        "rate_per_s": round(phase.rate, 2),
+        "seconds": phase.seconds,
+        "events": unique,
+        "duplicates_sent": phase.duplicates_sent,
+        "requests": unique + phase.duplicates_sent,
+        "request_errors": len(phase.errors),
+        "replies_posted": sum(len(times) for times in posted.values()),
+        "events_answered": len(posted),
+        "events_answered_twice": sum(1 for times in posted.values() if len(times) > 1),
+        "ack_ms": _dist(phase.acks_ms),
+        "acks_over_3s": sum(1 for ms in phase.acks_ms if ms >= SLACK_ACK_LIMIT_MS),
+        "event_to_reply_ms": _dist(e2e),
+        "throughput_replies_per_s": round(len(posted) / (last - first), 2) if last > first else None,
+    }
+
+
+def render(summary: dict[str, Any]) -> str:
+    lines = [f"engram Slack channel benchmark ({os.cpu_count()} CPUs, fake LLM 0 ms, fake Slack in-process)"]
+    for name in PHASES:
+        s = summary[name]
+        lines += [
+            f"{name}: {s['events']} events at {s['rate_per_s']}/s + {s['duplicates_sent']} retried duplicates",
+            f"  webhook ack ms      p50 {s['ack_ms']['p50']}  p99 {s['ack_ms']['p99']}  max {s['ack_ms']['max']}"
+            f"  (>= 3 s: {s['acks_over_3s']}, errors: {s['request_errors']})",
+            f"  event → reply ms    p50 {s['event_to_reply_ms']['p50']}  p99 {s['event_to_reply_ms']['p99']}",
+            f"  replies posted      {s['replies_posted']} for {s['events']} unique events "
+            f"(answered {s['events_answered']}, twice {s['events_answered_twice']})",
+            f"  throughput          {s['throughput_replies_per_s']} replies/s",
+        ]
+    lines.append(
+        f"sustained rate (measured: the capacity phase's drain) {summary['sustained_rate_per_s']}/s; "
+        f"burst at 10x = {summary['burst_rate_per_s']}/s"
+    )
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.channels", description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=float, default=5.0, help="sustained phase: events per second")
+    parser.add_argument("--seconds", type=float, default=20.0, help="sustained phase length")
+    parser.add_argument("--capacity-events", type=int, default=200, help="capacity phase: events sent at 100/s")
+    parser.add_argument("--burst-seconds", type=float, default=5.0, help="burst phase (10x the sustained rate)")
+    parser.add_argument("--users", type=int, default=40, help="distinct Slack users (one DM session each)")
+    parser.add_argument("--duplicate-share", type=float, default=0.3, help="share of events sent twice")
+    parser.add_argument("--threads", type=int, default=64, help="client threads sending requests")
+    parser.add_argument("--turn-concurrency", type=int, default=2, help="processes of the turns+channels worker")
+    parser.add_argument("--reply-timeout", type=float, default=300.0, help="wait this long for every reply")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, raise_on_sigterm)
+    workdir = Path(tempfile.mkdtemp(prefix="engram-bench-channels-"))
+    workdir.chmod(0o755)  # the embedded Postgres runs unprivileged when we are root
+    stack: LocalStack | None = None
+    fake = FakeChannels().start()
+    keep = args.keep
+    try:
+        fake.slack_token = BOT_TOKEN
+        env = {
+            "ENGRAM_SLACK_SIGNING_SECRET": SIGNING_SECRET,
+            "ENGRAM_SLACK_BOT_TOKEN": BOT_TOKEN,
+            "ENGRAM_SLACK_API_URL": fake.slack_api_url,
+            "ENGRAM_AUTO_MEMORY": "false",
+        }
+        stack = LocalStack(workdir, args.turn_concurrency, 0.0, workers=up_workers(args.turn_concurrency), env=env)
+        print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
+        stack.start()
+        # Warm-up: imports, pools and the first prompt of each pool process, not measured.
+        warm = Phase("warmup", rate=2.0, seconds=2.0)
+        run_phase(warm, 0, stack.url, args.users, 0.0, 4)
+        wait_for_replies(fake, warm, 0, args.reply_timeout, quiet=0.5)
+        if len(replies(fake, 0)) < len(warm.sent_at):
+            raise BenchError(f"warm-up events were not answered; worker log:\n{stack.workers[0].tail()}")
+
+        sustained = Phase("sustained", rate=args.rate, seconds=args.seconds)
+        run_phase(sustained, 1, stack.url, args.users, args.duplicate_share, args.threads)
+        wait_for_replies(fake, sustained, 1, args.reply_timeout)
+        stack.check_alive()
+        # Capacity: more events at once than the workers can answer; the rate at which the backlog
+        # drains is the sustained rate this stack can keep up with.
+        capacity = Phase("capacity", rate=CAPACITY_RATE, seconds=args.capacity_events / CAPACITY_RATE)
+        run_phase(capacity, 2, stack.url, args.users, args.duplicate_share, args.threads)
+        wait_for_replies(fake, capacity, 2, args.reply_timeout)
+        stack.check_alive()
+        drained = summarize(capacity, fake, 2)
+        measured = max(drained["throughput_replies_per_s"] or 0.0, 1.0)
+        burst = Phase("burst", rate=10 * measured, seconds=args.burst_seconds)
+        run_phase(burst, 3, stack.url, args.users, args.duplicate_share, args.threads)
+        wait_for_replies(fake, burst, 3, args.reply_timeout)
+        stack.check_alive()
+        summary: dict[str, Any] = {
+            "sustained": summarize(sustained, fake, 1),
+            "capacity": drained,
+            "burst": summarize(burst, fake, 3),
+            "sustained_rate_per_s": measured,
+            "burst_rate_per_s": round(10 * measured, 2),
+            "config": {
+                "users": args.users,
+                "duplicate_share": args.duplicate_share,
+                "turn_worker_concurrency": args.turn_concurrency,
+                "auto_memory": False,
+                "cpus": os.cpu_count(),
+            },
+        }
+        print(render(summary))
+        if args.json:
+            print(json.dumps(summary, separators=(",", ":")), flush=True)
+        exact = all(
+            summary[p]["replies_posted"] == summary[p]["events"] == summary[p]["events_answered"] for p in PHASES
+        )
+        keep = keep or not exact
+        return 0 if exact else 1
+    except (KeyboardInterrupt, Terminated):
+        print("interrupted; stopping the stack", file=sys.stderr)
+        return 130
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        keep = True
+        return 1
+    finally:
+        if stack is not None:
+            stack.stop()
+        fake.stop()
+        if keep:
+            print(f"kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

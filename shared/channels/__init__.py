@@ -1,0 +1,1 @@
+"""Chat channels: Slack and Telegram connections, identities, inbound events and reply delivery."""

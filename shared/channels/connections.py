@@ -1,0 +1,187 @@
+"""Channel connections: a tenant's Slack or Telegram bot, named by a slug.
+
+Secrets (Slack signing secret and bot token, Telegram bot token and webhook secret) are read from the
+row into `SecretStr`s, which print as `**********`; listings say which secrets are set, never their
+values, and every error text that could carry one goes through `redact` before it is logged or stored.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets as token_source
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from psycopg.types.json import Jsonb
+from pydantic import SecretStr
+
+from shared.db import Conn
+
+Kind = Literal["slack", "telegram"]
+KINDS: tuple[Kind, ...] = ("slack", "telegram")
+SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
+ENV_SLUG = "default"  # the connection the environment shortcut creates in the default tenant
+
+# Which secrets each platform needs. A Telegram webhook secret is generated when none is given.
+REQUIRED_SECRETS: dict[str, tuple[str, ...]] = {
+    "slack": ("signing_secret", "bot_token"),
+    "telegram": ("bot_token", "webhook_secret"),
+}
+_TELEGRAM_TOKEN = re.compile(r"^\d{1,20}:[A-Za-z0-9_-]{10,200}$")
+# Telegram allows 1-256 characters A-Z, a-z, 0-9, _ and - in X-Telegram-Bot-Api-Secret-Token.
+_TELEGRAM_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+
+
+class ConnectionInvalid(ValueError):
+    """A connection request that cannot be stored (bad slug, missing or malformed secret, slug taken)."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    id: int
+    tenant_id: int
+    kind: Kind
+    slug: str
+    bot_username: str | None
+    secrets: dict[str, SecretStr]
+
+    def secret(self, name: str) -> str:
+        value = self.secrets.get(name)
+        return value.get_secret_value() if value is not None else ""
+
+    @property
+    def telegram_bot_id(self) -> str:
+        """The bot's own user id: the number before the colon of its token."""
+        return self.secret("bot_token").split(":", 1)[0]
+
+    def redact(self, text: str) -> str:
+        return redact(text, [value.get_secret_value() for value in self.secrets.values()])
+
+
+def redact(text: str, secret_values: list[str]) -> str:
+    for value in sorted(secret_values, key=len, reverse=True):
+        if len(value) >= 4:
+            text = text.replace(value, "[redacted]")
+    return text
+
+
+_COLUMNS = "id, tenant_id, kind, slug, bot_username, secrets"
+
+
+def _from_row(row: dict[str, Any]) -> Connection:
+    return Connection(
+        id=int(row["id"]),
+        tenant_id=int(row["tenant_id"]),
+        kind=row["kind"],
+        slug=row["slug"],
+        bot_username=row["bot_username"],
+        secrets={name: SecretStr(str(value)) for name, value in (row["secrets"] or {}).items()},
+    )
+
+
+def public(row: dict[str, Any] | Connection) -> dict[str, Any]:
+    """What listings show: never a secret, only which ones are set."""
+    if isinstance(row, Connection):
+        return {
+            "id": row.id,
+            "kind": row.kind,
+            "slug": row.slug,
+            "bot_username": row.bot_username,
+            "secrets_set": sorted(row.secrets),
+        }
+    return {
+        "id": row["id"],
+        "kind": row["kind"],
+        "slug": row["slug"],
+        "bot_username": row["bot_username"],
+        "secrets_set": sorted(row["secrets"] or {}),
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+    }
+
+
+def get_connection(conn: Conn, kind: str, slug: str) -> Connection | None:
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM channel_connections WHERE kind = %s AND slug = %s", (kind, slug)
+    ).fetchone()
+    return _from_row(row) if row else None
+
+
+def get_connection_by_id(conn: Conn, connection_id: int) -> Connection | None:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM channel_connections WHERE id = %s", (connection_id,)).fetchone()
+    return _from_row(row) if row else None
+
+
+def tenant_connection(conn: Conn, tenant_id: int, kind: str, slug: str) -> Connection | None:
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM channel_connections WHERE tenant_id = %s AND kind = %s AND slug = %s",
+        (tenant_id, kind, slug),
+    ).fetchone()
+    return _from_row(row) if row else None
+
+
+def list_connections(conn: Conn, tenant_id: int) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT * FROM channel_connections WHERE tenant_id = %s ORDER BY kind, slug", (tenant_id,)
+    ).fetchall()
+    return [public(row) for row in rows]
+
+
+def validate(kind: str, slug: str, secrets: dict[str, str]) -> dict[str, str]:
+    """The secrets to store, checked (a missing Telegram webhook secret is generated); ConnectionInvalid."""
+    if kind not in KINDS:
+        raise ConnectionInvalid(f"unknown channel kind {kind!r}: use slack or telegram")
+    if not re.match(SLUG_PATTERN, slug):
+        raise ConnectionInvalid(f"invalid name {slug!r}: 1-40 lowercase letters, digits and -, starting with one")
+    cleaned = {name: value.strip() for name, value in secrets.items() if value is not None and value.strip()}
+    if kind == "telegram":
+        cleaned.setdefault("webhook_secret", token_source.token_urlsafe(32))
+        if "bot_token" in cleaned and not _TELEGRAM_TOKEN.match(cleaned["bot_token"]):
+            raise ConnectionInvalid("the Telegram bot token is malformed: BotFather's token looks like 123456:ABC-def…")
+        if not _TELEGRAM_SECRET.match(cleaned["webhook_secret"]):
+            raise ConnectionInvalid("the Telegram webhook secret may only hold 1-256 of A-Z, a-z, 0-9, _ and -")
+    unknown = set(cleaned) - set(REQUIRED_SECRETS[kind])
+    if unknown:
+        raise ConnectionInvalid(f"{kind} connections take no {', '.join(sorted(unknown))}")
+    missing = [name for name in REQUIRED_SECRETS[kind] if name not in cleaned]
+    if missing:
+        raise ConnectionInvalid(f"a {kind} connection needs {' and '.join(missing)}")
+    return cleaned
+
+
+def upsert_connection(
+    conn: Conn, tenant_id: int, kind: str, slug: str, secrets: dict[str, str], bot_username: str | None = None
+) -> tuple[Connection, bool]:
+    """Create the connection, or replace the secrets of the tenant's connection with this slug.
+
+    Returns (connection, created). A slug another tenant uses is refused (the webhook URL has no tenant)."""
+    cleaned = validate(kind, slug, secrets)
+    row = conn.execute(
+        f"""INSERT INTO channel_connections (tenant_id, kind, slug, secrets, bot_username)
+            VALUES (%s, %s, %s, %s, %s)
+            ON CONFLICT (kind, slug) DO UPDATE
+                SET secrets = EXCLUDED.secrets,
+                    bot_username = coalesce(EXCLUDED.bot_username, channel_connections.bot_username),
+                    updated_at = now()
+                WHERE channel_connections.tenant_id = EXCLUDED.tenant_id
+            RETURNING {_COLUMNS}, (xmax = 0) AS created""",
+        (tenant_id, kind, slug, Jsonb(cleaned), bot_username),
+    ).fetchone()
+    if row is None:
+        raise ConnectionInvalid(f"the {kind} name {slug!r} is taken by another tenant: choose another")
+    return _from_row(row), bool(row["created"])
+
+
+def set_bot_username(conn: Conn, connection_id: int, username: str) -> None:
+    conn.execute(
+        "UPDATE channel_connections SET bot_username = %s, updated_at = now() WHERE id = %s", (username, connection_id)
+    )
+
+
+def delete_connection(conn: Conn, tenant_id: int, kind: str, slug: str) -> bool:
+    """Remove the connection; its identity links and pending deliveries go with it (users and memories stay)."""
+    row = conn.execute(
+        "DELETE FROM channel_connections WHERE tenant_id = %s AND kind = %s AND slug = %s RETURNING id",
+        (tenant_id, kind, slug),
+    ).fetchone()
+    return row is not None
