@@ -14,6 +14,7 @@ from api.deps import MetricsKey
 from api.errors import document_errors, install_error_handlers
 from api.metrics import EngramCollector
 from api.routes import admin, health, memories, profiles, sessions, turns
+from api.routes import openai as openai_routes
 from shared import db
 from shared.config import get_settings
 from shared.logging import configure_logging
@@ -59,4 +60,5 @@ def create_app() -> FastAPI:
     app.include_router(memories.router)
     app.include_router(profiles.router)
     app.include_router(admin.router)
+    app.include_router(openai_routes.router)
     return app
