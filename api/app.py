@@ -14,7 +14,7 @@ from api.deps import MetricsKey
 from api.errors import document_errors, install_error_handlers
 from api.mcp_server import McpEndpoint
 from api.metrics import EngramCollector
-from api.routes import admin, health, memories, profiles, sessions, turns
+from api.routes import admin, context, health, ingest, memories, profiles, sessions, turns
 from api.routes import openai as openai_routes
 from shared import db
 from shared.config import get_settings
@@ -63,6 +63,8 @@ def create_app() -> FastAPI:
     app.include_router(memories.router)
     app.include_router(profiles.router)
     app.include_router(admin.router)
+    app.include_router(ingest.router)
+    app.include_router(context.router)
     app.include_router(openai_routes.router)
     # MCP over streamable HTTP (the official SDK), authenticated like every /v1 route.
     app.state.mcp = McpEndpoint()

@@ -31,14 +31,15 @@ from starlette.types import Receive, Scope, Send
 
 from api.deps import check_user, current_principal
 from api.errors import ApiError, error_response
-from api.schemas import ID_PATTERN
+from api.schemas.common import ID_PATTERN
 from shared import db
 from shared.auth import Principal
 from shared.config import get_settings
-from shared.context.brief import compile_brief
+from shared.context.packed import SECTIONS, compile_context
 from shared.context.profiles import get_user_profile
 from shared.context.static_prompt import what_you_know
-from shared.conversation_ingest import ingest_conversation
+from shared.ingest import IngestMessage as StoredMessage
+from shared.ingest import ingest_messages
 from shared.logging import get_logger
 from shared.memory.keys import MemoryRejected
 from shared.memory.search import SearchFilters
@@ -56,7 +57,8 @@ from shared.memory.store import (
 from shared.memory.store import (
     Scope as MemoryScope,
 )
-from shared.turns import NewMessage, ensure_user, find_user_id
+from shared.quotas import turn_refusal
+from shared.turns import IdempotencyConflict, ensure_user, find_user_id
 
 log = get_logger(__name__)
 ACTOR = "mcp"
@@ -133,8 +135,9 @@ def _written(result: WriteResult) -> dict[str, Any]:
 
 
 class IngestMessage(BaseModel):
-    role: Literal["user", "assistant"]
-    content: str = Field(min_length=1, max_length=16_000)
+    role: Literal["user", "assistant", "system", "tool"]
+    content: str = Field(min_length=1, description="At most ENGRAM_INGEST_MAX_MESSAGE_CHARS characters")
+    name: str | None = Field(None, max_length=200, description="The speaker's or tool's name")
 
 
 Namespace = Annotated[
@@ -293,23 +296,28 @@ def build_server() -> MCPServer:
         ctx: Context,
         query: Annotated[str | None, Field(max_length=2000, description="What the next answer is about")] = None,
         session_key: Annotated[str | None, Field(pattern=ID_PATTERN, description="An engram session")] = None,
-        max_tokens: Annotated[int, Field(ge=50, le=32_000)] = 1000,
+        max_tokens: Annotated[int, Field(ge=1, le=100_000)] = 1000,
+        sections: Annotated[list[str] | None, Field(description=f"A subset of {', '.join(SECTIONS)}")] = None,
     ) -> dict[str, Any]:
         caller = _caller(ctx)
+        unknown = sorted(set(sections or ()) - set(SECTIONS))
+        if unknown:
+            raise ToolError(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
 
         def work() -> dict[str, Any]:
+            # The same compiler as POST /v1/users/{id}/context.
             with db.connection() as conn:
-                scope = _memory_scope(conn, caller)
-                brief = compile_brief(
+                packed = compile_context(
                     conn,
                     get_settings(),
-                    scope,
-                    caller.user,
+                    tenant_id=caller.principal.id,
+                    user_external_id=caller.user,
+                    max_tokens=max_tokens,
                     query=query,
                     session_key=session_key,
-                    max_tokens=max_tokens,
+                    sections=sections,
                 )
-            return {"context": brief.context, "tokens": brief.tokens, "sections": brief.sections}
+            return packed.as_dict()
 
         return await _run(caller, "memory:read", work)
 
@@ -319,28 +327,42 @@ def build_server() -> MCPServer:
     )
     async def conversation_ingest(
         session_key: Annotated[str, Field(pattern=ID_PATTERN, description="Your key for the conversation")],
-        messages: Annotated[list[IngestMessage], Field(min_length=1, max_length=500)],
+        messages: Annotated[list[IngestMessage], Field(min_length=1)],
         ctx: Context,
     ) -> dict[str, Any]:
         caller = _caller(ctx)
 
         def work() -> dict[str, Any]:
-            batch = [NewMessage(m.role, m.content) for m in messages]
+            # The same write path as POST /v1/users/{id}/sessions/{key}/messages, with its bounds.
+            settings = get_settings()
+            if len(messages) > settings.ingest_max_messages:
+                raise ToolError(f"{len(messages)} messages; the limit is {settings.ingest_max_messages} per call")
+            for index, message in enumerate(messages):
+                if len(message.content) > settings.ingest_max_message_chars:
+                    raise ToolError(
+                        f"messages[{index}] is {len(message.content)} characters; the limit is "
+                        f"{settings.ingest_max_message_chars}; nothing was written"
+                    )
+            batch = [StoredMessage(m.role, m.content, name=m.name) for m in messages]
             try:
                 with db.connection() as conn:
-                    ingested = ingest_conversation(
+                    refusal = turn_refusal(conn, caller.principal.id)
+                    if refusal is not None:
+                        raise ToolError(refusal)
+                    result = ingest_messages(
                         conn,
                         tenant_id=caller.principal.id,
                         user_external_id=caller.user,
                         session_key=session_key,
                         messages=batch,
                     )
-            except ValueError as exc:
+            except (IdempotencyConflict, ValueError) as exc:
                 raise ToolError(str(exc)) from exc
-            from workers.turns import after_turn  # the memory work a turn schedules (best effort)
+            if result.written:
+                from workers.dispatch import schedule_memory_work  # the Celery app reads settings: load on use
 
-            after_turn(ingested.session_id, ingested.batch_id)
-            return {"session_key": session_key, "message_ids": ingested.message_ids, "status": "queued"}
+                schedule_memory_work(result.session_id)
+            return {"session_key": session_key, "message_ids": result.message_ids, "status": "queued"}
 
         return await _run(caller, "memory:write", work)
 

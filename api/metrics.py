@@ -47,7 +47,7 @@ class EngramCollector(Collector):
                 calls.add_metric([row["purpose"], row["provider"], str(row["ok"]).lower()], row["n"])
                 for kind in ("input", "output", "cache_read", "cache_write"):
                     tokens.add_metric([row["purpose"], kind], int(row[kind] or 0))
-            for row in conn.execute("SELECT status, count(*) AS n FROM turns GROUP BY status"):
+            for row in conn.execute("SELECT status, count(*) AS n FROM turns WHERE kind = 'chat' GROUP BY status"):
                 turns.add_metric([row["status"]], row["n"])
             active = conn.execute("SELECT count(*) AS n FROM memories WHERE valid_until IS NULL").fetchone()
             memories.add_metric([], active["n"] if active else 0)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from api.schemas import ID_PATTERN
+from api.schemas.common import ID_PATTERN
 from shared.openai_compat import ClientCall, ClientMessage, CompletionRefused
 from shared.text import SafeText
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ops.cli_support import fail, load_settings
+from ops.import_cli import import_command
 from ops.keys_cli import keys_app
 from shared.config import Settings
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # the HTTP client loads only for the commands that talk to th
 
 app = typer.Typer(help="engram: durable, automatic memory for chat agents.", no_args_is_help=True, add_completion=False)
 app.add_typer(keys_app, name="keys")
+app.command("import")(import_command)
 
 
 _fail = fail

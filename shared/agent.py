@@ -182,7 +182,7 @@ def _fail(conn: Conn, turn: dict[str, Any], error: str) -> None:
 def load_context(conn: Conn, turn: dict[str, Any]) -> list[ChatMessage]:
     """The session's live (not compacted) messages up to and including this turn."""
     rows = conn.execute(
-        """SELECT role, content, tool_calls, tool_results FROM session_messages
+        """SELECT role, content, tool_calls, tool_results, name FROM session_messages
            WHERE session_id = %s AND NOT is_compacted AND (turn_id IS NULL OR turn_id <= %s)
              AND role IN ('user', 'assistant', 'tool')
            ORDER BY turn_id NULLS FIRST, id""",
@@ -220,6 +220,10 @@ def _row_to_message(row: dict[str, Any]) -> ChatMessage:
         return ChatMessage("assistant", row["content"], tool_calls=calls)
     if row["role"] == "tool":
         meta = row["tool_results"] or {}
+        if not meta.get("tool_call_id"):
+            # An ingested tool message (an outside agent's tool output) answers no call of ours, and
+            # providers refuse a tool result without its call: it travels as text instead.
+            return ChatMessage("user", f"[{meta.get('name') or row.get('name') or 'tool'} result]\n{row['content']}")
         return ChatMessage(
             "tool",
             row["content"],

@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     rate_limit_key_burst: int = Field(100, ge=1, description="Requests one API key may send at once")
     rate_limit_tenant_per_second: float = Field(200.0, ge=0, description="Requests per second per tenant")
     rate_limit_tenant_burst: int = Field(400, ge=1, description="Requests one tenant may send at once")
+    # Message ingest (outside conversations): bounds of one POST …/messages (over them is 413).
+    ingest_max_messages: int = Field(500, ge=1, description="Messages one ingest request may carry")
+    ingest_max_message_chars: int = Field(32_000, ge=1, description="Longest ingested message, in characters")
     # A fixed key for the default tenant (e.g. in docker-compose); unset = one is generated once.
     dev_api_key: SecretStr | None = None
 

@@ -172,7 +172,8 @@ class CompletionPlan:
         assert latest is not None  # the sent messages matched stored ones
         if latest["status"] in ("queued", "running"):
             return int(latest["id"])  # a resent request (a retry): the open turn answers it
-        # The turn that took these messages failed: a new turn with no new messages answers them again.
+        # Nothing is answering them: the turn that took them failed, or they were ingested. A turn with no
+        # new messages answers what the session already holds.
         return TurnInput([], self.options.to_json())
 
 

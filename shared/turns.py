@@ -199,7 +199,7 @@ def get_turn(conn: Conn, tenant_id: int, turn_id: int) -> dict[str, Any] | None:
     return conn.execute(
         f"""SELECT {_TURN_COLUMNS} FROM turns t
             JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = t.user_id
-            WHERE t.tenant_id = %s AND t.id = %s""",
+            WHERE t.tenant_id = %s AND t.id = %s AND t.kind = 'chat'""",
         (tenant_id, turn_id),
     ).fetchone()
 

@@ -19,7 +19,7 @@ from ops.fake_llm import FakeLLM
 from tests.support.processes import CeleryProcess, beat, worker
 from tests.support.services import TestServices, start_services
 
-pytest_plugins = ["tests.support.strict_skips"]
+pytest_plugins = ["tests.support.ci"]
 
 # Short timers so recovery paths run within a test; production defaults are in shared/config.py.
 TEST_ENV = {

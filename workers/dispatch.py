@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+from kombu.exceptions import OperationalError as BrokerUnavailable
+from redis.exceptions import RedisError
+
+from shared import db
+from shared.config import get_settings
+from shared.db import DatabaseUnavailable
+from shared.logging import get_logger
+from shared.pipeline import debounce
+from shared.pipeline.jobs import plan_after_turn
+from shared.redis_client import get_redis
 from workers.app import app
+
+log = get_logger(__name__)
 
 
 def enqueue_drain(session_id: int) -> None:
@@ -38,3 +50,33 @@ def enqueue_compaction(session_id: int) -> None:
 
 def enqueue_transcript_indexing(session_id: int) -> None:
     app.send_task("engram.embeddings.index_transcript", kwargs={"session_id": session_id}, queue="embeddings")
+
+
+def schedule_memory_work(session_id: int) -> None:
+    """After new messages in a session (a chat turn, an ingested batch): debounced extraction always;
+    a flush or a compaction when the session has grown enough. Governed by ENGRAM_AUTO_MEMORY.
+
+    Best effort: the messages are already saved, and the pending-work sweeps catch anything lost here."""
+    settings = get_settings()
+    if not settings.auto_memory:
+        return
+    try:
+        plan = debounce.schedule(
+            get_redis(),
+            "extract",
+            session_id,
+            debounce=settings.extraction_debounce_seconds,
+            max_wait=settings.extraction_max_wait_seconds,
+        )
+        enqueue_extraction(session_id, plan.token, plan.countdown)
+        with db.connection() as conn:
+            session = conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
+        if session is None:
+            return
+        follow = plan_after_turn(session, settings)
+        if follow.flush:
+            enqueue_flush(session_id)
+        if follow.compact:
+            enqueue_compaction(session_id)
+    except (RedisError, BrokerUnavailable, DatabaseUnavailable, OSError) as exc:
+        log.warning("could not schedule memory work; the sweeps will", session_id=session_id, error=str(exc))

@@ -12,21 +12,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared import db
 from shared.agent import LockLost, drain_session, sessions_with_running_turns
-from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.logging import get_logger
-from shared.pipeline import debounce
-from shared.pipeline.jobs import plan_after_turn
-from shared.redis_client import get_redis
 from shared.runtime import turn_deps
 from workers.base import engram_task
-from workers.dispatch import (
-    enqueue_compaction,
-    enqueue_drain,
-    enqueue_embed_memory,
-    enqueue_extraction,
-    enqueue_flush,
-)
+from workers.dispatch import enqueue_drain, enqueue_embed_memory, schedule_memory_work
 
 log = get_logger(__name__)
 
@@ -36,34 +26,8 @@ MAX_LOCK_RECHECKS = 20
 
 
 def after_turn(session_id: int, turn_id: int) -> None:
-    """Debounced extraction always; a flush or a compaction when the session has grown enough.
-
-    Best effort: the turn is already saved, and the pending-work sweeps catch anything lost here."""
-    settings = get_settings()
-    if not settings.auto_memory:
-        return
-    try:
-        plan = debounce.schedule(
-            get_redis(),
-            "extract",
-            session_id,
-            debounce=settings.extraction_debounce_seconds,
-            max_wait=settings.extraction_max_wait_seconds,
-        )
-        enqueue_extraction(session_id, plan.token, plan.countdown)
-        with db.connection() as conn:
-            session = conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
-        if session is None:
-            return
-        follow = plan_after_turn(session, settings)
-        if follow.flush:
-            enqueue_flush(session_id)
-        if follow.compact:
-            enqueue_compaction(session_id)
-    except (RedisError, BrokerUnavailable, DatabaseUnavailable, OSError) as exc:
-        log.warning(
-            "could not schedule memory work after the turn", session_id=session_id, turn_id=turn_id, error=str(exc)
-        )
+    """The memory work a turn calls for: the same scheduling as for ingested messages."""
+    schedule_memory_work(session_id)
 
 
 @engram_task(

@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, status
 
-from api.admin_schemas import IssuedKeyOut, KeyIn, KeyOut, TenantOut, TenantPatch
 from api.deps import AdminKey
 from api.errors import ApiError
+from api.schemas.admin import IssuedKeyOut, KeyIn, KeyOut, TenantOut, TenantPatch
 from shared import db
 from shared.keys import KeyRequestInvalid, create_api_key, list_api_keys, revoke_api_key, rotate_api_key
 from shared.quotas import budget_usage, set_budget

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from api.schemas import Readiness
+from api.schemas.health import Readiness
 from shared import db
 from shared.logging import get_logger
 from shared.redis_client import get_redis

@@ -8,7 +8,8 @@ from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 
 from api.deps import MemoryReadKey, MemoryWriteKey
 from api.errors import ApiError
-from api.memory_schemas import (
+from api.schemas.common import ID_PATTERN
+from api.schemas.memories import (
     Kind,
     MemoryEventOut,
     MemoryIn,
@@ -21,7 +22,6 @@ from api.memory_schemas import (
     SearchResultOut,
     Tag,
 )
-from api.schemas import ID_PATTERN
 from shared import db
 from shared.auth import Tenant
 from shared.db import Conn

@@ -25,7 +25,7 @@ from api.deps import ChatKey, check_user
 from api.errors import ApiError, code_for
 from api.openai_schemas import ChatCompletionIn, ModelOut, ModelsOut, OpenAIErrorOut
 from api.routes.turns import _enqueue as enqueue_session
-from api.schemas import ID_PATTERN
+from api.schemas.common import ID_PATTERN
 from shared import db
 from shared.auth import Principal
 from shared.client_options import ClientOptions

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
-from pydantic import BaseModel, Field
 
 from api.deps import ChatKey
 from api.routes.turns import SessionKey
-from api.schemas import ID_PATTERN, MessageOut, MessagesOut
+from api.schemas.common import ID_PATTERN
+from api.schemas.sessions import MessageOut, MessagesOut, SessionOut
 from shared import db
 from shared.config import get_settings
 from shared.context.inspect import inspect_session
@@ -18,26 +17,6 @@ from shared.llm.ledger import calls_by_purpose
 from shared.turns import find_session, list_messages
 
 router = APIRouter(prefix="/v1", tags=["sessions"])
-
-
-class SessionOut(BaseModel):
-    session_id: int
-    session_key: str
-    user_id: str
-    channel: str
-    summary: str | None
-    active_task: str | None
-    token_count: int
-    compaction_count: int
-    memory_flush_compaction_count: int
-    last_extracted_message_id: int
-    last_embedded_message_id: int
-    last_flushed_message_id: int
-    recovery_pending: bool
-    compacted_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    llm_calls: dict[str, dict[str, int]] = Field(description="LLM calls and tokens by purpose for this session")
 
 
 @router.get("/sessions/{session_key}", response_model=SessionOut, responses={404: {"description": "No such session"}})

@@ -15,7 +15,8 @@ from sse_starlette.sse import EventSourceResponse
 
 from api.deps import ChatKey, check_user
 from api.errors import ApiError
-from api.schemas import ID_PATTERN, TurnAccepted, TurnIn, TurnOut
+from api.schemas.common import ID_PATTERN
+from api.schemas.turns import TurnAccepted, TurnIn, TurnOut
 from shared import db
 from shared.auth import Principal
 from shared.config import get_settings

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from shared.context.data_fence import fence_problems
 from shared.context.dynamic import DynamicInputs, build_dynamic_suffix, describe_time, latest_reflection
 from shared.context.fences import FenceSet, verify
 from shared.context.pruning import PruneReport, prune_messages
@@ -188,14 +189,16 @@ def compile_request(
     )
     steering = generate_steering(state)
     static_text = tc.static.text
+    dynamic_text = "\n\n".join(section.text for section in dynamic_sections)
     return CompiledRequest(
         system_static=static_text,
-        system_dynamic="\n\n".join(section.text for section in dynamic_sections),
+        system_dynamic=dynamic_text,
         dynamic_sections=dynamic_sections,
         messages=apply_steering(pruned, steering),
         steering=steering,
         pruning=report,
-        problems=verify(static_text, tc.fences, tc.agent_name),
+        # Remembered text is fenced as data; a tag outside a block means something escaped its fence.
+        problems=verify(static_text, tc.fences, tc.agent_name) + fence_problems(static_text + "\n" + dynamic_text),
     )
 
 

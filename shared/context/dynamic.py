@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from shared.context.data_fence import fence
 from shared.context.fences import strip_markers
 from shared.context.static_prompt import Section
 from shared.db import Conn
@@ -59,10 +60,11 @@ def build_dynamic_suffix(inputs: DynamicInputs) -> list[Section]:
     if inputs.relevant:
         lines = [f"- [{m['namespace']}] {m['key']}: {strip_markers(m['value'])}" for m in inputs.relevant]
         sections.append(
-            Section("relevant_memory", "## Relevant memory (from other conversations)\n" + "\n".join(lines))
+            Section("relevant_memory", "## Relevant memory (from other conversations)\n" + fence("memory", lines))
         )
     if inputs.reflection:
-        sections.append(Section("reflection", f"## Latest weekly reflection\n{strip_markers(inputs.reflection)}"))
+        reflection = fence("reflection", [strip_markers(inputs.reflection)])
+        sections.append(Section("reflection", f"## Latest weekly reflection\n{reflection}"))
     return sections
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shared.context.data_fence import fence
 from shared.context.fences import FenceSet, render_guides, strip_markers
 from shared.context.profiles import get_agent_profile, get_user_profile, preset_prompt
 from shared.context.prompt_text import (
@@ -89,13 +90,13 @@ def what_you_know(conn: Conn, tenant_id: int, user_id: int) -> list[dict[str, An
     Chosen by use, but listed by namespace and key: an access-count change that does not change the
     selection must not reorder the list (that would break the prompt cache for nothing)."""
     rows = conn.execute(
-        """(SELECT id, namespace, key, value, access_count, true AS personality FROM memories
+        """(SELECT id, namespace, key, value, kind, access_count, true AS personality FROM memories
             WHERE tenant_id = %(t)s AND user_id = %(u)s AND valid_until IS NULL
               AND (namespace = 'tacit/personality' OR namespace LIKE 'tacit/personality/%%')
               AND NOT (namespace = %(dns)s AND key = %(dkey)s)
             ORDER BY access_count DESC, id LIMIT %(plimit)s)
            UNION ALL
-           (SELECT id, namespace, key, value, access_count, false FROM memories
+           (SELECT id, namespace, key, value, kind, access_count, false FROM memories
             WHERE tenant_id = %(t)s AND user_id = %(u)s AND valid_until IS NULL
               AND (namespace = 'tacit' OR namespace LIKE 'tacit/%%')
               AND NOT (namespace = 'tacit/personality' OR namespace LIKE 'tacit/personality/%%')
@@ -223,9 +224,10 @@ def _communication_style(agent: dict[str, Any] | None) -> str | None:
     return "## Communication style\n" + "\n".join(lines) if lines else None
 
 
-def _user_information(user: dict[str, Any] | None) -> str | None:
+def user_information_lines(user: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(field, "- Label: value") for each filled profile field, in prompt order."""
     if not user:
-        return None
+        return []
     labels = (
         ("display_name", "Name"),
         ("location", "Location"),
@@ -242,15 +244,25 @@ def _user_information(user: dict[str, Any] | None) -> str | None:
         if isinstance(value, list):
             value = ", ".join(_clean(str(v)) for v in value if str(v).strip())
         if value and _clean(str(value)):
-            lines.append(f"- {label}: {_clean(str(value))}")
-    return "## About the user\n" + "\n".join(lines) if lines else None
+            lines.append((key, f"- {label}: {_clean(str(value))}"))
+    return lines
+
+
+def _user_information(user: dict[str, Any] | None) -> str | None:
+    lines = [line for _, line in user_information_lines(user)]
+    return "## About the user\n" + fence("profile", lines) if lines else None
+
+
+def memory_line(memory: dict[str, Any]) -> str:
+    """A remembered item as the prompt lists it: `- [namespace] key: value`."""
+    return f"- [{memory['namespace']}] {memory['key']}: {_clean(memory['value'])}"
 
 
 def _what_you_know(inputs: PromptInputs) -> str | None:
-    lines = [f"- [{m['namespace']}] {m['key']}: {_clean(m['value'])}" for m in inputs.memories]
+    lines = [memory_line(m) for m in inputs.memories]
     if inputs.file_knowledge:
         lines.append(inputs.file_knowledge)
-    return "## What You Know\n" + "\n".join(lines) if lines else None
+    return "## What You Know\n" + fence("memory", lines) if lines else None
 
 
 def build_static_prompt(inputs: PromptInputs) -> StaticPrompt:
@@ -258,7 +270,12 @@ def build_static_prompt(inputs: PromptInputs) -> StaticPrompt:
     candidates: list[tuple[str, str | None]] = [
         ("persona", inputs.persona),
         ("character", _character(inputs.agent)),
-        ("learned_personality", f"## Personality (Learned)\n{_clean(inputs.directive)}" if inputs.directive else None),
+        (
+            "learned_personality",
+            "## Personality (Learned)\n" + fence("personality", [_clean(inputs.directive)])
+            if inputs.directive
+            else None,
+        ),
         ("communication_style", _communication_style(inputs.agent)),
         ("user", _user_information(inputs.user)),
     ]

@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 import unicodedata
 
+# Re-exported: writers and the pipeline import the detector from here.
+from shared.memory.injection import injection_category as injection_category
+
 MAX_KEY_CHARS = 128
 MAX_VALUE_CHARS = 2048
 
@@ -57,8 +60,6 @@ def normalize_namespace(namespace: str) -> str:
 _INVISIBLE = dict.fromkeys(
     [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200B, 0x200E, 0x200F, 0x2060, 0xFEFF], None
 )
-# Removed only from the copy that is scanned for injections, so "ig<ZWJ>nore" cannot hide a phrase.
-_ZERO_WIDTH = dict.fromkeys([0x200C, 0x200D, 0x00AD], None)
 
 
 def _strip_controls(text: str, keep: str) -> str:
@@ -78,71 +79,6 @@ def _clean_value(value: str) -> str:
     # A lone CR is a line break too; CRLF becomes LF. Newlines and tabs carry layout, keep them.
     value = value.replace("\r\n", "\n").replace("\r", "\n")
     return _strip_controls(value, keep="\n\t").strip()
-
-
-# --------------------------------------------------------------------------- prompt injection
-
-# Start of the text, of a line or of a sentence, optionally behind markdown/bracket decoration.
-# Horizontal decoration only: a newline run is matched by `^` itself, and allowing it here would
-# let every line start rescan the same run.
-_LEAD = r"(?:^|(?<=[.!?:;\]>)]))[ \t#*>\[(]*"
-
-# (category shown to the caller, pattern). The patterns look for *directives aimed at the model*,
-# not for the words alone: "you are now" needs a role-like continuation, "system prompt:" must
-# open a line or sentence, "pretend" needs "you are", and so on, so ordinary facts such as
-# "I prefer you are concise" or "my system prompt project" pass. They run on a scan copy (see
-# `_scan_copy`) that is NFKC-folded (full-width letters become ASCII), has zero-width characters
-# removed and runs of spaces/tabs collapsed; keys are scanned with their separators (-, _, /)
-# read as spaces.
-_INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (category, re.compile(pattern, re.IGNORECASE | re.MULTILINE))
-    for category, pattern in (
-        (
-            "ignore previous instructions",
-            r"\bignore\s+(?:(?:all|any|the|your|my|of|these|those)\s+){0,3}"
-            r"(?:previous|prior|above|earlier|preceding|former|system)\s+"
-            r"(?:instructions?|prompts?|rules|directions|directives|messages|context)\b",
-        ),
-        (
-            "disregard instructions",
-            r"\bdisregard\s+(?:(?:all|any|the|your|my|of|these|those|previous|prior|above|earlier|preceding|"
-            r"former|system|original|safety)\s+){0,4}(?:instructions?|prompts?|rules|guidelines|directions|directives)\b",
-        ),
-        (
-            "forget everything",
-            r"\bforget\s+(?:everything|all(?:\s+of)?)\s+(?:(?:that\s+)?you\b|that\b|your\s+(?:instructions|rules)\b|"
-            r"(?:the\s+)?(?:previous|prior|above)\b)",
-        ),
-        (
-            "you are now",
-            r"\byou\s+are\s+now\s+(?:an?|the|my|your|no\s+longer|free|unrestricted|unfiltered|jailbroken|"
-            r"dan|called|named|acting|going\s+to|a\s+different|developer\s+mode)\b",
-        ),
-        ("pretend you are", r"\bpretend\s+(?:that\s+)?you(?:\s+are|\s+were|'re|’re)\b"),
-        ("act as if you", r"\bact\s+as\s+(?:if|though)\s+you\b"),
-        ("IMPORTANT: you must", r"\bimportant\s*[:!]+\s*you\s+must\b"),
-        ("new instructions", r"\b(?:new|updated|revised|real|actual)\s+instructions\s*:"),
-        ("system prompt directive", _LEAD + r"(?:(?:new|updated|override|actual|real)\s+)?system\s+prompt\s*:"),
-        (
-            "chat-template tag",
-            r"<\s*/?\s*(?:system|assistant|instructions?)\s*>|<\|[a-z_]{2,32}\|>|\[/?INST\]|<</?SYS>>",
-        ),
-    )
-)
-
-
-def _scan_copy(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).translate(_ZERO_WIDTH)
-    return re.sub(r"[ \t\f\v]+", " ", text)
-
-
-def injection_category(text: str) -> str | None:
-    """The category of the first prompt-injection pattern found in `text`, or None."""
-    scan = _scan_copy(text)
-    for category, pattern in _INJECTION_PATTERNS:
-        if pattern.search(scan):
-            return category
-    return None
 
 
 # --------------------------------------------------------------------------- sanitisation
@@ -167,8 +103,9 @@ def sanitize(key: str, value: str) -> tuple[str, str]:
         raise MemoryRejected(f"key is {len(normalized)} characters after cleaning; the limit is {MAX_KEY_CHARS}")
     if len(clean_value) > MAX_VALUE_CHARS:
         raise MemoryRejected(f"value is {len(clean_value)} characters after cleaning; the limit is {MAX_VALUE_CHARS}")
-    # Keys are scanned with their separators read as spaces: "ignore_previous_instructions".
-    for field, text in (("key", re.sub(r"[-_/]+", " ", clean_key)), ("value", clean_value)):
+    # Keys are scanned as given and with their separators read as spaces: "ignore_previous_instructions".
+    scans = (("key", re.sub(r"[-_/]+", " ", clean_key)), ("key", clean_key), ("value", clean_value))
+    for field, text in scans:
         category = injection_category(text)
         if category is not None:
             raise MemoryRejected(f'{field} looks like a prompt injection ("{category}")')

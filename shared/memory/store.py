@@ -217,6 +217,38 @@ def is_style(item: MemoryInput) -> bool:
     return item.kind == "style" or (item.namespace or "").startswith("tacit/personality/style")
 
 
+# The learned directive is shown to the model as instructions ("Personality (Learned)"), and style
+# observations are what it is synthesised from. Only personality synthesis writes the directive, and
+# the agent (a model that a tool result or a web page may have talked into it) cannot write either:
+# what it stores is shown as data, fenced (see shared/context/data_fence.py).
+DIRECTIVE_NAMESPACE, DIRECTIVE_KEY = "tacit/personality", "directive"
+PERSONALITY_NAMESPACE = "tacit/personality"
+DIRECTIVE_WRITERS = frozenset({"synthesis"})
+PERSONALITY_REFUSED_WRITERS = frozenset({"agent"})
+
+
+def _is_personality(namespace: str) -> bool:
+    return namespace == PERSONALITY_NAMESPACE or namespace.startswith(PERSONALITY_NAMESPACE + "/")
+
+
+def check_writer(item: MemoryInput, actor: str) -> None:
+    """Refuse (MemoryRejected) a prepared memory that this actor may not write: directives and the
+    directive slot are synthesis-only, and the agent writes nothing under tacit/personality."""
+    namespace = item.namespace or ""
+    if (item.kind == "directive" or (namespace, item.key) == (DIRECTIVE_NAMESPACE, DIRECTIVE_KEY)) and (
+        actor not in DIRECTIVE_WRITERS
+    ):
+        raise MemoryRejected(
+            "directives are synthesised from style observations and cannot be written directly; "
+            "store a preference or a style observation instead"
+        )
+    if actor in PERSONALITY_REFUSED_WRITERS and (item.kind == "style" or _is_personality(namespace)):
+        raise MemoryRejected(
+            "style observations are learned from the user's own messages and cannot be stored by the agent; "
+            "store it as a preference instead"
+        )
+
+
 def record_event(
     conn: Conn,
     scope: Scope,
@@ -317,6 +349,7 @@ def _insert(conn: Conn, scope: Scope, item: MemoryInput, actor: str, supersedes:
 def store_memory(conn: Conn, scope: Scope, raw: MemoryInput, actor: str) -> WriteResult:
     item = prepare(raw)
     assert item.namespace is not None
+    check_writer(item, actor)
     _lock_key(conn, scope, item.namespace, item.key)
     current = find_active(conn, scope, item.namespace, item.key)
     if current is not None:
@@ -491,6 +524,7 @@ def correct_memory(conn: Conn, scope: Scope, memory_id: int, new_value: str, act
         decay_rate=current["decay_rate"],
     )
     prepared = prepare(item)
+    check_writer(prepared, actor)
     _lock_key(conn, scope, current["namespace"], current["key"])
     if content_fingerprint(current["value"]) == content_fingerprint(prepared.value):
         return WriteResult("unchanged", current)

@@ -83,13 +83,13 @@ USER_TABLES: tuple[UserTable, ...] = (
     UserTable(
         "session_messages",
         "tenant_id = %(t)s AND user_id = %(u)s",
-        "id, session_id, turn_id, role, content, tool_calls, tool_results, is_compacted, created_at",
-        "session_id, turn_id, id",
+        "id, session_id, turn_id, role, content, name, tool_calls, tool_results, is_compacted, created_at",
+        "session_id, turn_id NULLS FIRST, id",
     ),
     UserTable(
         "turns",
         "tenant_id = %(t)s AND user_id = %(u)s",
-        "id, session_id, status, idempotency_key, reply, error, usage, created_at, finished_at",
+        "id, session_id, kind, status, idempotency_key, details, reply, error, usage, created_at, finished_at",
     ),
     UserTable(
         "sessions",

@@ -180,6 +180,9 @@ def _as_clause(value: str, limit: int = 140) -> str:
         text = text[: limit - 1].rstrip() + "…"
     if len(text) > 1 and text[0].isupper() and text[1].islower():
         text = text[0].lower() + text[1:]  # "Prefers short answers" reads mid-sentence as "prefers …"
+    ending = _ABBREVIATIONS.search(text + ".", max(0, len(text) - 8))
+    if ending is not None and ending.end() == len(text) + 1:
+        text = f'"{text}"'  # "… is this: st." would read as an abbreviation and merge two sentences
     return text
 
 

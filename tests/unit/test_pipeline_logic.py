@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shared.memory.keys import injection_category
@@ -585,6 +585,8 @@ def test_offline_directive_leaves_out_injected_observations_and_handles_none() -
 
 @PROPERTY
 @given(st.lists(st.tuples(st.text(min_size=1, max_size=30), st.text(max_size=300), st.integers(-1, 50)), max_size=20))
+@example([("k", "ST", 3)])  # "… is this: ST." read as the abbreviation "St." merged two sentences
+@example([("a", "likes tea", 5), ("b", "writes e.g", 2)])
 def test_offline_directive_always_passes_clean_directive(raw: list[tuple[str, str, int]]) -> None:
     active = [StyleObservation(key, value, count, NOW, NOW) for key, value, count in raw]
     directive = offline_directive(active)

@@ -24,7 +24,7 @@ def test_fine():
 def test_a_skip_fails_the_run_under_ci(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CI", "true")
     pytester.makepyfile(_SUITE)
-    result = pytester.runpytest_inprocess("-p", "tests.support.strict_skips")
+    result = pytester.runpytest_inprocess("-p", "tests.support.ci")
     result.assert_outcomes(passed=1, failed=1, xfailed=1)
     result.stdout.fnmatch_lines(["*skipped under CI, where every test must run*no Redis here*"])
 
@@ -32,5 +32,5 @@ def test_a_skip_fails_the_run_under_ci(pytester: pytest.Pytester, monkeypatch: p
 def test_a_skip_stays_a_skip_outside_ci(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CI", raising=False)
     pytester.makepyfile(_SUITE)
-    result = pytester.runpytest_inprocess("-p", "tests.support.strict_skips")
+    result = pytester.runpytest_inprocess("-p", "tests.support.ci")
     result.assert_outcomes(passed=1, skipped=1, xfailed=1)

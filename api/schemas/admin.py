@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, StrictInt
 
-from api.schemas import ID_PATTERN
+from api.schemas.common import ID_PATTERN
 from shared.auth import SCOPES
 from shared.keys import MAX_KEY_NAME_CHARS
 

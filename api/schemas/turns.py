@@ -1,27 +1,16 @@
-"""Request and response bodies of the HTTP API (they also make the OpenAPI schema)."""
+"""Bodies of the turns API (`/v1/sessions/{key}/turns`, `/v1/turns/{id}`)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
+from api.schemas.common import ID_PATTERN
 from shared.text import SafeText
 
 TurnStatus = Literal["queued", "running", "done", "failed"]
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@\-]{0,127}$"
-
-
-def _iso_text_only(value: Any) -> Any:
-    # pydantic's lax mode reads a number as Unix seconds; the schema says an ISO-8601 string, so only
-    # a string (or an already-parsed datetime) is accepted.
-    if isinstance(value, str | datetime):
-        return value
-    raise ValueError("must be an ISO-8601 date-time string, e.g. 2026-05-01T09:00:00Z")
-
-
-Timestamp = Annotated[datetime, BeforeValidator(_iso_text_only)]
 
 
 class TurnIn(BaseModel):
@@ -63,26 +52,3 @@ class TurnOut(BaseModel):
     created_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
-
-
-class MessageOut(BaseModel):
-    id: int
-    turn_id: int | None
-    role: str
-    content: str
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_results: dict[str, Any] | None = None
-    is_compacted: bool
-    created_at: datetime
-
-
-class MessagesOut(BaseModel):
-    session_key: str
-    user_id: str
-    messages: list[MessageOut]
-
-
-class Readiness(BaseModel):
-    status: Literal["ready", "unavailable"]
-    checks: dict[str, str]
-    failing: list[str] = Field(default_factory=list)

@@ -1,5 +1,11 @@
-"""Under CI every test must run: a skip (a required service missing, external URLs that cannot be
-restarted) fails the run instead of passing it quietly. `CI` is set by CI systems and by .ci/run."""
+"""What changes under CI (`CI` is set by CI systems and by .ci/run).
+
+- Every test must run: a skip (a required service missing, external URLs that cannot be restarted)
+  fails the run instead of passing it quietly.
+- Hypothesis is derandomized: CI checks the same examples on every run, so a red run is reproducible
+  and never a coin toss; developers' runs keep exploring new examples (and `@example` pins the
+  failures they find).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,17 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 
 def skips_fail() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+if skips_fail():
+    # Loaded when pytest imports this plugin, before test modules build their `settings(...)`.
+    settings.register_profile("ci", derandomize=True, database=None)
+    settings.load_profile("ci")
 
 
 @pytest.hookimpl(hookwrapper=True)

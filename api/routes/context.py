@@ -1,0 +1,40 @@
+"""A user's context for someone else's prompt, packed into a token budget."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from api.deps import MemoryReadKey
+from api.schemas.common import ID_PATTERN
+from api.schemas.context import ContextIn, ContextOut
+from shared import db
+from shared.config import get_settings
+from shared.context.packed import compile_context
+
+router = APIRouter(prefix="/v1/users/{user_id}", tags=["context"])
+
+
+@router.post("/context", response_model=ContextOut)
+def user_context(
+    user_id: Annotated[str, Path(pattern=ID_PATTERN, description="Your id for the user")],
+    body: ContextIn,
+    tenant: MemoryReadKey,
+) -> ContextOut:
+    """What engram's own prompt would carry about the user (profile, "What You Know", the session's task
+    and summary, memories and transcript snippets relevant to the query, the latest reflection), packed
+    greedily by value into `max_tokens` and fenced as data. An unknown user or session is not an error:
+    the context holds what is known (possibly nothing)."""
+    with db.connection() as conn:
+        packed = compile_context(
+            conn,
+            get_settings(),
+            tenant_id=tenant.id,
+            user_external_id=user_id,
+            max_tokens=body.max_tokens,
+            query=body.query,
+            session_key=body.session_key,
+            sections=body.sections,
+        )
+    return ContextOut.model_validate(packed.as_dict())

@@ -1,0 +1,68 @@
+"""Request and response bodies of the HTTP API, one module per area (they also make the OpenAPI
+schema): common (ids, timestamps), turns, sessions, ingest, context, memories, profiles, admin, health.
+
+Routes import from the area's module; the names are re-exported here for callers that want one import.
+"""
+
+from __future__ import annotations
+
+from api.schemas.admin import IssuedKeyOut, KeyIn, KeyOut, TenantOut, TenantPatch
+from api.schemas.common import ID_PATTERN, Timestamp
+from api.schemas.context import ContextIn, ContextItemOut, ContextOut, ContextSectionOut
+from api.schemas.health import Readiness
+from api.schemas.ingest import IngestAccepted, IngestIn, IngestMessageIn, MemoryStatusOut
+from api.schemas.memories import (
+    Kind,
+    MemoryEventOut,
+    MemoryIn,
+    MemoryOut,
+    MemoryPatch,
+    MemoryWriteOut,
+    SearchFiltersIn,
+    SearchIn,
+    SearchOut,
+    SearchResultOut,
+)
+from api.schemas.profiles import AgentProfileOut, AgentProfilePatch, UserProfileOut, UserProfilePatch
+from api.schemas.sessions import MessageOut, MessagesOut, SessionOut
+from api.schemas.turns import TurnAccepted, TurnIn, TurnOut, TurnStatus
+
+__all__ = [
+    "ID_PATTERN",
+    "AgentProfileOut",
+    "AgentProfilePatch",
+    "ContextIn",
+    "ContextItemOut",
+    "ContextOut",
+    "ContextSectionOut",
+    "IngestAccepted",
+    "IngestIn",
+    "IngestMessageIn",
+    "IssuedKeyOut",
+    "KeyIn",
+    "KeyOut",
+    "Kind",
+    "MemoryEventOut",
+    "MemoryIn",
+    "MemoryOut",
+    "MemoryPatch",
+    "MemoryStatusOut",
+    "MemoryWriteOut",
+    "MessageOut",
+    "MessagesOut",
+    "Readiness",
+    "SearchFiltersIn",
+    "SearchIn",
+    "SearchOut",
+    "SearchResultOut",
+    "SessionOut",
+    "TenantOut",
+    "TenantPatch",
+    "Timestamp",
+    "TurnAccepted",
+    "TurnIn",
+    "TurnOut",
+    "TurnStatus",
+    "UserProfileOut",
+    "UserProfilePatch",
+]

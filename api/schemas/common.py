@@ -1,0 +1,32 @@
+"""Types every area's schemas share: ids, ISO-8601 timestamps."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@\-]{0,127}$"
+
+
+def _iso_text_only(value: Any) -> Any:
+    # pydantic's lax mode reads a number as Unix seconds; the schema says an ISO-8601 string, so only
+    # a string (or an already-parsed datetime) is accepted.
+    if isinstance(value, str | datetime):
+        return value
+    raise ValueError("must be an ISO-8601 date-time string, e.g. 2026-05-01T09:00:00Z")
+
+
+def _representable(value: datetime) -> datetime:
+    # Postgres stores 0001-01-01T00:00+01:00 as a date before year 1 (1 BC), which Python cannot read
+    # back: every later read of the row would fail. Refuse a time whose UTC is outside years 1-9999.
+    try:
+        if value.tzinfo is not None:
+            value.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError("the time in UTC must lie within the years 1 to 9999") from exc
+    return value
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_iso_text_only), AfterValidator(_representable)]
