@@ -12,9 +12,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from api.body_limit import BodySizeLimit
 from api.deps import MetricsKey
 from api.errors import document_errors, install_error_handlers
+from api.mcp_server import McpEndpoint
 from api.metrics import EngramCollector, RequestMetrics
 from api.request_context import RequestContext
 from api.routes import admin, channel_admin, channels, context, health, ingest, memories, profiles, sessions, turns
+from api.routes import openai as openai_routes
 from shared import db
 from shared.config import get_settings
 from shared.logging import configure_logging, get_logger
@@ -31,6 +33,8 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     # The first search must not pay for loading the embedding model (seconds); load it now, off the loop.
     threading.Thread(target=warm_query_embedder, name="warm-embedder", daemon=True).start()
     yield
+    if isinstance(getattr(_app.state, "mcp", None), McpEndpoint):
+        await _app.state.mcp.close()
     await close_shared_async_redis()
     db.close_pool()
 
@@ -75,6 +79,10 @@ def create_app() -> FastAPI:
     app.include_router(channels.router)
     app.include_router(channel_admin.router)
     _sync_env_channels()
+    app.include_router(openai_routes.router)
+    # MCP over streamable HTTP (the official SDK), authenticated like every /v1 route.
+    app.state.mcp = McpEndpoint()
+    app.add_route("/mcp", app.state.mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     return app
 
 

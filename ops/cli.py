@@ -309,6 +309,34 @@ def context(
         typer.secho("integrity problems: " + "; ".join(view["integrity_problems"]), fg=typer.colors.RED)
 
 
+# -------------------------------------------------------------------------------------------- mcp
+
+
+@app.command()
+def mcp(
+    user: Annotated[str | None, typer.Option(help="The engram user (not needed with a key bound to one user)")] = None,
+    url: Annotated[
+        str | None, typer.Option(help="The gateway's MCP endpoint (default http://ENGRAM_HOST:ENGRAM_PORT/mcp)")
+    ] = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Serve engram's MCP tools over stdio (for Claude Desktop, Cursor, ...), forwarding to the gateway."""
+    import anyio
+
+    from ops.mcp_stdio import GatewayRefused, serve
+
+    settings = _settings()
+    base, key = _client_args(settings, None, api_key)
+    endpoint = url or f"{base.rstrip('/')}/mcp"
+    user = user or os.environ.get("ENGRAM_USER")
+    try:
+        anyio.run(serve, endpoint, key, user)
+    except GatewayRefused as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+
+
 # ----------------------------------------------------------------------------------------- doctor
 
 

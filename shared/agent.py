@@ -28,6 +28,7 @@ from psycopg.types.json import Jsonb
 
 from shared import db
 from shared.channels.deliveries import reply_ready
+from shared.client_options import ClientOptions, merged_tools
 from shared.context.compiler import IntegrityViolation, TurnContext, compile_request, prepare_turn
 from shared.context.dynamic import RELEVANT_LIMIT
 from shared.context.fences import MarkerFilter, strip_markers
@@ -83,6 +84,8 @@ class TurnOutcome:
     calls: list[CallRecord]
     llm_seconds: float
     steering_fired: set[str]
+    # Calls of the OpenAI-compatible caller's own tools: not run here; they end the turn and go back to it.
+    client_calls: list[ToolCall] = field(default_factory=list)
 
 
 # Looking again after a held lock's TTL: this much later, so the key has surely expired.
@@ -199,7 +202,30 @@ def load_context(conn: Conn, turn: dict[str, Any]) -> list[ChatMessage]:
            ORDER BY turn_id NULLS FIRST, id""",
         (turn["session_id"], turn["id"]),
     ).fetchall()
-    return [_row_to_message(row) for row in rows]
+    return answer_unanswered_calls([_row_to_message(row) for row in rows])
+
+
+UNANSWERED_CALL = "error: no result: the calling application did not run this tool and went on"
+
+
+def answer_unanswered_calls(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """A call of a caller's own tool whose result never came (the caller sent a new message instead)
+    gets an error result: providers refuse a tool call that is not followed by its result."""
+    out: list[ChatMessage] = []
+    pending: list[ToolCall] = []
+    for message in messages:
+        if message.role == "tool":
+            pending = [call for call in pending if call.id != message.tool_call_id]
+        elif pending:
+            out.extend(
+                ChatMessage("tool", UNANSWERED_CALL, tool_call_id=call.id, tool_name=call.name, is_error=True)
+                for call in pending
+            )
+            pending = []
+        out.append(message)
+        if message.role == "assistant" and message.tool_calls:
+            pending = list(message.tool_calls)
+    return out
 
 
 def _row_to_message(row: dict[str, Any]) -> ChatMessage:
@@ -258,6 +284,7 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
 
 def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> None:
     bound = log.bind(turn_id=turn["id"], session_id=turn["session_id"], attempt=turn["attempts"])
+    client = ClientOptions.from_json(turn.get("client"))
     events = TurnEventPublisher(deps.redis, turn["id"])
     if turn["attempts"] > 1:
         # Deltas of the failed attempt may already be on the stream: tell readers to start over.
@@ -272,7 +299,7 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
             session=session,
             user_timezone=turn.get("timezone"),
             turn_id=turn["id"],
-            tools=deps.tools.specs(),
+            tools=merged_tools(deps.tools.specs(), client),
             provider=deps.provider.name,
             model=deps.model,
             now=deps.clock(),
@@ -291,7 +318,7 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
         memory_written=deps.memory_written,
     )
     try:
-        outcome = run_agent_loop(history, ctx, deps, events, turn_context)
+        outcome = run_agent_loop(history, ctx, deps, events, turn_context, client)
     except (LLMError, IntegrityViolation) as exc:
         error = f"quarantined: {exc}" if isinstance(exc, IntegrityViolation) else str(exc)
         bound.warning("turn failed", error=error)
@@ -331,7 +358,8 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
             delivery = reply_ready(conn, turn["id"])
     if written:
         observe_turn("done", timings)
-        events.publish("done", status="done", reply=outcome.reply, usage=outcome.usage.as_dict())
+        handed_back = {"tool_calls": [_call_json(c) for c in outcome.client_calls]} if outcome.client_calls else {}
+        events.publish("done", status="done", reply=outcome.reply, usage=outcome.usage.as_dict(), **handed_back)
         _notify_reply(deps, delivery)
         bound.info("turn done", llm_calls=len(outcome.calls), **outcome.usage.as_dict())
         if deps.after_turn is not None:
@@ -351,10 +379,21 @@ def _after_steering(conn: Conn, session_id: int, fired: set[str]) -> None:
     )
 
 
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "name": call.name, "arguments": call.arguments}
+
+
 def run_agent_loop(
-    history: list[ChatMessage], ctx: ToolContext, deps: TurnDeps, events: TurnEventPublisher, tc: TurnContext
+    history: list[ChatMessage],
+    ctx: ToolContext,
+    deps: TurnDeps,
+    events: TurnEventPublisher,
+    tc: TurnContext,
+    client: ClientOptions | None = None,
 ) -> TurnOutcome:
-    tool_specs = deps.tools.specs()
+    tool_specs = merged_tools(deps.tools.specs(), client)
+    client_tools = client.tool_names if client is not None else frozenset()
+    handed_back: list[ToolCall] = []
     produced: list[ChatMessage] = []
     texts: list[str] = []
     usage = Usage()
@@ -380,9 +419,10 @@ def run_agent_loop(
             model=deps.model,
             messages=tuple(compiled.messages),
             system_static=compiled.system_static,
-            system_dynamic=compiled.system_dynamic,
+            system_dynamic=compiled.system_dynamic + (client.instructions_section() if client else ""),
             tools=() if last else tool_specs,
-            max_tokens=deps.max_output_tokens,
+            max_tokens=client.output_tokens(deps.max_output_tokens) if client else deps.max_output_tokens,
+            temperature=client.temperature if client else None,
         )
         began = time.monotonic()
         forwarder = _DeltaForwarder(events, paragraph_break=bool(texts))
@@ -407,6 +447,11 @@ def run_agent_loop(
         if not tool_calls:
             break
         for call in tool_calls:
+            if call.name in client_tools:
+                # The caller's own tool: it runs it, and its next request brings the result.
+                events.publish("tool_call", id=call.id, name=call.name, arguments=call.arguments, client=True)
+                handed_back.append(call)
+                continue
             events.publish("tool_call", id=call.id, name=call.name, arguments=call.arguments)
             outcome = deps.tools.execute(ctx, call.name, call.arguments)
             events.publish(
@@ -421,7 +466,9 @@ def run_agent_loop(
                     "tool", outcome.content, tool_call_id=call.id, tool_name=call.name, is_error=outcome.is_error
                 )
             )
-    return TurnOutcome(produced, "\n\n".join(texts), usage, calls, llm_seconds, fired)
+        if handed_back:
+            break
+    return TurnOutcome(produced, "\n\n".join(texts), usage, calls, llm_seconds, fired, handed_back)
 
 
 def _ms_since(began: float) -> int:

@@ -171,6 +171,14 @@ class Settings(BaseSettings):
         60.0, gt=0, description="Deliveries pending this long (their task lost) are re-enqueued by the sweep"
     )
 
+    # --- OpenAI-compatible chat completions and MCP ---------------------------------------------
+    chat_completions_wait_seconds: float = Field(
+        300.0, gt=0, description="How long /v1/chat/completions waits for its turn before answering 504"
+    )
+    chat_completions_max_messages: int = Field(
+        1000, ge=1, description="Messages one /v1/chat/completions request may carry"
+    )
+
     # --- logging -----------------------------------------------------------------------------
     log_level: str = "INFO"
     log_json: bool = Field(False, description="JSON log lines instead of console format")

@@ -7,7 +7,9 @@ Streams expire an hour after their last event; the turn row in Postgres remains 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -59,3 +61,22 @@ async def read_events(
                 last_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
                 event, data = _decode(fields)  # type: ignore[arg-type]
                 yield last_id, event, data
+
+
+async def follow_events(
+    client: aioredis.Redis, turn_id: int, deadline: float, last_id: str = "0"
+) -> AsyncIterator[tuple[str, str, dict[str, Any]]]:
+    """`read_events` until the monotonic `deadline`; a Redis error reads as a quiet moment ("idle"),
+    so the caller falls back to the turn row (the truth) instead of failing."""
+    while time.monotonic() < deadline:
+        block_ms = int(max(50, min(1000, (deadline - time.monotonic()) * 1000)))
+        try:
+            async for entry, event, data in read_events(client, turn_id, last_id=last_id, block_ms=block_ms):
+                if entry:
+                    last_id = entry
+                yield entry, event, data
+                if event == "idle" or time.monotonic() >= deadline:
+                    break
+        except redis.RedisError:
+            await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+            yield "", "idle", {}

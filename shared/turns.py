@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+from psycopg.types.json import Jsonb
 
 from shared.db import Conn
 from shared.text import estimate_tokens
@@ -21,6 +24,29 @@ class IdempotencyConflict(ValueError):
 class SubmittedTurn:
     turn: dict[str, Any]
     replayed: bool  # True when an earlier turn with the same Idempotency-Key was returned
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message a turn brings into its session (the REST API: one user message; the OpenAI-compatible
+    endpoint: what the client's history adds, e.g. earlier messages, or results of its own tools)."""
+
+    role: str  # user, assistant or tool
+    content: str
+    tool_calls: Sequence[dict[str, Any]] = ()  # assistant: [{"id", "name", "arguments"}]
+    tool_call_id: str | None = None  # tool: the call it answers
+    tool_name: str | None = None
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    messages: Sequence[NewMessage]
+    client: dict[str, Any] | None = field(default=None)  # the turns.client options (OpenAI-compatible requests)
+
+
+# Decides a turn's input once the session row is locked (so concurrent requests of one session decide in
+# turn): a TurnInput, or the id of an open turn the request is already answered by.
+TurnPlanner = Callable[[Conn, int], TurnInput | int]
 
 
 def _request_hash(session_key: str, user_external_id: str, text: str) -> str:
@@ -82,43 +108,74 @@ def submit_turn(
     tenant_id: int,
     session_key: str,
     user_external_id: str,
-    text: str,
+    text: str = "",
     idempotency_key: str | None = None,
     channel: str = "api",
+    plan: TurnPlanner | None = None,
+    fingerprint: str | None = None,
 ) -> SubmittedTurn:
-    """Persist the user's message and a queued turn in the caller's transaction.
+    """Persist the turn's input messages and a queued turn in the caller's transaction.
+
+    The REST API passes `text` (one user message). The OpenAI-compatible endpoint passes `plan`, called
+    with the session locked, which decides the input (or names an open turn that already answers the
+    request) and a `fingerprint` of the request for the Idempotency-Key check.
 
     A repeated Idempotency-Key returns the original turn (and writes nothing); the unique index
     makes two concurrent requests with the same key agree on one turn.
     """
-    request_hash = _request_hash(session_key, user_external_id, text)
+    request_hash = _request_hash(session_key, user_external_id, text if fingerprint is None else fingerprint)
     if idempotency_key is not None:
         existing = _turn_by_idempotency_key(conn, tenant_id, idempotency_key)
         if existing is not None:
             return _replay(existing, request_hash)
 
     user_id = ensure_user(conn, tenant_id, user_external_id)
+    # The upsert locks the session row until commit: concurrent submissions of one session (and their
+    # `plan`s, which read its history) take their turns one after the other.
     session_id = ensure_session(conn, tenant_id, user_id, session_key, channel)
+    planned = TurnInput([NewMessage("user", text)]) if plan is None else plan(conn, session_id)
+    if isinstance(planned, int):
+        joined = get_turn(conn, tenant_id, planned)
+        assert joined is not None
+        return SubmittedTurn(turn=joined, replayed=True)
+    client = None if planned.client is None else Jsonb({**planned.client, "inputs": len(planned.messages)})
     row = conn.execute(
-        """INSERT INTO turns (tenant_id, user_id, session_id, idempotency_key, request_hash)
-           VALUES (%s, %s, %s, %s, %s)
+        """INSERT INTO turns (tenant_id, user_id, session_id, idempotency_key, request_hash, client)
+           VALUES (%s, %s, %s, %s, %s, %s)
            ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
            RETURNING id""",
-        (tenant_id, user_id, session_id, idempotency_key, request_hash),
+        (tenant_id, user_id, session_id, idempotency_key, request_hash, client),
     ).fetchone()
     if row is None:  # lost a race with a concurrent request carrying the same key
         existing = _turn_by_idempotency_key(conn, tenant_id, idempotency_key or "")
         assert existing is not None
         return _replay(existing, request_hash)
     turn_id = int(row["id"])
-    conn.execute(
-        """INSERT INTO session_messages (tenant_id, user_id, session_id, turn_id, role, content, token_estimate)
-           VALUES (%s, %s, %s, %s, 'user', %s, %s)""",
-        (tenant_id, user_id, session_id, turn_id, text, estimate_tokens(text)),
-    )
+    with conn.cursor() as cur:
+        cur.executemany(
+            """INSERT INTO session_messages
+                   (tenant_id, user_id, session_id, turn_id, role, content, tool_calls, tool_results, token_estimate)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+            [(tenant_id, user_id, session_id, turn_id, *_message_columns(m)) for m in planned.messages],
+        )
     turn = get_turn(conn, tenant_id, turn_id)
     assert turn is not None
     return SubmittedTurn(turn=turn, replayed=False)
+
+
+def _message_columns(message: NewMessage) -> tuple[Any, ...]:
+    calls = [dict(call) for call in message.tool_calls]
+    results = None
+    if message.role == "tool":
+        results = {"tool_call_id": message.tool_call_id, "name": message.tool_name, "is_error": False}
+    tokens = estimate_tokens(message.content) + (estimate_tokens(json.dumps(calls)) if calls else 0)
+    return (
+        message.role,
+        message.content,
+        Jsonb(calls) if calls else None,
+        Jsonb(results) if results is not None else None,
+        tokens,
+    )
 
 
 def _turn_by_idempotency_key(conn: Conn, tenant_id: int, key: str) -> dict[str, Any] | None:

@@ -20,7 +20,8 @@ from api.schemas.turns import TurnAccepted, TurnIn, TurnOut
 from shared import db
 from shared.auth import Principal
 from shared.config import get_settings
-from shared.events import TERMINAL_EVENTS, read_events
+from shared.events import TERMINAL_EVENTS
+from shared.events import follow_events as _events_until
 from shared.llm.ledger import calls_by_purpose
 from shared.logging import get_logger
 from shared.quotas import seconds_until_next_month, turn_refusal
@@ -126,23 +127,6 @@ async def read_turn(
             if turn["status"] in TERMINAL_STATUSES:
                 break
     return TurnOut(**turn)
-
-
-async def _events_until(
-    client: Any, turn_id: int, deadline: float, last_id: str = "0"
-) -> AsyncIterator[tuple[str, str, dict[str, Any]]]:
-    while time.monotonic() < deadline:
-        block_ms = int(max(50, min(1000, (deadline - time.monotonic()) * 1000)))
-        try:
-            async for entry, event, data in read_events(client, turn_id, last_id=last_id, block_ms=block_ms):
-                if entry:
-                    last_id = entry
-                yield entry, event, data
-                if event == "idle" or time.monotonic() >= deadline:
-                    break
-        except redis.RedisError:
-            await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-            yield "", "idle", {}
 
 
 @router.get(

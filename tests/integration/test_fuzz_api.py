@@ -39,6 +39,9 @@ FUZZ_USER = "fuzz-user"
 # Per operation and generation mode: ~22 operations × 2 modes × this stays within a couple of minutes
 # on two cores, and derandomize makes every run send the same requests.
 EXAMPLES_PER_OPERATION = 100
+# Answered in OpenAI's error shape, not engram's, and a valid request waits for a worker to run its turn:
+# tests/integration/test_openai_compat.py covers them with the openai SDK as the caller.
+OPENAI_COMPATIBLE = ("/v1/chat/completions", "/v1/models")
 WRITE_TABLES = ("users", "sessions", "turns", "session_messages", "memories", "memory_events", "memory_entities")
 
 
@@ -163,6 +166,8 @@ def test_schemathesis_finds_no_server_error_and_no_schema_drift(
     operations = 0
     for result in schema.get_all_operations():
         operation = result.ok()
+        if operation.path in OPENAI_COMPATIBLE:
+            continue
         operations += 1
         for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
             try:
