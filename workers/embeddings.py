@@ -6,7 +6,7 @@ from shared import db
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.embeddings import EmbeddingError
-from shared.memory.indexing import index_memory, unindexed_memory_ids
+from shared.memory.indexing import index_memory_committed, unindexed_memory_ids
 from shared.memory.service import process_embedder
 from shared.pipeline.jobs import index_transcript as index_transcript_blocks
 from workers.base import engram_task
@@ -21,8 +21,7 @@ from workers.dispatch import enqueue_embed_memory
     max_retries=8,
 )
 def embed_memory(memory_id: int) -> int:
-    with db.connection() as conn:
-        return index_memory(conn, process_embedder(), memory_id, get_settings().embedding_batch_size)
+    return index_memory_committed(memory_id, process_embedder(), get_settings().embedding_batch_size)
 
 
 @engram_task("embeddings", autoretry_for=(DatabaseUnavailable, EmbeddingError), retry_backoff=2, max_retries=8)

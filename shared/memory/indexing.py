@@ -17,6 +17,7 @@ from typing import Any
 
 from pgvector import Vector
 
+from shared import db
 from shared.db import Conn
 from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
 from shared.memory.chunking import Chunk, split_text
@@ -80,6 +81,18 @@ def index_memory(conn: Conn, embedder: Embedder, memory_id: int, batch_size: int
     # Observed before the caller commits: the commit is milliseconds, the lag seconds to hours.
     observe_embedding_lag("memory", (datetime.now(UTC) - memory["updated_at"]).total_seconds())
     return len(inputs)
+
+
+def index_memory_committed(memory_id: int, embedder: Embedder, batch_size: int) -> int:
+    """`index_memory` in its own transaction, after making sure of the embedding space in an earlier one.
+
+    The first use of a space alters `memory_chunks` and builds its index under a table lock; inside the
+    indexing transaction that lock would be taken before the memory's row lock, the opposite order of
+    every writer that updates a memory and then drops its chunks (delete, decay), and the two deadlock."""
+    with db.connection() as conn:
+        ensure_embedding_space(conn, embedder)
+    with db.connection() as conn:
+        return index_memory(conn, embedder, memory_id, batch_size)
 
 
 def unindexed_memory_ids(conn: Conn, limit: int = 1000) -> list[int]:
