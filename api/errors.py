@@ -245,7 +245,9 @@ def _document_operation(path: str, operation: dict[str, Any]) -> None:
     if "requestBody" in operation:
         responses.setdefault("400", {"description": _DEFAULT_DESCRIPTIONS["400"]})
         responses.setdefault("413", {"description": _DEFAULT_DESCRIPTIONS["413"]})
-    if operation.get("parameters") or "requestBody" in operation:
+    # The OpenAI-compatible routes answer every error in OpenAI's shape, a malformed body with 400.
+    openai_shaped = "openai-compatible" in operation.get("tags", ())
+    if (operation.get("parameters") or "requestBody" in operation) and not openai_shaped:
         responses.setdefault("422", {"description": _DEFAULT_DESCRIPTIONS["422"]})
     if path.startswith("/v1/"):
         responses.setdefault("503", {"description": _DEFAULT_DESCRIPTIONS["503"]})
@@ -254,4 +256,5 @@ def _document_operation(path: str, operation: dict[str, Any]) -> None:
             continue
         content = response.get("content", {}).get("application/json", {})
         if not content or "HTTPValidationError" in json.dumps(content):
-            response["content"] = {"application/json": {"schema": _ERROR_REF}}
+            ref = {"$ref": "#/components/schemas/OpenAIErrorOut"} if openai_shaped else _ERROR_REF
+            response["content"] = {"application/json": {"schema": ref}}
