@@ -43,6 +43,8 @@ TEST_ENV = {
     # tests turn the limiter on for themselves.
     "ENGRAM_RATE_LIMIT_KEY_PER_SECOND": "0",
     "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0",
+    # Each test starts from empty tables: the gateway must not serve a previous test's cached aggregates.
+    "ENGRAM_METRICS_SQL_INTERVAL_SECONDS": "0",
     # Maintenance job slices must end well inside the test time limit above.
     "ENGRAM_JOB_SLICE_SECONDS": "20",
 }

@@ -54,6 +54,9 @@ def runs(job: str) -> list[dict[str, Any]]:
 def maintenance_worker(
     celery_stack: CeleryStack, clean_state: object, tmp_path: Path
 ) -> Iterator[Callable[..., CeleryProcess]]:
+    # The session's shared worker and beat (left by earlier tests) would consume the maintenance queue
+    # with their own settings and hold the beat leader lock: these tests run their own processes only.
+    celery_stack.stop()
     started: list[CeleryProcess] = []
 
     def start(**overrides: str) -> CeleryProcess:

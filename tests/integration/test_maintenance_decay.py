@@ -62,14 +62,20 @@ def decay_events(conn: Conn, memory_id: int) -> list[dict[str, Any]]:
 def add_chunk(conn: Conn, scope: Scope, memory_id: int, text: str) -> None:
     """A chunk and its cached embedding, as the embeddings worker leaves them."""
     digest = f"hash-{memory_id}"
+    # The column is typed once an embedding space was set up (earlier tests may have): match its size.
+    typmod = conn.execute(
+        "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'memory_chunks'::regclass AND attname = 'embedding'"
+    ).fetchone()["atttypmod"]
+    dimension = typmod if typmod > 0 else 3
+    vector = "[" + ",".join(["1"] + ["0"] * (dimension - 1)) + "]"
     conn.execute(
         """INSERT INTO memory_chunks (tenant_id, user_id, memory_id, text, content_hash, embedding)
-           VALUES (%s, %s, %s, %s, %s, '[1,0,0]')""",
-        (scope.tenant_id, scope.user_id, memory_id, text, digest),
+           VALUES (%s, %s, %s, %s, %s, %s)""",
+        (scope.tenant_id, scope.user_id, memory_id, text, digest, vector),
     )
     conn.execute(
-        "INSERT INTO embedding_cache (model, dimension, content_hash, embedding) VALUES ('m', 3, %s, '[1,0,0]')",
-        (digest,),
+        "INSERT INTO embedding_cache (model, dimension, content_hash, embedding) VALUES ('m', %s, %s, %s)",
+        (dimension, digest, vector),
     )
 
 
@@ -212,7 +218,13 @@ def test_one_off_styles_expire_after_14_days_and_the_directive_is_resynthesised(
             (Jsonb({"reinforced_count": count, "last_reinforced": now.isoformat()}), row["id"]),
         )
         ids[key] = row["id"]
-    old = store(conn, alice, "directive", "You use lots of emoji.", kind="directive", namespace="tacit/personality")
+    # Written as personality synthesis writes it: no other writer may store a directive.
+    old = store_memory(
+        conn,
+        alice,
+        MemoryInput(key="directive", value="You use lots of emoji.", kind="directive", namespace="tacit/personality"),
+        "synthesis",
+    ).memory
 
     result = jobs.run("decay", get_settings(), as_of=now + timedelta(days=15))
     assert result.counts["styles_expired"] == 1 and result.counts["directives_resynthesised"] == 1
