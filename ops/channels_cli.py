@@ -9,48 +9,19 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from types import FrameType
 from typing import Annotated, Any
 
 import typer
 
-from ops.cli_support import fail, load_settings
-from shared.db import Conn
+from ops.cli_support import JsonOption, TenantOption, fail, load_settings, require_tenant, transaction
 
 channels_app = typer.Typer(help="Slack and Telegram connections.", no_args_is_help=True)
 telegram_app = typer.Typer(help="Telegram webhook and long polling.", no_args_is_help=True)
 users_app = typer.Typer(help="Users across channels.", no_args_is_help=True)
 channels_app.add_typer(telegram_app, name="telegram")
 
-TenantOption = Annotated[str, typer.Option(help="The tenant (by name)")]
 NameOption = Annotated[str, typer.Option("--name", help="The connection's name (slug)")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object")]
-
-
-@contextmanager
-def _transaction() -> Iterator[Conn]:
-    from shared.db import connect
-    from shared.services import ServiceNotConfigured
-
-    load_settings()
-    try:
-        with connect() as conn:
-            yield conn
-            conn.commit()
-    except ServiceNotConfigured as exc:
-        fail(str(exc))
-
-
-def _tenant_id(conn: Conn, tenant: str, create: bool = False) -> int:
-    from shared.auth import ensure_tenant
-    from shared.keys import tenant_id_of
-
-    tenant_id = ensure_tenant(conn, tenant) if create else tenant_id_of(conn, tenant)
-    if tenant_id is None:
-        fail(f"no tenant {tenant!r}")
-    return tenant_id
 
 
 def _secret(value: str | None, label: str, required: bool) -> str | None:
@@ -91,10 +62,10 @@ def add(
     }
     settings = load_settings()
     try:
-        with _transaction() as conn:
+        with transaction() as conn:
             connection, created = add_connection(
                 conn,
-                _tenant_id(conn, tenant, create=True),
+                require_tenant(conn, tenant, create=True),
                 kind,
                 name,
                 {k: v for k, v in secrets.items() if v is not None},
@@ -119,8 +90,8 @@ def list_connections(tenant: TenantOption = "default", as_json: JsonOption = Fal
     """The tenant's connections (which secrets are set, never their values)."""
     from shared.channels.connections import list_connections as listing
 
-    with _transaction() as conn:
-        rows = listing(conn, _tenant_id(conn, tenant))
+    with transaction() as conn:
+        rows = listing(conn, require_tenant(conn, tenant))
     if as_json:
         typer.echo(json.dumps({"tenant": tenant, "connections": rows}, default=str))
         return
@@ -135,8 +106,8 @@ def remove(kind: str, name: str, tenant: TenantOption = "default") -> None:
     """Remove a connection (its identity links and pending replies go; users and memories stay)."""
     from shared.channels.connections import delete_connection
 
-    with _transaction() as conn:
-        removed = delete_connection(conn, _tenant_id(conn, tenant), kind, name)
+    with transaction() as conn:
+        removed = delete_connection(conn, require_tenant(conn, tenant), kind, name)
     if not removed:
         fail(f"tenant {tenant!r} has no {kind} connection {name!r}")
     typer.echo(f"removed {kind} connection {name!r}")
@@ -145,8 +116,8 @@ def remove(kind: str, name: str, tenant: TenantOption = "default") -> None:
 def _telegram(tenant: str, name: str) -> Any:
     from shared.channels.connections import tenant_connection
 
-    with _transaction() as conn:
-        connection = tenant_connection(conn, _tenant_id(conn, tenant), "telegram", name)
+    with transaction() as conn:
+        connection = tenant_connection(conn, require_tenant(conn, tenant), "telegram", name)
     if connection is None:
         fail(f"tenant {tenant!r} has no telegram connection {name!r} (engram channels add telegram …)")
     return connection
@@ -246,8 +217,8 @@ def link(
             fail(f"invalid identity {spec!r}: use slack:<connection>:<user id> or telegram:<connection>:<user id>", 2)
         parsed.append(parts)
     linked = []
-    with _transaction() as conn:
-        tenant_id = _tenant_id(conn, tenant)
+    with transaction() as conn:
+        tenant_id = require_tenant(conn, tenant)
         for kind, slug, platform_id in parsed:
             connection = tenant_connection(conn, tenant_id, kind, slug)
             if connection is None:  # fail() raises inside the transaction: nothing is linked

@@ -3,43 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
 
-from ops.cli_support import fail, load_settings
+from ops.cli_support import JsonOption, TenantOption, fail, require_tenant, transaction
 from shared.auth import SCOPES
-from shared.db import Conn
 
 keys_app = typer.Typer(help="Create, list, revoke and rotate API keys.", no_args_is_help=True)
-
-TenantOption = Annotated[str, typer.Option(help="The tenant (by name)")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object")]
-
-
-@contextmanager
-def _transaction() -> Iterator[Conn]:
-    from shared.db import connect
-    from shared.services import ServiceNotConfigured
-
-    load_settings()
-    try:
-        with connect() as conn:
-            yield conn
-            conn.commit()
-    except ServiceNotConfigured as exc:
-        fail(str(exc))
-
-
-def _tenant_id(conn: Conn, tenant: str) -> int:
-    from shared.keys import tenant_id_of
-
-    tenant_id = tenant_id_of(conn, tenant)
-    if tenant_id is None:
-        fail(f"no tenant {tenant!r}")
-    return tenant_id
 
 
 def _public(record: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +45,7 @@ def create(
     from shared.keys import KeyRequestInvalid, create_tenant_key
 
     try:
-        with _transaction() as conn:
+        with transaction() as conn:
             issued = create_tenant_key(conn, tenant, name=name, scopes=scopes, user_external_id=user)
     except KeyRequestInvalid as exc:
         fail(str(exc), 2)
@@ -90,8 +61,10 @@ def list_keys(
     """The tenant's keys (never their secrets)."""
     from shared.keys import list_api_keys
 
-    with _transaction() as conn:
-        rows = [_public(row) for row in list_api_keys(conn, _tenant_id(conn, tenant), include_revoked=include_revoked)]
+    with transaction() as conn:
+        rows = [
+            _public(row) for row in list_api_keys(conn, require_tenant(conn, tenant), include_revoked=include_revoked)
+        ]
     if as_json:
         typer.echo(json.dumps({"tenant": tenant, "keys": rows}))
         return
@@ -106,8 +79,8 @@ def revoke(key_id: int, tenant: TenantOption = "default", as_json: JsonOption = 
     """Revoke a key: it stops working at once."""
     from shared.keys import revoke_api_key
 
-    with _transaction() as conn:
-        record = revoke_api_key(conn, _tenant_id(conn, tenant), key_id)
+    with transaction() as conn:
+        record = revoke_api_key(conn, require_tenant(conn, tenant), key_id)
     if record is None:
         fail(f"tenant {tenant!r} has no active key {key_id}")
     typer.echo(json.dumps(_public(record)) if as_json else f"key {key_id} revoked")
@@ -118,8 +91,8 @@ def rotate(key_id: int, tenant: TenantOption = "default", as_json: JsonOption = 
     """Replace a key by a new secret with the same name, scopes and user; the old one stops working."""
     from shared.keys import rotate_api_key
 
-    with _transaction() as conn:
-        issued = rotate_api_key(conn, _tenant_id(conn, tenant), key_id)
+    with transaction() as conn:
+        issued = rotate_api_key(conn, require_tenant(conn, tenant), key_id)
     if issued is None:
         fail(f"tenant {tenant!r} has no active key {key_id}")
     _print_issued(issued.key, issued.record, tenant, as_json)
