@@ -68,6 +68,21 @@ class ApiError(HTTPException):
         self.code = code or code_for(status_code)
 
 
+def refuse_over_budget(conn: db.Conn, tenant_id: int) -> None:
+    """429 `token_budget_exceeded` (Retry-After: the next month) once the tenant's monthly token budget
+    is spent: new work would spend tokens it no longer has."""
+    from shared.quotas import seconds_until_next_month, turn_refusal
+
+    refusal = turn_refusal(conn, tenant_id)
+    if refusal is not None:
+        raise ApiError(
+            429,
+            refusal,
+            code="token_budget_exceeded",
+            headers={"Retry-After": str(seconds_until_next_month())},
+        )
+
+
 class ValidationIssue(BaseModel):
     type: str = Field(description="pydantic's error type, e.g. string_too_long, missing, json_invalid")
     loc: list[str | int] = Field(description="Where: body/query/path/header, then field names and indexes")

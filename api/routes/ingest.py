@@ -7,14 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Path, Response, status
 
 from api.deps import MemoryReadKey, MemoryWriteKey
-from api.errors import ApiError
+from api.errors import refuse_over_budget
 from api.schemas.common import ID_PATTERN
 from api.schemas.ingest import IngestAccepted, IngestIn, MemoryStatusOut
 from shared import db
 from shared.config import get_settings
 from shared.ingest import IngestMessage, ingest_messages
 from shared.pipeline.status import session_memory_status
-from shared.quotas import seconds_until_next_month, turn_refusal
 from shared.turns import IdempotencyConflict
 
 router = APIRouter(prefix="/v1/users/{user_id}/sessions/{session_key}", tags=["ingest"])
@@ -69,14 +68,7 @@ def post_messages(
     messages = [IngestMessage(m.role, m.content, m.created_at, m.name, m.idempotency_key) for m in body.messages]
     try:
         with db.connection() as conn:
-            refusal = turn_refusal(conn, tenant.id)
-            if refusal is not None:  # extraction would spend tokens the tenant no longer has
-                raise ApiError(
-                    status.HTTP_429_TOO_MANY_REQUESTS,
-                    refusal,
-                    code="token_budget_exceeded",
-                    headers={"Retry-After": str(seconds_until_next_month())},
-                )
+            refuse_over_budget(conn, tenant.id)
             result = ingest_messages(
                 conn,
                 tenant_id=tenant.id,

@@ -15,14 +15,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Request, status
+from fastapi import APIRouter, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from api.deps import ChatKey, check_user
-from api.errors import ApiError, code_for
+from api.errors import ApiError, code_for, refuse_over_budget
 from api.openai_schemas import ChatCompletionIn, ModelOut, ModelsOut, OpenAIErrorOut
 from api.routes.turns import _enqueue as enqueue_session
 from api.schemas.common import ID_PATTERN
@@ -44,7 +44,6 @@ from shared.openai_compat import (
     openai_tool_call,
     openai_usage,
 )
-from shared.quotas import seconds_until_next_month, turn_refusal
 from shared.redis_client import shared_async_redis
 from shared.tools import default_registry
 from shared.turns import IdempotencyConflict, submit_turn
@@ -244,14 +243,7 @@ def _submit(
 ) -> Any:
     try:
         with db.connection() as conn:
-            refusal = turn_refusal(conn, principal.id)
-            if refusal is not None:
-                raise ApiError(
-                    status.HTTP_429_TOO_MANY_REQUESTS,
-                    refusal,
-                    code="token_budget_exceeded",
-                    headers={"Retry-After": str(seconds_until_next_month())},
-                )
+            refuse_over_budget(conn, principal.id)
             return submit_turn(
                 conn,
                 tenant_id=principal.id,

@@ -14,7 +14,7 @@ from kombu.exceptions import OperationalError as BrokerUnavailable
 from sse_starlette.sse import EventSourceResponse
 
 from api.deps import ChatKey, check_user
-from api.errors import ApiError
+from api.errors import refuse_over_budget
 from api.schemas.common import ID_PATTERN
 from api.schemas.turns import TurnAccepted, TurnIn, TurnOut
 from shared import db
@@ -24,7 +24,6 @@ from shared.events import TERMINAL_EVENTS
 from shared.events import follow_events as _events_until
 from shared.llm.ledger import calls_by_purpose
 from shared.logging import get_logger
-from shared.quotas import seconds_until_next_month, turn_refusal
 from shared.redis_client import shared_async_redis
 from shared.turns import TERMINAL_STATUSES, IdempotencyConflict, get_turn, submit_turn
 
@@ -63,14 +62,7 @@ def post_turn(
         )
     try:
         with db.connection() as conn:
-            refusal = turn_refusal(conn, tenant.id)
-            if refusal is not None:
-                raise ApiError(
-                    status.HTTP_429_TOO_MANY_REQUESTS,
-                    refusal,
-                    code="token_budget_exceeded",
-                    headers={"Retry-After": str(seconds_until_next_month())},
-                )
+            refuse_over_budget(conn, tenant.id)
             submitted = submit_turn(
                 conn,
                 tenant_id=tenant.id,
