@@ -1,6 +1,6 @@
 """Embeddings: providers (local MiniLM, OpenAI-compatible), the per-model cache, the database's space."""
 
-from shared.embeddings.cache import content_hash, embed_texts, evict_stale
+from shared.embeddings.cache import content_hash, embed_texts, evict_stale, forget_unused
 from shared.embeddings.providers import (
     Embedder,
     EmbeddingError,
@@ -28,6 +28,7 @@ __all__ = [
     "embedder_from_settings",
     "ensure_embedding_space",
     "evict_stale",
+    "forget_unused",
     "reindex",
     "vector_search_available",
 ]

@@ -94,6 +94,19 @@ def evict_stale(conn: Conn, older_than_days: int = 30) -> int:
     return cur.rowcount
 
 
+def forget_unused(conn: Conn, hashes: Sequence[str]) -> int:
+    """Delete the cached vectors of these text hashes that no chunk uses any more (call it after deleting
+    chunks): a vector can be inverted into an approximation of its text, and text another chunk still
+    has stays cached for it. Returns how many went."""
+    if not hashes:
+        return 0
+    return conn.execute(
+        """DELETE FROM embedding_cache ec WHERE ec.content_hash = ANY(%s)
+             AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.content_hash = ec.content_hash)""",
+        (sorted(set(hashes)),),
+    ).rowcount
+
+
 def _touch(conn: Conn, model: str, dimension: int, hashes: list[str]) -> None:
     if not hashes:
         return

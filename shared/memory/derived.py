@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from shared.db import Conn
+from shared.embeddings import forget_unused
 from shared.memory.store import MEMORY_COLUMNS, Scope, record_event
 
 
@@ -55,13 +56,8 @@ def release_derived(
             (scope.tenant_id, scope.user_id, list(set(entity_ids))),
         ).rowcount
     counts["reflections"] = _reflections(conn, scope, ids, actor=actor, forgotten=forgotten)
-    if hashes:
-        # Shared by other text (any user's identical chunk) stays: it is theirs too.
-        counts["cache_entries"] = conn.execute(
-            """DELETE FROM embedding_cache ec WHERE ec.content_hash = ANY(%s)
-                 AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.content_hash = ec.content_hash)""",
-            (list(set(hashes)),),
-        ).rowcount
+    # Shared by other text (any user's identical chunk) stays: it is theirs too.
+    counts["cache_entries"] = forget_unused(conn, hashes)
     return counts
 
 

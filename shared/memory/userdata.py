@@ -15,6 +15,7 @@ import redis
 from redis.exceptions import RedisError
 
 from shared.db import Conn
+from shared.embeddings import forget_unused
 from shared.events import stream_key
 from shared.logging import get_logger
 from shared.memory.store import MEMORY_COLUMNS, Scope
@@ -128,7 +129,7 @@ NON_USER_TABLES: dict[str, str] = {
     # A tenant's bots; the people who talk to them are in channel_identities.
     "channel_connections": "the tenant's Slack and Telegram bots and their secrets",
     # Keyed by sha256 of the embedded text, with no owner; erasure deletes the rows of the user's
-    # chunk texts that no other user's chunk shares (see `_erase_cached_embeddings`).
+    # chunk texts that no other user's chunk shares (`shared.embeddings.forget_unused`).
     "embedding_cache": "vectors keyed by text hash, erased by hash",
 }
 
@@ -157,23 +158,17 @@ def erase_user(conn: Conn, scope: Scope) -> Erasure:
     params = _params(conn, scope)
     erasure = Erasure()
     erasure.turn_ids = [row["id"] for row in conn.execute(_USER_TURNS, params).fetchall()]
-    erasure.counts["embedding_cache"] = _erase_cached_embeddings(conn, params)
+    hashes = [
+        row["content_hash"]
+        for row in conn.execute(
+            "SELECT DISTINCT content_hash FROM memory_chunks WHERE tenant_id = %(t)s AND user_id = %(u)s", params
+        ).fetchall()
+    ]
     for table in USER_TABLES:
         erasure.counts[table.name] = conn.execute(f"DELETE FROM {table.name} WHERE {table.predicate}", params).rowcount
+    # After the chunks went: what another user's chunk still has stays cached.
+    erasure.counts["embedding_cache"] = forget_unused(conn, hashes)
     return erasure
-
-
-def _erase_cached_embeddings(conn: Conn, params: dict[str, Any]) -> int:
-    """Cached vectors of the user's chunk texts (a vector can be inverted into an approximation of its
-    text), except those another user's chunk has too: theirs must stay searchable and cheap."""
-    return conn.execute(
-        """DELETE FROM embedding_cache c
-            WHERE c.content_hash IN (SELECT content_hash FROM memory_chunks
-                                      WHERE tenant_id = %(t)s AND user_id = %(u)s)
-              AND NOT EXISTS (SELECT 1 FROM memory_chunks o
-                               WHERE o.content_hash = c.content_hash AND o.user_id <> %(u)s)""",
-        params,
-    ).rowcount
 
 
 def drop_live_state(client: redis.Redis, erasure: Erasure) -> None:
