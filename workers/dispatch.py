@@ -136,3 +136,12 @@ def dispatch_accepted(accepted: Accepted) -> None:
         )
     if accepted.erased_turn_ids:
         drop_live_state(get_redis(), Erasure(turn_ids=list(accepted.erased_turn_ids)))
+
+
+def drain_soon(session_id: int) -> None:
+    """Best effort: enqueue the drain of a session whose turn was just stored. With the broker away the
+    turn is still safe in Postgres, and the stalled-turn sweep enqueues it once the broker is back."""
+    try:
+        enqueue_drain(session_id)
+    except (BrokerUnavailable, RedisError, OSError) as exc:
+        log.warning("broker unavailable; turn will be re-driven by the sweep", session_id=session_id, error=str(exc))

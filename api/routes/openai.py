@@ -24,7 +24,6 @@ from starlette.exceptions import HTTPException
 from api.deps import ChatKey, check_user
 from api.errors import ApiError, code_for, refuse_over_budget
 from api.openai_schemas import ChatCompletionIn, ModelOut, ModelsOut, OpenAIErrorOut
-from api.routes.turns import _enqueue as enqueue_session
 from api.schemas.common import ID_PATTERN
 from shared import db
 from shared.auth import Principal
@@ -178,7 +177,9 @@ async def chat_completions(
     submitted = await asyncio.to_thread(_submit, principal, session_key, user, plan, fingerprint, idempotency_key)
     turn = submitted.turn
     if not submitted.replayed:
-        enqueue_session(turn["session_id"])
+        from workers.dispatch import drain_soon  # the Celery app reads settings; load it on first use
+
+        drain_soon(turn["session_id"])
     headers = {"X-Engram-Turn-Id": str(turn["turn_id"]), "X-Engram-Session": session_key}
     head = {
         "id": f"chatcmpl-engram-{turn['turn_id']}",

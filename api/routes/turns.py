@@ -8,9 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import redis
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Response, status
-from kombu.exceptions import OperationalError as BrokerUnavailable
 from sse_starlette.sse import EventSourceResponse
 
 from api.deps import ChatKey, check_user
@@ -78,18 +76,10 @@ def post_turn(
     if submitted.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     else:
-        _enqueue(turn["session_id"])
+        from workers.dispatch import drain_soon  # the Celery app reads settings; load it on first use
+
+        drain_soon(turn["session_id"])
     return TurnAccepted(turn_id=turn["turn_id"], session_id=turn["session_id"], status=turn["status"])
-
-
-def _enqueue(session_id: int) -> None:
-    from workers.dispatch import enqueue_drain  # the Celery app reads settings; load it on first use
-
-    try:
-        enqueue_drain(session_id)
-    except (BrokerUnavailable, redis.RedisError, OSError) as exc:
-        # The turn is stored; the stalled-turn sweep enqueues it once the broker is back.
-        log.warning("broker unavailable; turn will be re-driven by the sweep", session_id=session_id, error=str(exc))
 
 
 def _load_turn(principal: Principal, turn_id: int) -> dict[str, Any]:

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from shared import db
 from shared.auth import DEFAULT_TENANT, ensure_tenant
-from shared.channels.connections import ENV_SLUG, Connection, ConnectionInvalid, upsert_connection, validate
+from shared.channels.connections import (
+    ENV_SLUG,
+    Connection,
+    ConnectionInvalid,
+    tenant_connection,
+    upsert_connection,
+    validate,
+)
 from shared.channels.errors import SendError
 from shared.channels.telegram import TelegramClient
 from shared.config import Settings
@@ -70,24 +77,38 @@ def env_secrets(settings: Settings) -> dict[str, dict[str, str]]:
 
 
 def sync_env_connections(settings: Settings) -> list[Connection]:
-    """Create or update the `default` connections the environment describes (nothing when it names none)."""
-    wanted = env_secrets(settings)
-    if not wanted:
+    """Create or update the `default` connections the environment describes (nothing when it names none).
+
+    All or nothing: every connection is validated before anything is written, and the writes share one
+    transaction, so one malformed token refuses the whole environment shortcut (ConnectionInvalid) rather
+    than storing half of it. The log lines come after the commit, so they never report a write that
+    was rolled back."""
+    requested = env_secrets(settings)
+    if not requested:
         return []
+    for kind, secrets in requested.items():
+        validate(kind, ENV_SLUG, secrets)  # a malformed environment is refused before the database is touched
+    with db.connection() as conn:
+        tenant_id = ensure_tenant(conn, DEFAULT_TENANT)
+        stored = tenant_connection(conn, tenant_id, "telegram", ENV_SLUG) if "telegram" in requested else None
+    if stored is not None and "webhook_secret" not in requested["telegram"] and stored.secret("webhook_secret"):
+        # Without ENGRAM_TELEGRAM_WEBHOOK_SECRET, keep the secret the webhook was registered with: a new
+        # random one on every restart would make Telegram's calls 401 until someone re-ran set-webhook.
+        requested["telegram"]["webhook_secret"] = stored.secret("webhook_secret")
+    wanted = {kind: validate(kind, ENV_SLUG, secrets) for kind, secrets in requested.items()}
     usernames = {
         kind: telegram_username(secrets["bot_token"], settings) if kind == "telegram" else None
         for kind, secrets in wanted.items()
     }
-    made = []
+    written: list[tuple[Connection, bool]] = []
     with db.connection() as conn:
-        tenant_id = ensure_tenant(conn, DEFAULT_TENANT)
         for kind, secrets in wanted.items():
-            connection, created = upsert_connection(conn, tenant_id, kind, ENV_SLUG, secrets, usernames[kind])
-            made.append(connection)
-            log.info(
-                "channel connection from the environment",
-                kind=kind,
-                slug=ENV_SLUG,
-                action="created" if created else "updated",
-            )
-    return made
+            written.append(upsert_connection(conn, tenant_id, kind, ENV_SLUG, secrets, usernames[kind]))
+    for connection, created in written:
+        log.info(
+            "channel connection from the environment",
+            kind=connection.kind,
+            slug=ENV_SLUG,
+            action="created" if created else "updated",
+        )
+    return [connection for connection, _ in written]

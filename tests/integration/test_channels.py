@@ -15,16 +15,18 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from ops.fake_channels import Call, FakeChannels, Scripted
 from ops.fake_llm import FakeLLM, FakeReply
 from shared import db
 from shared.auth import ensure_tenant
 from shared.channels import slack
-from shared.channels.connections import Connection, upsert_connection
+from shared.channels.connections import Connection, ConnectionInvalid, upsert_connection
 from shared.channels.deliveries import FAILED_TURN_TEXT
 from shared.channels.receive import receive_slack_event
-from shared.config import get_settings
+from shared.channels.setup import sync_env_connections
+from shared.config import Settings, get_settings
 from shared.redis_client import get_redis
 from tests.conftest import CeleryStack, Gateway
 from tests.support.queues import wait_for_idle_broker
@@ -576,6 +578,50 @@ def test_environment_shortcut_done_when(
         for name in env:
             os.environ.pop(name, None)
         get_settings.cache_clear()
+
+
+def env_settings(fake: FakeChannels, **secrets: str) -> Settings:
+    return get_settings().model_copy(
+        update={
+            "slack_api_url": fake.slack_api_url,
+            "telegram_api_url": fake.telegram_api_url,
+            **{name: SecretStr(value) for name, value in secrets.items()},
+        }
+    )
+
+
+def default_connections() -> dict[str, dict[str, Any]]:
+    with db.connection() as conn:
+        rows = conn.execute("SELECT kind, secrets FROM channel_connections WHERE slug = 'default'").fetchall()
+    return {row["kind"]: row["secrets"] for row in rows}
+
+
+def test_environment_shortcut_is_all_or_nothing(api: httpx.Client, fake: FakeChannels) -> None:
+    """A malformed Telegram token refuses the whole shortcut: the valid Slack half is not stored either."""
+    settings = env_settings(
+        fake, slack_signing_secret=SIGNING_SECRET, slack_bot_token=SLACK_TOKEN, telegram_bot_token="not-a-token"
+    )
+    with pytest.raises(ConnectionInvalid, match="Telegram bot token is malformed"):
+        sync_env_connections(settings)
+    assert default_connections() == {}
+    assert fake.telegram.calls("getMe") == []  # refused before any network call
+
+
+def test_environment_shortcut_keeps_the_telegram_webhook_secret_across_restarts(
+    api: httpx.Client, fake: FakeChannels
+) -> None:
+    """Without ENGRAM_TELEGRAM_WEBHOOK_SECRET the first start generates one; later starts keep it, so the
+    webhook registered with it keeps working."""
+    settings = env_settings(fake, telegram_bot_token=TG_TOKEN)
+    (first,) = sync_env_connections(settings)
+    generated = default_connections()["telegram"]["webhook_secret"]
+    (again,) = sync_env_connections(settings)
+    assert again.id == first.id
+    assert default_connections()["telegram"]["webhook_secret"] == generated
+    assert again.secret("webhook_secret") == generated
+    explicit = env_settings(fake, telegram_bot_token=TG_TOKEN, telegram_webhook_secret=TG_SECRET)
+    sync_env_connections(explicit)
+    assert default_connections()["telegram"]["webhook_secret"] == TG_SECRET  # the environment wins when set
 
 
 def test_telegram_429_waits_retry_after_and_unparsable_markdown_goes_plain(
