@@ -114,6 +114,20 @@ def _memory_scope(conn: db.Conn, caller: Caller, *, create: bool = False) -> Mem
     return None if user_id is None else MemoryScope(tenant, user_id)
 
 
+async def _read_memories(
+    caller: Caller, empty: dict[str, Any], read: Callable[[db.Conn, MemoryScope], dict[str, Any]]
+) -> dict[str, Any]:
+    """A read-only tool's body: the caller's memory scope, or `empty` for a user engram has never seen
+    (reading must not create users)."""
+
+    def work() -> dict[str, Any]:
+        with db.connection() as conn:
+            scope = _memory_scope(conn, caller)
+            return empty if scope is None else read(conn, scope)
+
+    return await _run(caller, "memory:read", work)
+
+
 def _brief(memory: dict[str, Any]) -> dict[str, Any]:
     return {k: memory[k] for k in ("id", "namespace", "key", "value", "kind")}
 
@@ -196,15 +210,9 @@ def build_server() -> MCPServer:
         namespace: Namespace = None,
         kinds: list[Kind] | None = None,
     ) -> dict[str, Any]:
-        caller = _caller(ctx)
-
-        def work() -> dict[str, Any]:
-            with db.connection() as conn:
-                scope = _memory_scope(conn, caller)
-                if scope is None:
-                    return {"results": []}
-                filters = SearchFilters(namespace_prefix=namespace, kinds=list(kinds) if kinds else None)
-                results = search_memories(conn, scope, query, limit=limit, filters=filters, touch=True)
+        def read(conn: db.Conn, scope: MemoryScope) -> dict[str, Any]:
+            filters = SearchFilters(namespace_prefix=namespace, kinds=list(kinds) if kinds else None)
+            results = search_memories(conn, scope, query, limit=limit, filters=filters, touch=True)
             keep = ("id", "source", "namespace", "key", "value", "kind")
             return {
                 "results": [
@@ -212,45 +220,33 @@ def build_server() -> MCPServer:
                 ]
             }
 
-        return await _run(caller, "memory:read", work)
+        return await _read_memories(_caller(ctx), {"results": []}, read)
 
     @server.tool(description="Get the memory stored under a key (exact key, optionally in a namespace).")
     async def memory_recall(
         key: Annotated[str, Field(min_length=1, max_length=256)], ctx: Context, namespace: Namespace = None
     ) -> dict[str, Any]:
-        caller = _caller(ctx)
-
-        def work() -> dict[str, Any]:
+        def read(conn: db.Conn, scope: MemoryScope) -> dict[str, Any]:
             try:
-                with db.connection() as conn:
-                    scope = _memory_scope(conn, caller)
-                    if scope is None:
-                        return {"memories": []}
-                    rows = recall(conn, scope, key, namespace)
-                    touch_accessed(conn, scope, [row["id"] for row in rows])
+                rows = recall(conn, scope, key, namespace)
             except MemoryRejected as exc:
                 raise ToolError(str(exc)) from exc
+            touch_accessed(conn, scope, [row["id"] for row in rows])
             return {"memories": [_brief(row) for row in rows]}
 
-        return await _run(caller, "memory:read", work)
+        return await _read_memories(_caller(ctx), {"memories": []}, read)
 
     @server.tool(description="List the user's memories, newest first, optionally under a namespace or of some kinds.")
     async def memory_list(
         ctx: Context, namespace: Namespace = None, kinds: list[Kind] | None = None, limit: Limit = 20
     ) -> dict[str, Any]:
-        caller = _caller(ctx)
-
-        def work() -> dict[str, Any]:
-            with db.connection() as conn:
-                scope = _memory_scope(conn, caller)
-                if scope is None:
-                    return {"memories": []}
-                rows = list_memories(
-                    conn, scope, namespace_prefix=namespace, kinds=list(kinds) if kinds else None, limit=limit
-                )
+        def read(conn: db.Conn, scope: MemoryScope) -> dict[str, Any]:
+            rows = list_memories(
+                conn, scope, namespace_prefix=namespace, kinds=list(kinds) if kinds else None, limit=limit
+            )
             return {"memories": [_brief(row) for row in rows]}
 
-        return await _run(caller, "memory:read", work)
+        return await _read_memories(_caller(ctx), {"memories": []}, read)
 
     @server.tool(description="Forget a memory by id (it stays in the memory's history).")
     async def memory_delete(id: MemoryId, ctx: Context) -> dict[str, Any]:

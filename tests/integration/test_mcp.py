@@ -89,12 +89,15 @@ def test_http_tools_store_search_and_isolate_users(gateway: Gateway, api_key: st
                 )
             )
             found = payload(await alice.call_tool("memory_search", {"query": "jasmine tea"}))
+            recalled = payload(await alice.call_tool("memory_recall", {"key": "favourite-tea"}))
+            listed = payload(await alice.call_tool("memory_list", {}))
             context = payload(await alice.call_tool("memory_context", {"query": "tea", "max_tokens": 200}))
             resources = {str(r.uri) for r in (await alice.list_resources()).resources}
             knowledge = await alice.read_resource("engram://user/profile")
         async with http_client(gateway, api_key, "bob") as bob:
             bob_found = payload(await bob.call_tool("memory_search", {"query": "jasmine tea"}))
             bob_list = payload(await bob.call_tool("memory_list", {}))
+            bob_recall = payload(await bob.call_tool("memory_recall", {"key": "favourite-tea"}))
             bob_delete = await bob.call_tool("memory_delete", {"id": stored["memory"]["id"]})
             bob_correct = await bob.call_tool("memory_correct", {"id": stored["memory"]["id"], "value": "coffee"})
             bob_profile = await bob.read_resource("engram://user/profile")
@@ -102,6 +105,9 @@ def test_http_tools_store_search_and_isolate_users(gateway: Gateway, api_key: st
             "tools": tools,
             "stored": stored,
             "found": found,
+            "recalled": recalled,
+            "listed": listed,
+            "bob_recall": bob_recall,
             "context": context,
             "resources": resources,
             "profile": knowledge,
@@ -118,12 +124,15 @@ def test_http_tools_store_search_and_isolate_users(gateway: Gateway, api_key: st
     assert set(store_schema["required"]) == {"key", "value"} and out["tools"]["memory_store"].description
     assert out["stored"]["action"] == "added" and out["stored"]["memory"]["key"] == "favourite-tea"
     assert [r["value"] for r in out["found"]["results"]] == ["Alice drinks jasmine green tea every morning"]
+    assert [m["value"] for m in out["recalled"]["memories"]] == ["Alice drinks jasmine green tea every morning"]
+    assert [m["id"] for m in out["listed"]["memories"]] == [out["stored"]["memory"]["id"]]
     assert "jasmine green tea" in out["context"]["context"]
     assert out["context"]["tokens"] <= 200
     assert {"engram://user/profile", "engram://user/what-you-know"} <= out["resources"]
     assert json.loads(out["profile"].contents[0].text)["user_id"] == "alice"
     # Bob sees nothing of Alice's, and her ids are errors for him, never data.
     assert out["bob_found"] == {"results": []} and out["bob_list"] == {"memories": []}
+    assert out["bob_recall"] == {"memories": []}
     assert "no active memory" in error_text(out["bob_delete"])
     assert "no active memory" in error_text(out["bob_correct"])
     assert json.loads(out["bob_profile"].contents[0].text) == {"user_id": "bob"}
