@@ -492,6 +492,7 @@ class _DeltaForwarder:
 
     def finish(self) -> None:
         self._publish(self.filter.finish())
+        self.events.flush()  # nothing of this call's text waits behind the tools that may run next
 
     def _publish(self, text: str) -> None:
         if not text:

@@ -25,16 +25,44 @@ def stream_key(turn_id: int) -> str:
     return f"engram:turn:{turn_id}:events"
 
 
+# Deltas arriving within this long of the last write are held and written together with the next one.
+DELTA_BATCH_WINDOW_SECONDS = 0.02
+
+
 class TurnEventPublisher:
-    def __init__(self, client: redis.Redis, turn_id: int) -> None:
+    """Writes a turn's events to its stream, in order, one Redis round trip per burst.
+
+    A model streaming fast (a local model, a cached reply) sends fragments far quicker than a round trip
+    each; waiting on one per fragment made the worker spend more time on Redis than on the turn. So a
+    delta is written at once when the last write was at least DELTA_BATCH_WINDOW_SECONDS ago, and held
+    otherwise: held deltas go out (each still its own stream entry, in order) with the next write — the
+    next delta past the window, any other event, or `flush()`, which the model loop calls when a model
+    call ends, so text before a tool call is never held while the tool runs."""
+
+    def __init__(self, client: redis.Redis, turn_id: int, *, batch_window: float = DELTA_BATCH_WINDOW_SECONDS) -> None:
         self.client = client
         self.key = stream_key(turn_id)
+        self.batch_window = batch_window
+        self._held: list[tuple[str, dict[str, Any]]] = []
+        self._last_write = -float("inf")
 
     def publish(self, event: str, **data: Any) -> None:
-        """Best effort: a Redis hiccup must not fail the turn; clients fall back to the turn row."""
+        self._held.append((event, data))
+        if event == "delta" and time.monotonic() - self._last_write < self.batch_window:
+            return
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what is held. Best effort: a Redis hiccup must not fail the turn; clients fall back to the
+        turn row."""
+        if not self._held:
+            return
+        held, self._held = self._held, []
+        self._last_write = time.monotonic()
         try:
             pipe = self.client.pipeline(transaction=False)
-            pipe.xadd(self.key, {"event": event, "data": json.dumps(data)}, maxlen=STREAM_MAXLEN, approximate=True)
+            for event, data in held:
+                pipe.xadd(self.key, {"event": event, "data": json.dumps(data)}, maxlen=STREAM_MAXLEN, approximate=True)
             pipe.expire(self.key, STREAM_TTL_SECONDS)
             pipe.execute()
         except redis.RedisError:

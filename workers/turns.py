@@ -13,6 +13,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from shared import db
 from shared.agent import LockLost, drain_session, sessions_with_running_turns
 from shared.db import DatabaseUnavailable
+from shared.diagnostics import answer_ping
 from shared.logging import get_logger
 from shared.runtime import turn_deps
 from workers.base import engram_task
@@ -84,3 +85,9 @@ def _redrive_after_start(sender: Any = None, **_: object) -> None:
         return
     if session_ids:
         log.info("re-drove sessions with running turns at worker start", sessions=len(session_ids))
+
+
+@engram_task("turns")
+def ping(reply_to: str) -> None:
+    """No-op round trip on the turns queue (the benchmark's floor; a consumer probe)."""
+    answer_ping(reply_to)

@@ -15,6 +15,12 @@ Reported per turn:
   time), and the same seen from outside: accepted→done wall time minus llm_ms.
 
 The fake LLM answers at once by default (--llm-latency-ms 0), so everything measured is engram's.
+
+Two floors are measured in the same run, on the same machine and stack, so the ratios hold on a noisy
+machine: the gateway's own `GET /healthz`, probed from another thread while the turns run (what the
+accept path costs beyond serving any request), and a no-op Celery task round trip (`engram.turns.ping`:
+publish on the turns queue, a worker runs it, the sender sees its reply) with the same sessions x turns
+pattern (what a turn costs beyond one trip through the broker and a worker).
 """
 
 from __future__ import annotations
@@ -37,9 +43,12 @@ from typing import Any
 
 import httpx
 import psutil
+import redis
+from celery import Celery
 
 from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm
 from ops.client import EngramAPIError, EngramClient
+from shared.diagnostics import new_reply_key, wait_for_pong
 
 TERMINAL = ("done", "failed")
 SAMPLE_INTERVAL_S = 0.1
@@ -222,6 +231,85 @@ def _one_turn(
 
 
 # ---------------------------------------------------------------------------------------------------
+# Floors
+
+
+class HealthProbe(threading.Thread):
+    """GET /healthz over one keep-alive connection, every `interval` seconds, until stopped."""
+
+    def __init__(self, url: str, interval: float = 0.02) -> None:
+        super().__init__(name="healthz-probe", daemon=True)
+        self.url = url
+        self.interval = interval
+        self.latencies_ms: list[float] = []
+        self.errors = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as client:
+            while not self._stop_event.is_set():
+                t0 = time.perf_counter()
+                try:
+                    ok = client.get("/healthz").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    self.latencies_ms.append((time.perf_counter() - t0) * 1000)
+                else:
+                    self.errors += 1
+                self._stop_event.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=35)
+
+
+@dataclass
+class NoopRun:
+    round_trips_ms: list[float]
+    tasks_per_s: float
+    lost: int
+
+
+def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: float) -> NoopRun:
+    """`sessions` threads, each sending `per_session` no-op tasks one after another on the turns queue
+    and waiting for each reply: the turn pattern without engram's work."""
+    app = Celery("engram-bench-noop", broker=redis_url)
+    app.conf.broker_connection_retry_on_startup = True
+    replies = redis.Redis.from_url(redis_url)
+    times: list[float] = []
+    lost = 0
+    lock = threading.Lock()
+    barrier = threading.Barrier(sessions + 1)
+
+    def session() -> None:
+        nonlocal lost
+        barrier.wait()
+        for _ in range(per_session):
+            key = new_reply_key()
+            t0 = time.perf_counter()
+            app.send_task("engram.turns.ping", kwargs={"reply_to": key}, queue="turns")
+            answered = wait_for_pong(replies, key, timeout)
+            with lock:
+                if answered:
+                    times.append((time.perf_counter() - t0) * 1000)
+                else:
+                    lost += 1
+
+    threads = [threading.Thread(target=session, daemon=True) for _ in range(sessions)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    span = max(time.perf_counter() - started, 1e-9)
+    replies.close()
+    app.close()
+    return NoopRun(times, round(len(times) / span, 2), lost)
+
+
+# ---------------------------------------------------------------------------------------------------
 # Figures
 
 
@@ -295,6 +383,31 @@ def summarize(run: LoadRun, sessions: int, turns: int) -> dict[str, Any]:
     }
 
 
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return None if numerator is None or not denominator else round(numerator / denominator, 2)
+
+
+def headline(summary: dict[str, Any]) -> dict[str, Any]:
+    """The flat figures the performance goals are stated in, and the goals' ratios."""
+    accept, healthz, overhead = summary["accept_ms"], summary["healthz_ms"], summary["run_overhead_ms"]
+    noop = summary.get("noop")
+    memory = summary.get("memory") or {}
+    flat = {
+        "accept_p50_ms": accept["p50"],
+        "accept_p99_ms": accept["p99"],
+        "healthz_p99_ms": healthz["p99"],
+        "noop_tasks_per_s": noop["tasks_per_s"] if noop else None,
+        "overhead_p50_ms": overhead["p50"],
+        "overhead_p99_ms": overhead["p99"],
+        "gateway_rss_mb": (memory.get("gateway") or {}).get("peak_rss_mb"),
+        "worker_rss_mb": (memory.get("worker") or {}).get("peak_rss_mb"),
+    }
+    # Goals (issue 13): accept p99 <= 3 x healthz p99; turns/s >= 0.5 x no-op tasks/s.
+    flat["accept_p99_over_healthz_p99"] = _ratio(flat["accept_p99_ms"], flat["healthz_p99_ms"])
+    flat["turns_over_noop_tasks"] = _ratio(summary["turns_per_s"], flat["noop_tasks_per_s"])
+    return flat
+
+
 def _fmt(value: float | int | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -312,9 +425,19 @@ def render(summary: dict[str, Any], header: str) -> str:
         "",
         f"{'latency per turn':<46}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'n':>6}",
     ]
-    for name, title in METRICS:
-        d = summary[name]
+    rows = [(summary[name], title) for name, title in METRICS]
+    rows.append((summary["healthz_ms"], "floor: GET /healthz during the load"))
+    if summary.get("noop"):
+        rows.append((summary["noop"]["round_trip_ms"], "floor: no-op task round trip (turns queue)"))
+    for d, title in rows:
         lines.append(f"{title:<46}{_fmt(d['p50']):>10}{_fmt(d['p99']):>10}{_fmt(d['max']):>10}{d['n']:>6}")
+    lines.append("")
+    if summary.get("noop"):
+        lines.append(
+            f"no-op tasks: {summary['noop']['tasks_per_s']:.2f}/s ({summary['noop']['lost']} lost); "
+            f"turns/s over no-op tasks/s: {_fmt(summary['turns_over_noop_tasks'])} (goal >= 0.5)"
+        )
+    lines.append(f"accept p99 over healthz p99: {_fmt(summary['accept_p99_over_healthz_p99'])} (goal <= 3)")
     memory = summary.get("memory")
     lines.append("")
     if memory:
@@ -346,6 +469,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup-turns", type=int, default=2, help="per pool process, not measured")
     parser.add_argument("--turn-timeout", type=float, default=120.0, help="give up on a turn after this many s")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
+    parser.add_argument(
+        "--redis-url", help="with --url: the broker its workers use, for the no-op floor (skipped without)"
+    )
+    parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object, last line")
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")
@@ -393,10 +520,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise BenchError(f"warm-up turn did not succeed: {bad[0].status}: {bad[0].error}")
         if stack is not None:
             stack.check_alive()
-        run = drive(url, api_key, args.sessions, args.turns, args.turn_timeout, abort, "bench")
+        probe = HealthProbe(url)
+        probe.start()
+        try:
+            run = drive(url, api_key, args.sessions, args.turns, args.turn_timeout, abort, "bench")
+        finally:
+            probe.stop()
         if stack is not None:
             stack.check_alive()
         summary = summarize(run, args.sessions, args.turns)
+        summary["healthz_ms"] = {**_dist(probe.latencies_ms), "errors": probe.errors}
+        redis_url = stack.redis_url if stack is not None else args.redis_url
+        noop = noop_round_trips(redis_url, args.sessions, args.turns, args.turn_timeout) if redis_url else None
+        if stack is not None:
+            stack.check_alive()
+        if noop is not None:
+            summary["noop"] = {
+                "tasks_per_s": noop.tasks_per_s,
+                "round_trip_ms": _dist(noop.round_trips_ms),
+                "lost": noop.lost,
+            }
         if sampler is not None:
             sampler.stop()
             sampler.sample()  # one last look, in case the peak came after the last tick
@@ -412,9 +555,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "warmup_turns": warmup_sessions * args.warmup_turns,
             "cpus": os.cpu_count(),
         }
+        summary.update(headline(summary))
         header = f"engram turn benchmark: {args.sessions} sessions x {args.turns} turns; {where}; {os.cpu_count()} CPUs"
-        print(render(summary, header))
-        print(json.dumps(summary, separators=(",", ":")), flush=True)
+        print(render(summary, header), flush=True)
+        if args.json:
+            print(json.dumps(summary, separators=(",", ":")), flush=True)
         complete = summary["turns_done"] == summary["turns_expected"]
         keep = keep or not complete
         return 0 if complete else 1

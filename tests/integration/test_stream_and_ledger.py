@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from httpx_sse import connect_sse
 
 from ops.fake_llm import FakeLLM, FakeReply
@@ -15,6 +16,7 @@ from shared import db
 from shared.auth import ensure_tenant
 from shared.config import Settings
 from shared.context.fences import strip_markers
+from shared.events import TurnEventPublisher, stream_key
 from shared.llm.factory import chat_provider
 from shared.llm.types import ChatProvider, ChatRequest, ChatResult, DeltaCallback
 from shared.pipeline.jobs import extract_session
@@ -119,3 +121,36 @@ def test_an_extraction_that_loses_its_race_still_counts_its_llm_call(
     assert [(r["purpose"], r["ok"]) for r in rows] == [("extraction", True)]
     assert rows[0]["output_tokens"] > 0 and rows[0]["tenant_id"] == tenant_id
     assert memories is not None and memories["n"] == 0  # the loser wrote nothing else
+
+
+def _entries(client: Any, turn_id: int) -> list[tuple[str, dict[str, Any]]]:
+    rows = client.xrange(stream_key(turn_id))
+    return [(fields[b"event"].decode(), json.loads(fields[b"data"])) for _id, fields in rows]
+
+
+def test_a_burst_of_deltas_is_written_in_one_round_trip_in_order(clean_state: TestServices) -> None:
+    """Deltas within the batch window are held, then written together — each its own entry, in order —
+    by the next other event or flush; nothing is held past them."""
+    client = redis.Redis.from_url(clean_state.redis_url)
+    events = TurnEventPublisher(client, 990001, batch_window=3600)  # everything after the first write is "soon"
+    events.publish("delta", text="a")
+    assert _entries(client, 990001) == [("delta", {"text": "a"})]  # the first delta goes out at once
+    events.publish("delta", text="b")
+    events.publish("delta", text="c")
+    assert len(_entries(client, 990001)) == 1  # held
+    events.publish("tool_call", id="t1", name="memory_search", arguments={})
+    assert _entries(client, 990001) == [
+        ("delta", {"text": "a"}),
+        ("delta", {"text": "b"}),
+        ("delta", {"text": "c"}),
+        ("tool_call", {"id": "t1", "name": "memory_search", "arguments": {}}),
+    ]
+    events.publish("delta", text="d")
+    events.flush()
+    assert _entries(client, 990001)[-1] == ("delta", {"text": "d"})
+    assert client.ttl(stream_key(990001)) > 0  # the stream still expires on its own
+    unbatched = TurnEventPublisher(client, 990002, batch_window=0)
+    for text in "xyz":
+        unbatched.publish("delta", text=text)
+    assert [data["text"] for _, data in _entries(client, 990002)] == ["x", "y", "z"]
+    client.close()
