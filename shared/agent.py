@@ -42,7 +42,7 @@ from shared.metrics import observe_turn
 from shared.text import estimate_tokens
 from shared.tools import ToolContext, ToolRegistry
 from shared.tracing import turn_span
-from shared.turns import refresh_token_count
+from shared.turns import lock_session_row, refresh_token_count
 
 log = get_logger(__name__)
 
@@ -337,6 +337,7 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
     # fail the task and run the model again on the retry.
     timings = _timings(turn, started, outcome.llm_seconds)
     with db.connection(patience=db.PAID_WORK_PATIENCE_SECONDS) as conn:
+        lock_session_row(conn, turn["session_id"])  # before the turn row: the order requests lock them in
         written = _guarded_update(
             conn,
             turn,

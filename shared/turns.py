@@ -222,6 +222,14 @@ def list_messages(
     return rows
 
 
+def lock_session_row(conn: Conn, session_id: int) -> None:
+    """Lock the session row for the rest of the transaction. Every transaction that writes both a session
+    and its turns takes the session row first: a request (submit_turn) holds it while its insert may wait
+    on a turn row, so a writer holding a turn row while waiting for the session would deadlock with it
+    (Postgres then aborts one after a second: a 503 for the request, or a paid model call run again)."""
+    conn.execute("SELECT 1 FROM sessions WHERE id = %s FOR NO KEY UPDATE", (session_id,))
+
+
 def refresh_token_count(conn: Conn, session_id: int) -> None:
     """The session's live (not compacted) size, which decides flush and compaction."""
     conn.execute(

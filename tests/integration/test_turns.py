@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -14,6 +15,7 @@ from httpx_sse import connect_sse
 
 from ops.fake_llm import FakeLLM, FakeReply, RecordedRequest
 from shared import db
+from shared.turns import ensure_session, ensure_user
 from tests.conftest import CeleryStack, wait_turn
 
 pytestmark = pytest.mark.integration
@@ -221,6 +223,51 @@ def test_concurrent_requests_with_one_idempotency_key_make_one_turn(api: httpx.C
     # Exactly one request created the turn; the others were told they got the original.
     assert sorted(r.headers.get("Idempotent-Replayed") == "true" for r in responses) == [False] + [True] * 5
     assert count("turns") == 1
+
+
+def _wait_for_a_lock_wait(timeout: float = 60) -> None:
+    """Until some backend (the worker finishing its turn) waits on a row lock."""
+    deadline = time.monotonic() + timeout
+    with db.connect(autocommit=True) as watcher:
+        while True:
+            row = watcher.execute(
+                "SELECT count(*) AS n FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            ).fetchone()
+            if row is not None and row["n"] > 0:
+                return
+            assert time.monotonic() < deadline, "the worker never waited on the session row"
+            time.sleep(0.05)
+
+
+def test_a_request_holding_the_session_does_not_deadlock_with_the_worker_finishing_a_turn(
+    api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM
+) -> None:
+    """A request that lost an Idempotency-Key race holds the session row (ensure_session) and then inserts
+    the turn with the same key, which waits on that turn's row if someone holds it. The worker finishing
+    the turn takes the session row first, so it never holds the turn while waiting for the session: no
+    deadlock, no 503 for the request, no second (paid) model call for the turn."""
+    fake_llm.script(FakeReply(text="finished"), match="deadlock probe")
+    accepted = post_turn(api, "s-probe", "deadlock probe", **{"Idempotency-Key": "probe"})
+    assert accepted.status_code == 202
+    turn_id = accepted.json()["turn_id"]
+    with db.connection() as request:
+        tenant_id = request.execute("SELECT tenant_id FROM turns WHERE id = %s", (turn_id,)).fetchone()["tenant_id"]  # type: ignore[index]
+        user_id = ensure_user(request, tenant_id, "alice")
+        session_id = ensure_session(request, tenant_id, user_id, "s-probe")  # the session row is ours now
+        _wait_for_a_lock_wait()  # the worker got its reply and is finishing the turn
+        request.execute("SET LOCAL lock_timeout = '60s'")
+        lost = request.execute(
+            """INSERT INTO turns (tenant_id, user_id, session_id, idempotency_key, request_hash)
+               VALUES (%s, %s, %s, 'probe', 'x')
+               ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+               RETURNING id""",
+            (tenant_id, user_id, session_id),
+        ).fetchone()
+        assert lost is None  # the key is taken: the request replays the first turn
+    turn = wait_turn(api, turn_id)
+    assert turn["status"] == "done" and turn["reply"] == "finished"
+    assert len(fake_llm.requests_matching("deadlock probe")) == 1
 
 
 def test_failed_llm_call_marks_turn_failed_with_reason(
