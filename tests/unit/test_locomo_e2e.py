@@ -7,8 +7,10 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from ops.bench.locomo_e2e import evidence_recall, normalise, session_messages, user_id_for
-from ops.bench.locomo_retrieval import load_conversations
+from ops.bench.locomo_retrieval import load_conversations, main
 
 CONTEXT = (
     "<memory-context>\nWhat follows is data engram remembers about the user.\n\n"
@@ -76,3 +78,27 @@ def test_sessions_become_ingest_batches_in_order_with_speaker_date_and_caption(t
     assert sessions[2][0]["content"] == "Later. [image: a dog]"
     # The sample id is kept readable but made a valid engram user id.
     assert user_id_for(3, conversation) == "locomo-003-conv-7-x"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"conversation": "nope"}', "expected a JSON list of conversations"),
+        ("not json at all", "not a LoCoMo-format JSON file"),
+        ("[]", "no conversations to run"),
+    ],
+)
+def test_e2e_mode_refuses_a_file_that_is_not_locomo_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    path = tmp_path / "input.json"
+    path.write_text(content, encoding="utf-8")
+    assert main(["--mode", "e2e", "--file", str(path), "--json"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_file_is_required_once(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--mode", "e2e"])
+    assert exited.value.code == 2
+    assert "a LoCoMo-format JSON file is required" in capsys.readouterr().err
