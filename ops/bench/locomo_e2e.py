@@ -362,6 +362,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--debounce-s", type=float, default=None, help="ENGRAM_EXTRACTION_DEBOUNCE_SECONDS (default: the product's)"
     )
+    group.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra ENGRAM_ setting for the stack (repeatable), e.g. ENGRAM_SEARCH_MIN_SCORE=0.2",
+    )
     group.add_argument("--wait-timeout", type=float, default=600.0, help="seconds for the memory pipeline to finish")
     group.add_argument("--keep", action="store_true", help="keep the stack's temporary directory (logs, data)")
     group.add_argument(
@@ -381,6 +388,11 @@ def parse_budgets(raw: str) -> list[int]:
 
 def stack_env(args: argparse.Namespace) -> dict[str, str]:
     env = {"ENGRAM_LLM_PROVIDER": "offline", "ENGRAM_AUTO_MEMORY": "true"}
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("ENGRAM_"):
+            raise BenchError(f"--env takes ENGRAM_KEY=VALUE, not {item!r}")
+        env[key] = value
     if args.compaction_tokens is not None:
         env["ENGRAM_COMPACTION_THRESHOLD_TOKENS"] = str(args.compaction_tokens)
     if args.debounce_s is not None:
@@ -392,10 +404,17 @@ def run(args: argparse.Namespace, conversations: list[Conversation]) -> int:
     budgets = parse_budgets(args.budgets)
     if args.compaction_tokens is not None and args.compaction_tokens < 200:
         raise BenchError("--compaction-tokens must be at least 200 (the setting's minimum)")
+    env = stack_env(args)
+    try:  # set by --compaction-tokens or --env: then compaction and transcript indexing are waited on too
+        compaction_tokens = int(env["ENGRAM_COMPACTION_THRESHOLD_TOKENS"])
+    except KeyError:
+        compaction_tokens = None
+    except ValueError as exc:
+        raise BenchError("ENGRAM_COMPACTION_THRESHOLD_TOKENS must be a whole number") from exc
     signal.signal(signal.SIGTERM, raise_on_sigterm)
     workdir = Path(tempfile.mkdtemp(prefix="engram-bench-locomo-"))
     workdir.chmod(0o755)  # the embedded Postgres runs unprivileged when we are root: it must reach its data dir
-    stack = LocalStack(workdir, 1, workers=up_workers(1, 1), env=stack_env(args))
+    stack = LocalStack(workdir, 1, workers=up_workers(1, 1), env=env)
     keep = args.keep
     run_id = uuid.uuid4().hex[:6]
     try:
@@ -409,9 +428,9 @@ def run(args: argparse.Namespace, conversations: list[Conversation]) -> int:
             print(f"waiting for the memory pipeline on {len(ingested.sessions)} sessions ...", file=sys.stderr)
             memories = wait_idle(client, ingested.sessions, args.wait_timeout)
             blocks = 0
-            if args.compaction_tokens is not None:
+            if compaction_tokens is not None:
                 blocks = wait_transcripts(
-                    stack.database_url, [u for u, _ in users], args.compaction_tokens, args.wait_timeout
+                    stack.database_url, [u for u, _ in users], compaction_tokens, args.wait_timeout
                 )
             settle_s = time.perf_counter() - settle_started
             stack.check_alive()
@@ -440,8 +459,11 @@ def run(args: argparse.Namespace, conversations: list[Conversation]) -> int:
             "budgets": summarise(stats, questions),
             "config": {
                 "llm": "offline",
-                "compaction_tokens": args.compaction_tokens,
+                "compaction_tokens": compaction_tokens,
                 "debounce_s": args.debounce_s,
+                "env": {
+                    key: value for key, value in env.items() if key not in ("ENGRAM_LLM_PROVIDER", "ENGRAM_AUTO_MEMORY")
+                },
                 "workers": "worker-turns x1, worker-background x1",
                 "cpus": os.cpu_count(),
             },
