@@ -2,6 +2,10 @@
 
     python -m ops.bench.locomo_retrieval path/to/locomo.json [--json] [--limit-conversations N]
                                          [--database-url URL]
+    python -m ops.bench.locomo_retrieval --mode e2e --file path/to/locomo.json [--json] [...]
+
+`--mode e2e` runs the end-to-end mode instead (ops/bench/locomo_e2e.py: the messages API, the memory
+pipeline and the context endpoint on a private stack); what follows describes the retrieval mode.
 
 Without a database URL (--database-url, else ENGRAM_DATABASE_URL) it starts an embedded Postgres in
 a temporary directory and stops it on exit. Migrations are applied either way, and every run writes
@@ -90,6 +94,8 @@ class Turn:
     speaker: str
     text: str  # as stored: "<speaker>: <text>[ [image: <caption>]]"
     event_time: datetime | None
+    said: str = ""  # the dialogue text alone: no speaker, no caption (the e2e mode looks for it in context)
+    caption: str = ""  # the caption of the image the turn shared, if any
 
 
 @dataclass(frozen=True)
@@ -159,7 +165,17 @@ def load_conversations(path: Path) -> list[Conversation]:
                 dia_id = normalise_dia_id(str(raw.get("dia_id", "")))
                 if dia_id is None or not str(raw.get("text", "")).strip():
                     continue
-                turns.append(Turn(dia_id, number, str(raw.get("speaker", "")), turn_text(raw), when))
+                turns.append(
+                    Turn(
+                        dia_id,
+                        number,
+                        str(raw.get("speaker", "")),
+                        turn_text(raw),
+                        when,
+                        said=str(raw.get("text", "")),
+                        caption=str(raw.get("blip_caption") or ""),
+                    )
+                )
         known = {turn.dia_id for turn in turns}
         conversation = Conversation(str(sample.get("sample_id", f"conversation-{index}")), turns, [])
         for qa in sample.get("qa") or []:
@@ -409,12 +425,24 @@ def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
-def run(args: argparse.Namespace) -> int:
-    conversations = load_conversations(Path(args.path))
+def read_conversations(args: argparse.Namespace) -> list[Conversation]:
+    """The file's conversations (both modes parse it the same way), cut to --limit-conversations."""
+    path = Path(args.file)
+    try:
+        conversations = load_conversations(path)
+    except OSError as exc:
+        raise BenchError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise BenchError(f"{path}: not a LoCoMo-format JSON file ({exc})") from exc
     if args.limit_conversations is not None:
         conversations = conversations[: args.limit_conversations]
     if not conversations:
         raise BenchError("no conversations to run")
+    return conversations
+
+
+def run(args: argparse.Namespace) -> int:
+    conversations = read_conversations(args)
     url = args.database_url or get_settings().database_url
     embedder = LocalEmbedder()
     stats = {mode: ModeStats() for mode in MODES}
@@ -444,18 +472,41 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ops.bench import locomo_e2e
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("path", help="LoCoMo-format JSON file")
+    parser.add_argument("path", nargs="?", help="LoCoMo-format JSON file (or --file)")
+    parser.add_argument("--file", default=None, help="LoCoMo-format JSON file")
+    parser.add_argument(
+        "--mode",
+        choices=("retrieval", "e2e"),
+        default="retrieval",
+        help="retrieval: memory search on stored turns; e2e: messages API → memory pipeline → context endpoint "
+        "(ops/bench/locomo_e2e.py)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     parser.add_argument("--limit-conversations", type=int, default=None, metavar="N")
-    parser.add_argument("--database-url", default=None, help="default: ENGRAM_DATABASE_URL, else embedded Postgres")
+    parser.add_argument(
+        "--database-url", default=None, help="retrieval mode: default ENGRAM_DATABASE_URL, else embedded Postgres"
+    )
+    locomo_e2e.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.path and args.file and args.path != args.file:
+        parser.error("give the file once: as the argument or as --file")
+    args.file = args.file or args.path
+    if not args.file:
+        parser.error("a LoCoMo-format JSON file is required (argument or --file)")
+    if args.limit_conversations is not None and args.limit_conversations < 1:
+        parser.error("--limit-conversations must be at least 1")
     # Warnings and errors only, on stderr: stdout is the report, and with --json its last line is JSON.
     configure_logging("WARNING")
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
+        if args.mode == "e2e":
+            return locomo_e2e.run(args, read_conversations(args))
+        signal.signal(signal.SIGTERM, _raise_on_sigterm)
         return run(args)
-    except BenchError as exc:
+    # Run as `python -m`, this file is __main__ and locomo_e2e's import of it is a second module: two classes.
+    except (BenchError, locomo_e2e.BenchError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
