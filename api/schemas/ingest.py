@@ -114,4 +114,11 @@ class MemoryStatusOut(BaseModel):
         description="Of those, not embedded yet: full-text search finds them already, vector search not yet"
     )
     compaction_count: int
-    idle: bool = Field(description="Every message is mined and every memory from it embedded")
+    compaction_due: bool = Field(description="The session is over the compaction threshold: a compaction is queued")
+    transcript_pending_messages: int = Field(
+        description="Compacted messages not transcript-indexed yet (their text is not searchable as transcript yet)"
+    )
+    idle: bool = Field(
+        description="Every message is mined, every memory from it embedded, no compaction due and the compacted "
+        "transcript indexed"
+    )

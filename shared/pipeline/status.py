@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.config import get_settings
 from shared.db import Conn
+from shared.pipeline.jobs import plan_after_turn
 from shared.turns import find_session
 
 
@@ -12,13 +14,16 @@ def session_memory_status(
     conn: Conn, tenant_id: int, user_external_id: str, session_key: str, channel: str = "api"
 ) -> dict[str, Any] | None:
     """Messages not mined yet, the last extraction, memories from this session (and those not embedded
-    yet, which full-text search already finds but vector search does not); None if no such session."""
+    yet, which full-text search already finds but vector search does not), whether a compaction is due
+    and how many compacted messages still wait for transcript indexing (until then their text is not
+    searchable as transcript); None if no such session."""
     session = find_session(conn, tenant_id, user_external_id, session_key, channel)
     if session is None:
         return None
     row = conn.execute(
         """SELECT count(*) AS messages,
                   count(*) FILTER (WHERE extracted_at IS NULL) AS pending_messages,
+                  count(*) FILTER (WHERE is_compacted AND embedded_at IS NULL) AS unindexed,
                   max(extracted_at) AS last_extracted_at
            FROM session_messages WHERE session_id = %s AND tenant_id = %s""",
         (session["id"], tenant_id),
@@ -33,6 +38,9 @@ def session_memory_status(
     ).fetchone()
     assert row is not None and memories is not None
     pending, not_embedded = int(row["pending_messages"]), int(memories["not_embedded"])
+    unindexed = int(row["unindexed"])
+    # The same decision the scheduler makes after each turn or batch: a compaction is queued or running.
+    compaction_due = plan_after_turn(session, get_settings()).compact
     return {
         "session_key": session_key,
         "user_id": user_external_id,
@@ -44,5 +52,7 @@ def session_memory_status(
         "memories_created": int(memories["created"]),
         "memories_pending_embedding": not_embedded,
         "compaction_count": session["compaction_count"],
-        "idle": pending == 0 and not_embedded == 0,
+        "compaction_due": compaction_due,
+        "transcript_pending_messages": unindexed,
+        "idle": pending == 0 and not_embedded == 0 and not compaction_due and unindexed == 0,
     }

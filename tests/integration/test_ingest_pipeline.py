@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from ops.fake_llm import FakeLLM
+from shared import db
 from shared.config import get_settings
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_pipeline import PIPELINE_ENV, eventually, ledger, requests_of, responder
@@ -105,3 +106,38 @@ def test_a_session_mixing_batches_and_turns_keeps_arrival_order(
     sent = json.dumps(chat["messages"])
     assert sent.index("Earlier: I am planning") < sent.index("flights") < sent.index("What do you know")
     assert "Later: I booked" not in sent
+
+
+@pytest.fixture
+def compacting(celery_stack: CeleryStack, clean_state: Any, fake_llm: FakeLLM) -> Iterator[CeleryStack]:
+    """A low compaction threshold, in the workers and in the in-process gateway (memory-status reads it)."""
+    env = {**PIPELINE_ENV, "ENGRAM_COMPACTION_THRESHOLD_TOKENS": "600"}
+    fake_llm.default = responder()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        get_settings.cache_clear()
+        celery_stack.ensure("anthropic", **env)
+        yield celery_stack
+    get_settings.cache_clear()
+
+
+def test_memory_status_is_idle_only_once_a_due_compaction_and_its_transcript_indexing_are_done(
+    api: httpx.Client, compacting: CeleryStack
+) -> None:
+    said = [
+        ("user", f"Note {n}: the quarterly report for region {n} " + "lists several figures. " * 12) for n in range(8)
+    ]
+    accepted = ingest(api, "long", *said)
+    before = status(api, "long")
+    assert before["compaction_due"] is True and before["idle"] is False
+    done = wait_idle(api, "long")
+    assert done["compaction_count"] >= 1 and done["compaction_due"] is False
+    assert done["transcript_pending_messages"] == 0 and done["pending_messages"] == 0
+    # Idle means the compacted text is searchable as transcript: its blocks are in the index.
+    with db.connection() as conn:
+        blocks = conn.execute(
+            "SELECT count(*) AS n FROM memory_chunks WHERE session_id = %s AND embedding IS NOT NULL",
+            (accepted["session_id"],),
+        ).fetchone()
+    assert blocks is not None and blocks["n"] > 0
