@@ -498,11 +498,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("a LoCoMo-format JSON file is required (argument or --file)")
     if args.limit_conversations is not None and args.limit_conversations < 1:
         parser.error("--limit-conversations must be at least 1")
-    # Warnings and errors only, on stderr: stdout is the report, and with --json its last line is JSON.
-    configure_logging("WARNING")
     try:
-        if args.mode == "e2e":
-            return locomo_e2e.run(args, read_conversations(args))
+        # A bad file is refused before anything is configured or started.
+        conversations = read_conversations(args) if args.mode == "e2e" else None
+        # Warnings and errors only, on stderr: stdout is the report, and with --json its last line is JSON.
+        configure_logging("WARNING")
+        if conversations is not None:
+            return locomo_e2e.run(args, conversations)
         signal.signal(signal.SIGTERM, _raise_on_sigterm)
         return run(args)
     # Run as `python -m`, this file is __main__ and locomo_e2e's import of it is a second module: two classes.

@@ -164,7 +164,7 @@ def consolidate_session(
             if session is None or session["consolidated_at"] is not None:
                 return outcome
             rows = conn.execute(
-                """SELECT id, role, content FROM session_messages
+                """SELECT id, role, content, name FROM session_messages
                    WHERE session_id = %s AND id > %s ORDER BY id LIMIT %s""",
                 (session_id, session["consolidated_message_id"], PAGE_MESSAGES),
             ).fetchall()
@@ -174,7 +174,7 @@ def consolidate_session(
                     outcome.stopped = reason
                     return outcome
         scope = Scope(session["tenant_id"], session["user_id"])
-        messages = [TranscriptMessage(r["id"], r["role"], r["content"]) for r in rows]
+        messages = [TranscriptMessage(r["id"], r["role"], r["content"], r["name"]) for r in rows]
         items = _durable_items(settings, provider, scope, session_id, messages, as_of) if rows else []
         judged = _judge_conflicts(settings, provider, scope, items) if items else {}
         last = rows[-1]["id"] if rows else session["consolidated_message_id"]

@@ -90,7 +90,7 @@ not copy system prompts or tool instructions into the summary."""
 
 
 def _render_transcript(messages: Sequence[TranscriptMessage]) -> str:
-    lines = [f"[{m.role}]: {m.content.strip()}" for m in messages if is_conversational(m)]
+    lines = [f"[{m.speaker}]: {m.content.strip()}" for m in messages if is_conversational(m)]
     text = "\n\n".join(lines) if lines else "(no messages)"
     return re.sub(r"<\s*/?\s*conversation", "<\u2060conversation", text, flags=re.IGNORECASE)
 
@@ -532,6 +532,6 @@ def transcript_blocks(
     blocks = []
     for start in range(0, len(conversation), size):
         chunk = conversation[start : start + size]
-        text = "\n\n".join(f"[{m.role}]: {m.content.strip()}" for m in chunk)
+        text = "\n\n".join(f"[{m.speaker}]: {m.content.strip()}" for m in chunk)
         blocks.append(([m.id for m in chunk], text))
     return blocks

@@ -64,6 +64,17 @@ class TranscriptMessage:
     id: int
     role: str
     content: str
+    name: str | None = None  # the speaker an outside conversation named (ingest), if any
+
+    @property
+    def speaker(self) -> str:
+        """The label the message is shown under: its role, with the speaker's name when it has one, so the
+        model can tell two people of one conversation apart. The name is the client's text: brackets,
+        colons and line breaks are dropped so it cannot forge a line of its own."""
+        if not self.name:
+            return self.role
+        name = " ".join(re.sub(r"[\[\]:]", " ", self.name).split())[:64]
+        return f"{self.role} ({name})" if name else self.role
 
 
 def is_steering(content: str) -> bool:
@@ -181,7 +192,7 @@ def build_extraction_prompt(messages: Sequence[TranscriptMessage], *, today: dat
     Pass messages from `select_for_extraction`. Tool, system and steering messages are filtered
     here too (no truncation), so a caller that forgets cannot leak tool output into extraction.
     """
-    lines = [f"[{m.role} #{m.id}]: {_fence_transcript(m.content.strip())}" for m in messages if is_conversational(m)]
+    lines = [f"[{m.speaker} #{m.id}]: {_fence_transcript(m.content.strip())}" for m in messages if is_conversational(m)]
     transcript = "\n\n".join(lines) if lines else "(no messages)"
     user = (
         f"Today is {today.isoformat()} ({today.strftime('%A')}).\n\n"

@@ -92,7 +92,7 @@ def _session(conn: Conn, session_id: int) -> dict[str, Any] | None:
 
 
 def _transcript(rows: Sequence[dict[str, Any]]) -> list[TranscriptMessage]:
-    return [TranscriptMessage(row["id"], row["role"], row["content"]) for row in rows]
+    return [TranscriptMessage(row["id"], row["role"], row["content"], row.get("name")) for row in rows]
 
 
 def _facts(
@@ -161,7 +161,7 @@ def extract_session(
         if session is None:
             return JobOutcome(skipped="session gone")
         rows = conn.execute(
-            """SELECT id, role, content, created_at FROM session_messages
+            """SELECT id, role, content, name, created_at FROM session_messages
                WHERE session_id = %s AND extracted_at IS NULL ORDER BY id LIMIT 400""",
             (session_id,),
         ).fetchall()
@@ -206,7 +206,7 @@ def flush_session(
         if not flush_needed(session):
             return JobOutcome(skipped="already flushed this compaction cycle")
         rows = conn.execute(
-            """SELECT id, role, content FROM session_messages WHERE session_id = %s AND id > %s
+            """SELECT id, role, content, name FROM session_messages WHERE session_id = %s AND id > %s
                ORDER BY turn_id NULLS FIRST, id""",
             (session_id, session["last_flushed_message_id"]),
         ).fetchall()
@@ -246,7 +246,7 @@ class CompactionOutcome:
 
 def _plan_compaction(conn: Conn, session: dict[str, Any], threshold: int) -> tuple[list[dict[str, Any]], int] | None:
     live = conn.execute(
-        """SELECT id, turn_id, role, content, token_estimate FROM session_messages
+        """SELECT id, turn_id, role, content, name, token_estimate FROM session_messages
            WHERE session_id = %s AND NOT is_compacted ORDER BY turn_id NULLS FIRST, id""",
         (session["id"],),
     ).fetchall()
@@ -338,7 +338,7 @@ def index_transcript(session_id: int, embedder: Embedder, batch_size: int = 64) 
         if session is None:
             return 0
         rows = conn.execute(
-            """SELECT id, role, content FROM session_messages
+            """SELECT id, role, content, name FROM session_messages
                WHERE session_id = %s AND is_compacted AND embedded_at IS NULL ORDER BY id LIMIT 500""",
             (session_id,),
         ).fetchall()

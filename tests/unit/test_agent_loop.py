@@ -46,9 +46,13 @@ class ScriptedProvider:
 class RecordingEvents:
     def __init__(self) -> None:
         self.events: list[tuple[str, dict[str, Any]]] = []
+        self.flushes = 0
 
     def publish(self, event: str, **data: Any) -> None:
         self.events.append((event, data))
+
+    def flush(self) -> None:  # the real publisher writes held deltas here; these are never held
+        self.flushes += 1
 
 
 def deps(
