@@ -27,10 +27,10 @@ ENGRAM = [sys.executable, "-m", "ops.cli"]
 
 
 class UpProcess:
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], *options: str) -> None:
         self.env = env
         self.proc = subprocess.Popen(
-            [*ENGRAM, "up"],
+            [*ENGRAM, "up", *options],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
