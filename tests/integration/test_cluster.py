@@ -80,6 +80,8 @@ def cluster_llm(body: dict[str, Any]) -> FakeReply:
 class Cluster:
     """The running `engram up --cluster` and what the test needs to see of it."""
 
+    flower_port = 0
+
     def __init__(self, up: UpProcess, run_dir: Path, port: int, key: str, metrics_key: str) -> None:
         self.up = up
         self.run_dir = run_dir
@@ -169,6 +171,7 @@ def cluster(celery_stack: CeleryStack, clean_state: object, fake_llm: FakeLLM, t
         key = up.wait_for(r"API key\s+(egm_\S+)").group(1)
         up.wait_for(r"Ctrl-C stops everything")
         running = Cluster(up, data_dir / "run", port, key, metrics_key)
+        running.flower_port = int(env["ENGRAM_FLOWER_PORT"])
         for line in up.output:
             found = re.search(r"metrics\s+(worker-\S+)\s+http://[\d.]+:(\d+)/metrics", line)
             if found:
@@ -316,6 +319,11 @@ def test_cluster_survives_killed_gateway_pool_and_leader_beat(cluster: Cluster, 
     # killed leader's replacement (restarted by the supervisor within a second, it waits like a standby).
     role = "standby" if taker == standby else "replacement"
     print(f"leader beat-{leader} killed; lock taken by beat-{taker} ({role})")
+
+    # Flower watches the same broker and asks for its login.
+    flower = f"http://127.0.0.1:{cluster.flower_port}"
+    assert httpx.get(f"{flower}/healthcheck", timeout=10).status_code == 200
+    assert httpx.get(f"{flower}/api/workers", timeout=10).status_code == 401
 
     # Worker metrics: queue depth and task latency for every pool, the restarted turns pool included.
     for pool in POOLS:
