@@ -227,7 +227,10 @@ def test_cluster_survives_killed_gateway_pool_and_leader_beat(cluster: Cluster, 
 
     # Mid-run: a turn is being answered when the turns pool, one gateway and the leader beat die (SIGKILL).
     wait_for(lambda: rows("SELECT 1 FROM turns WHERE status = 'running'"), 60, "a turn in progress")
-    leader = next(i for i in (1, 2) if "beat: Acquired lock" in cluster.log(f"beat-{i}"))
+    # (A lock left by an earlier test's killed beat may still be running out: wait for the leader.)
+    leader = wait_for(
+        lambda: next((i for i in (1, 2) if "beat: Acquired lock" in cluster.log(f"beat-{i}")), None), 60, "a leader"
+    )
     standby = 3 - leader
     acquired_before = {i: cluster.log(f"beat-{i}").count("beat: Acquired lock") for i in (1, 2)}
     assert "Sending due task" not in cluster.log(f"beat-{standby}")  # one leader: the standby only waited
