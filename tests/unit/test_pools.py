@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
@@ -50,3 +53,24 @@ def test_an_unknown_pool_is_a_clear_error() -> None:
     result = CliRunner().invoke(app, ["worker", "gpu"])
     assert result.exit_code == 1
     assert "unknown pool 'gpu'" in result.output
+
+
+def test_engram_up_refuses_a_taken_metrics_port_naming_the_setting(tmp_path: Path) -> None:
+    from ops.stack import Stack, StackError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        stack = Stack(settings(data_dir=tmp_path, up_worker_metrics_port=port - 1), cluster=True)
+        with pytest.raises(
+            StackError, match=r"worker metrics port 127\.0\.0\.1:\d+ is not available.*ENGRAM_UP_WORKER_METRICS_PORT"
+        ):
+            stack._metrics_ports(4)
+
+
+def test_engram_up_takes_any_free_metrics_ports_for_zero(tmp_path: Path) -> None:
+    from ops.stack import Stack
+
+    ports = Stack(settings(data_dir=tmp_path, up_worker_metrics_port=0), cluster=True)._metrics_ports(4)
+    assert len(set(ports)) == 4 and all(port > 0 for port in ports)
