@@ -44,12 +44,20 @@ def _raise_stop(signum: int, _frame: FrameType | None) -> None:
 
 
 @app.command()
-def up() -> None:
+def up(
+    cluster: Annotated[
+        bool,
+        typer.Option(
+            "--cluster",
+            help="Run as a cluster on this machine: 2 gateways on one port, a worker pool per queue group, 2 beats",
+        ),
+    ] = False,
+) -> None:
     """Start the whole stack in the foreground (Ctrl-C stops it)."""
     from ops.stack import Stack, StackError
 
     settings = _settings()
-    stack = Stack(settings)
+    stack = Stack(settings, cluster=cluster)
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
     try:
@@ -71,6 +79,22 @@ def up() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean stop
     stack.stop()
     typer.echo("engram stopped; data kept in " + str(settings.data_dir))
+
+
+# ----------------------------------------------------------------------------------------- worker
+
+
+@app.command()
+def worker(pool: Annotated[str, typer.Argument(help="The pool: turns, memory, embeddings or maintenance")]) -> None:
+    """Run one worker pool (its queues, ENGRAM_POOL_<POOL>_MIN/MAX_PROCESSES as Celery --autoscale bounds)."""
+    from ops.pools import UnknownPool, pool_argv
+
+    settings = _settings()
+    try:
+        argv = pool_argv(settings, pool)
+    except UnknownPool as exc:
+        _fail(str(exc))
+    os.execv(argv[0], argv)  # the worker replaces this process: signals and the exit code are Celery's
 
 
 # ---------------------------------------------------------------------------------------- migrate

@@ -5,16 +5,21 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import psutil
 
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, EmbeddedServiceError, free_port, wait_for_port
+from ops.pools import WORKER_FLAGS, pool_argv
 from ops.supervisor import ChildSpec, Supervisor
 from shared.config import Settings
 from shared.db import Conn
 from shared.logging import get_logger
 from shared.services import read_services, services_file, write_services
-from workers.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES
+from workers.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS
 
 log = get_logger(__name__)
 
@@ -55,22 +60,42 @@ def ensure_flower_password(settings: Settings) -> str:
     return password
 
 
-# Workers have nothing to learn from each other (mingle: revoked ids at start; gossip: peer events),
-# and both bootsteps reconnect badly after Redis restarts (a worker can stop consuming).
-_WORKER_FLAGS = ("--without-mingle", "--without-gossip")
+_WORKER_FLAGS = WORKER_FLAGS  # see ops/pools.py
+
+# `engram up --cluster`: gateways and beats (workers: one process per pool of workers/queues.py POOLS).
+CLUSTER_GATEWAYS = 2
+CLUSTER_BEATS = 2
 
 
 def _port_free(host: str, port: int) -> bool:
     return free_port(port, host) == port
 
 
+def _gateway_ready(host: str, port: int, timeout: float) -> bool:
+    """/healthz answered: a gateway is up (one is enough; the other joins the port when it is ready)."""
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    url = f"http://{'[' + target + ']' if ':' in target else target}:{port}/healthz"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    return False
+
+
 class Stack:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, cluster: bool = False) -> None:
         self.settings = settings
+        self.cluster = cluster
         self.postgres: EmbeddedPostgres | None = None
         self.redis: EmbeddedRedis | None = None
         self.supervisor = Supervisor(settings.run_dir, dict(os.environ))
         self.lock_file = settings.run_dir / "engram-up.pid"
+        self.metrics_ports: dict[str, int] = {}  # worker process name → its exporter's port
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -100,14 +125,46 @@ class Stack:
                     f"{name} port {host}:{port} is already in use; free it or set ENGRAM_"
                     f"{'PORT' if name == 'gateway' else 'FLOWER_PORT'}"
                 )
+        workers = [f"worker-{pool}" for pool in POOLS] if self.cluster else ["worker-turns", "worker-background"]
+        self.metrics_ports = dict(zip(workers, self._metrics_ports(len(workers)), strict=True))
         database_url, redis_url = self._start_services()
         write_services(s, database_url=database_url, redis_url=redis_url)
         key = self._prepare_database(database_url)
         flower_password = ensure_flower_password(s)
+        if self.cluster:
+            self._spawn_cluster(database_url, redis_url, flower_password)
+            if not _gateway_ready(s.host, s.port, 90):
+                raise StackError(f"no gateway answered on {s.host}:{s.port}; see {self.log_dir}")
+            return self._cluster_banner(key, database_url, redis_url, flower_password)
         self._spawn_processes(database_url, redis_url, flower_password)
         if not wait_for_port(s.host, s.port, 60):
             raise StackError(f"the gateway did not start listening on {s.host}:{s.port}")
         return self._banner(key, database_url, redis_url, flower_password)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.settings.run_dir / "logs"
+
+    def _metrics_ports(self, count: int) -> list[int]:
+        """One exporter port per worker pool process (each serves its own pool's processes; see
+        workers/metrics.py): ENGRAM_UP_WORKER_METRICS_PORT and the ports after it, or free ones for 0."""
+        s = self.settings
+        host = s.worker_metrics_host
+        if s.up_worker_metrics_port == 0:
+            ports: list[int] = []
+            while len(ports) < count:
+                port = free_port(None, host)
+                if port not in ports:
+                    ports.append(port)
+            return ports
+        ports = list(range(s.up_worker_metrics_port, s.up_worker_metrics_port + count))
+        for port in ports:
+            if port > 65535 or not _port_free(host, port):
+                raise StackError(
+                    f"worker metrics port {host}:{port} is not available; free it or set "
+                    f"ENGRAM_UP_WORKER_METRICS_PORT (the first of {count} consecutive ports; 0 = any free ports)"
+                )
+        return ports
 
     def _start_services(self) -> tuple[str, str]:
         s = self.settings
@@ -204,7 +261,7 @@ class Stack:
                     s.log_level,
                     *_WORKER_FLAGS,
                 ],
-                env,
+                {**env, "ENGRAM_WORKER_METRICS_PORT": str(self.metrics_ports["worker-turns"])},
             ),
             ChildSpec(
                 "worker-background",
@@ -221,7 +278,7 @@ class Stack:
                     s.log_level,
                     *_WORKER_FLAGS,
                 ],
-                env,
+                {**env, "ENGRAM_WORKER_METRICS_PORT": str(self.metrics_ports["worker-background"])},
             ),
             ChildSpec(
                 "beat", [*celery, "beat", "-s", str(s.run_dir / "celerybeat-schedule"), "--loglevel", s.log_level], env
@@ -231,6 +288,73 @@ class Stack:
             ),
         ):
             self.supervisor.spawn(spec)
+
+    def _child_env(self, database_url: str, redis_url: str) -> dict[str, str]:
+        return {
+            "ENGRAM_DATABASE_URL": database_url,
+            "ENGRAM_REDIS_URL": redis_url,
+            "ENGRAM_DATA_DIR": str(self.settings.data_dir),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def _spawn_cluster(self, database_url: str, redis_url: str, flower_password: str) -> None:
+        """Every process of a cluster deployment on this machine, each logging to <run_dir>/logs/<name>.log."""
+        s = self.settings
+        env = self._child_env(database_url, redis_url)
+        py = sys.executable
+        celery = [py, "-m", "celery", "-A", "workers.app"]
+        specs: list[ChildSpec] = []
+        # Gateways on SO_REUSEPORT sockets of one port; ops/cluster_gateway.py says why (not a shared
+        # socket, uvicorn --workers or a proxy).
+        for index in range(1, CLUSTER_GATEWAYS + 1):
+            specs.append(ChildSpec(f"gateway-{index}", [py, "-m", "ops.cluster_gateway"], env))
+        for pool in POOLS:
+            name = f"worker-{pool}"
+            metrics = {"ENGRAM_WORKER_METRICS_PORT": str(self.metrics_ports[name])}
+            specs.append(ChildSpec(name, pool_argv(s, pool, py), {**env, **metrics}))
+        # RedBeat (workers/app.py): the beats share a leader lock in Redis; the other one stands by and takes
+        # over within ENGRAM_BEAT_LOCK_TIMEOUT_SECONDS of the leader's death.
+        for index in range(1, CLUSTER_BEATS + 1):
+            argv = [*celery, "beat", "-S", "redbeat.RedBeatScheduler", "--loglevel", s.log_level]
+            specs.append(ChildSpec(f"beat-{index}", argv, env))
+        flower_env = {
+            **env,
+            "FLOWER_BASIC_AUTH": f"{s.flower_user}:{flower_password}",
+            "FLOWER_UNAUTHENTICATED_API": "false",
+        }
+        flower = [*celery, "flower", f"--address={s.flower_host}", f"--port={s.flower_port}"]
+        specs.append(ChildSpec("flower", flower, flower_env))
+        for spec in specs:
+            spec.log_file = self.log_dir / f"{spec.name}.log"
+            self.supervisor.spawn(spec)
+
+    def _metrics_lines(self) -> list[str]:
+        host = self.settings.worker_metrics_host
+        return [f"  metrics   {name:<18} http://{host}:{port}/metrics" for name, port in self.metrics_ports.items()] + [
+            "            (bearer key with the metrics scope: engram keys create --scopes metrics)"
+        ]
+
+    def _cluster_banner(self, key: str, database_url: str, redis_url: str, flower_password: str) -> str:
+        s = self.settings
+        from shared.llm.factory import chat_model, provider_name
+
+        return "\n".join(
+            [
+                "engram cluster is running",
+                f"  gateway   http://{s.host}:{s.port}   ({CLUSTER_GATEWAYS} gateways sharing the port, SO_REUSEPORT)",
+                *(f"  pool      {pool:<12} queues {','.join(queues)}" for pool, queues in POOLS.items()),
+                f"  beat      {CLUSTER_BEATS} (RedBeat leader lock, {s.beat_lock_timeout_seconds}s)",
+                f"  flower    http://{s.flower_host}:{s.flower_port}   (login {s.flower_user} / {flower_password})",
+                *self._metrics_lines(),
+                f"  logs      {self.log_dir}",
+                f"  data dir  {s.data_dir}",
+                f"  postgres  {'embedded' if self.postgres else 'external'}: {database_url}",
+                f"  redis     {'embedded' if self.redis else 'external'}: {redis_url}",
+                f"  model     {provider_name(s)} / {chat_model(s)}",
+                f"  API key   {key}   (dev key of tenant 'default', saved in {s.dev_key_file})",
+                "Ctrl-C stops everything",
+            ]
+        )
 
     def _banner(self, key: str, database_url: str, redis_url: str, flower_password: str) -> str:
         s = self.settings
@@ -243,6 +367,7 @@ class Stack:
                 "engram is running",
                 f"  gateway   http://{s.host}:{s.port}   (OpenAPI: http://{s.host}:{s.port}/docs)",
                 f"  flower    http://{s.flower_host}:{s.flower_port}   (login {s.flower_user} / {flower_password})",
+                *self._metrics_lines(),
                 f"  data dir  {s.data_dir}",
                 f"  postgres  {'embedded' if self.postgres else 'external'}: {database_url}",
                 f"  redis     {'embedded' if self.redis else 'external'}: {redis_url}",

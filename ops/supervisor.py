@@ -39,6 +39,8 @@ class ChildSpec:
     name: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    # Output appended to this file (the cluster has too many processes for one terminal); None = inherited.
+    log_file: Path | None = None
 
 
 @dataclass
@@ -117,9 +119,22 @@ class Supervisor:
         return cleaned
 
     def spawn(self, spec: ChildSpec) -> None:
-        proc = subprocess.Popen(
-            spec.argv, env={**self.base_env, **spec.env}, stdin=subprocess.DEVNULL, start_new_session=True
-        )
+        output = None
+        if spec.log_file is not None:
+            spec.log_file.parent.mkdir(parents=True, exist_ok=True)
+            output = spec.log_file.open("ab")
+        try:
+            proc = subprocess.Popen(
+                spec.argv,
+                env={**self.base_env, **spec.env},
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT if output is not None else None,
+                start_new_session=True,
+            )
+        finally:
+            if output is not None:
+                output.close()  # the child has its own copy
         (self.proc_dir / f"{spec.name}.pid").write_text(str(proc.pid))
         previous = self.children.get(spec.name)
         self.children[spec.name] = Child(spec, proc, previous.restarts if previous else [])

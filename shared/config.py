@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ProviderName = Literal["auto", "offline", "anthropic", "openai"]
@@ -118,6 +118,22 @@ class Settings(BaseSettings):
     # --- processes started by `engram up` ------------------------------------------------------
     turn_worker_concurrency: int = Field(2, ge=1, description="Processes consuming turns + channels")
     background_worker_concurrency: int = Field(1, ge=1, description="Processes for the memory queues")
+    up_worker_metrics_port: int = Field(
+        9808,
+        ge=0,
+        le=65535,
+        description="`engram up`: first port of the worker pools' exporters, one port per pool; 0 = any free ports",
+    )
+
+    # --- worker pools: Celery --autoscale bounds (processes per pool instance; `engram worker POOL`) ---------
+    pool_turns_min_processes: int = Field(2, ge=1, description="Pool turns (turns, channels): processes at least")
+    pool_turns_max_processes: int = Field(4, ge=1, description="Pool turns: processes at most (grows with backlog)")
+    pool_memory_min_processes: int = Field(1, ge=1, description="Pool memory (extraction, flush, compaction): at least")
+    pool_memory_max_processes: int = Field(2, ge=1, description="Pool memory: processes at most")
+    pool_embeddings_min_processes: int = Field(1, ge=1, description="Pool embeddings: processes at least")
+    pool_embeddings_max_processes: int = Field(2, ge=1, description="Pool embeddings: processes at most")
+    pool_maintenance_min_processes: int = Field(1, ge=1, description="Pool maintenance: processes at least")
+    pool_maintenance_max_processes: int = Field(1, ge=1, description="Pool maintenance: processes at most")
 
     # --- Flower (started by `engram up`) --------------------------------------------------------
     flower_host: str = Field("127.0.0.1", description="Address Flower binds to (not ENGRAM_HOST: it can run tasks)")
@@ -253,6 +269,21 @@ class Settings(BaseSettings):
         if value is not None and ("," in value.get_secret_value() or not value.get_secret_value()):
             raise ValueError("ENGRAM_FLOWER_PASSWORD must be non-empty and must not contain a comma")
         return value
+
+    @model_validator(mode="after")
+    def _pool_bounds(self) -> Settings:
+        for pool in ("turns", "memory", "embeddings", "maintenance"):
+            low, high = self.pool_processes(pool)
+            if high < low:
+                raise ValueError(
+                    f"ENGRAM_POOL_{pool.upper()}_MAX_PROCESSES ({high}) is below "
+                    f"ENGRAM_POOL_{pool.upper()}_MIN_PROCESSES ({low})"
+                )
+        return self
+
+    def pool_processes(self, pool: str) -> tuple[int, int]:
+        """(min, max) processes of a worker pool (workers/queues.py POOLS), Celery's --autoscale bounds."""
+        return int(getattr(self, f"pool_{pool}_min_processes")), int(getattr(self, f"pool_{pool}_max_processes"))
 
     @property
     def run_dir(self) -> Path:

@@ -27,10 +27,10 @@ ENGRAM = [sys.executable, "-m", "ops.cli"]
 
 
 class UpProcess:
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], *options: str) -> None:
         self.env = env
         self.proc = subprocess.Popen(
-            [*ENGRAM, "up"],
+            [*ENGRAM, "up", *options],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -90,6 +90,7 @@ def up_env(tmp_path: Path) -> Iterator[dict[str, str]]:
             "ENGRAM_PORT": str(free_port()),
             "ENGRAM_FLOWER_PORT": str(free_port()),
             "ENGRAM_TURN_WORKER_CONCURRENCY": "1",
+            "ENGRAM_UP_WORKER_METRICS_PORT": "0",  # free ports: parallel runs must not collide on 9808
         }
     )
     yield env
@@ -109,6 +110,8 @@ def test_up_runs_demo_stops_cleanly_and_keeps_data(up_env: dict[str, str]) -> No
 
     up = UpProcess(up_env)
     flower_password = up.wait_for(r"flower\s+http://127\.0\.0\.1:\d+\s+\(login engram / (\S+)\)").group(1)
+    turns_metrics = up.wait_for(r"metrics\s+worker-turns\s+(http://\S+/metrics)").group(1)
+    background_metrics = up.wait_for(r"metrics\s+worker-background\s+(http://\S+/metrics)").group(1)
     key = up.wait_for(r"API key\s+(egm_\S+)").group(1)
     up.wait_for(r"try: engram chat")
     assert (data_dir / "dev-api-key").read_text().strip() == key
@@ -129,6 +132,17 @@ def test_up_runs_demo_stops_cleanly_and_keeps_data(up_env: dict[str, str]) -> No
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "pgvector: extension installed, version 0.8" in doctor.stdout
     assert "FAIL" not in doctor.stdout
+
+    # Each worker process serves its pool's metrics: queue depth and the latency of the tasks it ran.
+    metrics_key = run_cli(up_env, "keys", "create", "--scopes", "metrics").stdout.strip()
+    assert httpx.get(turns_metrics, timeout=10).status_code == 401
+    scrape = httpx.get(turns_metrics, headers={"Authorization": f"Bearer {metrics_key}"}, timeout=10).text
+    assert re.search(r'^engram_queue_depth\{queue="turns"\} \d', scrape, re.M), scrape[-2000:]
+    assert re.search(
+        r'^engram_task_duration_seconds_count\{[^}]*task="engram\.turns\.drain"[^}]*\} [1-9]', scrape, re.M
+    )
+    background = httpx.get(background_metrics, headers={"Authorization": f"Bearer {metrics_key}"}, timeout=10).text
+    assert re.search(r'^engram_task_duration_seconds_count\{[^}]*queue="extraction"[^}]*\} [1-9]', background, re.M)
 
     flower_url = f"http://127.0.0.1:{flower_port}"
     assert httpx.get(f"{flower_url}/healthcheck", timeout=10).status_code == 200

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ops.pools import pool_argv
 from shared.config import Settings
 from workers.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS, QUEUES
 
@@ -57,12 +58,24 @@ def engram_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, 
     }
 
 
+def engram_worker_pool(service: dict[str, Any]) -> str | None:
+    """The pool of an `engram worker POOL` command (ops/pools.py builds its Celery command line)."""
+    args = argv(service)
+    return args[2] if args[:2] == ["engram", "worker"] and len(args) == 3 else None
+
+
 def is_celery_worker(service: dict[str, Any]) -> bool:
     args = argv(service)
-    return "celery" in args and "worker" in args
+    return ("celery" in args and "worker" in args) or engram_worker_pool(service) is not None
 
 
 def worker_queues(service: dict[str, Any]) -> set[str]:
+    pool = engram_worker_pool(service)
+    if pool is not None:
+        if pool not in POOLS:
+            return set()
+        command = pool_argv(Settings(_env_file=None), pool)
+        return set(command[command.index("-Q") + 1].split(","))
     args = argv(service)
     for i, arg in enumerate(args):
         if arg in ("-Q", "--queues") and i + 1 < len(args):
@@ -103,7 +116,8 @@ def test_each_queue_group_has_its_own_worker(services: dict[str, dict[str, Any]]
     # One pool per queue group of workers/queues.py, named after it.
     assert workers(services) == {f"worker-{pool}": set(queues) for pool, queues in POOLS.items()}
     for name in workers(services):
-        args = argv(services[name])
+        pool = engram_worker_pool(services[name])
+        args = pool_argv(Settings(_env_file=None), pool) if pool else argv(services[name])
         assert "--without-mingle" in args and "--without-gossip" in args, name
 
 
