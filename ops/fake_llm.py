@@ -130,6 +130,13 @@ def user_texts(body: Json) -> list[str]:
     return texts
 
 
+def engram_tail(body: Json) -> str:
+    """engram's dynamic tail in a request (either wire format), or "" if it has none."""
+    messages = body.get("messages") or []
+    found = _TAIL.search(content_text(messages[-1].get("content"))) if messages else None
+    return found.group(0).strip() if found else ""
+
+
 def echo_reply(body: Json) -> FakeReply:
     return FakeReply(text=f"echo: {last_user_text(body)}")
 

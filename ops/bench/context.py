@@ -1,6 +1,6 @@
 """Prompt-cache benchmark: one user, one scripted session, and what the model provider sees.
 
-    python -m ops.bench.context [--turns 50] [--memory-every 10]
+    python -m ops.bench.context [--turns 50] [--memory-every 10] [--json]
 
 Starts a private stack (ops/bench/stack.py) whose model is the fake Anthropic server of
 ops/fake_llm.py, run in this process: that is what lets the script answer "what time is it"
@@ -8,20 +8,26 @@ questions with a `current_time` tool call (a second iteration, as a real model w
 back every request engram sent (`fake.requests`). The fake answers at once; turns are sent one
 after another, each waiting for the previous to finish, as one person chatting would.
 
-Every `--memory-every` turns a fact is written through the REST API before the turn
-(POST /v1/users/{user}/memories); it is a tacit memory, so it joins the static prompt's "What You
-Know" and the cached prefix legitimately changes then.
+Two sessions, by two users: one with a fact written through the REST API every `--memory-every`
+turns before the turn (POST /v1/users/{user}/memories; a tacit memory, so it belongs in "What You
+Know" — which is frozen per session epoch, so it shows in the dynamic tail), and one without.
 
-Reported:
-1. static prefix stability: the share of model requests whose static prefix (the tools and the
-   first system block, the one carrying the cache breakpoint) is byte-identical to the previous
-   request's; every change is diffed and attributed to the prompt section it touched;
-2. prompt cache, by the fake's cache model: the share of input tokens read from cache
-   (read / (uncached + read + write)) and the share of requests with a cache hit;
-3. input tokens per turn, engram vs a naive agent that sends the same system prompt and tools
-   with the complete transcript on every call (same calls, same token counter, no caching), as
-   a ratio; and a cost-weighted ratio using Anthropic's cache prices (read 0.1x, write 1.25x);
-plus LLM calls per turn and wall time.
+Reported, per session:
+1. prefix stability: the share of model requests that repeat, byte for byte, what the previous
+   request asked to have cached (tools, static prompt, history up to its last breakpoint); every
+   change is attributed to the static prompt section it touched, or to the history; a change is
+   expected only on the first call after a memory write (an epoch rebuilt past its delta bound);
+2. prompt cache, by the fake's cache rules (ops/fake_cache.py; the model family's minimum, the TTL
+   on the fake's clock): the share of input tokens read from cache (read / (uncached + read +
+   write)) and the share of requests with a cache hit;
+3. input tokens per turn, engram vs a naive agent that sends the same tools, static prompt and
+   dynamic context (in the system prompt, after the static part, as a typical client does) with the
+   complete transcript on every call, cached by the same rules with only the static breakpoint;
+   and a cost-weighted ratio using Anthropic's cache prices (read 0.1x, write 1.25x);
+plus LLM calls per turn and wall time. `--json` prints one JSON object last: the headline figures
+(`cached_input_share`, `prefix_changes`, `unexpected_prefix_changes`, `input_tokens_per_turn`,
+`naive_input_tokens_per_turn`, ...) of the session with memory writes, the same for the one
+without under `without_memory_writes`, and the goals.
 """
 
 from __future__ import annotations
