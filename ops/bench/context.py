@@ -345,6 +345,7 @@ class TurnRecord:
     e2e_ms: float
     usage: dict[str, Any]
     error: str | None
+    timings: dict[str, Any] = field(default_factory=dict)  # the worker's: run_ms, llm_ms, overhead_ms
     calls: list[RecordedRequest] = field(default_factory=list)  # this turn's agent-loop requests, in order
     background_calls: int = 0  # other model requests that arrived meanwhile
     memory_added: str | None = None  # key of the memory written through REST just before this turn
@@ -416,6 +417,7 @@ def run_session(
                 status=turn["status"],
                 e2e_ms=turn["e2e_ms"],
                 usage=turn.get("usage") or {},
+                timings=turn.get("timings") or {},
                 error=turn.get("error"),
                 calls=calls,
                 background_calls=len(new) - len(calls),
@@ -651,6 +653,10 @@ def analyse(records: list[TurnRecord], transcript: list[dict[str, Any]], wall_s:
             "max": round(max(e2e), 1) if e2e else None,
             "slowest_turn": max(records, key=lambda r: r.e2e_ms).number if records else None,
         },
+        "worker_run_ms_p50": round(percentile([float(r.timings.get("run_ms") or 0) for r in records], 50) or 0, 1),
+        "worker_overhead_ms_p50": round(
+            percentile([float(r.timings.get("overhead_ms") or 0) for r in records], 50) or 0, 1
+        ),
         "failed_turns": [{"turn": r.number, "error": r.error} for r in records if r.status != "done"],
     }
 

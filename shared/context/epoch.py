@@ -102,21 +102,21 @@ def split_knowledge(
     `base_digest` fingerprints the rest of the static prompt. With `persist` false (context inspection)
     nothing is written: the view shows what the next turn would send."""
     epoch = _load(conn, session["id"]) if session.get("id") else None
-    reason = _rebuild_reason(conn, session, epoch, live, base_digest, max_delta)
+    frozen = _frozen_rows(conn, epoch["memory_ids"]) if epoch is not None else []
+    reason = _rebuild_reason(session, epoch, frozen, live, base_digest, max_delta)
     if reason is not None:
         if persist and session.get("id"):
             _store(conn, session, live, base_digest, reason)
         return KnowledgeSplit(frozen=list(live), rebuilt=reason)
     assert epoch is not None
-    frozen = _frozen_rows(conn, epoch["memory_ids"])
     known = set(epoch["memory_ids"])
     return KnowledgeSplit(frozen=frozen, since=[m for m in live if m["id"] not in known])
 
 
 def _rebuild_reason(
-    conn: Conn,
     session: dict[str, Any],
     epoch: dict[str, Any] | None,
+    frozen: list[dict[str, Any]],
     live: list[dict[str, Any]],
     base_digest: str,
     max_delta: int,
@@ -127,7 +127,6 @@ def _rebuild_reason(
         return COMPACTED
     if epoch["base_digest"] != base_digest:
         return PROMPT_CHANGED
-    frozen = _frozen_rows(conn, epoch["memory_ids"])
     if len(frozen) != len(epoch["memory_ids"]) or knowledge_digest(frozen) != epoch["knowledge_digest"]:
         return MEMORY_CHANGED
     known = set(epoch["memory_ids"])

@@ -57,13 +57,14 @@ def layout_messages(request: ChatRequest) -> list[MessageParam]:
         previous = next((i for i in range(last - 1, -1, -1) if turns[i][0] == "user"), None)
         if previous is not None:
             _mark(turns[previous][1])
+    params = [_to_param(role, blocks) for role, blocks in turns]
     if request.dynamic_tail:
         tail: dict[str, Any] = {"type": "text", "text": request.dynamic_tail}
         if turns and turns[-1][0] == "user":
-            turns[-1][1].append(tail)
-        else:
-            turns.append(("user", [tail]))
-    return [_to_param(role, blocks) for role, blocks in turns]
+            params[-1] = cast(MessageParam, {"role": "user", "content": [*turns[-1][1], tail]})
+        else:  # no user turn to end (the history ends with the assistant): the tail is one of its own
+            params.append(cast(MessageParam, {"role": "user", "content": [tail]}))
+    return params
 
 
 def breakpoints(system: list[Any], messages: list[Any]) -> int:

@@ -127,3 +127,15 @@ def test_openai_prefix_is_byte_identical_and_tail_ends_the_last_message() -> Non
 def test_openai_tail_without_a_user_side_message_is_a_message_of_its_own() -> None:
     request = ChatRequest(model="m", messages=(ChatMessage("assistant", "hi"),), dynamic_tail="<turn-context>x")
     assert openai_layout.build_messages(request)[-1] == {"role": "user", "content": "<turn-context>x"}
+
+
+def test_anthropic_tail_after_an_assistant_turn_is_a_user_turn_of_its_own() -> None:
+    request = ChatRequest(
+        model="m",
+        messages=(ChatMessage("user", "hi"), ChatMessage("assistant", "hello")),
+        dynamic_tail="<turn-context>x",
+    )
+    messages = anthropic_layout.layout_messages(request)
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert messages[-1]["content"] == [{"type": "text", "text": "<turn-context>x"}]
+    assert messages[1]["content"][-1].get("cache_control") == {"type": "ephemeral"}  # type: ignore[index,union-attr]
