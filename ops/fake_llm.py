@@ -5,14 +5,13 @@ Tests script the replies (`fake.script(FakeReply(...))`) and inspect what the re
 
     python -m ops.fake_llm --port 8999 --latency-ms 300
 
-Token counts are estimates (about four characters per token), but the prompt-cache accounting follows
-the real rules closely enough to test cache-aware prompt layout:
+Token counts are estimates (about four characters per token); the prompt-cache accounting follows
+the real rules — prefix match per breakpoint, minimum cacheable length per model family, 5-minute
+TTL, 20-block lookback, at most 4 breakpoints — stated and tested in ops/fake_cache.py.
 
-- Anthropic caches the prefix up to each `cache_control` breakpoint, in the order tools → system →
-  messages. A breakpoint prefix seen before is reported as `cache_read_input_tokens`, the rest of the
-  prefix up to the last breakpoint as `cache_creation_input_tokens`, and the remainder as `input_tokens`.
-- OpenAI caches automatically: the longest previously seen prefix of whole messages (tools included)
-  of at least `openai_cache_min_tokens` is reported as `prompt_tokens_details.cached_tokens`.
+engram sends its per-request context after the conversation, wrapped in `<turn-context>` tags (a text
+block of its own on Anthropic, appended to the last message on OpenAI); it is not the user's text, so
+`user_texts`, `last_user_text` and echo replies leave it out.
 
 `POST /v1/embeddings` (OpenAI format) returns deterministic hashed bag-of-words vectors
 (`fake_embedding`): texts sharing words get similar vectors. It honours `dimensions` and
@@ -45,8 +44,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ops.fake_cache import (
+    AnthropicCache,
+    CacheRuleError,
+    OpenAICache,
+    PromptUsage,
+    canonical,
+    content_text,
+    estimate_tokens,
+)
+
 WireFormat = Literal["openai", "anthropic"]
 Json = dict[str, Any]
+# engram's dynamic tail (shared/context/tail.py): whole, or at the end of a text.
+_TAIL = re.compile(r"\s*<turn-context>.*?</turn-context>\s*\Z", re.DOTALL)
 
 
 @dataclass
@@ -79,17 +90,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Json
-
-
-@dataclass(frozen=True)
-class PromptUsage:
-    input_tokens: int  # uncached
-    cache_read_tokens: int
-    cache_write_tokens: int
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+    received_at: float = 0.0  # the server's clock (monotonic unless one is given), for cache replays
 
 
 class _BrokenStream(Exception):
@@ -98,10 +99,6 @@ class _BrokenStream(Exception):
 
 # ---------------------------------------------------------------------------------------------------
 # Text and token helpers
-
-
-def estimate_tokens(text: str) -> int:
-    return len(text) // 4 + 1
 
 
 def split_deltas(text: str) -> list[str]:
@@ -133,127 +130,28 @@ def user_texts(body: Json) -> list[str]:
     return texts
 
 
+def engram_tail(body: Json) -> str:
+    """engram's dynamic tail in a request (either wire format), or "" if it has none."""
+    messages = body.get("messages") or []
+    found = _TAIL.search(content_text(messages[-1].get("content"))) if messages else None
+    return found.group(0).strip() if found else ""
+
+
 def echo_reply(body: Json) -> FakeReply:
     return FakeReply(text=f"echo: {last_user_text(body)}")
 
 
 def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    texts: list[str] = []
-    for block in content:
-        if not isinstance(block, dict):
-            continue
-        if block.get("type") == "tool_result":
-            texts.append(_content_text(block.get("content")))
-        elif isinstance(block.get("text"), str):
-            texts.append(block["text"])
-    return "".join(texts)
-
-
-def _part_tokens(part: Any) -> int:
-    if isinstance(part, str):
-        return estimate_tokens(part)
-    if isinstance(part, dict) and isinstance(part.get("text"), str):
-        return estimate_tokens(part["text"])
-    if isinstance(part, dict) and part.get("type") == "tool_result":
-        return estimate_tokens(_content_text(part.get("content")))
-    return estimate_tokens(_canonical(part))
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _without_cache_control(part: Any) -> Any:
-    # The marker decides where a cache entry ends, not what it contains.
-    if isinstance(part, dict):
-        return {key: value for key, value in part.items() if key != "cache_control"}
-    return part
-
-
-def _prefix_digests(parts: list[Any]) -> Iterator[tuple[str, int]]:
-    """(hash of parts[:i+1], tokens of parts[:i+1]) for every i, computed incrementally."""
-    digest = hashlib.sha256()
-    tokens = 0
-    for part in parts:
-        digest.update(_canonical(_without_cache_control(part)).encode())
-        digest.update(b"\x00")
-        tokens += _part_tokens(part)
-        yield digest.hexdigest(), tokens
+    """A message's text without engram's dynamic tail (its own text block, or the end of a text)."""
+    if isinstance(content, list):
+        return "".join(_TAIL.sub("", content_text([block])) for block in content)
+    return _TAIL.sub("", content_text(content))
 
 
 def _output_tokens(reply: FakeReply) -> int:
     tokens = estimate_tokens(reply.text) if reply.text else 0
-    tokens += sum(estimate_tokens(name + _canonical(args)) for name, args in reply.tool_calls)
+    tokens += sum(estimate_tokens(name + canonical(args)) for name, args in reply.tool_calls)
     return max(tokens, 1)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Prompt caches
-
-
-class _AnthropicCache:
-    def __init__(self, min_tokens: int) -> None:
-        self._min_tokens = min_tokens
-        self._seen: set[str] = set()
-
-    def usage(self, body: Json) -> PromptUsage:
-        parts, breakpoints = _anthropic_parts(body)
-        prefixes = list(_prefix_digests(parts))
-        total = prefixes[-1][1] if prefixes else 0
-        cacheable = [prefixes[i] for i in breakpoints if prefixes[i][1] >= self._min_tokens]
-        if not cacheable:
-            return PromptUsage(input_tokens=total, cache_read_tokens=0, cache_write_tokens=0)
-        read = max((tokens for digest, tokens in cacheable if digest in self._seen), default=0)
-        cached_end = cacheable[-1][1]
-        self._seen.update(digest for digest, _ in cacheable)
-        return PromptUsage(
-            input_tokens=total - cached_end, cache_read_tokens=read, cache_write_tokens=cached_end - read
-        )
-
-    def clear(self) -> None:
-        self._seen.clear()
-
-
-def _anthropic_parts(body: Json) -> tuple[list[Any], list[int]]:
-    """Prompt parts in Anthropic's cache order, and the indexes of parts that carry cache_control."""
-    parts: list[Any] = list(body.get("tools") or [])
-    system = body.get("system")
-    if isinstance(system, str) and system:
-        parts.append(system)
-    elif isinstance(system, list):
-        parts.extend(system)
-    for message in body.get("messages") or []:
-        content = message.get("content")
-        blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
-        # The role is part of what the model sees, so it is part of the cached identity.
-        parts.extend({**block, "_role": message.get("role")} for block in blocks)
-    breakpoints = [i for i, part in enumerate(parts) if isinstance(part, dict) and part.get("cache_control")]
-    return parts, breakpoints
-
-
-class _OpenAICache:
-    def __init__(self, min_tokens: int) -> None:
-        self._min_tokens = min_tokens
-        self._seen: set[str] = set()
-
-    def usage(self, body: Json) -> PromptUsage:
-        # Tools precede the messages in the prompt, so they open the prefix as one part.
-        parts: list[Any] = [{"tools": body.get("tools") or []}, *(body.get("messages") or [])]
-        prefixes = list(_prefix_digests(parts))[1:]  # only whole-message prefixes count
-        total = prefixes[-1][1] if prefixes else 0
-        cached = max(
-            (tokens for digest, tokens in prefixes if digest in self._seen and tokens >= self._min_tokens),
-            default=0,
-        )
-        self._seen.update(digest for digest, _ in prefixes)
-        return PromptUsage(input_tokens=total - cached, cache_read_tokens=cached, cache_write_tokens=0)
-
-    def clear(self) -> None:
-        self._seen.clear()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -321,7 +219,7 @@ def openai_json(r: _Reply) -> Json:
             {
                 "id": r.call_id("openai", i),
                 "type": "function",
-                "function": {"name": name, "arguments": _canonical(args)},
+                "function": {"name": name, "arguments": canonical(args)},
             }
             for i, (name, args) in enumerate(r.reply.tool_calls)
         ]
@@ -429,7 +327,7 @@ def _anthropic_stop(reply: FakeReply) -> str:
 
 def _json_fragments(args: dict[str, Any]) -> list[str]:
     # Split the arguments' JSON in three so clients must concatenate fragments before parsing.
-    raw = _canonical(args)
+    raw = canonical(args)
     step = max(len(raw) // 3, 1)
     return [raw[i : i + step] for i in range(0, len(raw), step)]
 
@@ -501,8 +399,11 @@ class FakeLLM:
         port: int = 0,
         latency_s: float = 0.0,
         openai_cache_min_tokens: int = 1024,
-        anthropic_cache_min_tokens: int = 0,
+        anthropic_cache_min_tokens: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`anthropic_cache_min_tokens` None: the model family's minimum (fake_cache.min_cacheable_tokens).
+        `clock` drives the caches' TTL; tests pass a settable one."""
         self.host = host
         self.port = port
         self.latency_s = latency_s  # added to every reply, for benchmarks
@@ -512,8 +413,9 @@ class FakeLLM:
         self._embedding_script: deque[FakeReply] = deque()
         self._requests: list[RecordedRequest] = []
         self._serials = itertools.count(1)
-        self._anthropic_cache = _AnthropicCache(anthropic_cache_min_tokens)
-        self._openai_cache = _OpenAICache(openai_cache_min_tokens)
+        self.clock = clock
+        self._anthropic_cache = AnthropicCache(anthropic_cache_min_tokens, clock=clock)
+        self._openai_cache = OpenAICache(openai_cache_min_tokens, clock=clock)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.app = Starlette(
@@ -634,12 +536,20 @@ class FakeLLM:
 
     async def _handle(self, request: Request, fmt: WireFormat) -> Response:
         body: Json = await request.json()
-        reply = self._take_reply(RecordedRequest(fmt, request.url.path, dict(request.headers), body))
+        recorded = RecordedRequest(fmt, request.url.path, dict(request.headers), body, self.clock())
+        reply = self._take_reply(recorded)
         await asyncio.sleep(self.latency_s + reply.delay_s)
         if reply.status != 200:
             payload = reply.error_body if reply.error_body is not None else error_body(fmt, reply.status)
             return JSONResponse(payload, status_code=reply.status, headers=reply.headers)
-        bound = self._bind_reply(reply, fmt, body)
+        try:
+            bound = self._bind_reply(reply, fmt, body, recorded.received_at)
+        except CacheRuleError as exc:  # refused as the API would; the scripted reply stays unused
+            with self._lock:
+                self._script.appendleft(reply)
+            payload = error_body(fmt, 400)
+            payload["error"]["message"] = str(exc)
+            return JSONResponse(payload, status_code=400)
         if not body.get("stream"):
             payload = openai_json(bound) if fmt == "openai" else anthropic_json(bound)
             return JSONResponse(payload, headers=reply.headers)
@@ -670,11 +580,11 @@ class FakeLLM:
                 self._script.remove(scripted)
         return scripted if scripted is not None else self.default(recorded.body)
 
-    def _bind_reply(self, reply: FakeReply, fmt: WireFormat, body: Json) -> _Reply:
+    def _bind_reply(self, reply: FakeReply, fmt: WireFormat, body: Json, now: float) -> _Reply:
         # Only successful requests reach here, so failed attempts never populate the cache.
         with self._lock:
             cache = self._openai_cache if fmt == "openai" else self._anthropic_cache
-            prompt = cache.usage(body)
+            prompt = cache.usage(body, now)
             serial = next(self._serials)
         return _Reply(reply=reply, model=str(body.get("model", "fake-model")), serial=serial, prompt=prompt)
 

@@ -95,6 +95,9 @@ class Settings(BaseSettings):
         None, ge=200, description="Compact a session at this many tokens; default 60% of the context window"
     )
     flush_ratio: float = Field(0.75, gt=0, lt=1, description="Memory flush at this share of the compaction threshold")
+    prompt_epoch_max_delta: int = Field(
+        10, ge=0, description="New memories shown in the dynamic tail before a session's What You Know is rebuilt"
+    )
 
     # --- background memory pipeline -------------------------------------------------------------
     auto_memory: bool = Field(True, description="Extract, flush and compact automatically after turns")

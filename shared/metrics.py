@@ -94,7 +94,7 @@ def preinitialize(tasks: Iterable[str]) -> None:
 
 
 def observe_turn(status: str, timings: Mapping[str, Any]) -> None:
-    """From a finished turn's `timings` (shared/agent.py): queued_ms, llm_ms, overhead_ms."""
+    """From a finished turn's `timings` (shared/agent/turn_runner.py): queued_ms, llm_ms, overhead_ms."""
     TURNS_FINISHED.labels(status).inc()
     for phase, field in (("queued", "queued_ms"), ("model", "llm_ms"), ("overhead", "overhead_ms")):
         value = timings.get(field)

@@ -32,4 +32,5 @@ def turn_deps(
         reply_ready=reply_ready,
         context_dir=settings.context_dir,
         context_window=settings.context_window_tokens,
+        epoch_max_delta=settings.prompt_epoch_max_delta,
     )

@@ -5,7 +5,7 @@ With `task_reject_on_worker_lost`, the task of a killed pool process is rejected
 Redis transport pushes such a message to the tail, behind everything sent since; under load the
 interrupted turn (whose client is waiting) then queued a second time, for as long as the whole
 backlog took. It was taken from the head, so it goes back there. A message that keeps killing its
-worker is not retried forever: the turn is failed after a few attempts (shared/agent.py).
+worker is not retried forever: the turn is failed after a few attempts (shared/agent/turn_runner.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""What the model sees each iteration: static prompt + dynamic suffix + pruned history + steering.
+"""What the model sees each iteration: static prompt + pruned history + the dynamic tail (dynamic context
+and steering), in that order, so everything before the tail is a cacheable, append-only prefix.
 
 `prepare_turn` runs once per turn (database reads: profiles, memories, relevant memories, steering
 facts); `compile_request` runs before every model call and is pure. The same code serves the
@@ -14,10 +15,12 @@ from typing import Any
 
 from shared.context.data_fence import fence_problems
 from shared.context.dynamic import DynamicInputs, build_dynamic_suffix, describe_time, latest_reflection
+from shared.context.epoch import KnowledgeSplit, digest, split_knowledge
 from shared.context.fences import FenceSet, verify
 from shared.context.pruning import PruneReport, prune_messages
 from shared.context.static_prompt import Section, StaticPrompt, build_static_prompt, load_prompt_inputs
-from shared.context.steering import SteeringMessage, SteeringState, apply_steering, generate_steering
+from shared.context.steering import SteeringMessage, SteeringState, generate_steering
+from shared.context.tail import render_tail
 from shared.context.tokens import TokenCounter, counter_for
 from shared.db import Conn
 from shared.llm.types import ChatMessage, ToolSpec
@@ -71,17 +74,23 @@ class TurnContext:
     counter: TokenCounter
     budget_tokens: int
     steering: SteeringState
+    knowledge: KnowledgeSplit | None = None  # how "What You Know" was split for this turn (epoch.py)
 
 
 @dataclass
 class CompiledRequest:
     system_static: str
-    system_dynamic: str
+    system_dynamic: str  # the dynamic sections' text (the tail adds steering and the caller's instructions)
     dynamic_sections: list[Section]
-    messages: list[ChatMessage]
+    messages: list[ChatMessage]  # the pruned history, exactly as stored: no steering, nothing per-request
     steering: list[SteeringMessage]
     pruning: PruneReport
     problems: list[str]
+
+    def tail(self, *extra: str) -> str:
+        """The dynamic tail sent after the history: dynamic sections, then `extra` (an OpenAI-compatible
+        caller's own instructions), then the steering notes that fired."""
+        return render_tail([self.system_dynamic, *extra, *(s.text for s in self.steering)])
 
 
 def _steering_facts(conn: Conn, session: dict[str, Any], turn_id: int | None) -> dict[str, Any]:
@@ -134,13 +143,21 @@ def prepare_turn(
     relevant: list[dict[str, Any]],
     context_window_override: int | None = None,
     max_output_tokens: int = 1024,
+    epoch_max_delta: int = 10,
+    persist_epoch: bool = False,
 ) -> TurnContext:
+    """Everything a turn's model calls share. With `persist_epoch` (the turn path) a rebuilt "What You
+    Know" epoch is stored; without it (inspection, tests) nothing is written."""
     tenant_id, user_id = session["tenant_id"], session["user_id"]
     fences = FenceSet.for_session(str(session["fence_seed"]).encode(), session["id"])
     inputs = load_prompt_inputs(
         conn, tenant_id=tenant_id, user_id=user_id, tools=tools, fences=fences, context_dir=context_dir
     )
-    static = build_static_prompt(inputs)
+    base = digest(build_static_prompt(replace(inputs, memories=[])).text)
+    knowledge = split_knowledge(
+        conn, session, inputs.memories, base_digest=base, max_delta=epoch_max_delta, persist=persist_epoch
+    )
+    static = build_static_prompt(replace(inputs, memories=knowledge.frozen))
     timezone = (inputs.user or {}).get("timezone") or user_timezone or "UTC"
     dynamic = DynamicInputs(
         now=now,
@@ -152,6 +169,7 @@ def prepare_turn(
         summary=session.get("summary"),
         relevant=tuple(relevant),
         reflection=latest_reflection(conn, tenant_id, user_id),
+        since_epoch=tuple(knowledge.since),
     )
     facts = _steering_facts(conn, session, turn_id)
     steering = SteeringState(
@@ -164,7 +182,8 @@ def prepare_turn(
         **facts,
     )
     budget = context_window(model, context_window_override) - max_output_tokens
-    return TurnContext(static, fences, inputs.agent_name, dynamic, counter_for(provider, model), budget, steering)
+    counter = counter_for(provider, model)
+    return TurnContext(static, fences, inputs.agent_name, dynamic, counter, budget, steering, knowledge)
 
 
 def compile_request(
@@ -194,7 +213,7 @@ def compile_request(
         system_static=static_text,
         system_dynamic=dynamic_text,
         dynamic_sections=dynamic_sections,
-        messages=apply_steering(pruned, steering),
+        messages=pruned,
         steering=steering,
         pruning=report,
         # Remembered text is fenced as data; a tag outside a block means something escaped its fence.
@@ -224,6 +243,11 @@ def describe(tc: TurnContext, compiled: CompiledRequest) -> dict[str, Any]:
             "summary": compiled.pruning.summary,
         },
         "messages": len(compiled.messages),
+        "what_you_know_epoch": {
+            "rebuilt": tc.knowledge.rebuilt if tc.knowledge else None,
+            "frozen": len(tc.knowledge.frozen) if tc.knowledge else None,
+            "since": len(tc.knowledge.since) if tc.knowledge else 0,
+        },
         "integrity_problems": compiled.problems,
         "tokens": {
             "static": sum(s["tokens"] for s in static),

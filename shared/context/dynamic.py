@@ -1,5 +1,6 @@
-"""The dynamic suffix: rebuilt every iteration and sent after the static prompt, so what changes by
-itself (the clock, the summary, relevant memories) never disturbs the cached prefix."""
+"""The dynamic context: rebuilt every iteration and sent last, after the conversation (tail.py), so what
+changes by itself (the clock, the summary, relevant memories, memories written since the session's
+prompt epoch) never disturbs the cached prefix."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ class DynamicInputs:
     summary: str | None = None
     relevant: tuple[dict[str, Any], ...] = field(default_factory=tuple)  # {namespace, key, value}
     reflection: str | None = None
+    # Tacit memories that joined "What You Know" after the session's prompt epoch (epoch.py).
+    since_epoch: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
 
 def local_time(now: datetime, timezone: str) -> tuple[datetime, str]:
@@ -57,6 +60,14 @@ def build_dynamic_suffix(inputs: DynamicInputs) -> list[Section]:
         )
     if inputs.summary:
         sections.append(Section("summary", f"[Previous conversation summary]\n{strip_markers(inputs.summary)}"))
+    if inputs.since_epoch:
+        lines = [f"- [{m['namespace']}] {m['key']}: {strip_markers(m['value'])}" for m in inputs.since_epoch]
+        sections.append(
+            Section(
+                "what_you_know_since",
+                "## What You Know (learned since this conversation's prompt was built)\n" + fence("memory", lines),
+            )
+        )
     if inputs.relevant:
         lines = [f"- [{m['namespace']}] {m['key']}: {strip_markers(m['value'])}" for m in inputs.relevant]
         sections.append(

@@ -66,6 +66,7 @@ def inspect_session(
         relevant=relevant_memories(conn, pseudo_turn, history),
         context_window_override=settings.context_window_tokens,
         max_output_tokens=settings.max_output_tokens,
+        epoch_max_delta=settings.prompt_epoch_max_delta,
     )
     compiled = compile_request(tc, history, iteration=0, now=now)
     return {

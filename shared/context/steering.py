@@ -2,11 +2,9 @@
 
 Steering is rebuilt for every model call from a `SteeringState` snapshot and is never persisted or
 shown to the user. Each generator is a small pure function of the state; `generate_steering` runs them
-in a fixed order and `apply_steering` places the results as user-role messages.
-
-All generators use the "end" position: the messages go after everything else, so the earlier part of
-the message list (which providers can serve from their prompt cache) is the same with or without
-steering. "after_user" is supported for callers that need it.
+in a fixed order. The agent sends the notes in the dynamic tail (tail.py), after the whole conversation,
+so the message list (which providers serve from their prompt cache) is the same with or without
+steering; `apply_steering` places them as user-role messages for callers that want them inline.
 
 Because the module is pure, the caller owns any bookkeeping a generator implies: when
 `token_budget_warning` fires, record that the session was warned so the next state carries

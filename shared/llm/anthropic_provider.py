@@ -1,4 +1,5 @@
-"""Chat provider for Anthropic's Messages API, through the official `anthropic` SDK."""
+"""Chat provider for Anthropic's Messages API, through the official `anthropic` SDK; the request's
+layout (order, cache breakpoints, dynamic tail) is anthropic_layout.py's."""
 
 from __future__ import annotations
 
@@ -6,19 +7,12 @@ import json
 from typing import Any
 
 import anthropic
-from anthropic.types import (
-    ContentBlockParam,
-    Message,
-    MessageParam,
-    TextBlockParam,
-    ToolParam,
-    ToolResultBlockParam,
-    ToolUseBlockParam,
-)
+from anthropic.types import Message
 
+from shared.llm.anthropic_layout import build_system, build_tools, layout_messages
 from shared.llm.retry import DEFAULT_RETRY_POLICY, DeltaTracker, RetryPolicy, call_with_retries
 from shared.llm.sdk import anthropic_client
-from shared.llm.types import ChatMessage, ChatRequest, ChatResult, DeltaCallback, ToolCall, ToolSpec, Usage
+from shared.llm.types import ChatRequest, ChatResult, DeltaCallback, ToolCall, Usage
 
 
 class AnthropicProvider:
@@ -55,7 +49,7 @@ class AnthropicProvider:
         with self.client.messages.stream(
             model=request.model,
             max_tokens=request.max_tokens,
-            messages=build_messages(request.messages),
+            messages=layout_messages(request),
             system=system if system else anthropic.omit,
             tools=tools if tools else anthropic.omit,
             extra_body=extra_body,
@@ -63,76 +57,6 @@ class AnthropicProvider:
             for text in stream.text_stream:
                 on_text(text)
             return stream.get_final_message()
-
-
-def build_system(request: ChatRequest) -> list[TextBlockParam]:
-    """Static part first with the cache breakpoint, so the per-iteration dynamic part never busts it.
-
-    Anthropic's prefix order is tools → system → messages, so this breakpoint also caches the tools.
-    """
-    blocks: list[TextBlockParam] = []
-    if request.system_static:
-        blocks.append({"type": "text", "text": request.system_static, "cache_control": {"type": "ephemeral"}})
-    if request.system_dynamic:
-        blocks.append({"type": "text", "text": request.system_dynamic})
-    return blocks
-
-
-def build_tools(tools: tuple[ToolSpec, ...]) -> list[ToolParam]:
-    # Sorted so the same tool set always yields the same bytes, and therefore the same cache prefix.
-    return [
-        {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
-        for tool in sorted(tools, key=lambda tool: tool.name)
-    ]
-
-
-def build_messages(messages: tuple[ChatMessage, ...]) -> list[MessageParam]:
-    """Convert to Anthropic turns, merging consecutive same-role turns (the API requires alternation)."""
-    turns: list[tuple[str, list[ContentBlockParam]]] = []
-    for message in messages:
-        role = "assistant" if message.role == "assistant" else "user"  # tool results travel as user turns
-        blocks = _blocks_of(message)
-        if not blocks:
-            continue  # an empty assistant turn is rejected by the API and carries no information
-        if turns and turns[-1][0] == role:
-            turns[-1][1].extend(blocks)
-        else:
-            turns.append((role, blocks))
-    return [_to_param(role, blocks) for role, blocks in turns]
-
-
-def _blocks_of(message: ChatMessage) -> list[ContentBlockParam]:
-    if message.role == "user":
-        return [{"type": "text", "text": message.content}]
-    if message.role == "tool":
-        return [_tool_result_block(message)]
-    blocks: list[ContentBlockParam] = []
-    if message.content:
-        blocks.append({"type": "text", "text": message.content})
-    blocks.extend(_tool_use_block(call) for call in message.tool_calls)
-    return blocks
-
-
-def _tool_result_block(message: ChatMessage) -> ToolResultBlockParam:
-    return {
-        "type": "tool_result",
-        "tool_use_id": message.tool_call_id or "",
-        "content": message.content,
-        "is_error": message.is_error,
-    }
-
-
-def _tool_use_block(call: ToolCall) -> ToolUseBlockParam:
-    return {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
-
-
-def _to_param(role: str, blocks: list[ContentBlockParam]) -> MessageParam:
-    if role == "assistant":
-        return {"role": "assistant", "content": blocks}
-    only = blocks[0]
-    if len(blocks) == 1 and only["type"] == "text":
-        return {"role": "user", "content": only["text"]}  # plain user text keeps the simple wire form
-    return {"role": "user", "content": blocks}
 
 
 def _to_result(message: Message, *, provider: str) -> ChatResult:

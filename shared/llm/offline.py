@@ -28,7 +28,7 @@ _RECALL_LIMIT = 12
 
 
 def _remembered(request: ChatRequest) -> list[str]:
-    lines = _MEMORY_LINE.findall(request.system_static) + _MEMORY_LINE.findall(request.system_dynamic)
+    lines = _MEMORY_LINE.findall(request.system_static) + _MEMORY_LINE.findall(request.dynamic_tail)
     return list(dict.fromkeys(line.strip() for line in lines))
 
 
@@ -55,7 +55,7 @@ class OfflineProvider:
         if on_delta is not None:
             for fragment in re.findall(r"\S+\s*|\s+", text):
                 on_delta(fragment)
-        prompt = request.system_static + request.system_dynamic + "".join(m.content for m in request.messages)
+        prompt = request.system_static + request.dynamic_tail + "".join(m.content for m in request.messages)
         return ChatResult(
             text=text,
             tool_calls=tool_calls,

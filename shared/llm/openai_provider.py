@@ -7,17 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import openai
-from openai.types.chat import (
-    ChatCompletionChunk,
-    ChatCompletionFunctionToolParam,
-    ChatCompletionMessageFunctionToolCallParam,
-    ChatCompletionMessageParam,
-)
+from openai.types.chat import ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
+from shared.llm.openai_layout import build_messages, build_tools
 from shared.llm.retry import DEFAULT_RETRY_POLICY, DeltaTracker, RetryPolicy, call_with_retries
 from shared.llm.sdk import openai_client
-from shared.llm.types import ChatMessage, ChatRequest, ChatResult, DeltaCallback, ToolCall, ToolSpec, Usage
+from shared.llm.types import ChatRequest, ChatResult, DeltaCallback, ToolCall, Usage
 
 
 class OpenAIProvider:
@@ -61,50 +57,6 @@ class OpenAIProvider:
             for chunk in stream:
                 state.consume(chunk, on_text)
         return state
-
-
-def build_messages(request: ChatRequest) -> list[ChatCompletionMessageParam]:
-    """Two system messages keep the stable part byte-identical, so automatic prefix caching hits."""
-    out: list[ChatCompletionMessageParam] = []
-    if request.system_static:
-        out.append({"role": "system", "content": request.system_static})
-    if request.system_dynamic:
-        out.append({"role": "system", "content": request.system_dynamic})
-    out.extend(_message_param(message) for message in request.messages)
-    return out
-
-
-def build_tools(tools: tuple[ToolSpec, ...]) -> list[ChatCompletionFunctionToolParam]:
-    # Sorted so the same tool set always yields the same bytes, and therefore the same cache prefix.
-    return [
-        {
-            "type": "function",
-            "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
-        }
-        for tool in sorted(tools, key=lambda tool: tool.name)
-    ]
-
-
-def _message_param(message: ChatMessage) -> ChatCompletionMessageParam:
-    if message.role == "user":
-        return {"role": "user", "content": message.content}
-    if message.role == "tool":
-        return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content}
-    if not message.tool_calls:
-        return {"role": "assistant", "content": message.content}
-    return {
-        "role": "assistant",
-        "content": message.content or None,
-        "tool_calls": [_tool_call_param(call) for call in message.tool_calls],
-    }
-
-
-def _tool_call_param(call: ToolCall) -> ChatCompletionMessageFunctionToolCallParam:
-    return {
-        "id": call.id,
-        "type": "function",
-        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
-    }
 
 
 @dataclass

@@ -46,16 +46,16 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """What is sent to the model for one iteration.
-
-    `system_static` is the cache-stable prefix; `system_dynamic` is rebuilt every iteration.
-    Providers that support prompt caching mark the end of `system_static` as a cache breakpoint.
+    """What is sent to the model for one iteration, in the order a prompt cache wants it: tools, then
+    `system_static` (stable across turns), then `messages` (the history, append-only), then
+    `dynamic_tail` (rebuilt every iteration: date and time, relevant memories, summary, steering), which
+    providers send after the last message as its final, uncached part (anthropic_layout/openai_layout).
     """
 
     model: str
     messages: tuple[ChatMessage, ...]
     system_static: str = ""
-    system_dynamic: str = ""
+    dynamic_tail: str = ""
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int = 1024
     temperature: float | None = None

@@ -105,6 +105,12 @@ USER_TABLES: tuple[UserTable, ...] = (
         "id, session_id, kind, status, idempotency_key, details, reply, error, usage, created_at, finished_at",
     ),
     UserTable(
+        "session_prompt_epochs",
+        "tenant_id = %(t)s AND user_id = %(u)s",
+        "session_id, memory_ids, reason, compaction_count, started_at",
+        "session_id",
+    ),
+    UserTable(
         "sessions",
         "tenant_id = %(t)s AND user_id = %(u)s",
         "id, channel, session_key, summary, active_task, compaction_count, created_at, updated_at",

@@ -488,7 +488,7 @@ def test_linked_identities_share_memory(
     post_telegram(gateway.url, tg_update(902, "what tea do I like?"))
     fake.telegram.wait_for("sendMessage", 2)
     (request,) = fake_llm.requests_matching("what tea do I like?")
-    assert "smoky lapsang souchong" in json.dumps(request.body["system"])  # the model knows it, on Telegram
+    assert "smoky lapsang souchong" in json.dumps(request.body)  # the model knows it, on Telegram
     with db.connection() as conn:
         sessions = conn.execute(
             "SELECT s.channel, u.external_id FROM sessions s JOIN users u ON u.id = s.user_id ORDER BY s.channel"

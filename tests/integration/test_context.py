@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ops.fake_llm import FakeLLM, FakeReply
+from ops.fake_llm import FakeLLM, FakeReply, engram_tail
 from shared import db
 from shared.context.compiler import TurnContext, compile_request, prepare_turn
 from shared.context.fences import contains_markers
@@ -285,4 +285,5 @@ def test_profiles_over_rest_reach_the_prompt(api: httpx.Client, workers: CeleryS
     wait_turn(api, post_turn(api, "s-prof", "hello, profile test", user="alice").json()["turn_id"])
     system = fake_llm.requests_matching("hello, profile test")[-1].body["system"]
     assert system[0]["text"].startswith("# Juno") and "Shortest correct answer" in system[0]["text"]
-    assert "- Interests: go, tea" in system[0]["text"] and "(Asia/Tokyo" in system[1]["text"]
+    tail = engram_tail(fake_llm.requests_matching("hello, profile test")[-1].body)
+    assert "- Interests: go, tea" in system[0]["text"] and "(Asia/Tokyo" in tail

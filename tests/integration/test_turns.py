@@ -13,7 +13,7 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 
-from ops.fake_llm import FakeLLM, FakeReply, RecordedRequest
+from ops.fake_llm import FakeLLM, FakeReply, RecordedRequest, engram_tail
 from shared import db
 from shared.turns import ensure_session, ensure_user
 from tests.conftest import CeleryStack, wait_turn
@@ -35,7 +35,12 @@ def user_texts(request: RecordedRequest) -> list[str]:
         if isinstance(content, str):
             texts.append(content)
         else:
-            texts.extend(block["text"] for block in content if block.get("type") == "text")
+            # engram's dynamic tail travels as the last text block: not something the user wrote.
+            texts.extend(
+                block["text"]
+                for block in content
+                if block.get("type") == "text" and not block["text"].startswith("<turn-context>")
+            )
     return texts
 
 
@@ -64,8 +69,9 @@ def test_turn_end_to_end_with_anthropic(api: httpx.Client, workers: CeleryStack,
 
     (request,) = fake_llm.requests_matching("Hi, I am Alice.")
     assert request.format == "anthropic"
-    system = request.body["system"]
-    assert system[0]["cache_control"] == {"type": "ephemeral"} and "Current date and time" in system[1]["text"]
+    (system,) = request.body["system"]  # the static prompt, with the first cache breakpoint
+    assert system["cache_control"] == {"type": "ephemeral"} and "Current date and time" not in system["text"]
+    assert "Current date and time" in engram_tail(request.body)  # the dynamic context comes last
     assert user_texts(request) == ["Hi, I am Alice."]
 
     history = api.get("/v1/sessions/s1/messages", params={"user_id": "alice"}).json()["messages"]
@@ -97,7 +103,8 @@ def test_turn_end_to_end_with_openai(
     (request,) = fake_llm.requests_matching("hello from the openai test")
     assert request.format == "openai" and request.body["stream"] is True
     roles = [m["role"] for m in request.body["messages"]]
-    assert roles == ["system", "system", "user"]
+    assert roles == ["system", "user"]  # the dynamic context ends the user's message
+    assert request.body["messages"][-1]["content"].endswith(engram_tail(request.body))
 
 
 def test_sse_stream_delivers_tokens_in_order(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) -> None:

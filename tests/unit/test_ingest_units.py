@@ -5,18 +5,18 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.agent import _row_to_message
+from shared.agent import row_to_message
 from shared.context.packed import FOOTER, HEADER, SECTIONS, Item, defang, pack, render
 from shared.context.tokens import BpeTokenCounter, EstimateTokenCounter
 
 
 def test_an_ingested_tool_message_reaches_the_model_as_text() -> None:
     # No tool_call_id: it answers no call of ours, and providers refuse such a tool result.
-    message = _row_to_message(
+    message = row_to_message(
         {"role": "tool", "content": '{"weather": "sunny"}', "tool_calls": None, "tool_results": None, "name": "weather"}
     )
     assert message.role == "user" and message.content == '[weather result]\n{"weather": "sunny"}'
-    own = _row_to_message(
+    own = row_to_message(
         {
             "role": "tool",
             "content": "ok",

@@ -11,8 +11,8 @@ import httpx2
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply, estimate_tokens
+from shared.llm.anthropic_layout import build_messages as anthropic_messages
 from shared.llm.anthropic_provider import AnthropicProvider
-from shared.llm.anthropic_provider import build_messages as anthropic_messages
 from shared.llm.openai_provider import OpenAIProvider, parse_arguments
 from shared.llm.retry import RetryPolicy, is_retryable, retry_after_seconds, to_llm_error
 from shared.llm.types import ChatMessage, ChatProvider, ChatRequest, LLMError, ToolCall, ToolSpec
@@ -24,6 +24,7 @@ LOOKUP = ToolSpec(
     description="Look a word up.",
     parameters={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
 )
+EPHEMERAL = {"type": "ephemeral"}
 CLOCK = ToolSpec(name="clock", description="Current time.", parameters={"type": "object", "properties": {}})
 
 
@@ -80,8 +81,9 @@ def test_streams_text_deltas_in_order_and_reports_usage(make: Factory, fake: Fak
     assert result.model == "fake-model"
     assert result.stop_reason == ("end_turn" if provider.name == "anthropic" else "stop")
     assert result.usage.output_tokens == estimate_tokens("The quick brown fox")
-    assert result.usage.input_tokens > 0
-    assert (result.usage.cache_read_tokens, result.usage.cache_write_tokens) == (0, 0)
+    # A first request reads nothing from cache; Anthropic writes its history up to the last breakpoint.
+    assert result.usage.input_tokens + result.usage.cache_write_tokens > 0
+    assert result.usage.cache_read_tokens == 0
 
 
 @both
@@ -132,7 +134,8 @@ def test_anthropic_tool_call_round_trip(fake: FakeLLM, waits: list[float]) -> No
         "input_schema": LOOKUP.parameters,
     }
     assert second["messages"] == [
-        {"role": "user", "content": "what is a cat?"},
+        # The previous request's last block and this one's carry the rolling cache breakpoints.
+        {"role": "user", "content": [{"type": "text", "text": "what is a cat?", "cache_control": EPHEMERAL}]},
         {
             "role": "assistant",
             "content": [
@@ -145,7 +148,13 @@ def test_anthropic_tool_call_round_trip(fake: FakeLLM, waits: list[float]) -> No
             "role": "user",
             "content": [
                 {"type": "tool_result", "tool_use_id": calls[0].id, "content": "a small feline", "is_error": False},
-                {"type": "tool_result", "tool_use_id": calls[1].id, "content": "clock broke", "is_error": True},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": calls[1].id,
+                    "content": "clock broke",
+                    "is_error": True,
+                    "cache_control": EPHEMERAL,
+                },
             ],
         },
     ]
@@ -213,27 +222,36 @@ def test_anthropic_merges_consecutive_turns_and_drops_empty_assistant() -> None:
 # --- system prompt and caching -----------------------------------------------------------------------
 
 
-def test_anthropic_system_is_two_blocks_with_breakpoint_on_static(fake: FakeLLM, waits: list[float]) -> None:
+def test_anthropic_static_system_block_breakpoint_and_tail_after_the_history(fake: FakeLLM, waits: list[float]) -> None:
     provider = _anthropic(fake, waits)
-    provider.chat(_request(system_static="You are helpful.", system_dynamic="Today is Monday."))
-    provider.chat(_request(system_dynamic="Only dynamic."))
+    provider.chat(_request(system_static="You are helpful.", dynamic_tail="Today is Monday."))
+    provider.chat(_request(dynamic_tail="Only dynamic."))
     provider.chat(_request())
 
     full, dynamic_only, none = (request.body for request in fake.requests)
-    assert full["system"] == [
-        {"type": "text", "text": "You are helpful.", "cache_control": {"type": "ephemeral"}},
-        {"type": "text", "text": "Today is Monday."},
+    assert full["system"] == [{"type": "text", "text": "You are helpful.", "cache_control": EPHEMERAL}]
+    # The tail is the last block of the last user turn, after the history's breakpoint.
+    assert full["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "hello", "cache_control": EPHEMERAL},
+                {"type": "text", "text": "Today is Monday."},
+            ],
+        }
     ]
-    assert dynamic_only["system"] == [{"type": "text", "text": "Only dynamic."}]
+    assert "system" not in dynamic_only and dynamic_only["messages"][-1]["content"][-1] == {
+        "type": "text",
+        "text": "Only dynamic.",
+    }
     assert "system" not in none
 
 
-def test_openai_system_is_two_system_messages(fake: FakeLLM, waits: list[float]) -> None:
-    _openai(fake, waits).chat(_request(system_static="You are helpful.", system_dynamic="Today is Monday."))
+def test_openai_static_system_message_and_tail_on_the_last_message(fake: FakeLLM, waits: list[float]) -> None:
+    _openai(fake, waits).chat(_request(system_static="You are helpful.", dynamic_tail="Today is Monday."))
     assert fake.requests[0].body["messages"] == [
         {"role": "system", "content": "You are helpful."},
-        {"role": "system", "content": "Today is Monday."},
-        {"role": "user", "content": "hello"},
+        {"role": "user", "content": "hello\n\nToday is Monday."},
     ]
 
 
@@ -241,9 +259,9 @@ def test_anthropic_cache_write_then_read_across_dynamic_changes(fake: FakeLLM, w
     provider = _anthropic(fake, waits)
     static = "Stable instructions. " * 40
 
-    first = provider.chat(_request(ChatMessage("user", "a"), system_static=static, system_dynamic="turn 1"))
-    # Only what follows the breakpoint changes, so the cached prefix must still be read.
-    second = provider.chat(_request(ChatMessage("user", "b"), system_static=static, system_dynamic="turn 2"))
+    first = provider.chat(_request(ChatMessage("user", "a"), system_static=static, dynamic_tail="turn 1"))
+    # Only the tail changes, so everything up to the history's breakpoint must be read.
+    second = provider.chat(_request(ChatMessage("user", "a"), system_static=static, dynamic_tail="turn 2"))
 
     assert first.usage.cache_write_tokens > 0
     assert first.usage.cache_read_tokens == 0
@@ -256,8 +274,8 @@ def test_openai_cached_tokens_are_split_out_of_input(fake: FakeLLM, waits: list[
     provider = _openai(fake, waits)
     static = "Stable instructions. " * 300  # above OpenAI's 1024-token caching threshold
 
-    first = provider.chat(_request(ChatMessage("user", "a"), system_static=static, system_dynamic="turn 1"))
-    second = provider.chat(_request(ChatMessage("user", "b"), system_static=static, system_dynamic="turn 2"))
+    first = provider.chat(_request(ChatMessage("user", "a"), system_static=static, dynamic_tail="turn 1"))
+    second = provider.chat(_request(ChatMessage("user", "b"), system_static=static, dynamic_tail="turn 2"))
 
     assert first.usage.cache_read_tokens == 0
     assert second.usage.cache_read_tokens >= 1024

@@ -94,7 +94,7 @@ def test_offline_reads_back_remembered_facts_and_ignores_steering() -> None:
     request = ChatRequest(
         model="offline-rules",
         system_static="## What You Know\n- [tacit/preferences] drink: Prefers green tea",
-        system_dynamic="## Relevant memory (from other conversations)\n- [entity/default] user/city: Lives in Lisbon",
+        dynamic_tail="## Relevant memory (from other conversations)\n- [entity/default] user/city: Lives in Lisbon",
         messages=(
             ChatMessage("user", "What do you remember about me?"),
             ChatMessage("user", '<steering name="identity_guard">stay in character</steering>'),

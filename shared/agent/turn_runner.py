@@ -1,4 +1,4 @@
-"""Running chat turns: one session at a time, turns in order, each turn exactly once.
+"""Turn processing: one session at a time, turns in order, each turn exactly once.
 
 `drain_session` is what the `turns` queue calls. It takes the session's Redis lock (a busy
 session is left to the current holder, which drains every queued turn before letting go), then
@@ -16,31 +16,28 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-import redis
 import structlog
 from psycopg.types.json import Jsonb
 
 from shared import db
+from shared.agent.deps import TurnDeps
+from shared.agent.history import load_context, load_session, relevant_memories
+from shared.agent.model_loop import run_agent_loop
 from shared.channels.deliveries import reply_ready
 from shared.client_options import ClientOptions, merged_tools
-from shared.context.compiler import IntegrityViolation, TurnContext, compile_request, prepare_turn
-from shared.context.dynamic import RELEVANT_LIMIT
-from shared.context.fences import MarkerFilter, strip_markers
+from shared.context.compiler import IntegrityViolation, prepare_turn
 from shared.db import Conn
 from shared.events import TurnEventPublisher
-from shared.llm.ledger import CallRecord, LedgerScope, record_call
-from shared.llm.types import ChatMessage, ChatProvider, ChatRequest, ChatResult, LLMError, ToolCall, Usage
+from shared.llm.types import ChatMessage, LLMError, ToolCall
 from shared.locks import HeartbeatLock, holder, session_lock_name, take_over_if_holder_dead
 from shared.logging import get_logger
 from shared.metrics import observe_turn
 from shared.text import estimate_tokens
-from shared.tools import ToolContext, ToolRegistry
+from shared.tools import ToolContext
 from shared.tracing import turn_span
 from shared.turns import lock_session_row, refresh_token_count
 
@@ -48,44 +45,10 @@ log = get_logger(__name__)
 
 # A turn whose worker died this many times is failed instead of being tried forever.
 MAX_TURN_ATTEMPTS = 5
-TOOL_EVENT_PREVIEW_CHARS = 500
 
 
 class LockLost(RuntimeError):
     """The session lock expired while we worked; another worker may own the session now."""
-
-
-@dataclass
-class TurnDeps:
-    provider: ChatProvider
-    model: str
-    tools: ToolRegistry
-    redis: redis.Redis
-    max_iterations: int = 8
-    max_output_tokens: int = 1024
-    lock_ttl_seconds: float = 30
-    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
-    memory_written: Callable[[int], None] | None = None  # enqueues embedding of memories tools wrote
-    after_turn: Callable[[int, int], None] | None = None  # (session_id, turn_id): schedules memory work
-    relevant_memory: bool = True  # search other sessions for the dynamic suffix
-    context_dir: Path | None = None
-    context_window: int | None = None
-    # Each LLM call is written to the ledger the moment it returns, in its own transaction (ledger.py).
-    record_call: Callable[[CallRecord, LedgerScope], None] = record_call
-    # (delivery_id): a channel turn finished; its reply (or failure notice) is ready to post.
-    reply_ready: Callable[[int], None] | None = None
-
-
-@dataclass
-class TurnOutcome:
-    messages: list[ChatMessage]
-    reply: str
-    usage: Usage
-    calls: list[CallRecord]
-    llm_seconds: float
-    steering_fired: set[str]
-    # Calls of the OpenAI-compatible caller's own tools: not run here; they end the turn and go back to it.
-    client_calls: list[ToolCall] = field(default_factory=list)
 
 
 # Looking again after a held lock's TTL: this much later, so the key has surely expired.
@@ -193,87 +156,6 @@ def _notify_reply(deps: TurnDeps, delivery_id: int | None) -> None:
         deps.reply_ready(delivery_id)
 
 
-def load_context(conn: Conn, turn: dict[str, Any]) -> list[ChatMessage]:
-    """The session's live (not compacted) messages up to and including this turn."""
-    rows = conn.execute(
-        """SELECT role, content, tool_calls, tool_results, name FROM session_messages
-           WHERE session_id = %s AND NOT is_compacted AND (turn_id IS NULL OR turn_id <= %s)
-             AND role IN ('user', 'assistant', 'tool')
-           ORDER BY turn_id NULLS FIRST, id""",
-        (turn["session_id"], turn["id"]),
-    ).fetchall()
-    return answer_unanswered_calls([_row_to_message(row) for row in rows])
-
-
-UNANSWERED_CALL = "error: no result: the calling application did not run this tool and went on"
-
-
-def answer_unanswered_calls(messages: list[ChatMessage]) -> list[ChatMessage]:
-    """A call of a caller's own tool whose result never came (the caller sent a new message instead)
-    gets an error result: providers refuse a tool call that is not followed by its result."""
-    out: list[ChatMessage] = []
-    pending: list[ToolCall] = []
-    for message in messages:
-        if message.role == "tool":
-            pending = [call for call in pending if call.id != message.tool_call_id]
-        elif pending:
-            out.extend(
-                ChatMessage("tool", UNANSWERED_CALL, tool_call_id=call.id, tool_name=call.name, is_error=True)
-                for call in pending
-            )
-            pending = []
-        out.append(message)
-        if message.role == "assistant" and message.tool_calls:
-            pending = list(message.tool_calls)
-    return out
-
-
-def _row_to_message(row: dict[str, Any]) -> ChatMessage:
-    if row["role"] == "assistant":
-        calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in row["tool_calls"] or [])
-        return ChatMessage("assistant", row["content"], tool_calls=calls)
-    if row["role"] == "tool":
-        meta = row["tool_results"] or {}
-        if not meta.get("tool_call_id"):
-            # An ingested tool message (an outside agent's tool output) answers no call of ours, and
-            # providers refuse a tool result without its call: it travels as text instead.
-            return ChatMessage("user", f"[{meta.get('name') or row.get('name') or 'tool'} result]\n{row['content']}")
-        return ChatMessage(
-            "tool",
-            row["content"],
-            tool_call_id=meta.get("tool_call_id"),
-            tool_name=meta.get("name"),
-            is_error=bool(meta.get("is_error")),
-        )
-    return ChatMessage("user", row["content"])
-
-
-def load_session(conn: Conn, session_id: int) -> dict[str, Any]:
-    row = conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
-    assert row is not None
-    return row
-
-
-def relevant_memories(conn: Conn, turn: dict[str, Any], history: list[ChatMessage]) -> list[dict[str, Any]]:
-    """Top facts from the user's other sessions for the latest user message (shown, not counted as use:
-    counting them would churn the "What You Know" selection every turn)."""
-    latest = next((m.content for m in reversed(history) if m.role == "user"), "")
-    if not latest.strip():
-        return []
-    from shared.memory.search import SearchFilters
-    from shared.memory.service import search_memories
-    from shared.memory.store import Scope
-
-    results = search_memories(
-        conn,
-        Scope(turn["tenant_id"], turn["user_id"]),
-        latest[:2000],
-        limit=RELEVANT_LIMIT,
-        filters=SearchFilters(exclude_session_id=turn["session_id"], include_transcripts=False),
-    )
-    return [{"namespace": r.namespace, "key": r.key, "value": r.value} for r in results]
-
-
 def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> None:
     with (
         structlog.contextvars.bound_contextvars(turn_id=turn["id"], session_id=turn["session_id"]),
@@ -307,6 +189,8 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
             relevant=relevant,
             context_window_override=deps.context_window,
             max_output_tokens=deps.max_output_tokens,
+            epoch_max_delta=deps.epoch_max_delta,
+            persist_epoch=True,
         )
     ctx = ToolContext(
         tenant_id=turn["tenant_id"],
@@ -382,126 +266,6 @@ def _after_steering(conn: Conn, session_id: int, fired: set[str]) -> None:
 
 def _call_json(call: ToolCall) -> dict[str, Any]:
     return {"id": call.id, "name": call.name, "arguments": call.arguments}
-
-
-def run_agent_loop(
-    history: list[ChatMessage],
-    ctx: ToolContext,
-    deps: TurnDeps,
-    events: TurnEventPublisher,
-    tc: TurnContext,
-    client: ClientOptions | None = None,
-) -> TurnOutcome:
-    tool_specs = merged_tools(deps.tools.specs(), client)
-    client_tools = client.tool_names if client is not None else frozenset()
-    handed_back: list[ToolCall] = []
-    produced: list[ChatMessage] = []
-    texts: list[str] = []
-    usage = Usage()
-    llm_seconds = 0.0
-    calls: list[CallRecord] = []
-    fired: set[str] = set()
-    ledger = LedgerScope(ctx.tenant_id, ctx.user_id, ctx.session_id, ctx.turn_id)
-    for iteration in range(deps.max_iterations):
-        # The last allowed call offers no tools, so the model has to answer in words.
-        last = iteration == deps.max_iterations - 1
-        compiled = compile_request(
-            tc,
-            history + produced,
-            iteration=iteration,
-            now=deps.clock(),
-            tools_used_this_turn=any(m.tool_calls for m in produced),
-            last_assistant_text=texts[-1] if texts else "",
-        )
-        if compiled.problems:
-            raise IntegrityViolation("integrity check of the system prompt failed: " + "; ".join(compiled.problems))
-        fired.update(s.name for s in compiled.steering)
-        request = ChatRequest(
-            model=deps.model,
-            messages=tuple(compiled.messages),
-            system_static=compiled.system_static,
-            system_dynamic=compiled.system_dynamic + (client.instructions_section() if client else ""),
-            tools=() if last else tool_specs,
-            max_tokens=client.output_tokens(deps.max_output_tokens) if client else deps.max_output_tokens,
-            temperature=client.temperature if client else None,
-        )
-        began = time.monotonic()
-        forwarder = _DeltaForwarder(events, paragraph_break=bool(texts))
-        try:
-            result: ChatResult = deps.provider.chat(request, forwarder)
-        except LLMError:
-            failed = CallRecord("chat", deps.provider.name, deps.model, Usage(), _ms_since(began), ok=False)
-            deps.record_call(failed, ledger)
-            raise
-        forwarder.finish()
-        elapsed = time.monotonic() - began
-        llm_seconds += elapsed
-        record = CallRecord("chat", deps.provider.name, result.model or deps.model, result.usage, int(elapsed * 1000))
-        deps.record_call(record, ledger)
-        calls.append(record)
-        usage.add(result.usage)
-        text = strip_markers(result.text)
-        if text:
-            texts.append(text)
-        tool_calls = [] if last else result.tool_calls
-        produced.append(ChatMessage("assistant", text, tool_calls=tuple(tool_calls)))
-        if not tool_calls:
-            break
-        for call in tool_calls:
-            if call.name in client_tools:
-                # The caller's own tool: it runs it, and its next request brings the result.
-                events.publish("tool_call", id=call.id, name=call.name, arguments=call.arguments, client=True)
-                handed_back.append(call)
-                continue
-            events.publish("tool_call", id=call.id, name=call.name, arguments=call.arguments)
-            outcome = deps.tools.execute(ctx, call.name, call.arguments)
-            events.publish(
-                "tool_result",
-                id=call.id,
-                name=call.name,
-                is_error=outcome.is_error,
-                content=outcome.content[:TOOL_EVENT_PREVIEW_CHARS],
-            )
-            produced.append(
-                ChatMessage(
-                    "tool", outcome.content, tool_call_id=call.id, tool_name=call.name, is_error=outcome.is_error
-                )
-            )
-        if handed_back:
-            break
-    return TurnOutcome(produced, "\n\n".join(texts), usage, calls, llm_seconds, fired, handed_back)
-
-
-def _ms_since(began: float) -> int:
-    return int((time.monotonic() - began) * 1000)
-
-
-class _DeltaForwarder:
-    """Publishes one model call's text fragments with fence markers stripped, so concatenated deltas always
-    equal the stored reply: a tail that could still become a marker (split across fragments) is held back
-    until it is decided, and `finish` flushes it when the call returns. A later iteration's text starts with
-    the paragraph break that joins it to the reply — only once it has text, as the stored reply skips empty
-    iterations."""
-
-    def __init__(self, events: TurnEventPublisher, *, paragraph_break: bool) -> None:
-        self.events = events
-        self.pending_break = paragraph_break
-        self.filter = MarkerFilter()
-
-    def __call__(self, fragment: str) -> None:
-        self._publish(self.filter.feed(fragment))
-
-    def finish(self) -> None:
-        self._publish(self.filter.finish())
-        self.events.flush()  # nothing of this call's text waits behind the tools that may run next
-
-    def _publish(self, text: str) -> None:
-        if not text:
-            return
-        if self.pending_break:
-            self.events.publish("delta", text="\n\n")
-            self.pending_break = False
-        self.events.publish("delta", text=text)
 
 
 def _timings(turn: dict[str, Any], started: float, llm_seconds: float | None) -> dict[str, Any]:

@@ -1,0 +1,50 @@
+"""Running chat turns.
+
+- turn_runner.py: one session at a time, turns in order, each exactly once (lock, claim, drain, the
+  guarded write of a turn's output);
+- model_loop.py: one turn's model calls and tool runs;
+- request.py: one model call's request from the compiled context (the wire layout per provider is in
+  shared/llm/anthropic_layout.py and openai_layout.py);
+- history.py: what a turn reads first (live messages, relevant memories); deps.py: what it needs.
+"""
+
+from shared.agent.deps import TurnDeps
+from shared.agent.history import (
+    UNANSWERED_CALL,
+    answer_unanswered_calls,
+    load_context,
+    load_session,
+    relevant_memories,
+    row_to_message,
+)
+from shared.agent.model_loop import TurnOutcome, run_agent_loop
+from shared.agent.turn_runner import (
+    MAX_TURN_ATTEMPTS,
+    DrainOutcome,
+    LockLost,
+    claim_next_turn,
+    drain_session,
+    has_open_turns,
+    run_claimed_turn,
+    sessions_with_running_turns,
+)
+
+__all__ = [
+    "MAX_TURN_ATTEMPTS",
+    "UNANSWERED_CALL",
+    "DrainOutcome",
+    "LockLost",
+    "TurnDeps",
+    "TurnOutcome",
+    "answer_unanswered_calls",
+    "claim_next_turn",
+    "drain_session",
+    "has_open_turns",
+    "load_context",
+    "load_session",
+    "relevant_memories",
+    "row_to_message",
+    "run_agent_loop",
+    "run_claimed_turn",
+    "sessions_with_running_turns",
+]

@@ -1,0 +1,89 @@
+"""What a turn reads before the model runs: the session's live messages and relevant memories."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.context.dynamic import RELEVANT_LIMIT
+from shared.db import Conn
+from shared.llm.types import ChatMessage, ToolCall
+
+UNANSWERED_CALL = "error: no result: the calling application did not run this tool and went on"
+
+
+def load_context(conn: Conn, turn: dict[str, Any]) -> list[ChatMessage]:
+    """The session's live (not compacted) messages up to and including this turn."""
+    rows = conn.execute(
+        """SELECT role, content, tool_calls, tool_results, name FROM session_messages
+           WHERE session_id = %s AND NOT is_compacted AND (turn_id IS NULL OR turn_id <= %s)
+             AND role IN ('user', 'assistant', 'tool')
+           ORDER BY turn_id NULLS FIRST, id""",
+        (turn["session_id"], turn["id"]),
+    ).fetchall()
+    return answer_unanswered_calls([row_to_message(row) for row in rows])
+
+
+def answer_unanswered_calls(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """A call of a caller's own tool whose result never came (the caller sent a new message instead)
+    gets an error result: providers refuse a tool call that is not followed by its result."""
+    out: list[ChatMessage] = []
+    pending: list[ToolCall] = []
+    for message in messages:
+        if message.role == "tool":
+            pending = [call for call in pending if call.id != message.tool_call_id]
+        elif pending:
+            out.extend(
+                ChatMessage("tool", UNANSWERED_CALL, tool_call_id=call.id, tool_name=call.name, is_error=True)
+                for call in pending
+            )
+            pending = []
+        out.append(message)
+        if message.role == "assistant" and message.tool_calls:
+            pending = list(message.tool_calls)
+    return out
+
+
+def row_to_message(row: dict[str, Any]) -> ChatMessage:
+    if row["role"] == "assistant":
+        calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in row["tool_calls"] or [])
+        return ChatMessage("assistant", row["content"], tool_calls=calls)
+    if row["role"] == "tool":
+        meta = row["tool_results"] or {}
+        if not meta.get("tool_call_id"):
+            # An ingested tool message (an outside agent's tool output) answers no call of ours, and
+            # providers refuse a tool result without its call: it travels as text instead.
+            return ChatMessage("user", f"[{meta.get('name') or row.get('name') or 'tool'} result]\n{row['content']}")
+        return ChatMessage(
+            "tool",
+            row["content"],
+            tool_call_id=meta.get("tool_call_id"),
+            tool_name=meta.get("name"),
+            is_error=bool(meta.get("is_error")),
+        )
+    return ChatMessage("user", row["content"])
+
+
+def load_session(conn: Conn, session_id: int) -> dict[str, Any]:
+    row = conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
+    assert row is not None
+    return row
+
+
+def relevant_memories(conn: Conn, turn: dict[str, Any], history: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Top facts from the user's other sessions for the latest user message (shown, not counted as use:
+    counting them would churn the "What You Know" selection every turn)."""
+    latest = next((m.content for m in reversed(history) if m.role == "user"), "")
+    if not latest.strip():
+        return []
+    from shared.memory.search import SearchFilters
+    from shared.memory.service import search_memories
+    from shared.memory.store import Scope
+
+    results = search_memories(
+        conn,
+        Scope(turn["tenant_id"], turn["user_id"]),
+        latest[:2000],
+        limit=RELEVANT_LIMIT,
+        filters=SearchFilters(exclude_session_id=turn["session_id"], include_transcripts=False),
+    )
+    return [{"namespace": r.namespace, "key": r.key, "value": r.value} for r in results]
