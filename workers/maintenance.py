@@ -147,9 +147,11 @@ def consolidate_session(session_id: int) -> str:
 
 @engram_task("maintenance")
 def queue_consolidations() -> int:
-    """Beat: sessions of users who have since started a new one go to consolidation (once per 10 min)."""
+    """Beat: sessions of users who have since started a new one go to consolidation (once per 10 min).
+    Not with ENGRAM_AUTO_MEMORY=false: then nothing mines conversations on its own (the nightly job still
+    runs when it is enabled, and a manual run does)."""
     settings = get_settings()
-    if not settings.job_consolidation_enabled:
+    if not settings.job_consolidation_enabled or not settings.auto_memory:
         return 0
     with db.connection() as conn:
         session_ids = sessions_to_queue(conn)

@@ -139,7 +139,8 @@ def test_a_long_job_runs_in_slices_that_resume_from_the_cursor(
 def test_a_new_session_gets_the_previous_one_consolidated_by_the_workers(
     maintenance_worker: Callable[..., CeleryProcess],
 ) -> None:
-    maintenance_worker(ENGRAM_JOB_CONSOLIDATION_ENABLED="true")
+    """With automatic memory on; with ENGRAM_AUTO_MEMORY=false (the suite's default) nothing is queued."""
+    maintenance_worker(ENGRAM_JOB_CONSOLIDATION_ENABLED="true", ENGRAM_AUTO_MEMORY="true")
     with db.connection() as conn:
         tenant_id, user_id = _scope(conn, "dora")
         ids = []
