@@ -96,7 +96,7 @@ def run(handle: RunHandle) -> None:
         if str(user.tenant_id) not in stopped:
             for session_id in pending_sessions(user, handle.as_of):
                 outcome = consolidate_session(
-                    session_id, handle.settings, as_of=handle.as_of, provider=handle.provider, page=handle.page
+                    session_id, handle.settings, as_of=handle.as_of, provider=handle.model(), page=handle.page
                 )
                 handle.to_embed.extend(outcome.to_embed)
                 if outcome.stopped:

@@ -92,8 +92,21 @@ class RunHandle:
     deadline: float | None = None  # time.monotonic() past which the run pauses between pages
     lock: HeartbeatLock | None = None
     paused: bool = False
-    provider: Any = None  # a ChatProvider for tests; None = from settings
+    provider: Any = None  # a ChatProvider for tests; None = from settings (see `model`)
     to_embed: list[int] = field(default_factory=list)  # memories whose text the run wrote (to index)
+
+    def model(self) -> Any:
+        """The run's ChatProvider, built once on first use and then shared by every call of the run.
+
+        Built per call (complete(provider=None)), each model call constructed a new SDK client with a
+        new TLS context and connection pool: 26 % of the samples of a 1,000-user enrichment run
+        (py-spy), and a new connection per call. Lazily, so a job that never calls a model (decay of a
+        user without styles, cache eviction) never needs the model configured."""
+        if self.provider is None:
+            from shared.llm.factory import chat_provider
+
+            self.provider = chat_provider(self.settings)
+        return self.provider
 
     def should_stop(self) -> bool:
         """Between pages: True when the slice is over (the run pauses) — or the lock was lost (it raises)."""
