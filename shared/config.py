@@ -172,6 +172,9 @@ class Settings(BaseSettings):
         200_000, ge=0, description="Per tenant: LLM tokens a day for consolidation, enrichment, reflection (0 = none)"
     )
     embedding_cache_max_idle_days: int = Field(30, ge=1, description="Cache entries unused this long are evicted")
+    consolidation_dedup_jaccard: float = Field(
+        0.75, gt=0, le=1, description="Word-overlap Jaccard at which a consolidated fact duplicates a stored one"
+    )
 
     # --- chat channels (Slack, Telegram) --------------------------------------------------------
     # The environment shortcut: these create/update the connection `default` of the default tenant at start.

@@ -176,7 +176,7 @@ def _expire_styles(handle: RunHandle, user: UserRef) -> None:
         # The directive's inputs changed: synthesise it again from the observations still alive (with
         # fewer than three the old directive stays, as synthesis always does).
         outcome = synthesize_personality(
-            user.tenant_id, user.user_id, handle.settings, provider=handle.provider, now=handle.as_of
+            user.tenant_id, user.user_id, handle.settings, provider=handle.model(), now=handle.as_of
         )
         handle.to_embed.extend(outcome.changed_memory_ids)
         with handle.page() as page:

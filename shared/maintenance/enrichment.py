@@ -114,13 +114,17 @@ def _enrich_user(handle: RunHandle, user: UserRef, name: str, stopped: dict[str,
         found = _model_entities(handle, user, batch) if name == "model" else _spacy_entities(batch)
         with handle.page() as page:
             scope = Scope(user.tenant_id, user.user_id)
-            for index, memory in enumerate(batch, 1):
-                stamped = page.conn.execute(
+            # One statement for the page's stamps (one per memory was a fifth of the page's round trips).
+            stamped = {
+                row["id"]
+                for row in page.conn.execute(
                     """UPDATE memories SET enriched_at = now()
-                       WHERE tenant_id = %s AND user_id = %s AND id = %s AND enriched_at IS NULL RETURNING id""",
-                    (scope.tenant_id, scope.user_id, memory["id"]),
-                ).fetchone()
-                if stamped is None:  # enriched meanwhile (a --user run): keep that result
+                       WHERE tenant_id = %s AND user_id = %s AND id = ANY(%s) AND enriched_at IS NULL RETURNING id""",
+                    (scope.tenant_id, scope.user_id, [memory["id"] for memory in batch]),
+                ).fetchall()
+            }
+            for index, memory in enumerate(batch, 1):
+                if memory["id"] not in stamped:  # enriched meanwhile (a --user run): keep that result
                     continue
                 page.count("memories_enriched")
                 for entity in found.get(index, []):
@@ -139,7 +143,7 @@ def _model_entities(handle: RunHandle, user: UserRef, batch: list[dict[str, Any]
         _SYSTEM,
         f"Notes:\n{notes}\n\nReply with the JSON object now.",
         ledger=LedgerScope(user.tenant_id, user.user_id, None),
-        provider=handle.provider,
+        provider=handle.model(),
         max_tokens=1200,
     )
     return parse_entities(result.text)

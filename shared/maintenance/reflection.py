@@ -138,7 +138,7 @@ def _write(settings: Settings, handle: RunHandle, user: UserRef, facts: list[dic
         _SYSTEM,
         prompt,
         ledger=LedgerScope(user.tenant_id, user.user_id, None),
-        provider=handle.provider,
+        provider=handle.model(),
         max_tokens=400,
     )
     return " ".join(result.text.split())[:2000]

@@ -171,3 +171,24 @@ def test_a_new_session_queues_the_users_earlier_ones(conn: Conn) -> None:
 def test_jaccard_dedup_threshold() -> None:
     assert jaccard("Prefers green tea over coffee", "prefers green tea over coffee!") == 1.0
     assert jaccard("User lives in Lisbon", "User lives in Porto") < 0.75
+
+
+def test_second_level_dedup_threshold_is_a_setting(conn: Conn) -> None:
+    """A paraphrase sharing 5 of 8 words (0.625) is kept at the default 0.75 and a duplicate at 0.6; another
+    fact of the same user is a duplicate at neither."""
+    from shared.maintenance.consolidation import duplicate_of
+
+    alice = make_scope(conn)
+    stored = store_memory(
+        conn,
+        alice,
+        MemoryInput(key="tea", value="Prefers green tea over coffee in the morning", namespace="tacit/preferences"),
+        "api",
+    ).memory
+    paraphrase = MemoryInput(key="green-tea", value="Prefers green tea over coffee", namespace="tacit/preferences")
+    other = MemoryInput(key="coffee", value="Prefers black coffee after lunch", namespace="tacit/preferences")
+    default = Settings().consolidation_dedup_jaccard
+    assert duplicate_of(conn, alice, paraphrase, default) is None
+    assert duplicate_of(conn, alice, paraphrase, 0.6) == stored["id"]
+    assert duplicate_of(conn, alice, other, 0.6) is None
+    assert Settings(consolidation_dedup_jaccard=0.6).consolidation_dedup_jaccard == 0.6
