@@ -109,6 +109,12 @@ def test_drain_looks_again_when_a_lock_held_elsewhere_expires(
     # A holder on another machine, whose liveness cannot be checked from here, died holding the lock.
     lock = session_lock_name(first["session_id"])
     client = get_redis()
+    # The first turn's drain lets go of the lock a moment after the turn is done: wait for that, so the
+    # only events on the key below are about the lock planted here.
+    released_by = time.monotonic() + 60
+    while client.exists(lock):
+        assert time.monotonic() < released_by, "the first drain never released the session lock"
+        time.sleep(0.05)
     # Keyspace events tell an expiry from a deletion: the drain must wait for the first, never do the second.
     client.config_set("notify-keyspace-events", "Egx")
     events = client.pubsub()
