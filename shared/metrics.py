@@ -70,6 +70,11 @@ EMBEDDING_LAG = Histogram(
     buckets=_LAG_BUCKETS,
 )
 
+# Model calls, counted where the cache sends its misses (workers, the gateway's query embedding, reindex):
+# calls against texts shows how well the embedding queue batches.
+EMBEDDING_CALLS = Counter("engram_embedding_calls", "Embedding model calls (one batch of texts each)", ["model"])
+EMBEDDED_TEXTS = Counter("engram_embedded_texts", "Texts embedded by the model (embedding cache misses)", ["model"])
+
 
 def observe_task(task: str, queue: str, state: str, seconds: float) -> None:
     TASK_SECONDS.labels(task, queue, state).observe(max(seconds, 0.0))
@@ -127,3 +132,8 @@ def observe_extraction_lag(lags: Iterable[tuple[str, float]]) -> None:
 
 def observe_embedding_lag(source: str, seconds: float) -> None:
     EMBEDDING_LAG.labels(source).observe(max(seconds, 0.0))
+
+
+def observe_embedding_call(model: str, texts: int) -> None:
+    EMBEDDING_CALLS.labels(model).inc()
+    EMBEDDED_TEXTS.labels(model).inc(texts)

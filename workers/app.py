@@ -143,10 +143,11 @@ def create_celery() -> Celery:
                 "schedule": timedelta(seconds=settings.sweep_interval_seconds),
                 "options": {"expires": settings.sweep_interval_seconds},
             },
+            # Cheap (one indexed query) and deduplicated by the drain token, so it runs at the sweep interval.
             "index-missing-memories": {
                 "task": "engram.embeddings.index_missing_memories",
-                "schedule": timedelta(minutes=5),
-                "options": {"expires": 240},
+                "schedule": timedelta(seconds=settings.sweep_interval_seconds),
+                "options": {"expires": settings.sweep_interval_seconds},
             },
         },
     )

@@ -11,6 +11,7 @@ from shared import db
 from shared.channels.inbound import Accepted
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
+from shared.embeddings.drain import TOKEN_KEY, claim_request
 from shared.logging import get_logger
 from shared.memory.userdata import Erasure, drop_live_state
 from shared.pipeline import debounce
@@ -29,7 +30,20 @@ def enqueue_drain(session_id: int) -> None:
 
 
 def enqueue_embed_memory(memory_id: int) -> None:
-    app.send_task("engram.embeddings.embed_memory", kwargs={"memory_id": memory_id}, queue="embeddings")
+    """Ask for a committed memory's embedding. Postgres knows which memories are pending, and one drain task
+    embeds them in batches, so this sends a drain only when none is queued (shared/embeddings/drain.py)."""
+    request_embedding_drain()
+
+
+def request_embedding_drain() -> None:
+    client = get_redis()
+    if not claim_request(client):
+        return
+    try:
+        app.send_task("engram.embeddings.embed_pending", queue="embeddings")
+    except BaseException:
+        client.delete(TOKEN_KEY)  # nothing was queued: the next request must not wait for the token to expire
+        raise
 
 
 def enqueue_extraction(session_id: int, token: str, countdown: float) -> None:

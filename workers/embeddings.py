@@ -1,27 +1,52 @@
-"""Queue `embeddings`: embed memories (and, later, transcript blocks) after their write commits."""
+"""Queue `embeddings`: embed memories (in batches of whatever is pending) and compacted transcript blocks."""
 
 from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from redis.exceptions import RedisError
 
 from shared import db
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.embeddings import EmbeddingError
-from shared.memory.indexing import index_memory_committed, unindexed_memory_ids
+from shared.embeddings.drain import drain_started
+from shared.memory.indexing import index_pending_memories, unindexed_memory_ids
 from shared.memory.service import process_embedder
 from shared.pipeline.jobs import index_transcript as index_transcript_blocks
+from shared.redis_client import get_redis
 from workers.base import engram_task
-from workers.dispatch import enqueue_embed_memory
+from workers.dispatch import request_embedding_drain
+
+_RETRIES: dict[str, Any] = {
+    "autoretry_for": (DatabaseUnavailable, EmbeddingError),
+    "retry_backoff": 2,
+    "retry_backoff_max": 120,
+    "max_retries": 8,
+}
 
 
-@engram_task(
-    "embeddings",
-    autoretry_for=(DatabaseUnavailable, EmbeddingError),
-    retry_backoff=2,
-    retry_backoff_max=120,
-    max_retries=8,
-)
+def _drain() -> int:
+    with contextlib.suppress(RedisError):  # without Redis the token simply expires
+        drain_started(get_redis())
+    result = index_pending_memories(process_embedder(), get_settings().embedding_batch_size)
+    if result.more:
+        request_embedding_drain()
+    return result.memories
+
+
+@engram_task("embeddings", **_RETRIES)
+def embed_pending() -> int:
+    """One batch of pending memories (up to ENGRAM_EMBEDDING_BATCH_SIZE texts, one model call); queues the
+    next drain if more are pending. Returns how many memories it embedded."""
+    return _drain()
+
+
+@engram_task("embeddings", **_RETRIES)
 def embed_memory(memory_id: int) -> int:
-    return index_memory_committed(memory_id, process_embedder(), get_settings().embedding_batch_size)
+    """Messages sent before embeddings were batched: the memory is pending in Postgres like any other."""
+    return _drain()
 
 
 @engram_task("embeddings", autoretry_for=(DatabaseUnavailable, EmbeddingError), retry_backoff=2, max_retries=8)
@@ -31,9 +56,10 @@ def index_transcript(session_id: int) -> int:
 
 @engram_task("embeddings")
 def index_missing_memories() -> int:
-    """Beat: re-enqueue memories whose embedding task was lost (Redis restart, retries exhausted)."""
+    """Beat: a drain when memories are pending but none is queued (its message lost: a Redis restart, retries
+    exhausted, a broker down when the memory was written). Returns how many are pending (up to 1000)."""
     with db.connection() as conn:
-        ids = unindexed_memory_ids(conn)
-    for memory_id in ids:
-        enqueue_embed_memory(memory_id)
-    return len(ids)
+        pending = len(unindexed_memory_ids(conn))
+    if pending:
+        request_embedding_drain()
+    return pending

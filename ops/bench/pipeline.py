@@ -1,7 +1,7 @@
 """Background memory pipeline under load: debounced extraction, flush, compaction and embedding
 with many sessions chatting at once, processes laid out as `engram up` lays them out.
 
-    python -m ops.bench.pipeline [--sessions 100] [--turns 20] [--llm-latency-ms 50] [--think-ms 700,15000]
+    python -m ops.bench.pipeline [--sessions 100] [--turns 20] [--llm-latency-ms 50] [--think-ms 700,15000] [--json]
 
 Starts a private stack (ops/bench/stack.py) with ENGRAM_AUTO_MEMORY=true, a 5 s extraction debounce
 (engram's default; capped at 20 s for sessions that never go quiet) and a 1,500-token compaction
@@ -34,7 +34,9 @@ Reported:
    queue wait and the summary call's own duration;
 4. queue depths over time (LLEN of every Celery queue, plus the reserved/ETA messages, every 0.5 s);
 5. totals; then errors and warnings found in the processes' logs and Postgres's log.
-Then the same as one JSON line. A POST answered 503 ("retry later") is retried with the same
+Then the same as one JSON line (alone with --json), whose top level also carries the headline figures
+`vector_searchable_lag_p50_s`, `vector_searchable_lag_p95_s`, `text_searchable_lag_p95_s` and
+`sustained_turns_per_s` (see `headline`). A POST answered 503 ("retry later") is retried with the same
 Idempotency-Key, as a client should, and counted.
 """
 
@@ -1160,6 +1162,22 @@ def analyse(run: RunData, drain_state: str) -> dict[str, Any]:
     }
 
 
+def headline(summary: dict[str, Any], run: RunData) -> dict[str, Any]:
+    """The figures issue 13 tracks, lifted from the sections above (no second measurement):
+    vector-searchable lag = turn finished -> the first embedding of the memory traced to it; text-searchable
+    lag = turn finished -> that memory stored (the full-text leg reads `memories.search_tsv`, written with the
+    row); sustained turns/s = turns done over load plus drain, i.e. the rate at which turns went all the way
+    through the pipeline (a backlog that outlasts the load lowers it)."""
+    lag = summary["extraction_lag_s"]
+    busy_s = run.load_s + run.drain_s
+    return {
+        "vector_searchable_lag_p50_s": lag["searchable"]["p50"],
+        "vector_searchable_lag_p95_s": lag["searchable"]["p95"],
+        "text_searchable_lag_p95_s": lag["stored"]["p95"],
+        "sustained_turns_per_s": round(summary["turns_done"] / busy_s, 2) if busy_s else None,
+    }
+
+
 # ---------------------------------------------------------------------------------------------------
 # Logs
 
@@ -1240,6 +1258,12 @@ def render(summary: dict[str, Any], header: str) -> str:
     ]
     lines += _render_calls(summary)
     lines += _render_lag(summary["extraction_lag_s"])
+    lines.append(
+        f"     headline: vector-searchable p50 {summary['vector_searchable_lag_p50_s']} s, "
+        f"p95 {summary['vector_searchable_lag_p95_s']} s; "
+        f"text-searchable p95 {summary['text_searchable_lag_p95_s']} s; "
+        f"sustained {summary['sustained_turns_per_s']} turns/s (turns over load + drain)"
+    )
     lines += _render_compaction(summary["compaction_s"])
     lines += _render_queues(summary["queues"])
     totals = summary["totals"]
@@ -1420,6 +1444,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--drain-timeout", type=float, default=180.0, help="wait for the pipeline after the load")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
+    parser.add_argument("--json", action="store_true", help="print only the JSON summary (one line)")
     args = parser.parse_args(argv)
     try:
         short_ms, pause_ms = (float(part) for part in args.think_ms.split(","))
@@ -1542,6 +1567,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args, plans, records, db_rows, events.snapshot(), sampler.samples, probes, origin, load_s, drain_s
         )
         summary = analyse(run, drain_state)
+        summary.update(headline(summary, run))
         summary["llm_calls"]["api_cross_check_matches"] = dict(api_totals) == summary["llm_calls"]["by_purpose"]
         logs = {path.stem: path for path in sorted(stack.log_dir.glob("*.log"))}
         if stack.postgres is not None:
@@ -1556,7 +1582,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"worker-background x{args.background_concurrency}{', beat' if not args.no_beat else ''}; "
             f"{os.cpu_count()} CPUs"
         )
-        print(render(summary, header))
+        if not args.json:
+            print(render(summary, header))
         print(json.dumps(summary, separators=(",", ":"), default=str), flush=True)
         healthy = summary["turns_done"] == args.sessions * args.turns and drain_state == "idle"
         # Whatever the logs complain about is worth a post-mortem: keep the data dir.

@@ -18,6 +18,7 @@ from pgvector.psycopg import register_vector
 
 from shared.db import Conn
 from shared.embeddings.providers import Embedder, EmbeddingError
+from shared.metrics import observe_embedding_call
 
 # Hits refresh `last_used_at` only when it is older than this: a cache hit then usually costs no write
 # at all, and eviction works in days, so an hour of imprecision is irrelevant.
@@ -74,6 +75,7 @@ def embed_texts(conn: Conn, embedder: Embedder, texts: Sequence[str], batch_size
         batch = misses[start : start + batch_size]
         fresh = embedder.embed([unique[h] for h in batch])
         _check(embedder, fresh, expected_count=len(batch), dimension=dimension)
+        observe_embedding_call(model, len(batch))
         with conn.cursor() as cur:
             cur.executemany(
                 """INSERT INTO embedding_cache (model, dimension, content_hash, embedding)
