@@ -209,6 +209,7 @@ class EngramUp:
                 "ENGRAM_DATA_DIR": str(self.data_dir),
                 "ENGRAM_PORT": str(self.port),
                 "ENGRAM_FLOWER_PORT": str(free_port()),
+                "ENGRAM_UP_WORKER_METRICS_PORT": "0",  # free ports: two runs at once must not collide on 9808
                 "PYTHONUNBUFFERED": "1",
             }
         )
