@@ -48,6 +48,13 @@ TEST_ENV = {
     # Maintenance job slices must end well inside the test time limit above.
     "ENGRAM_JOB_SLICE_SECONDS": "20",
 }
+# The shared beat must not fire a nightly job into some test's data when a run crosses 02:00-04:30 UTC;
+# the maintenance tests start their own beat or run jobs explicitly. Only beat gets this: the gateway
+# and workers keep the jobs enabled, so listing and running them behaves as configured.
+BEAT_ENV = {
+    f"ENGRAM_JOB_{job}_ENABLED": "false"
+    for job in ("ENRICHMENT", "CONSOLIDATION", "DECAY", "REFLECTION", "CACHE_EVICTION")
+}
 _TABLES_KEPT = ("schema_migrations", "personality_presets")  # seeded by migrations
 
 
@@ -237,7 +244,7 @@ class CeleryStack:
 
     def start_beat(self) -> CeleryProcess:
         if self.beat is None or self.beat.proc is None:
-            self.beat = beat(self.env(self.provider or "anthropic"), self.log_dir).start()
+            self.beat = beat({**self.env(self.provider or "anthropic"), **BEAT_ENV}, self.log_dir).start()
             self.beat.wait_ready("beat: Starting...")
         return self.beat
 
