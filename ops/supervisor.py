@@ -29,6 +29,9 @@ log = get_logger(__name__)
 
 STOP_GRACE_SECONDS = 20
 MAX_RESTARTS_PER_MINUTE = 5
+# A child's first restart within a minute is immediate, then 1, 2, 4 … s: a child that crashes on start
+# (a port taken, a bad setting) does not spin the CPU, and the stack still gives up within the minute.
+CHILD_RESTART_MAX_DELAY_SECONDS = 8.0
 # Marks processes started by a supervisor of this data dir, so stale-PID cleanup never kills a
 # process that merely reused a recorded PID.
 OWNER_ENV = "ENGRAM_SUPERVISOR_RUN_DIR"
@@ -48,6 +51,7 @@ class Child:
     spec: ChildSpec
     proc: subprocess.Popen[bytes]
     restarts: list[float] = field(default_factory=list)
+    restart_at: float | None = None  # monotonic time its pending restart is due; None while it runs
 
 
 class ChildKeptDying(RuntimeError):
@@ -194,12 +198,20 @@ class Supervisor:
             code = child.proc.poll()
             if code is None:
                 continue
-            child.restarts = [t for t in child.restarts if now - t < 60]
-            if len(child.restarts) >= MAX_RESTARTS_PER_MINUTE:
-                raise ChildKeptDying(f"{name} exited with code {code} {len(child.restarts) + 1} times within a minute")
-            log.warning("process exited; restarting", process=name, exit_code=code)
+            if child.restart_at is None:
+                child.restarts = [t for t in child.restarts if now - t < 60]
+                if len(child.restarts) >= MAX_RESTARTS_PER_MINUTE:
+                    raise ChildKeptDying(
+                        f"{name} exited with code {code} {len(child.restarts) + 1} times within a minute"
+                    )
+                recent = len(child.restarts)
+                delay = min(2.0 ** (recent - 1), CHILD_RESTART_MAX_DELAY_SECONDS) if recent else 0.0
+                child.restart_at = now + delay
+                log.warning("process exited; restarting", process=name, exit_code=code, delay_s=delay)
+                _kill_group(child.proc.pid, signal.SIGKILL)  # its own children must not outlive it
+            if now < child.restart_at:
+                continue
             child.restarts.append(now)
-            _kill_group(child.proc.pid, signal.SIGKILL)  # its own children must not outlive it
             self.spawn(child.spec)
 
     def stop_all(self) -> None:

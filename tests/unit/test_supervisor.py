@@ -3,12 +3,14 @@ again with backoff, and one that keeps dying or cannot come back stops the stack
 
 from __future__ import annotations
 
+import itertools
+import sys
 from pathlib import Path
 
 import pytest
 
 from ops import supervisor as supervisor_module
-from ops.supervisor import ChildKeptDying, Supervisor
+from ops.supervisor import ChildKeptDying, ChildSpec, Supervisor
 
 
 class FakeServer:
@@ -99,3 +101,42 @@ def test_a_server_that_keeps_dying_stops_the_stack(tmp_path: Path, clock: Clock)
             sup.check_services()
             clock.now += 1.0
     assert server.restarts == 5
+
+
+def _exits_at_once(tmp_path: Path) -> ChildSpec:
+    return ChildSpec("worker-x", [sys.executable, "-c", "raise SystemExit(3)"], log_file=tmp_path / "x.log")
+
+
+def _wait_exit(sup: Supervisor) -> None:
+    sup.children["worker-x"].proc.wait(30)
+
+
+def test_a_child_that_keeps_crashing_is_restarted_with_growing_delays(tmp_path: Path, clock: Clock) -> None:
+    sup = Supervisor(tmp_path, {})
+    sup.clean_stale()  # as `engram up` does first: it creates the PID directory
+    sup.spawn(_exits_at_once(tmp_path))
+    spawned_at = []
+    for _ in range(5):
+        first = sup.children["worker-x"].proc
+        _wait_exit(sup)
+        while sup.children["worker-x"].proc is first:  # due time not reached: the clock moves on
+            sup.check_children()
+            if sup.children["worker-x"].proc is first:
+                clock.now += 0.5
+        spawned_at.append(clock.now)
+    gaps = [b - a for a, b in itertools.pairwise(spawned_at)]
+    assert gaps == [1.0, 2.0, 4.0, 8.0]  # immediate first restart, then doubling
+    _wait_exit(sup)
+    with pytest.raises(ChildKeptDying, match="worker-x exited with code 3 6 times within a minute"):
+        sup.check_children()
+
+
+def test_a_child_that_ran_for_a_while_is_restarted_at_once(tmp_path: Path, clock: Clock) -> None:
+    sup = Supervisor(tmp_path, {})
+    sup.clean_stale()  # as `engram up` does first: it creates the PID directory
+    sup.spawn(_exits_at_once(tmp_path))
+    sup.children["worker-x"].restarts = [clock.now - 120.0] * 4  # old deaths do not count
+    first = sup.children["worker-x"].proc
+    _wait_exit(sup)
+    sup.check_children()
+    assert sup.children["worker-x"].proc is not first
