@@ -89,15 +89,15 @@ def test_two_beats_one_leader_one_run_per_period_and_the_standby_takes_over(
         assert "Sending due task" not in second.tail(200_000)
         assert "Acquired lock" not in second.tail(200_000)
 
-        # The next minute's fire falls in the same period: the task finds the run done and changes nothing.
-        wait_for(lambda: '"already_ran": true' in background.tail(400_000), 90, "a second, no-op fire")
-        assert [(r["status"], r["attempt"]) for r in runs("decay")] == [("done", 1)]
-
         # The leader dies without releasing its lock: the standby takes over once the lock times out
-        # (12 s here; ENGRAM_BEAT_LOCK_TIMEOUT_SECONDS) and sends the schedule from then on.
+        # (12 s here; ENGRAM_BEAT_LOCK_TIMEOUT_SECONDS), well before the next minute's fire.
         first.kill_hard()
         second.wait_ready("beat: Acquired lock", timeout=40)
-        wait_for(lambda: "Sending due task" in second.tail(200_000), 30, "the standby sending tasks")
+        # That fire comes from the new leader and falls in the same period: the task finds the run done
+        # and changes nothing.
+        wait_for(lambda: "Sending due task job-decay" in second.tail(200_000), 90, "the standby firing decay")
+        wait_for(lambda: '"already_ran": true' in background.tail(400_000), 60, "a second, no-op fire")
+        assert [(r["status"], r["attempt"]) for r in runs("decay")] == [("done", 1)]
     finally:
         first.stop()
         second.stop()
