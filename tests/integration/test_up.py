@@ -103,7 +103,7 @@ def run_cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess
     return subprocess.run([*ENGRAM, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def test_up_runs_demo_stops_cleanly_and_keeps_data(up_env: dict[str, str]) -> None:
+def test_up_runs_demo_stops_cleanly_keeps_data_and_cleans_up_after_a_crash(up_env: dict[str, str]) -> None:
     data_dir = Path(up_env["ENGRAM_DATA_DIR"])
     port, flower_port = int(up_env["ENGRAM_PORT"]), int(up_env["ENGRAM_FLOWER_PORT"])
     url = f"http://127.0.0.1:{port}"
@@ -180,25 +180,19 @@ def test_up_runs_demo_stops_cleanly_and_keeps_data(up_env: dict[str, str]) -> No
         headers={"Authorization": f"Bearer {key}"},
     ).json()["messages"]
     assert after == before
-    assert again.stop(signal.SIGINT) == 0
-    assert owned_processes(data_dir / "run") == []
 
-
-def test_up_after_a_crash_cleans_leftovers(up_env: dict[str, str]) -> None:
-    data_dir = Path(up_env["ENGRAM_DATA_DIR"])
-    first = UpProcess(up_env)
-    first.wait_for(r"try: engram chat")
+    # A crash (one start saved for the suite's time): the supervisor dies without cleaning up and its
+    # children live on; the next start stops them and serves the same data.
     survivors = owned_processes(data_dir / "run")
     assert len(survivors) >= 5  # gateway, 2 workers (+ pool children), beat, flower
-
-    first.proc.kill()  # the supervisor dies without cleaning up; its children live on
-    first.proc.wait(10)
+    again.proc.kill()
+    again.proc.wait(10)
     assert any(p.is_running() for p in survivors)
-
-    second = UpProcess(up_env)
-    second.wait_for(r"try: engram chat")
+    third = UpProcess(up_env)
+    assert third.wait_for(r"API key\s+(egm_\S+)").group(1) == key
+    third.wait_for(r"try: engram chat")
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in survivors)
-    assert second.stop() == 0
+    assert third.stop(signal.SIGINT) == 0
     assert owned_processes(data_dir / "run") == []
 
 
