@@ -2,23 +2,33 @@
 latency distribution, one `--json` convention (the last line of stdout is one JSON object) and one
 way to turn a benchmark's own errors into a message and an exit code instead of a traceback.
 
-A benchmark keeps its workload; the plumbing lives here (stack start and cleanup: ops.bench.stack).
+A benchmark keeps its workload; the plumbing lives here: `BenchRun` installs the SIGTERM handler,
+makes the temporary work directory and undoes everything the benchmark started, in reverse order,
+with Ctrl-C and SIGTERM ignored while it does (the stack itself: ops.bench.stack).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import shutil
+import signal
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
 from typing import Any
 
-from ops.bench.stack import BenchError
+from ops.bench.stack import BenchError, Terminated, raise_on_sigterm
 
 __all__ = [
     "BenchError",
+    "BenchRun",
     "add_json_flag",
+    "add_keep_flag",
     "distribution",
     "emit",
     "percentile",
@@ -65,6 +75,10 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_keep_flag(parser: argparse.ArgumentParser, help: str = "keep the temporary directory (logs, data)") -> None:
+    parser.add_argument("--keep", action="store_true", help=help)
+
+
 def emit(report: str, summary: Mapping[str, Any], as_json: bool) -> None:
     """Print the human report; with --json, then one compact JSON object as the very last line."""
     print(report, flush=True)
@@ -80,6 +94,62 @@ def run_main(main: Callable[[], int]) -> int:
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"\n{'SIGTERM' if isinstance(exc, Terminated) else 'interrupted'}: stopped", file=sys.stderr)
         return 130
+
+
+class BenchRun(contextlib.ExitStack):
+    """One benchmark run's lifetime, used as `with BenchRun(keep=args.keep) as run:`.
+
+    On entry SIGTERM is turned into `Terminated` (a KeyboardInterrupt), so a `kill` cleans up like
+    Ctrl-C. Whatever the benchmark registers (`run.callback(stack.stop)`, `run.enter_context(...)`)
+    is undone on exit in reverse order, with SIGINT and SIGTERM ignored meanwhile: a second Ctrl-C
+    must not cut the cleanup short and leave servers behind. The previous handlers are restored
+    afterwards (a test may call a benchmark's main() in its own process).
+
+    `workdir()` makes the temporary directory; it is removed at the end unless `keep` is set — by
+    --keep, by the benchmark (an unhealthy run is worth a post-mortem) or by a BenchError (the logs
+    say why).
+    """
+
+    def __init__(self, keep: bool = False) -> None:
+        super().__init__()
+        self.keep = keep
+        self._saved: dict[signal.Signals, Any] = {}
+
+    def __enter__(self) -> BenchRun:
+        super().__enter__()
+        self._saved[signal.SIGTERM] = signal.signal(signal.SIGTERM, raise_on_sigterm)
+        return self
+
+    def workdir(self, prefix: str, what: str = "logs and data") -> Path:
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        # The embedded Postgres runs as an unprivileged user when we are root: it must be able to
+        # reach its data dir below this one.
+        path.chmod(0o755)
+        self.callback(self._remove_workdir, path, what)
+        return path
+
+    def _remove_workdir(self, path: Path, what: str) -> None:
+        if self.keep:
+            print(f"{what} kept in {path}", file=sys.stderr)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if isinstance(exc, BenchError):
+            self.keep = True
+        self._saved.setdefault(signal.SIGINT, signal.getsignal(signal.SIGINT))
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+        try:
+            return bool(super().__exit__(exc_type, exc, tb))
+        finally:
+            for signum, handler in self._saved.items():
+                signal.signal(signum, handler)
