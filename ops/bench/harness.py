@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from ops.bench.stack import BenchError, Terminated, raise_on_sigterm
 
@@ -142,14 +142,17 @@ class BenchRun(contextlib.ExitStack):
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> Literal[False]:
+        # Never swallows the benchmark's exception (run_main turns it into an exit code), and says so
+        # in the type so that `return` inside a `with BenchRun()` is the function's only exit for mypy.
         if isinstance(exc, BenchError):
             self.keep = True
         self._saved.setdefault(signal.SIGINT, signal.getsignal(signal.SIGINT))
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_IGN)
         try:
-            return bool(super().__exit__(exc_type, exc, tb))
+            super().__exit__(exc_type, exc, tb)
+            return False
         finally:
             for signum, handler in self._saved.items():
                 signal.signal(signum, handler)
