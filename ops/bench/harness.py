@@ -69,13 +69,15 @@ def ratio(numerator: float | None, denominator: float | None, digits: int = 2) -
     return round(numerator / denominator, digits)
 
 
-def add_json_flag(parser: argparse.ArgumentParser) -> None:
+def add_json_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument(
         "--json", action="store_true", help="after the report, print the figures as one JSON object (the last line)"
     )
 
 
-def add_keep_flag(parser: argparse.ArgumentParser, help: str = "keep the temporary directory (logs, data)") -> None:
+def add_keep_flag(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, help: str = "keep the temporary directory (logs, data)"
+) -> None:
     parser.add_argument("--keep", action="store_true", help=help)
 
 
@@ -86,14 +88,15 @@ def emit(report: str, summary: Mapping[str, Any], as_json: bool) -> None:
         print(json.dumps(summary, separators=(",", ":"), default=str), flush=True)
 
 
-def run_main(main: Callable[[], int]) -> int:
-    """Run a benchmark's main(): a BenchError becomes `error: …` on stderr and exit code 1, Ctrl-C
-    exit code 130 — never a traceback for a condition the benchmark itself detected."""
+def run_main(main: Callable[[], int], error_code: int = 1) -> int:
+    """Run a benchmark's main(): a BenchError becomes `error: …` on stderr and exit code `error_code`
+    (1; the LoCoMo benchmark keeps its documented 2), Ctrl-C or SIGTERM exit code 130 — never a
+    traceback for a condition the benchmark itself detected."""
     try:
         return main()
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return error_code
     except KeyboardInterrupt as exc:
         print(f"\n{'SIGTERM' if isinstance(exc, Terminated) else 'interrupted'}: stopped", file=sys.stderr)
         return 130
