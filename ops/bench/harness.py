@@ -82,8 +82,10 @@ def add_keep_flag(
 
 
 def emit(report: str, summary: Mapping[str, Any], as_json: bool) -> None:
-    """Print the human report; with --json, then one compact JSON object as the very last line."""
-    print(report, flush=True)
+    """Print the human report (unless it is empty: a benchmark that printed its lines as it went);
+    with --json, then one compact JSON object as the very last line."""
+    if report:
+        print(report, flush=True)
     if as_json:
         print(json.dumps(summary, separators=(",", ":"), default=str), flush=True)
 
