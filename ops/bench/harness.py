@@ -20,9 +20,12 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ops.bench.stack import BenchError, Terminated, raise_on_sigterm
+
+if TYPE_CHECKING:
+    from ops.embedded import EmbeddedPostgres
 
 __all__ = [
     "BenchError",
@@ -136,6 +139,18 @@ class BenchRun(contextlib.ExitStack):
         self.callback(self._remove_workdir, path, what)
         return path
 
+    def database(self, url: str | None, prefix: str) -> str:
+        """`url` when given, else an embedded Postgres in a new workdir, stopped at the end of the run."""
+        if url:
+            return url
+        from ops.embedded import EmbeddedPostgres
+
+        workdir = self.workdir(prefix, what="data")
+        server = EmbeddedPostgres(workdir / "postgres")
+        self.callback(_stop_postgres, server)
+        print(f"starting an embedded Postgres in {workdir} ...", file=sys.stderr, flush=True)
+        return server.start()
+
     def _remove_workdir(self, path: Path, what: str) -> None:
         if self.keep:
             print(f"{what} kept in {path}", file=sys.stderr)
@@ -161,3 +176,10 @@ class BenchRun(contextlib.ExitStack):
         finally:
             for signum, handler in self._saved.items():
                 signal.signal(signum, handler)
+
+
+def _stop_postgres(server: EmbeddedPostgres) -> None:
+    try:
+        server.stop()
+    except Exception as exc:  # the rest of the cleanup still runs
+        print(f"warning: could not stop the embedded Postgres: {exc}", file=sys.stderr)

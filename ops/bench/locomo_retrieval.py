@@ -39,15 +39,13 @@ not stored again; its dia_id is then credited to the memory that holds the text.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import re
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -396,23 +394,6 @@ def summary(stats: dict[str, ModeStats]) -> dict[str, dict[str, float]]:
 # Database
 
 
-@contextlib.contextmanager
-def database(url: str | None) -> Iterator[str]:
-    """The given database, else an embedded Postgres in a temporary directory for this run only."""
-    if url:
-        yield url
-        return
-    from ops.embedded import EmbeddedPostgres
-
-    with tempfile.TemporaryDirectory(prefix="engram-locomo-") as tmp:
-        server = EmbeddedPostgres(Path(tmp) / "postgres")
-        try:
-            print("starting embedded Postgres…", file=sys.stderr)
-            yield server.start()
-        finally:
-            server.stop()
-
-
 def read_conversations(args: argparse.Namespace) -> list[Conversation]:
     """The file's conversations (both modes parse it the same way), cut to --limit-conversations."""
     path = Path(args.file)
@@ -437,7 +418,7 @@ def run(args: argparse.Namespace) -> int:
     times = IngestTimes()
     embed_ms: list[float] = []
     counts: dict[str, int] = {}
-    with database(url) as database_url, connect(database_url) as conn:
+    with BenchRun() as cleanup, connect(cleanup.database(url, "engram-locomo-")) as conn:
         apply_migrations(conn)
         conn.autocommit = False
         tenant_id = ensure_tenant(conn, f"locomo-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
@@ -492,8 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging("WARNING")
         if conversations is not None:
             return locomo_e2e.run(args, conversations)
-        with BenchRun():  # SIGTERM unwinds like Ctrl-C, so `database()` stops the embedded server
-            return run(args)
+        return run(args)
 
     # BenchError is ops.bench.stack's (one class even when this file runs as __main__); exit code 2.
     return run_main(bench, error_code=2)

@@ -65,7 +65,6 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ops.bench.harness import BenchError, BenchRun, add_keep_flag, emit, percentile, run_main
-from ops.embedded import EmbeddedPostgres
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
@@ -1249,23 +1248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def bench(args: argparse.Namespace) -> int:
     with BenchRun(keep=args.keep) as cleanup:
-        url = args.database_url
-        if not url:
-            workdir = cleanup.workdir("engram-search-bench-", what="data")
-            postgres = EmbeddedPostgres(workdir / "postgres")
-            cleanup.callback(stop_postgres, postgres)
-            print(f"starting an embedded Postgres in {workdir} ...", file=sys.stderr, flush=True)
-            url = postgres.start()
-        report = run(args, url)
+        report = run(args, cleanup.database(args.database_url, "engram-search-bench-"))
         emit(render(report), report, True)  # always: the JSON line is this benchmark's record
         return 0
-
-
-def stop_postgres(postgres: EmbeddedPostgres) -> None:
-    try:
-        postgres.stop()
-    except Exception as exc:  # the workdir is still removed
-        print(f"warning: could not stop the embedded Postgres: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":
