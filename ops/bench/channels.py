@@ -29,22 +29,18 @@ import json
 import os
 import random
 import re
-import shutil
-import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm, up_workers
-from ops.bench.turns import _dist
+from ops.bench.harness import BenchRun, add_json_flag, add_keep_flag, distribution, emit, run_main
+from ops.bench.stack import BenchError, LocalStack, up_workers
 from ops.fake_channels import FakeChannels
 from shared.channels.slack import sign
 
@@ -190,9 +186,9 @@ def summarize(phase: Phase, fake: FakeChannels, phase_no: int) -> dict[str, Any]
         "replies_posted": sum(len(times) for times in posted.values()),
         "events_answered": len(posted),
         "events_answered_twice": sum(1 for times in posted.values() if len(times) > 1),
-        "ack_ms": _dist(phase.acks_ms),
+        "ack_ms": distribution(phase.acks_ms, (50, 99)),
         "acks_over_3s": sum(1 for ms in phase.acks_ms if ms >= SLACK_ACK_LIMIT_MS),
-        "event_to_reply_ms": _dist(e2e),
+        "event_to_reply_ms": distribution(e2e, (50, 99)),
         "throughput_replies_per_s": round(len(posted) / (last - first), 2) if last > first else None,
     }
 
@@ -228,20 +224,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=64, help="client threads sending requests")
     parser.add_argument("--turn-concurrency", type=int, default=2, help="processes of the turns+channels worker")
     parser.add_argument("--reply-timeout", type=float, default=300.0, help="wait this long for every reply")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_keep_flag(parser)
+    add_json_flag(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, raise_on_sigterm)
-    workdir = Path(tempfile.mkdtemp(prefix="engram-bench-channels-"))
-    workdir.chmod(0o755)  # the embedded Postgres runs unprivileged when we are root
-    stack: LocalStack | None = None
-    fake = FakeChannels().start()
-    keep = args.keep
-    try:
+    return run_main(lambda: bench(args))
+
+
+def bench(args: argparse.Namespace) -> int:
+    with BenchRun(keep=args.keep) as run:
+        workdir = run.workdir("engram-bench-channels-")
+        fake = FakeChannels().start()
+        run.callback(fake.stop)
         fake.slack_token = BOT_TOKEN
         env = {
             "ENGRAM_SLACK_SIGNING_SECRET": SIGNING_SECRET,
@@ -250,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "ENGRAM_AUTO_MEMORY": "false",
         }
         stack = LocalStack(workdir, args.turn_concurrency, 0.0, workers=up_workers(args.turn_concurrency), env=env)
+        run.callback(stack.stop)
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         stack.start()
         # Warm-up: imports, pools and the first prompt of each pool process, not measured.
@@ -289,29 +287,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "cpus": os.cpu_count(),
             },
         }
-        print(render(summary))
-        if args.json:
-            print(json.dumps(summary, separators=(",", ":")), flush=True)
+        emit(render(summary), summary, args.json)
         exact = all(
             summary[p]["replies_posted"] == summary[p]["events"] == summary[p]["events_answered"] for p in PHASES
         )
-        keep = keep or not exact
+        run.keep = run.keep or not exact
         return 0 if exact else 1
-    except (KeyboardInterrupt, Terminated):
-        print("interrupted; stopping the stack", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        keep = True
-        return 1
-    finally:
-        if stack is not None:
-            stack.stop()
-        fake.stop()
-        if keep:
-            print(f"kept {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -54,11 +54,9 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -74,9 +72,8 @@ import psycopg
 import redis
 from psycopg.rows import dict_row
 
+from ops.bench.harness import BenchError, BenchRun, add_json_flag, add_keep_flag, emit, percentile, run_main
 from ops.bench.pipeline import kind_of, pipeline_reply, user_text
-from ops.bench.stack import BenchError, Terminated, raise_on_sigterm
-from ops.bench.turns import percentile
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from ops.fake_llm import FakeLLM, FakeReply, Json
 
@@ -738,8 +735,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--turn-timeout", type=float, default=600.0, help="a turn not done after this is lost")
     parser.add_argument("--settle-timeout", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
-    parser.add_argument("--json", action="store_true", help="print the figures as one JSON line last")
+    add_keep_flag(parser)
+    add_json_flag(parser)
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")
@@ -920,22 +917,14 @@ def render(result: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, raise_on_sigterm)
-    workdir = Path(tempfile.mkdtemp(prefix="engram-chaos-"))
-    try:
-        result = run(args, workdir)
-    except (BenchError, Terminated, KeyboardInterrupt) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        print(f"logs kept in {workdir}", file=sys.stderr)
-        return 1
-    print(render(result))
-    if args.json:
-        print(json.dumps(result))
-    if args.keep:
-        print(f"logs and data kept in {workdir}", file=sys.stderr)
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+    return run_main(lambda: bench(args))
+
+
+def bench(args: argparse.Namespace) -> int:
+    with BenchRun(keep=args.keep) as cleanup:
+        result = run(args, cleanup.workdir("engram-chaos-"))
+        emit(render(result), result, args.json)
+        return 0
 
 
 if __name__ == "__main__":

@@ -38,21 +38,17 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import signal
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm
-from ops.bench.turns import percentile
+from ops.bench.harness import BenchRun, add_json_flag, add_keep_flag, emit, percentile, run_main
+from ops.bench.stack import BenchError, LocalStack
 from ops.client import EngramAPIError, EngramClient
 
 # The fake's own accounting, so engram's side and the baseline are counted exactly as the fake
@@ -740,8 +736,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--memory-every", type=int, default=10, help="write a memory before every Nth turn (0: never)")
     parser.add_argument("--worker-concurrency", type=int, default=2, help="Celery pool processes")
     parser.add_argument("--turn-timeout", type=float, default=120.0, help="give up on a turn after this many s")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
-    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object on the last line")
+    add_keep_flag(parser)
+    add_json_flag(parser)
     args = parser.parse_args(argv)
     if args.turns < 2:
         parser.error("--turns must be at least 2 (stability compares consecutive requests)")
@@ -763,22 +759,21 @@ def warm_up(client: EngramClient, timeout: float) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, raise_on_sigterm)
+    return run_main(lambda: bench(args))
+
+
+def bench(args: argparse.Namespace) -> int:
     # In this process, not a subprocess: only in-process can the fake decide replies per request
     # (the tool iteration) and hand back what it received. It competes with this thread for the GIL,
     # which only matters for the wall time, not for the figures this benchmark is about.
     fake = FakeLLM()  # the cache rules of ops/fake_cache.py, the model family's minimum included
     fake.default = scripted_reply
-    stack: LocalStack | None = None
-    workdir: Path | None = None
-    keep = args.keep
-    try:
+    with BenchRun(keep=args.keep) as cleanup:
+        cleanup.callback(fake.stop)
         fake.start()
-        workdir = Path(tempfile.mkdtemp(prefix="engram-bench-context-"))
-        # The embedded Postgres runs as an unprivileged user when we are root: it must be able to
-        # reach its data dir below this one.
-        workdir.chmod(0o755)
+        workdir = cleanup.workdir("engram-bench-context-")
         stack = LocalStack(workdir, args.worker_concurrency, llm_url=fake.anthropic_base_url)
+        cleanup.callback(stack.stop)
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         api_key = stack.start()
         client = EngramClient(stack.url, api_key, timeout=30)
@@ -821,37 +816,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             "cache_rules": "ops/fake_cache.py: model family minimum, 5 min TTL, 20-block lookback",
             "cpus": os.cpu_count(),
         }
+        reports = []
         for run, (_, every) in zip(runs, plans, strict=True):
             header = (
                 f"engram context benchmark: 1 user, {args.turns} turns, "
                 + (f"a memory every {every} turns" if every else "no memory writes")
                 + f"; fake Anthropic in-process (0 ms); worker x{args.worker_concurrency}; {os.cpu_count()} CPUs"
             )
-            print(render(run, header) + "\n")
-        if args.json:
-            print(json.dumps(summary, separators=(",", ":")), flush=True)
+            reports.append(render(run, header))
+        emit("\n\n".join(reports) + "\n", summary, args.json)
         complete = all(run["turns_done"] == run["turns"] for run in runs)
-        keep = keep or not complete
+        cleanup.keep = cleanup.keep or not complete
         return 0 if complete else 1
-    except KeyboardInterrupt as exc:
-        print(f"\n{'SIGTERM' if isinstance(exc, Terminated) else 'interrupted'}: stopping", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        keep = True  # the logs say why
-        return 1
-    finally:
-        # A second Ctrl-C or SIGTERM must not cut the cleanup short and leave servers behind.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if stack is not None:
-            stack.stop()
-        fake.stop()
-        if workdir is not None:
-            if keep:
-                print(f"logs and data kept in {workdir}", file=sys.stderr)
-            else:
-                shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from ops.bench.harness import add_json_flag, emit
+
 DEFAULT_FILE = Path("/work/shared/bench/locomo-dev.json")
 JACCARD_THRESHOLDS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.75)
 COSINE_THRESHOLDS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)
@@ -182,30 +184,31 @@ def evaluate(pairs: Sequence[Pair], guard: Sequence[Pair], embed: Any) -> dict[s
     }
 
 
-def print_table(result: dict[str, Any]) -> None:
-    print(
+def render(result: dict[str, Any]) -> str:
+    lines = [
         f"{result['pairs']} labelled pairs ({result['duplicates']} duplicates), {result['guard_pairs']} guard pairs"
-        " (distinct facts)"
-    )
-    print(f"{'method':<8} {'threshold':>9} {'precision':>9} {'recall':>7} {'F1':>6} {'false_merge':>11}")
+        " (distinct facts)",
+        f"{'method':<8} {'threshold':>9} {'precision':>9} {'recall':>7} {'F1':>6} {'false_merge':>11}",
+    ]
     for method in ("jaccard", "cosine"):
         for row in result[method]:
-            print(
+            lines.append(
                 f"{method:<8} {row['threshold']:>9.2f} {row['precision']:>9.3f} {row['recall']:>7.3f} "
                 f"{row['f1']:>6.3f} {row['false_merge']:>11.3f}"
             )
     for name in ("jaccard_0_75", "best_jaccard", "best_cosine", "chosen"):
         row = result[name]
-        print(
+        lines.append(
             f"{name:<13} {row.get('method', ''):<8} t={row['threshold']:.2f}  P={row['precision']:.3f} "
             f"R={row['recall']:.3f} F1={row['f1']:.3f} false_merge={row['false_merge']:.3f}"
         )
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.dedup", description=__doc__.split("\n")[0])
     parser.add_argument("--file", type=Path, default=DEFAULT_FILE, help="LoCoMo JSON (a list of conversations)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_json_flag(parser)
     args = parser.parse_args(argv)
     try:
         conversations = json.loads(args.file.read_text())
@@ -220,9 +223,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     embedder = embedder_from_settings(get_settings())
     result = evaluate(pairs, guard, embedder.embed)
     result["embedder"] = f"{embedder.provider}:{embedder.model}"
-    print_table(result)
-    if args.json:
-        print(json.dumps(result))
+    emit(render(result), result, args.json)
 
 
 if __name__ == "__main__":

@@ -2,23 +2,36 @@
 latency distribution, one `--json` convention (the last line of stdout is one JSON object) and one
 way to turn a benchmark's own errors into a message and an exit code instead of a traceback.
 
-A benchmark keeps its workload; the plumbing lives here (stack start and cleanup: ops.bench.stack).
+A benchmark keeps its workload; the plumbing lives here: `BenchRun` installs the SIGTERM handler,
+makes the temporary work directory and undoes everything the benchmark started, in reverse order,
+with Ctrl-C and SIGTERM ignored while it does (the stack itself: ops.bench.stack).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import shutil
+import signal
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
 
-from ops.bench.stack import BenchError
+from ops.bench.stack import BenchError, Terminated, raise_on_sigterm
+
+if TYPE_CHECKING:
+    from ops.embedded import EmbeddedPostgres
 
 __all__ = [
     "BenchError",
+    "BenchRun",
     "add_json_flag",
+    "add_keep_flag",
     "distribution",
     "emit",
     "percentile",
@@ -59,27 +72,114 @@ def ratio(numerator: float | None, denominator: float | None, digits: int = 2) -
     return round(numerator / denominator, digits)
 
 
-def add_json_flag(parser: argparse.ArgumentParser) -> None:
+def add_json_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument(
         "--json", action="store_true", help="after the report, print the figures as one JSON object (the last line)"
     )
 
 
+def add_keep_flag(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, help: str = "keep the temporary directory (logs, data)"
+) -> None:
+    parser.add_argument("--keep", action="store_true", help=help)
+
+
 def emit(report: str, summary: Mapping[str, Any], as_json: bool) -> None:
-    """Print the human report; with --json, then one compact JSON object as the very last line."""
-    print(report, flush=True)
+    """Print the human report (unless it is empty: a benchmark that printed its lines as it went);
+    with --json, then one compact JSON object as the very last line."""
+    if report:
+        print(report, flush=True)
     if as_json:
         print(json.dumps(summary, separators=(",", ":"), default=str), flush=True)
 
 
-def run_main(main: Callable[[], int]) -> int:
-    """Run a benchmark's main(): a BenchError becomes `error: …` on stderr and exit code 1, Ctrl-C
-    exit code 130 — never a traceback for a condition the benchmark itself detected."""
+def run_main(main: Callable[[], int], error_code: int = 1) -> int:
+    """Run a benchmark's main(): a BenchError becomes `error: …` on stderr and exit code `error_code`
+    (1; the LoCoMo benchmark keeps its documented 2), Ctrl-C or SIGTERM exit code 130 — never a
+    traceback for a condition the benchmark itself detected."""
     try:
         return main()
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
+        return error_code
+    except KeyboardInterrupt as exc:
+        print(f"\n{'SIGTERM' if isinstance(exc, Terminated) else 'interrupted'}: stopped", file=sys.stderr)
         return 130
+
+
+class BenchRun(contextlib.ExitStack):
+    """One benchmark run's lifetime, used as `with BenchRun(keep=args.keep) as run:`.
+
+    On entry SIGTERM is turned into `Terminated` (a KeyboardInterrupt), so a `kill` cleans up like
+    Ctrl-C. Whatever the benchmark registers (`run.callback(stack.stop)`, `run.enter_context(...)`)
+    is undone on exit in reverse order, with SIGINT and SIGTERM ignored meanwhile: a second Ctrl-C
+    must not cut the cleanup short and leave servers behind. The previous handlers are restored
+    afterwards (a test may call a benchmark's main() in its own process).
+
+    `workdir()` makes the temporary directory; it is removed at the end unless `keep` is set — by
+    --keep, by the benchmark (an unhealthy run is worth a post-mortem) or by a BenchError (the logs
+    say why).
+    """
+
+    def __init__(self, keep: bool = False) -> None:
+        super().__init__()
+        self.keep = keep
+        self._saved: dict[signal.Signals, Any] = {}
+
+    def __enter__(self) -> BenchRun:
+        super().__enter__()
+        self._saved[signal.SIGTERM] = signal.signal(signal.SIGTERM, raise_on_sigterm)
+        return self
+
+    def workdir(self, prefix: str, what: str = "logs and data") -> Path:
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        # The embedded Postgres runs as an unprivileged user when we are root: it must be able to
+        # reach its data dir below this one.
+        path.chmod(0o755)
+        self.callback(self._remove_workdir, path, what)
+        return path
+
+    def database(self, url: str | None, prefix: str) -> str:
+        """`url` when given, else an embedded Postgres in a new workdir, stopped at the end of the run."""
+        if url:
+            return url
+        from ops.embedded import EmbeddedPostgres
+
+        workdir = self.workdir(prefix, what="data")
+        server = EmbeddedPostgres(workdir / "postgres")
+        self.callback(_stop_postgres, server)
+        print(f"starting an embedded Postgres in {workdir} ...", file=sys.stderr, flush=True)
+        return server.start()
+
+    def _remove_workdir(self, path: Path, what: str) -> None:
+        if self.keep:
+            print(f"{what} kept in {path}", file=sys.stderr)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
+        # Never swallows the benchmark's exception (run_main turns it into an exit code), and says so
+        # in the type so that `return` inside a `with BenchRun()` is the function's only exit for mypy.
+        if isinstance(exc, BenchError):
+            self.keep = True
+        self._saved.setdefault(signal.SIGINT, signal.getsignal(signal.SIGINT))
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+        try:
+            super().__exit__(exc_type, exc, tb)
+            return False
+        finally:
+            for signum, handler in self._saved.items():
+                signal.signal(signum, handler)
+
+
+def _stop_postgres(server: EmbeddedPostgres) -> None:
+    try:
+        server.stop()
+    except Exception as exc:  # the rest of the cleanup still runs
+        print(f"warning: could not stop the embedded Postgres: {exc}", file=sys.stderr)

@@ -59,21 +59,17 @@ Reported per category and per path; with --json the last line is one JSON object
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import signal
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from ops.bench.harness import BenchError, BenchRun, add_json_flag, emit, run_main
 from ops.bench.injection_corpus import (
     ATTACKS,
     BENIGN,
@@ -90,7 +86,6 @@ from ops.bench.injection_corpus import (
 )
 from ops.bench.injection_model import (
     CLEAN_DIRECTIVE,
-    BenchError,
     ItemOutcome,
     ObeyingModel,
     PathResult,
@@ -643,23 +638,6 @@ def run(
 # Command line
 
 
-@contextlib.contextmanager
-def database(url: str | None) -> Iterator[str]:
-    """The given database, else an embedded Postgres in a temporary directory for this run only."""
-    if url:
-        yield url
-        return
-    from ops.embedded import EmbeddedPostgres
-
-    with tempfile.TemporaryDirectory(prefix="engram-injection-") as tmp:
-        server = EmbeddedPostgres(Path(tmp) / "postgres")
-        try:
-            print("starting embedded Postgres…", file=sys.stderr)
-            yield server.start()
-        finally:
-            server.stop()
-
-
 def _use_database(url: str) -> None:
     import os
 
@@ -674,35 +652,29 @@ def _use_database(url: str) -> None:
         apply_migrations(conn)
 
 
-def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # so the `finally` blocks stop the embedded server
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+    add_json_flag(parser)
     parser.add_argument("--database-url", default=None, help="default: an embedded Postgres for this run")
     parser.add_argument("--workers", type=int, default=3, help="threads, each with its own fake model (default 3)")
     args = parser.parse_args(argv)
     from shared.logging import configure_logging
 
     configure_logging("WARNING")
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
-    try:
-        with database(args.database_url) as url, FakeLLM() as fake:
-            _use_database(url)
-            report = run(fake, workers=args.workers)
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    finally:
+
+    def bench() -> int:
         from shared import db
 
-        db.close_pool()
-    print(report.render())
-    if args.json:
-        print(json.dumps(report.summary()))
-    return 0
+        with BenchRun() as cleanup:
+            cleanup.callback(db.close_pool)
+            url = cleanup.database(args.database_url, "engram-injection-")
+            fake = cleanup.enter_context(FakeLLM())
+            _use_database(url)
+            report = run(fake, workers=args.workers)
+        emit(report.render(), report.summary(), args.json)
+        return 0
+
+    return run_main(bench, error_code=2)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,6 @@ CLEAN_DIRECTIVE = (
 )
 
 
-class BenchError(RuntimeError):
-    pass
-
-
 # ---------------------------------------------------------------------------------------------------
 # The model that obeys
 

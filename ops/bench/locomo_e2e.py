@@ -48,10 +48,7 @@ import contextlib
 import json
 import os
 import re
-import shutil
-import signal
 import sys
-import tempfile
 import time
 import unicodedata
 import uuid
@@ -62,9 +59,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from engram.client import EngramAPIError, EngramClient
-from ops.bench.locomo_retrieval import CATEGORIES, BenchError, Conversation, Question, percentile
-from ops.bench.stack import BenchError as StackError
-from ops.bench.stack import LocalStack, Terminated, raise_on_sigterm, up_workers
+from ops.bench.harness import BenchError, BenchRun, add_keep_flag, emit, percentile
+from ops.bench.locomo_retrieval import CATEGORIES, Conversation, Question
+from ops.bench.stack import LocalStack, up_workers
 from shared.context.tokens import O200K, TokenCounter, counter_for
 
 DEFAULT_BUDGETS = (500, 1000, 2000)
@@ -370,7 +367,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="an extra ENGRAM_ setting for the stack (repeatable), e.g. ENGRAM_SEARCH_MIN_SCORE=0.2",
     )
     group.add_argument("--wait-timeout", type=float, default=600.0, help="seconds for the memory pipeline to finish")
-    group.add_argument("--keep", action="store_true", help="keep the stack's temporary directory (logs, data)")
+    add_keep_flag(group, "keep the stack's temporary directory (logs, data)")
     group.add_argument(
         "--dump", default=None, metavar="PATH", help="write every question's context and recall to PATH (JSON lines)"
     )
@@ -411,82 +408,73 @@ def run(args: argparse.Namespace, conversations: list[Conversation]) -> int:
         compaction_tokens = None
     except ValueError as exc:
         raise BenchError("ENGRAM_COMPACTION_THRESHOLD_TOKENS must be a whole number") from exc
-    signal.signal(signal.SIGTERM, raise_on_sigterm)
-    workdir = Path(tempfile.mkdtemp(prefix="engram-bench-locomo-"))
-    workdir.chmod(0o755)  # the embedded Postgres runs unprivileged when we are root: it must reach its data dir
-    stack = LocalStack(workdir, 1, workers=up_workers(1, 1), env=env)
-    keep = args.keep
     run_id = uuid.uuid4().hex[:6]
-    try:
+    with BenchRun(keep=args.keep) as cleanup:
+        workdir = cleanup.workdir("engram-bench-locomo-")
+        stack = LocalStack(workdir, 1, workers=up_workers(1, 1), env=env)
+        cleanup.callback(stack.stop)
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
-        api_key = stack.start()
-        users = [(f"{user_id_for(i, c)}-{run_id}", c) for i, c in enumerate(conversations)]
-        with EngramClient(stack.url, api_key, timeout=120.0) as client:
-            print(f"ingesting {len(users)} conversations ...", file=sys.stderr, flush=True)
-            ingested = ingest_all(client, users)
-            settle_started = time.perf_counter()
-            print(f"waiting for the memory pipeline on {len(ingested.sessions)} sessions ...", file=sys.stderr)
-            memories = wait_idle(client, ingested.sessions, args.wait_timeout)
-            blocks = 0
-            if compaction_tokens is not None:
-                blocks = wait_transcripts(
-                    stack.database_url, [u for u, _ in users], compaction_tokens, args.wait_timeout
-                )
-            settle_s = time.perf_counter() - settle_started
-            stack.check_alive()
-            # The first context call loads the gateway's embedding model: not a latency a user sees twice.
-            client.context(users[0][0], query="warm-up", max_tokens=budgets[0])
-            stats = {budget: BudgetStats() for budget in budgets}
-            questions = sum(len(c.questions) for _, c in users)
-            print(f"asking {questions} questions at budgets {budgets} ...", file=sys.stderr, flush=True)
-            with contextlib.ExitStack() as files:
-                dump = files.enter_context(Path(args.dump).open("w", encoding="utf-8")) if args.dump else None
-                for user, conversation in users:
-                    ask(client, user, conversation, budgets, stats, dump)
-                    print(f"  {conversation.sample_id}: {len(conversation.questions)} questions", file=sys.stderr)
-        result = {
-            "mode": "e2e",
-            "file": str(args.file),
-            "conversations": len(users),
-            "sessions": len(ingested.sessions),
-            "messages": ingested.messages,
-            "questions": questions,
-            "evidence_turns": sum(len(q.evidence) for _, c in users for q in c.questions),
-            "ingest_s": round(ingested.seconds, 2),
-            "settle_s": round(settle_s, 2),
-            "memories_created": memories,
-            "transcript_blocks": blocks,
-            "budgets": summarise(stats, questions),
-            "config": {
-                "llm": "offline",
-                "compaction_tokens": compaction_tokens,
-                "debounce_s": args.debounce_s,
-                "env": {
-                    key: value for key, value in env.items() if key not in ("ENGRAM_LLM_PROVIDER", "ENGRAM_AUTO_MEMORY")
-                },
-                "workers": "worker-turns x1, worker-background x1",
-                "cpus": os.cpu_count(),
+        try:
+            return ask_all(args, stack, stack.start(), conversations, budgets, compaction_tokens, env, run_id)
+        except EngramAPIError as exc:
+            raise BenchError(str(exc)) from exc  # BenchRun keeps the workdir: the logs say why
+
+
+def ask_all(
+    args: argparse.Namespace,
+    stack: LocalStack,
+    api_key: str,
+    conversations: list[Conversation],
+    budgets: list[int],
+    compaction_tokens: int | None,
+    env: dict[str, str],
+    run_id: str,
+) -> int:
+    users = [(f"{user_id_for(i, c)}-{run_id}", c) for i, c in enumerate(conversations)]
+    with EngramClient(stack.url, api_key, timeout=120.0) as client:
+        print(f"ingesting {len(users)} conversations ...", file=sys.stderr, flush=True)
+        ingested = ingest_all(client, users)
+        settle_started = time.perf_counter()
+        print(f"waiting for the memory pipeline on {len(ingested.sessions)} sessions ...", file=sys.stderr)
+        memories = wait_idle(client, ingested.sessions, args.wait_timeout)
+        blocks = 0
+        if compaction_tokens is not None:
+            blocks = wait_transcripts(stack.database_url, [u for u, _ in users], compaction_tokens, args.wait_timeout)
+        settle_s = time.perf_counter() - settle_started
+        stack.check_alive()
+        # The first context call loads the gateway's embedding model: not a latency a user sees twice.
+        client.context(users[0][0], query="warm-up", max_tokens=budgets[0])
+        stats = {budget: BudgetStats() for budget in budgets}
+        questions = sum(len(c.questions) for _, c in users)
+        print(f"asking {questions} questions at budgets {budgets} ...", file=sys.stderr, flush=True)
+        with contextlib.ExitStack() as files:
+            dump = files.enter_context(Path(args.dump).open("w", encoding="utf-8")) if args.dump else None
+            for user, conversation in users:
+                ask(client, user, conversation, budgets, stats, dump)
+                print(f"  {conversation.sample_id}: {len(conversation.questions)} questions", file=sys.stderr)
+    result = {
+        "mode": "e2e",
+        "file": str(args.file),
+        "conversations": len(users),
+        "sessions": len(ingested.sessions),
+        "messages": ingested.messages,
+        "questions": questions,
+        "evidence_turns": sum(len(q.evidence) for _, c in users for q in c.questions),
+        "ingest_s": round(ingested.seconds, 2),
+        "settle_s": round(settle_s, 2),
+        "memories_created": memories,
+        "transcript_blocks": blocks,
+        "budgets": summarise(stats, questions),
+        "config": {
+            "llm": "offline",
+            "compaction_tokens": compaction_tokens,
+            "debounce_s": args.debounce_s,
+            "env": {
+                key: value for key, value in env.items() if key not in ("ENGRAM_LLM_PROVIDER", "ENGRAM_AUTO_MEMORY")
             },
-        }
-        print(render(result))
-        if args.json:
-            print(json.dumps(result, separators=(",", ":")), flush=True)
-        return 0
-    except (StackError, EngramAPIError) as exc:
-        keep = True  # the logs say why
-        raise BenchError(str(exc)) from exc
-    except BenchError:
-        keep = True
-        raise
-    except KeyboardInterrupt as exc:
-        print(f"\n{'SIGTERM' if isinstance(exc, Terminated) else 'interrupted'}: stopping", file=sys.stderr)
-        return 130
-    finally:
-        # A second Ctrl-C or SIGTERM must not cut the cleanup short and leave servers behind.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        stack.stop()
-        if keep:
-            print(f"logs and data kept in {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+            "workers": "worker-turns x1, worker-background x1",
+            "cpus": os.cpu_count(),
+        },
+    }
+    emit(render(result), result, args.json)
+    return 0

@@ -25,6 +25,8 @@ through `shared.memory.search.search`:
 
 Results map back to dia_ids; recall@k = |evidence ∩ top-k| / |evidence|, NDCG@10 with binary
 relevance. Search latency covers the `search` call only; embedding the question is timed apart.
+Latency percentiles interpolate between the closest ranks (ops/bench/harness.py, as every benchmark
+here); until the harness unified them they were nearest-rank (a real observation each).
 Ingest is timed in two steps: storing (store_memory, one transaction per conversation) and
 embedding + indexing (one batched embed_texts call per conversation, then index_memory per turn,
 which then finds every vector in the embedding cache).
@@ -37,22 +39,19 @@ not stored again; its dia_id is then credited to the memory that holds the text.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import re
-import signal
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from ops.bench.harness import BenchError, BenchRun, add_json_flag, emit, percentile, run_main
 from shared.auth import ensure_tenant
 from shared.config import get_settings
 from shared.db import Conn, connect
@@ -77,10 +76,6 @@ _DIA_ID = re.compile(r"D(\d+):(\d+)")
 _EVIDENCE_SPLIT = re.compile(r"[;,\s]+")
 _SESSION_KEY = re.compile(r"session_(\d+)")
 _SESSION_DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
-
-
-class BenchError(RuntimeError):
-    pass
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -205,14 +200,6 @@ def ndcg_at(ranked: Sequence[frozenset[str]], evidence: set[str], k: int, releva
     ideal_hits = min(k, relevant)
     idcg = sum(1.0 / math.log2(rank + 2) for rank in range(ideal_hits))
     return dcg / idcg if idcg else 0.0
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (no interpolation: with few samples it reports a real observation)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
 @dataclass
@@ -362,6 +349,10 @@ def evaluate(
 # Reporting
 
 
+def _ms(value: float | None) -> str:
+    return "nan" if value is None else f"{value:.1f}"  # nothing timed: as before the harness, "nan"
+
+
 def _fmt(value: float | None) -> str:
     return "   -  " if value is None else f"{value:6.3f}"
 
@@ -375,7 +366,7 @@ def render(stats: dict[str, ModeStats], counts: dict[str, int], times: IngestTim
         f"embed+index {times.index_seconds:.1f} s ({index_rate:.0f} turns/s); "
         f"{times.deduplicated} deduplicated, {times.rejected} rejected"
     )
-    lines.append(f"query embedding: p50 {percentile(embed_ms, 50):.1f} ms, p95 {percentile(embed_ms, 95):.1f} ms")
+    lines.append(f"query embedding: p50 {_ms(percentile(embed_ms, 50))} ms, p95 {_ms(percentile(embed_ms, 95))} ms")
     lines.append("")
     groups = [("all", "all"), *((str(c), name) for c, name in CATEGORIES.items())]
     header = f"{'mode':<7} {'metric':<10}" + "".join(f"{f'{name} ({counts.get(g, 0)})':>19}" for g, name in groups)
@@ -389,8 +380,8 @@ def render(stats: dict[str, ModeStats], counts: dict[str, int], times: IngestTim
     lines.append("search latency (ms, excluding query embedding):")
     for mode, mode_stats in stats.items():
         lines.append(
-            f"  {mode:<7} p50 {percentile(mode_stats.latencies_ms, 50):6.1f}   "
-            f"p95 {percentile(mode_stats.latencies_ms, 95):6.1f}"
+            f"  {mode:<7} p50 {_ms(percentile(mode_stats.latencies_ms, 50)):>6}   "
+            f"p95 {_ms(percentile(mode_stats.latencies_ms, 95)):>6}"
         )
     return "\n".join(lines)
 
@@ -401,28 +392,6 @@ def summary(stats: dict[str, ModeStats]) -> dict[str, dict[str, float]]:
 
 # ---------------------------------------------------------------------------------------------------
 # Database
-
-
-@contextlib.contextmanager
-def database(url: str | None) -> Iterator[str]:
-    """The given database, else an embedded Postgres in a temporary directory for this run only."""
-    if url:
-        yield url
-        return
-    from ops.embedded import EmbeddedPostgres
-
-    with tempfile.TemporaryDirectory(prefix="engram-locomo-") as tmp:
-        server = EmbeddedPostgres(Path(tmp) / "postgres")
-        try:
-            print("starting embedded Postgres…", file=sys.stderr)
-            yield server.start()
-        finally:
-            server.stop()
-
-
-def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    # Turned into an exception so the `finally` blocks stop the embedded server.
-    raise SystemExit(128 + signum)
 
 
 def read_conversations(args: argparse.Namespace) -> list[Conversation]:
@@ -449,7 +418,7 @@ def run(args: argparse.Namespace) -> int:
     times = IngestTimes()
     embed_ms: list[float] = []
     counts: dict[str, int] = {}
-    with database(url) as database_url, connect(database_url) as conn:
+    with BenchRun() as cleanup, connect(cleanup.database(url, "engram-locomo-")) as conn:
         apply_migrations(conn)
         conn.autocommit = False
         tenant_id = ensure_tenant(conn, f"locomo-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
@@ -465,9 +434,7 @@ def run(args: argparse.Namespace) -> int:
             for question in conversation.questions:
                 for group in ("all", str(question.category)):
                     counts[group] = counts.get(group, 0) + 1
-    print(render(stats, counts, times, embed_ms))
-    if args.json:
-        print(json.dumps(summary(stats)))
+    emit(render(stats, counts, times, embed_ms), summary(stats), args.json)
     return 0
 
 
@@ -484,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="retrieval: memory search on stored turns; e2e: messages API → memory pipeline → context endpoint "
         "(ops/bench/locomo_e2e.py)",
     )
-    parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+    add_json_flag(parser)
     parser.add_argument("--limit-conversations", type=int, default=None, metavar="N")
     parser.add_argument(
         "--database-url", default=None, help="retrieval mode: default ENGRAM_DATABASE_URL, else embedded Postgres"
@@ -498,19 +465,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("a LoCoMo-format JSON file is required (argument or --file)")
     if args.limit_conversations is not None and args.limit_conversations < 1:
         parser.error("--limit-conversations must be at least 1")
-    try:
+
+    def bench() -> int:
         # A bad file is refused before anything is configured or started.
         conversations = read_conversations(args) if args.mode == "e2e" else None
         # Warnings and errors only, on stderr: stdout is the report, and with --json its last line is JSON.
         configure_logging("WARNING")
         if conversations is not None:
             return locomo_e2e.run(args, conversations)
-        signal.signal(signal.SIGTERM, _raise_on_sigterm)
         return run(args)
-    # Run as `python -m`, this file is __main__ and locomo_e2e's import of it is a second module: two classes.
-    except (BenchError, locomo_e2e.BenchError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+
+    # BenchError is ops.bench.stack's (one class even when this file runs as __main__); exit code 2.
+    return run_main(bench, error_code=2)
 
 
 if __name__ == "__main__":

@@ -21,15 +21,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
+import sys
 import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
+
+from ops.bench.harness import BenchRun, add_json_flag, emit, run_main
+
+if TYPE_CHECKING:
+    from ops.embedded import EmbeddedPostgres, EmbeddedRedis
+    from ops.fake_llm import FakeLLM
 
 JOB_ORDER = ("enrichment", "consolidation", "decay", "reflection", "cache-eviction")
 
@@ -128,87 +134,96 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from ops.embedded import EmbeddedPostgres, EmbeddedRedis
     from ops.fake_llm import FakeLLM
 
-    workdir = Path(tempfile.mkdtemp(prefix="engram-bench-maint-"))
-    postgres = EmbeddedPostgres(workdir / "postgres")
-    redis = EmbeddedRedis(workdir / "valkey")
-    fake = FakeLLM(latency_s=args.llm_latency_ms / 1000)
-    fake.default = fake_answer
-    try:
-        os.environ["ENGRAM_DATABASE_URL"] = postgres.start()
-        os.environ["ENGRAM_REDIS_URL"] = redis.start()
-        os.environ["ENGRAM_DATA_DIR"] = str(workdir / "data")
-        os.environ["ENGRAM_MAINTENANCE_DAILY_TOKEN_BUDGET"] = "0"
-        os.environ["ENGRAM_JOB_PAGE_SIZE"] = str(args.page_size)
-        fake.start()
-        if args.offline:
-            os.environ["ENGRAM_LLM_PROVIDER"] = "offline"
-        else:
-            os.environ.update(
-                {
-                    "ENGRAM_LLM_PROVIDER": "anthropic",
-                    "ENGRAM_ANTHROPIC_API_KEY": "bench",
-                    "ENGRAM_ANTHROPIC_BASE_URL": fake.anthropic_base_url,
-                }
-            )
-        from shared import db
-        from shared.config import get_settings
-        from shared.maintenance import jobs
-        from shared.migrate import apply_migrations
+    with BenchRun() as cleanup:
+        workdir = cleanup.workdir("engram-bench-maint-")
+        postgres = EmbeddedPostgres(workdir / "postgres")
+        cleanup.callback(postgres.stop)
+        redis = EmbeddedRedis(workdir / "valkey")
+        cleanup.callback(redis.stop)
+        cleanup.callback(close_pool)
+        fake = FakeLLM(latency_s=args.llm_latency_ms / 1000)
+        fake.default = fake_answer
+        cleanup.callback(fake.stop)
+        return run_jobs(args, workdir, postgres, redis, fake)
 
-        settings = get_settings()
-        with db.connect() as conn:
-            apply_migrations(conn)
-        now = datetime.now(UTC)
-        began = time.monotonic()
-        with db.connection() as conn:
-            total = seed(conn, args.users, args.memories, now)
-        seeded_s = time.monotonic() - began
-        results: dict[str, Any] = {}
-        for name in args.jobs:
-            calls_before = len(fake.requests)
-            with PeakRss() as rss:
-                started = time.monotonic()
-                result = jobs.run(name, settings, as_of=now)
-                seconds = time.monotonic() - started
-            calls = len(fake.requests) - calls_before
-            touched = sum(
-                result.counts.get(k, 0)
-                for k in ("examined", "memories_enriched", "messages_read", "reflections_written", "evicted")
-            )
-            results[name] = {
-                "seconds": round(seconds, 2),
-                "touched_per_second": round(touched / seconds, 1) if seconds else None,
-                "peak_rss_mb": round(rss.peak / 2**20, 1),
-                "llm_calls": calls,
-                "llm_calls_per_1000_memories": round(calls * 1000 / total, 2),
-                "changed": result.changed,
-                "counts": result.counts,
-                "details": {k: v for k, v in result.details.items() if k != "stopped_tenants"},
+
+def close_pool() -> None:
+    from shared import db
+
+    db.close_pool()
+
+
+def run_jobs(
+    args: argparse.Namespace, workdir: Path, postgres: EmbeddedPostgres, redis: EmbeddedRedis, fake: FakeLLM
+) -> dict[str, Any]:
+    os.environ["ENGRAM_DATABASE_URL"] = postgres.start()
+    os.environ["ENGRAM_REDIS_URL"] = redis.start()
+    os.environ["ENGRAM_DATA_DIR"] = str(workdir / "data")
+    os.environ["ENGRAM_MAINTENANCE_DAILY_TOKEN_BUDGET"] = "0"
+    os.environ["ENGRAM_JOB_PAGE_SIZE"] = str(args.page_size)
+    fake.start()
+    if args.offline:
+        os.environ["ENGRAM_LLM_PROVIDER"] = "offline"
+    else:
+        os.environ.update(
+            {
+                "ENGRAM_LLM_PROVIDER": "anthropic",
+                "ENGRAM_ANTHROPIC_API_KEY": "bench",
+                "ENGRAM_ANTHROPIC_BASE_URL": fake.anthropic_base_url,
             }
-            print(
-                f"{name:<15} {seconds:8.2f} s  {results[name]['touched_per_second'] or 0:>9} touched/s  "
-                f"peak RSS {results[name]['peak_rss_mb']:7.1f} MB  LLM calls {calls:>5} "
-                f"({results[name]['llm_calls_per_1000_memories']}/1k memories)  changed {result.changed}  "
-                f"{dict(result.counts)}",
-                flush=True,
-            )
-        return {
-            "bench": "maintenance",
-            "users": args.users,
-            "memories_per_user": args.memories,
-            "memories": total,
-            "seed_seconds": round(seeded_s, 1),
-            "llm_latency_ms": args.llm_latency_ms,
-            "provider": "offline" if args.offline else "fake-anthropic",
-            "jobs": results,
-        }
-    finally:
-        fake.stop()
-        from shared import db
+        )
+    from shared import db
+    from shared.config import get_settings
+    from shared.maintenance import jobs
+    from shared.migrate import apply_migrations
 
-        db.close_pool()
-        redis.stop()
-        postgres.stop()
+    settings = get_settings()
+    with db.connect() as conn:
+        apply_migrations(conn)
+    now = datetime.now(UTC)
+    began = time.monotonic()
+    with db.connection() as conn:
+        total = seed(conn, args.users, args.memories, now)
+    seeded_s = time.monotonic() - began
+    results: dict[str, Any] = {}
+    for name in args.jobs:
+        calls_before = len(fake.requests)
+        with PeakRss() as rss:
+            started = time.monotonic()
+            result = jobs.run(name, settings, as_of=now)
+            seconds = time.monotonic() - started
+        calls = len(fake.requests) - calls_before
+        touched = sum(
+            result.counts.get(k, 0)
+            for k in ("examined", "memories_enriched", "messages_read", "reflections_written", "evicted")
+        )
+        results[name] = {
+            "seconds": round(seconds, 2),
+            "touched_per_second": round(touched / seconds, 1) if seconds else None,
+            "peak_rss_mb": round(rss.peak / 2**20, 1),
+            "llm_calls": calls,
+            "llm_calls_per_1000_memories": round(calls * 1000 / total, 2),
+            "changed": result.changed,
+            "counts": result.counts,
+            "details": {k: v for k, v in result.details.items() if k != "stopped_tenants"},
+        }
+        print(
+            f"{name:<15} {seconds:8.2f} s  {results[name]['touched_per_second'] or 0:>9} touched/s  "
+            f"peak RSS {results[name]['peak_rss_mb']:7.1f} MB  LLM calls {calls:>5} "
+            f"({results[name]['llm_calls_per_1000_memories']}/1k memories)  changed {result.changed}  "
+            f"{dict(result.counts)}",
+            flush=True,
+        )
+    return {
+        "bench": "maintenance",
+        "users": args.users,
+        "memories_per_user": args.memories,
+        "memories": total,
+        "seed_seconds": round(seeded_s, 1),
+        "llm_latency_ms": args.llm_latency_ms,
+        "provider": "offline" if args.offline else "fake-anthropic",
+        "jobs": results,
+    }
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -219,16 +234,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--page-size", type=int, default=200, help="ENGRAM_JOB_PAGE_SIZE")
     parser.add_argument("--offline", action="store_true", help="the offline rules instead of the fake model")
     parser.add_argument("--jobs", type=lambda s: s.split(","), default=list(JOB_ORDER), help="comma-separated")
-    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_json_flag(parser)
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    summary = run(args)
-    if args.json:
-        print(json.dumps(summary))
+
+    def bench() -> int:
+        summary = run(args)  # the per-job lines are printed as each job finishes
+        emit("", summary, args.json)
+        return 0
+
+    return run_main(bench)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

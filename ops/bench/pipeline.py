@@ -70,8 +70,8 @@ import httpx
 import psutil
 import redis
 
+from ops.bench.harness import distribution, emit
 from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm, up_workers
-from ops.bench.turns import percentile
 from ops.client import EngramAPIError, EngramClient
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
 from workers.queues import BACKGROUND_QUEUES, QUEUES
@@ -740,16 +740,8 @@ def modelled_extractions(finished: Sequence[float], debounce: float, max_wait: f
 
 
 def dist(values: Sequence[float], digits: int = 2) -> dict[str, float | int | None]:
-    def r(value: float | None) -> float | None:
-        return None if value is None else round(value, digits)
-
-    return {
-        "n": len(values),
-        "p50": r(percentile(values, 50)),
-        "p95": r(percentile(values, 95)),
-        "max": r(max(values)) if values else None,
-        "mean": r(statistics.fmean(values)) if values else None,
-    }
+    mean = round(statistics.fmean(values), digits) if values else None
+    return {**distribution(values, (50, 95), digits), "mean": mean}
 
 
 def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
@@ -1582,9 +1574,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"worker-background x{args.background_concurrency}{', beat' if not args.no_beat else ''}; "
             f"{os.cpu_count()} CPUs"
         )
-        if not args.json:
-            print(render(summary, header))
-        print(json.dumps(summary, separators=(",", ":"), default=str), flush=True)
+        # --json: the JSON line alone; without it the report, then the JSON line all the same.
+        emit("" if args.json else render(summary, header), summary, True)
         healthy = summary["turns_done"] == args.sessions * args.turns and drain_state == "idle"
         # Whatever the logs complain about is worth a post-mortem: keep the data dir.
         keep = keep or not healthy or summary["logs"]["distinct"] > 0

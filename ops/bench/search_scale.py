@@ -49,14 +49,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import json
 import os
 import random
 import re
-import shutil
-import signal
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -68,8 +64,7 @@ import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
-from ops.bench.stack import Terminated, raise_on_sigterm
-from ops.embedded import EmbeddedPostgres
+from ops.bench.harness import BenchError, BenchRun, add_keep_flag, emit, percentile, run_main
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
@@ -87,10 +82,6 @@ USER_INDEX = "memory_chunks_user_idx"  # the btree the planner may prefer for th
 MEMORY_TABLES = ("memories", "memory_chunks", "entities", "memory_entities")
 GOAL_P95_MS = 50.0
 MB = 1024 * 1024
-
-
-class BenchError(RuntimeError):
-    pass
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -914,13 +905,12 @@ class Samples:
     recalls: list[float] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        values = np.asarray(self.latencies_ms)
-        p50, p95, p99 = (float(v) for v in np.percentile(values, [50, 95, 99]))
+        p50, p95, p99 = (percentile(self.latencies_ms, q) or 0.0 for q in (50, 95, 99))
         return {
             "p50_ms": round(p50, 2),
             "p95_ms": round(p95, 2),
             "p99_ms": round(p99, 2),
-            "mean_ms": round(float(values.mean()), 2),
+            "mean_ms": round(float(np.mean(self.latencies_ms)), 2),
             "results": round(float(np.mean(self.results)), 1),
             "recall": round(float(np.mean(self.recalls)), 3) if self.recalls else None,
             "n": len(self.latencies_ms),
@@ -1140,7 +1130,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--database-url", default=os.environ.get("ENGRAM_DATABASE_URL"), help="a scratch database (default: embedded)"
     )
-    parser.add_argument("--keep", action="store_true", help="keep the embedded Postgres data directory")
+    add_keep_flag(parser, "keep the embedded Postgres data directory")
     args = parser.parse_args(argv)
     try:
         args.size_list = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -1253,43 +1243,14 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, raise_on_sigterm)
-    workdir: Path | None = None
-    postgres: EmbeddedPostgres | None = None
-    try:
-        url = args.database_url
-        if not url:
-            workdir = Path(tempfile.mkdtemp(prefix="engram-search-bench-"))
-            # The embedded Postgres runs as an unprivileged user when we are root: it must be able to
-            # reach its data dir below this one.
-            workdir.chmod(0o755)
-            postgres = EmbeddedPostgres(workdir / "postgres")
-            print(f"starting an embedded Postgres in {workdir} ...", file=sys.stderr, flush=True)
-            url = postgres.start()
-        report = run(args, url)
-        print(render(report))
-        print(json.dumps(report, separators=(",", ":"), default=str), flush=True)
+    return run_main(lambda: bench(args))
+
+
+def bench(args: argparse.Namespace) -> int:
+    with BenchRun(keep=args.keep) as cleanup:
+        report = run(args, cleanup.database(args.database_url, "engram-search-bench-"))
+        emit(render(report), report, True)  # always: the JSON line is this benchmark's record
         return 0
-    except KeyboardInterrupt as exc:
-        print(f"\n{'SIGTERM' if isinstance(exc, Terminated) else 'interrupted'}: stopping", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        # A second Ctrl-C or SIGTERM must not cut the cleanup short and leave the server behind.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if postgres is not None:
-            try:
-                postgres.stop()
-            except Exception as exc:
-                print(f"warning: could not stop the embedded Postgres: {exc}", file=sys.stderr)
-        if workdir is not None:
-            if args.keep:
-                print(f"data kept in {workdir}", file=sys.stderr)
-            else:
-                shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

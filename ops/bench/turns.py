@@ -26,8 +26,6 @@ pattern (what a turn costs beyond one trip through the broker and a worker).
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import shutil
 import signal
@@ -46,6 +44,8 @@ import psutil
 import redis
 from celery import Celery
 
+from ops.bench.harness import distribution, emit, ratio
+from ops.bench.harness import percentile as percentile  # re-exported: other benchmarks import it from here
 from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm
 from ops.client import EngramAPIError, EngramClient
 from shared.diagnostics import new_reply_key, wait_for_pong
@@ -313,27 +313,8 @@ def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: f
 # Figures
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default), so p99 of a few hundred samples
-    is not just the maximum."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 def _dist(values: Sequence[float]) -> dict[str, float | int | None]:
-    def r(value: float | None) -> float | None:
-        return None if value is None else round(value, 1)
-
-    return {
-        "p50": r(percentile(values, 50)),
-        "p99": r(percentile(values, 99)),
-        "max": r(max(values)) if values else None,
-        "n": len(values),
-    }
+    return distribution(values, (50, 99))
 
 
 METRICS = (
@@ -383,10 +364,6 @@ def summarize(run: LoadRun, sessions: int, turns: int) -> dict[str, Any]:
     }
 
 
-def _ratio(numerator: float | None, denominator: float | None) -> float | None:
-    return None if numerator is None or not denominator else round(numerator / denominator, 2)
-
-
 def headline(summary: dict[str, Any]) -> dict[str, Any]:
     """The flat figures the performance goals are stated in, and the goals' ratios."""
     accept, healthz, overhead = summary["accept_ms"], summary["healthz_ms"], summary["run_overhead_ms"]
@@ -403,8 +380,8 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
         "worker_rss_mb": (memory.get("worker") or {}).get("peak_rss_mb"),
     }
     # Goals (issue 13): accept p99 <= 3 x healthz p99; turns/s >= 0.5 x no-op tasks/s.
-    flat["accept_p99_over_healthz_p99"] = _ratio(flat["accept_p99_ms"], flat["healthz_p99_ms"])
-    flat["turns_over_noop_tasks"] = _ratio(summary["turns_per_s"], flat["noop_tasks_per_s"])
+    flat["accept_p99_over_healthz_p99"] = ratio(flat["accept_p99_ms"], flat["healthz_p99_ms"])
+    flat["turns_over_noop_tasks"] = ratio(summary["turns_per_s"], flat["noop_tasks_per_s"])
     return flat
 
 
@@ -557,9 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         summary.update(headline(summary))
         header = f"engram turn benchmark: {args.sessions} sessions x {args.turns} turns; {where}; {os.cpu_count()} CPUs"
-        print(render(summary, header), flush=True)
-        if args.json:
-            print(json.dumps(summary, separators=(",", ":")), flush=True)
+        emit(render(summary, header), summary, args.json)
         complete = summary["turns_done"] == summary["turns_expected"]
         keep = keep or not complete
         return 0 if complete else 1

@@ -1,0 +1,104 @@
+"""ops/bench/harness.py: the one percentile definition, the --json convention, the error exit and the
+cleanup every benchmark relies on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from ops.bench.harness import BenchError, BenchRun, distribution, emit, percentile, ratio, run_main
+
+
+def test_percentile_interpolates_between_closest_ranks() -> None:
+    values = [4.0, 1.0, 3.0, 2.0]  # unsorted on purpose
+    assert percentile(values, 0) == 1.0
+    assert percentile(values, 100) == 4.0
+    assert percentile(values, 50) == pytest.approx(2.5)
+    assert percentile(values, 95) == pytest.approx(3.85)  # position 2.85: 3 + 0.85 * (4 - 3)
+    assert percentile(list(range(1, 101)), 99) == pytest.approx(99.01)  # not simply the maximum
+
+
+def test_percentile_of_nothing_is_none_and_of_one_value_is_that_value() -> None:
+    assert percentile([], 50) is None
+    assert percentile([7.5], 50) == 7.5
+    assert percentile([7.5], 99) == 7.5
+
+
+def test_distribution_rounds_and_counts() -> None:
+    assert distribution([1.0, 2.0, 3.0, 4.0], (50, 99)) == {"p50": 2.5, "p99": 4.0, "max": 4.0, "n": 4}
+    assert distribution([]) == {"p50": None, "p95": None, "p99": None, "max": None, "n": 0}
+
+
+def test_ratio_is_none_without_a_denominator() -> None:
+    assert ratio(1.0, 3.0) == 0.33
+    assert ratio(1.0, 0.0) is None
+    assert ratio(None, 2.0) is None
+
+
+def test_emit_puts_exactly_one_json_object_on_the_last_line(capsys: pytest.CaptureFixture[str]) -> None:
+    emit("report line one\nreport line two", {"p50_ms": 1.5, "nested": {"n": 2}, "path": Path("/x")}, True)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["report line one", "report line two"]
+    assert len(lines) == 3
+    assert json.loads(lines[-1]) == {"p50_ms": 1.5, "nested": {"n": 2}, "path": "/x"}
+
+
+def test_emit_without_json_prints_only_the_report(capsys: pytest.CaptureFixture[str]) -> None:
+    emit("just the report", {"a": 1}, False)
+    assert capsys.readouterr().out == "just the report\n"
+
+
+def test_run_main_turns_a_bench_error_into_exit_1_and_a_message(capsys: pytest.CaptureFixture[str]) -> None:
+    def main() -> int:
+        raise BenchError("the gateway was not ready within 60s")
+
+    assert run_main(main) == 1
+    captured = capsys.readouterr()
+    assert captured.err == "error: the gateway was not ready within 60s\n"
+    assert "Traceback" not in captured.err + captured.out
+
+
+def test_run_main_maps_an_interrupt_to_130_and_passes_the_exit_code_through() -> None:
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    assert run_main(interrupted) == 130
+    assert run_main(lambda: 3) == 3
+
+
+def test_bench_run_removes_the_workdir_and_undoes_in_reverse_order() -> None:
+    undone: list[str] = []
+    with BenchRun() as run:
+        workdir = run.workdir("engram-test-harness-")
+        (workdir / "log").write_text("x")
+        run.callback(undone.append, "stack")
+        run.callback(undone.append, "sampler")
+        assert workdir.is_dir() and (workdir.stat().st_mode & 0o777) == 0o755
+    assert undone == ["sampler", "stack"]
+    assert not workdir.exists()
+
+
+def test_bench_run_keeps_the_workdir_after_a_bench_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(BenchError), BenchRun() as run:
+        workdir = run.workdir("engram-test-harness-")
+        raise BenchError("worker died")
+    try:
+        assert workdir.is_dir()
+        assert f"logs and data kept in {workdir}" in capsys.readouterr().err
+    finally:
+        workdir.rmdir()
+
+
+def test_bench_run_turns_sigterm_into_an_interrupt_and_restores_the_handlers() -> None:
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    stopped: list[bool] = []
+    with pytest.raises(KeyboardInterrupt), BenchRun() as run:
+        run.callback(lambda: stopped.append(signal.getsignal(signal.SIGINT) == signal.SIG_IGN))
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pause()  # the handler raises before this returns
+    assert stopped == [True]  # cleanup ran with Ctrl-C ignored
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
