@@ -9,21 +9,32 @@ from typing import Any
 
 from shared.db import Conn
 
+_USED_THIS_MONTH = """(SELECT coalesce(sum(input_tokens + output_tokens + cache_read_tokens + cache_write_tokens), 0)
+                        FROM llm_calls WHERE tenant_id = t.id AND created_at >= date_trunc('month', now()))"""
+
 
 def budget_usage(conn: Conn, tenant_id: int) -> dict[str, Any] | None:
     """`{"budget", "used"}` tokens this month; None when the tenant does not exist."""
     return conn.execute(
-        """SELECT t.monthly_token_budget AS budget,
-                  (SELECT coalesce(sum(input_tokens + output_tokens + cache_read_tokens + cache_write_tokens), 0)
-                   FROM llm_calls WHERE tenant_id = t.id AND created_at >= date_trunc('month', now())) AS used
-           FROM tenants t WHERE t.id = %s""",
+        f"SELECT t.monthly_token_budget AS budget, {_USED_THIS_MONTH} AS used FROM tenants t WHERE t.id = %s",
         (tenant_id,),
     ).fetchone()
 
 
+BUDGET_AND_USAGE_SQL = f"""SELECT t.monthly_token_budget AS budget,
+       CASE WHEN t.monthly_token_budget IS NULL THEN 0 ELSE {_USED_THIS_MONTH} END AS used
+  FROM tenants t WHERE t.id = %s"""
+
+
+def _budget_and_usage(conn: Conn, tenant_id: int) -> dict[str, Any] | None:
+    """Like budget_usage, but the month's calls are summed only for a tenant with a budget: this runs on
+    every accepted turn, and the sum grows with the month's traffic (`used` is 0 without a budget)."""
+    return conn.execute(BUDGET_AND_USAGE_SQL, (tenant_id,)).fetchone()
+
+
 def budget_used(conn: Conn, tenant_id: int) -> float | None:
     """Share of the monthly budget used (may exceed 1); None when the tenant has no budget."""
-    row = budget_usage(conn, tenant_id)
+    row = _budget_and_usage(conn, tenant_id)
     if row is None or not row["budget"]:
         return None
     return float(row["used"]) / float(row["budget"])
@@ -37,7 +48,7 @@ def seconds_until_next_month(now: datetime | None = None) -> int:
 
 def turn_refusal(conn: Conn, tenant_id: int) -> str | None:
     """Why a new turn cannot be taken (the budget is spent), or None."""
-    row = budget_usage(conn, tenant_id)
+    row = _budget_and_usage(conn, tenant_id)
     if row is None or not row["budget"] or row["used"] < row["budget"]:
         return None
     return (

@@ -95,3 +95,37 @@ def test_a_spent_monthly_budget_refuses_new_turns(api: httpx.Client, workers: Ce
     assert api.patch("/v1/admin/tenant", json={"monthly_token_budget": None}).status_code == 200
     assert api.post("/v1/sessions/s-budget/turns", json={"user_id": "alice", "text": "one more"}).status_code == 202
     assert api.patch("/v1/admin/tenant", json={"monthly_token_budget": 0}).status_code == 422
+
+
+def _subquery_loops(plan: dict[str, Any]) -> list[int]:
+    """Actual loops of every node that reads llm_calls in an EXPLAIN ANALYZE JSON plan."""
+    loops = [plan["Actual Loops"]] if plan.get("Relation Name") == "llm_calls" else []
+    for child in plan.get("Plans", []):
+        loops += _subquery_loops(child)
+    return loops
+
+
+def test_the_budget_check_reads_the_months_calls_only_when_the_tenant_has_a_budget(clean_state: Any) -> None:
+    """It runs on every accepted turn: without a budget its cost must not grow with the month's traffic."""
+    from shared import db
+    from shared.auth import ensure_tenant
+    from shared.quotas import BUDGET_AND_USAGE_SQL, budget_used, set_budget, turn_refusal
+
+    with db.connection() as conn:
+        tenant_id = ensure_tenant(conn, "default")
+        conn.execute(
+            """INSERT INTO llm_calls (tenant_id, purpose, provider, model, input_tokens, output_tokens)
+               SELECT %s, 'chat', 'anthropic', 'm', 10, 5 FROM generate_series(1, 50)""",
+            (tenant_id,),
+        )
+
+        def loops() -> list[int]:
+            row = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + BUDGET_AND_USAGE_SQL, (tenant_id,)).fetchone()
+            return _subquery_loops(next(iter(row.values()))[0]["Plan"])
+
+        assert loops() == [0]  # planned, never executed
+        assert turn_refusal(conn, tenant_id) is None and budget_used(conn, tenant_id) is None
+        set_budget(conn, tenant_id, 700)
+        assert loops() == [1]
+        assert budget_used(conn, tenant_id) == 750 / 700
+        assert turn_refusal(conn, tenant_id) is not None
