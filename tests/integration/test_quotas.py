@@ -121,6 +121,7 @@ def test_the_budget_check_reads_the_months_calls_only_when_the_tenant_has_a_budg
 
         def loops() -> list[int]:
             row = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + BUDGET_AND_USAGE_SQL, (tenant_id,)).fetchone()
+            assert row is not None
             return _subquery_loops(next(iter(row.values()))[0]["Plan"])
 
         assert loops() == [0]  # planned, never executed
