@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -30,8 +30,12 @@ log = get_logger(__name__)
 
 @asynccontextmanager
 async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-    # The first search must not pay for loading the embedding model (seconds); load it now, off the loop.
-    threading.Thread(target=warm_query_embedder, name="warm-embedder", daemon=True).start()
+    # The first search must not pay for loading the embedding model (seconds), and no request may be
+    # served while it loads: importing torch holds the GIL for seconds at a time, which stalled every
+    # request of a gateway that loaded it in a background thread while serving (accept and /healthz
+    # p99 of hundreds of ms, ops/bench/turns.py). So it loads off the loop but before the port opens;
+    # Kubernetes' startupProbe and `engram up` wait for it.
+    await asyncio.to_thread(warm_query_embedder)
     yield
     if isinstance(getattr(_app.state, "mcp", None), McpEndpoint):
         await _app.state.mcp.close()
