@@ -369,6 +369,21 @@ def test_gateway_loads_the_embedding_model_before_it_serves_not_in_the_first_sea
         assert client.get("/healthz").status_code == 200
 
 
+def test_gateway_opens_its_database_connections_before_it_serves(
+    services: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from api.app import create_app
+
+    db.close_pool()  # a fresh process: the pool opens at one connection and grows only under waits
+    assert db.get_pool().get_stats()["pool_size"] <= 1
+    with TestClient(create_app()) as client:
+        # A burst of concurrent requests finds every connection open instead of waiting in line while
+        # the pool connects them one by one.
+        assert db.get_pool().get_stats()["pool_size"] == get_settings().db_pool_size
+        assert client.get("/healthz").status_code == 200
+    db.close_pool()  # the next user of this process's pool gets an ordinary one
+
+
 # --------------------------------------------------------------------------- the schema says it
 
 
