@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -27,11 +27,24 @@ from shared.tracing import configure_tracing, instrument_fastapi
 
 log = get_logger(__name__)
 
+# How long the start waits for the pool's connections (Postgres away: start anyway, answer 503).
+POOL_WARM_TIMEOUT_SECONDS = 5.0
+
 
 @asynccontextmanager
 async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-    # The first search must not pay for loading the embedding model (seconds); load it now, off the loop.
-    threading.Thread(target=warm_query_embedder, name="warm-embedder", daemon=True).start()
+    # The first search must not pay for loading the embedding model (seconds), and no request may be
+    # served while it loads: importing torch holds the GIL for seconds at a time, which stalled every
+    # request of a gateway that loaded it in a background thread while serving (accept and /healthz
+    # p99 of hundreds of ms, ops/bench/turns.py). So it loads off the loop but before the port opens;
+    # Kubernetes' startupProbe and `engram up` wait for it.
+    await asyncio.to_thread(warm_query_embedder)
+    # Every request checks out a connection: open them all now, not one by one under a burst.
+    try:
+        if not await asyncio.to_thread(db.warm_pool, POOL_WARM_TIMEOUT_SECONDS):
+            log.warning("database connections not all open at start; the pool keeps trying")
+    except Exception as exc:  # no database configured or reachable: start anyway; requests say why (503)
+        log.warning("could not open database connections at start", error=f"{type(exc).__name__}: {exc}")
     yield
     if isinstance(getattr(_app.state, "mcp", None), McpEndpoint):
         await _app.state.mcp.close()

@@ -118,6 +118,46 @@ class MemorySampler(threading.Thread):
             self.join(2)
 
 
+# The benchmark's own process: its children are the stack, counted under their own names.
+CLIENT = "client"
+
+
+def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) each process tree has used so far: the root, its live descendants and
+    the children it has reaped (a recycled pool process keeps counting); the client alone."""
+    out: dict[str, float] = {}
+    for name, pid in roots.items():
+        total = 0.0
+        try:
+            root = psutil.Process(pid)
+            times = root.cpu_times()
+            total += times.user + times.system
+            if name == CLIENT:
+                out[name] = total
+                continue
+            total += times.children_user + times.children_system
+            descendants = root.children(recursive=True)
+        except psutil.Error:
+            descendants = []
+        for proc in descendants:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.Error:
+                continue
+        out[name] = total
+    return out
+
+
+def cpu_ms_per_unit(before: dict[str, float], after: dict[str, float], units: int) -> dict[str, float] | None:
+    """CPU milliseconds per turn (or per no-op task) for each process tree, and their total."""
+    if not units:
+        return None
+    per = {name: round((after[name] - before[name]) * 1000 / units, 2) for name in before}
+    per["total"] = round(sum(per.values()), 2)
+    return per
+
+
 # ---------------------------------------------------------------------------------------------------
 # Load
 
@@ -415,6 +455,9 @@ def render(summary: dict[str, Any], header: str) -> str:
             f"turns/s over no-op tasks/s: {_fmt(summary['turns_over_noop_tasks'])} (goal >= 0.5)"
         )
     lines.append(f"accept p99 over healthz p99: {_fmt(summary['accept_p99_over_healthz_p99'])} (goal <= 3)")
+    for key, title in (("cpu_ms_per_turn", "CPU ms per turn"), ("cpu_ms_per_noop_task", "CPU ms per no-op task")):
+        if summary.get(key):
+            lines.append(f"{title:<22}" + "  ".join(f"{name} {value:.1f}" for name, value in summary[key].items()))
     memory = summary.get("memory")
     lines.append("")
     if memory:
@@ -465,6 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stack: LocalStack | None = None
     sampler: MemorySampler | None = None
     workdir: Path | None = None
+    cpu_roots: dict[str, int] = {}  # own stack only: process trees whose CPU per turn is reported
     keep = args.keep
     try:
         if args.url:
@@ -481,6 +525,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             url = stack.url
             assert stack.gateway is not None and stack.worker is not None
             sampler = MemorySampler({"gateway": stack.gateway.pid, "worker": stack.worker.pid})
+            # Where the CPU of a turn goes, against a no-op task's (the throughput goal's why).
+            cpu_roots = {"gateway": stack.gateway.pid, "worker": stack.worker.pid, CLIENT: os.getpid()}
+            cpu_roots.update({c.name: c.pid for c in stack.children if c.name == "fake-llm"})
+            postmaster = stack.postgres.pid if stack.postgres is not None else None
+            if postmaster is not None:
+                cpu_roots["postgres"] = postmaster
             sampler.sample()
             sampler.start()
             where = (
@@ -498,17 +548,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         if stack is not None:
             stack.check_alive()
         probe = HealthProbe(url)
+        cpu_before = cpu_seconds(cpu_roots)
         probe.start()
         try:
             run = drive(url, api_key, args.sessions, args.turns, args.turn_timeout, abort, "bench")
         finally:
             probe.stop()
+        cpu_after_turns = cpu_seconds(cpu_roots)
         if stack is not None:
             stack.check_alive()
         summary = summarize(run, args.sessions, args.turns)
         summary["healthz_ms"] = {**_dist(probe.latencies_ms), "errors": probe.errors}
         redis_url = stack.redis_url if stack is not None else args.redis_url
         noop = noop_round_trips(redis_url, args.sessions, args.turns, args.turn_timeout) if redis_url else None
+        cpu_after_noop = cpu_seconds(cpu_roots)
+        if cpu_roots:
+            summary["cpu_ms_per_turn"] = cpu_ms_per_unit(cpu_before, cpu_after_turns, summary["turns_done"])
+            if noop is not None:
+                summary["cpu_ms_per_noop_task"] = cpu_ms_per_unit(
+                    cpu_after_turns, cpu_after_noop, len(noop.round_trips_ms)
+                )
         if stack is not None:
             stack.check_alive()
         if noop is not None:

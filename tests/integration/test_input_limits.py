@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -354,7 +353,7 @@ def test_long_polls_and_streams_share_one_redis_pool(
 # --------------------------------------------------------------------------- startup
 
 
-def test_gateway_loads_the_embedding_model_at_startup_not_in_the_first_search(
+def test_gateway_loads_the_embedding_model_before_it_serves_not_in_the_first_search(
     services: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from api.app import create_app
@@ -363,12 +362,26 @@ def test_gateway_loads_the_embedding_model_at_startup_not_in_the_first_search(
     monkeypatch.setattr(providers, "_local_model", None)
     # The lifespan's shutdown closes the process's pool; other tests in this process keep using it.
     monkeypatch.setattr(db, "close_pool", lambda: None)
-    with TestClient(create_app()):
-        warmers = [t for t in threading.enumerate() if t.name == "warm-embedder"]
-        assert warmers
-        for thread in warmers:
-            thread.join(120)
-        assert providers._local_model is not None  # no search was made
+    with TestClient(create_app()) as client:
+        # Loaded before the first request is served (no search was made): a load running alongside
+        # requests held the GIL and stalled them for hundreds of milliseconds.
+        assert providers._local_model is not None
+        assert client.get("/healthz").status_code == 200
+
+
+def test_gateway_opens_its_database_connections_before_it_serves(
+    services: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from api.app import create_app
+
+    db.close_pool()  # a fresh process: the pool opens at one connection and grows only under waits
+    assert db.get_pool().get_stats()["pool_size"] <= 1
+    with TestClient(create_app()) as client:
+        # A burst of concurrent requests finds every connection open instead of waiting in line while
+        # the pool connects them one by one.
+        assert db.get_pool().get_stats()["pool_size"] == get_settings().db_pool_size
+        assert client.get("/healthz").status_code == 200
+    db.close_pool()  # the next user of this process's pool gets an ordinary one
 
 
 # --------------------------------------------------------------------------- the schema says it
