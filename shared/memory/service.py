@@ -32,9 +32,8 @@ def warm_query_embedder() -> None:
     """Load the local embedding model now rather than inside the first search request.
 
     Loading it (torch + MiniLM) takes seconds: a gateway's first `/memories/search` took 10.7 s
-    while the SQL of the same search runs in milliseconds. The gateway calls this in a background
-    thread at startup; a search that arrives meanwhile waits for the same load instead of starting
-    another. Remote (OpenAI-compatible) embedders have nothing to load."""
+    while the SQL of the same search runs in milliseconds. The gateway calls this at startup, off
+    its event loop but before it serves (api/app.py says why). Remote (OpenAI-compatible) embedders have nothing to load."""
     try:
         if isinstance(process_embedder(), LocalEmbedder):
             local_model()
