@@ -33,7 +33,8 @@ def warm_query_embedder() -> None:
 
     Loading it (torch + MiniLM) takes seconds: a gateway's first `/memories/search` took 10.7 s
     while the SQL of the same search runs in milliseconds. The gateway calls this at startup, off
-    its event loop but before it serves (api/app.py says why). Remote (OpenAI-compatible) embedders have nothing to load."""
+    its event loop but before it serves (api/app.py says why). Remote (OpenAI-compatible) embedders
+    have nothing to load."""
     try:
         if isinstance(process_embedder(), LocalEmbedder):
             local_model()
