@@ -1,6 +1,7 @@
 """What every benchmark under ops/bench shares: one percentile definition, one way to summarise a
-latency distribution, one `--json` convention (the last line of stdout is one JSON object) and one
-way to turn a benchmark's own errors into a message and an exit code instead of a traceback.
+latency distribution, one `--json` convention (the last line of stdout is one JSON object), one
+way to turn a benchmark's own errors into a message and an exit code instead of a traceback, and
+one way to measure processes (peak memory of a process tree, CPU seconds per tree).
 
 A benchmark keeps its workload; the plumbing lives here: `BenchRun` installs the SIGTERM handler,
 makes the temporary work directory and undoes everything the benchmark started, in reverse order,
@@ -17,10 +18,14 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
+
+import psutil
 
 from ops.bench.stack import BenchError, Terminated, raise_on_sigterm
 
@@ -30,10 +35,14 @@ if TYPE_CHECKING:
 __all__ = [
     "BenchError",
     "BenchRun",
+    "MemorySampler",
+    "Peak",
     "add_json_flag",
     "add_keep_flag",
+    "cpu_seconds",
     "distribution",
     "emit",
+    "megabytes",
     "percentile",
     "ratio",
     "run_main",
@@ -183,3 +192,117 @@ def _stop_postgres(server: EmbeddedPostgres) -> None:
         server.stop()
     except Exception as exc:  # the rest of the cleanup still runs
         print(f"warning: could not stop the embedded Postgres: {exc}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Processes
+
+MB = 1024 * 1024
+
+
+def megabytes(value: int | None) -> float | None:
+    """Bytes as MB with one decimal; None stays None (not measured)."""
+    return None if value is None else round(value / MB, 1)
+
+
+def _tree(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+@dataclass
+class Peak:
+    rss: int = 0
+    pss: int | None = None
+    processes: int = 0
+
+    def figures(self) -> dict[str, float | int | None]:
+        return {"peak_rss_mb": megabytes(self.rss), "peak_pss_mb": megabytes(self.pss), "processes": self.processes}
+
+
+class MemorySampler(threading.Thread):
+    """Peak memory of process trees (or of single processes with `tree=False`), sampled every
+    `interval` seconds from start to stop; as a context manager it samples on entry and on exit too.
+
+    RSS is what benchmarks report; for a tree of prefork pool children it over-counts, because they
+    share their parent's pages copy-on-write and each one's RSS includes them. PSS splits shared
+    pages between the processes that map them, so the tree's PSS sum is the honest total; it is
+    kept next to the RSS sum when the kernel provides it (`pss=False` skips it: reading it is slow).
+    """
+
+    def __init__(self, roots: Mapping[str, int], interval: float = 0.1, tree: bool = True, pss: bool = True) -> None:
+        super().__init__(name="memory-sampler", daemon=True)
+        self.roots = {name: psutil.Process(pid) for name, pid in roots.items()}
+        self.peaks = {name: Peak() for name in roots}
+        self.interval = interval
+        self.tree = tree
+        self.pss = pss
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> None:
+        for name, root in self.roots.items():
+            rss, pss, count = 0, 0, 0
+            pss_known = self.pss
+            for proc in _tree(root) if self.tree else [root]:
+                try:
+                    rss += proc.memory_info().rss
+                    count += 1
+                    if pss_known:
+                        pss += getattr(proc.memory_full_info(), "pss", 0)
+                except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                    continue
+                except psutil.AccessDenied:
+                    pss_known = False
+            peak = self.peaks[name]
+            if rss > peak.rss:
+                peak.rss, peak.processes = rss, count
+            if pss_known and count:
+                peak.pss = max(peak.pss or 0, pss)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(2)
+
+    def __enter__(self) -> MemorySampler:
+        self.sample()
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+        self.sample()  # one last look, in case the peak came after the last tick
+
+
+def cpu_seconds(roots: Mapping[str, int], own: str | None = None) -> dict[str, float]:
+    """CPU seconds (user + system) each process tree has used so far: the root, its live descendants
+    and the children it has reaped (a recycled pool process keeps counting). The root named `own` is
+    the benchmark's process: its children are the stack, counted under their own names, so it counts
+    alone. A tree that is gone counts 0."""
+    out: dict[str, float] = {}
+    for name, pid in roots.items():
+        total = 0.0
+        descendants: list[psutil.Process] = []
+        try:
+            root = psutil.Process(pid)
+            times = root.cpu_times()
+            total += times.user + times.system
+            if name != own:
+                total += times.children_user + times.children_system
+                descendants = root.children(recursive=True)
+        except psutil.Error:
+            pass
+        for proc in descendants:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.Error:
+                continue
+        out[name] = total
+    return out

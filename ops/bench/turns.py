@@ -27,126 +27,39 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import redis
 from celery import Celery
 
-from ops.bench.harness import distribution, emit, ratio
+from ops.bench.harness import (
+    BenchRun,
+    MemorySampler,
+    add_json_flag,
+    add_keep_flag,
+    cpu_seconds,
+    distribution,
+    emit,
+    ratio,
+    run_main,
+)
 from ops.bench.harness import percentile as percentile  # re-exported: other benchmarks import it from here
-from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm
+from ops.bench.stack import BenchError, LocalStack
 from ops.client import EngramAPIError, EngramClient
 from shared.diagnostics import new_reply_key, wait_for_pong
 
 TERMINAL = ("done", "failed")
-SAMPLE_INTERVAL_S = 0.1
-MB = 1024 * 1024
-
-
-# ---------------------------------------------------------------------------------------------------
-# Memory
-
-
-def _tree(proc: psutil.Process) -> list[psutil.Process]:
-    try:
-        return [proc, *proc.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-@dataclass
-class Peak:
-    rss: int = 0
-    pss: int | None = None
-    processes: int = 0
-
-
-class MemorySampler(threading.Thread):
-    """Peak memory of process trees, sampled every 100 ms from start to stop.
-
-    RSS is what was asked for; for the worker tree it over-counts, because the prefork pool
-    children share their parent's pages copy-on-write and each one's RSS includes them. PSS
-    splits shared pages between the processes that map them, so the tree's PSS sum is the
-    honest total; it is reported next to the RSS sum when the kernel provides it.
-    """
-
-    def __init__(self, roots: dict[str, int]) -> None:
-        super().__init__(name="memory-sampler", daemon=True)
-        self.roots = {name: psutil.Process(pid) for name, pid in roots.items()}
-        self.peaks = {name: Peak() for name in roots}
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.wait(SAMPLE_INTERVAL_S):
-            self.sample()
-
-    def sample(self) -> None:
-        for name, root in self.roots.items():
-            rss, pss, count = 0, 0, 0
-            pss_known = True
-            for proc in _tree(root):
-                try:
-                    rss += proc.memory_info().rss
-                    count += 1
-                    if pss_known:
-                        pss += getattr(proc.memory_full_info(), "pss", 0)
-                except (psutil.NoSuchProcess, psutil.ZombieProcess):
-                    continue
-                except psutil.AccessDenied:
-                    pss_known = False
-            peak = self.peaks[name]
-            if rss > peak.rss:
-                peak.rss, peak.processes = rss, count
-            if pss_known and count:
-                peak.pss = max(peak.pss or 0, pss)
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        if self.is_alive():
-            self.join(2)
 
 
 # The benchmark's own process: its children are the stack, counted under their own names.
 CLIENT = "client"
-
-
-def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
-    """CPU seconds (user + system) each process tree has used so far: the root, its live descendants and
-    the children it has reaped (a recycled pool process keeps counting); the client alone."""
-    out: dict[str, float] = {}
-    for name, pid in roots.items():
-        total = 0.0
-        try:
-            root = psutil.Process(pid)
-            times = root.cpu_times()
-            total += times.user + times.system
-            if name == CLIENT:
-                out[name] = total
-                continue
-            total += times.children_user + times.children_system
-            descendants = root.children(recursive=True)
-        except psutil.Error:
-            descendants = []
-        for proc in descendants:
-            try:
-                times = proc.cpu_times()
-                total += times.user + times.system
-            except psutil.Error:
-                continue
-        out[name] = total
-    return out
 
 
 def cpu_ms_per_unit(before: dict[str, float], after: dict[str, float], units: int) -> dict[str, float] | None:
@@ -429,10 +342,6 @@ def _fmt(value: float | int | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _mb(value: int | None) -> float | None:
-    return None if value is None else round(value / MB, 1)
-
-
 def render(summary: dict[str, Any], header: str) -> str:
     lines = [
         header,
@@ -488,11 +397,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--llm-latency-ms", type=float, default=0.0, help="fake LLM delay per call (own stack)")
     parser.add_argument("--warmup-turns", type=int, default=2, help="per pool process, not measured")
     parser.add_argument("--turn-timeout", type=float, default=120.0, help="give up on a turn after this many s")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
+    add_keep_flag(parser)
     parser.add_argument(
         "--redis-url", help="with --url: the broker its workers use, for the no-op floor (skipped without)"
     )
-    parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object, last line")
+    add_json_flag(parser)
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")
@@ -503,28 +412,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, raise_on_sigterm)
+    return run_main(lambda: bench(args))
+
+
+def bench(args: argparse.Namespace) -> int:
     abort = threading.Event()
     stack: LocalStack | None = None
     sampler: MemorySampler | None = None
-    workdir: Path | None = None
     cpu_roots: dict[str, int] = {}  # own stack only: process trees whose CPU per turn is reported
-    keep = args.keep
-    try:
+    with BenchRun(keep=args.keep) as run:
         if args.url:
             url, api_key = args.url, args.api_key
             where = f"gateway {url}"
         else:
-            workdir = Path(tempfile.mkdtemp(prefix="engram-bench-"))
-            # The embedded Postgres runs as an unprivileged user when we are root: it must be able
-            # to reach its data dir below this one.
-            workdir.chmod(0o755)
+            workdir = run.workdir("engram-bench-")
             stack = LocalStack(workdir, args.worker_concurrency, args.llm_latency_ms)
+            run.callback(stack.stop)
             print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
             api_key = stack.start()
             url = stack.url
             assert stack.gateway is not None and stack.worker is not None
             sampler = MemorySampler({"gateway": stack.gateway.pid, "worker": stack.worker.pid})
+            run.callback(sampler.stop)
             # Where the CPU of a turn goes, against a no-op task's (the throughput goal's why).
             cpu_roots = {"gateway": stack.gateway.pid, "worker": stack.worker.pid, CLIENT: os.getpid()}
             cpu_roots.update({c.name: c.pid for c in stack.children if c.name == "fake-llm"})
@@ -537,6 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"private stack: 1 gateway, 1 worker x{args.worker_concurrency} on all queues, "
                 f"fake LLM {args.llm_latency_ms:g} ms"
             )
+        run.callback(abort.set)  # undone first: the client threads give up before the stack goes
         warmup_sessions = max(1, args.worker_concurrency)
         if args.warmup_turns > 0:
             # Imports, connection pools and the first prompt build of each pool process happen
@@ -548,20 +458,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if stack is not None:
             stack.check_alive()
         probe = HealthProbe(url)
-        cpu_before = cpu_seconds(cpu_roots)
+        cpu_before = cpu_seconds(cpu_roots, own=CLIENT)
         probe.start()
         try:
-            run = drive(url, api_key, args.sessions, args.turns, args.turn_timeout, abort, "bench")
+            measured = drive(url, api_key, args.sessions, args.turns, args.turn_timeout, abort, "bench")
         finally:
             probe.stop()
-        cpu_after_turns = cpu_seconds(cpu_roots)
+        cpu_after_turns = cpu_seconds(cpu_roots, own=CLIENT)
         if stack is not None:
             stack.check_alive()
-        summary = summarize(run, args.sessions, args.turns)
+        summary = summarize(measured, args.sessions, args.turns)
         summary["healthz_ms"] = {**_dist(probe.latencies_ms), "errors": probe.errors}
         redis_url = stack.redis_url if stack is not None else args.redis_url
         noop = noop_round_trips(redis_url, args.sessions, args.turns, args.turn_timeout) if redis_url else None
-        cpu_after_noop = cpu_seconds(cpu_roots)
+        cpu_after_noop = cpu_seconds(cpu_roots, own=CLIENT)
         if cpu_roots:
             summary["cpu_ms_per_turn"] = cpu_ms_per_unit(cpu_before, cpu_after_turns, summary["turns_done"])
             if noop is not None:
@@ -580,10 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sampler.stop()
             sampler.sample()  # one last look, in case the peak came after the last tick
             gw, wk = sampler.peaks["gateway"], sampler.peaks["worker"]
-            summary["memory"] = {
-                "gateway": {"peak_rss_mb": _mb(gw.rss), "peak_pss_mb": _mb(gw.pss), "processes": gw.processes},
-                "worker": {"peak_rss_mb": _mb(wk.rss), "peak_pss_mb": _mb(wk.pss), "processes": wk.processes},
-            }
+            summary["memory"] = {"gateway": gw.figures(), "worker": wk.figures()}
         summary["config"] = {
             "mode": "url" if args.url else "private-stack",
             "worker_concurrency": None if args.url else args.worker_concurrency,
@@ -595,29 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         header = f"engram turn benchmark: {args.sessions} sessions x {args.turns} turns; {where}; {os.cpu_count()} CPUs"
         emit(render(summary, header), summary, args.json)
         complete = summary["turns_done"] == summary["turns_expected"]
-        keep = keep or not complete
+        run.keep = run.keep or not complete
         return 0 if complete else 1
-    except KeyboardInterrupt as exc:
-        print(f"\n{'SIGTERM' if isinstance(exc, Terminated) else 'interrupted'}: stopping", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        keep = True  # the logs say why
-        return 1
-    finally:
-        abort.set()
-        # A second Ctrl-C or SIGTERM must not cut the cleanup short and leave servers behind.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if sampler is not None:
-            sampler.stop()
-        if stack is not None:
-            stack.stop()
-        if workdir is not None:
-            if keep:
-                print(f"logs and data kept in {workdir}", file=sys.stderr)
-            else:
-                shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
