@@ -22,16 +22,13 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import psutil
-
-from ops.bench.harness import BenchRun, add_json_flag, emit, run_main
+from ops.bench.harness import BenchRun, MemorySampler, add_json_flag, emit, megabytes, run_main
 
 if TYPE_CHECKING:
     from ops.embedded import EmbeddedPostgres, EmbeddedRedis
@@ -108,28 +105,6 @@ def seed(conn: Any, users: int, memories: int, now: datetime) -> int:
     return users * memories
 
 
-class PeakRss:
-    def __init__(self) -> None:
-        self.process = psutil.Process()
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.process.memory_info().rss)
-            self._stop.wait(0.05)
-
-    def __enter__(self) -> PeakRss:
-        self.peak = self.process.memory_info().rss
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from ops.embedded import EmbeddedPostgres, EmbeddedRedis
     from ops.fake_llm import FakeLLM
@@ -188,7 +163,7 @@ def run_jobs(
     results: dict[str, Any] = {}
     for name in args.jobs:
         calls_before = len(fake.requests)
-        with PeakRss() as rss:
+        with MemorySampler({"bench": os.getpid()}, interval=0.05, tree=False, pss=False) as rss:
             started = time.monotonic()
             result = jobs.run(name, settings, as_of=now)
             seconds = time.monotonic() - started
@@ -200,7 +175,7 @@ def run_jobs(
         results[name] = {
             "seconds": round(seconds, 2),
             "touched_per_second": round(touched / seconds, 1) if seconds else None,
-            "peak_rss_mb": round(rss.peak / 2**20, 1),
+            "peak_rss_mb": megabytes(rss.peaks["bench"].rss),
             "llm_calls": calls,
             "llm_calls_per_1000_memories": round(calls * 1000 / total, 2),
             "changed": result.changed,
