@@ -102,3 +102,34 @@ def test_bench_run_turns_sigterm_into_an_interrupt_and_restores_the_handlers() -
         signal.pause()  # the handler raises before this returns
     assert stopped == [True]  # cleanup ran with Ctrl-C ignored
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_memory_sampler_sees_a_peak_that_is_gone_by_the_end() -> None:
+    import os
+
+    from ops.bench.harness import MemorySampler
+
+    with MemorySampler({"me": os.getpid()}, interval=0.01, tree=False, pss=False) as sampler:
+        before = sampler.peaks["me"].rss
+        ballast = bytearray(64 * 1024 * 1024)
+        sampler.sample()
+        del ballast
+    peak = sampler.peaks["me"]
+    assert peak.rss >= before + 60 * 1024 * 1024
+    assert peak.processes == 1
+    assert peak.figures()["peak_rss_mb"] == round(peak.rss / 2**20, 1)
+
+
+def test_cpu_seconds_counts_a_reaped_child_in_its_parents_tree_but_not_for_the_own_process() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from ops.bench.harness import cpu_seconds
+
+    before = cpu_seconds({"tree": os.getpid(), "own": os.getpid()}, own="own")
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+    after = cpu_seconds({"tree": os.getpid(), "own": os.getpid()}, own="own")
+    child = (after["tree"] - before["tree"]) - (after["own"] - before["own"])
+    assert child > 0.05
+    assert cpu_seconds({"gone": 2**22 + 12345}) == {"gone": 0.0}
