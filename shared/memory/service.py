@@ -12,7 +12,6 @@ from shared.embeddings import (
     Embedder,
     EmbeddingError,
     LocalEmbedder,
-    embed_texts,
     embedder_from_settings,
     ensure_embedding_space,
     vector_search_available,
@@ -22,6 +21,7 @@ from shared.embeddings.providers import local_model
 from shared.logging import get_logger
 from shared.memory.search import SearchFilters, SearchOptions, SearchResult, search
 from shared.memory.store import Scope
+from shared.metrics import observe_embedding_call
 
 log = get_logger(__name__)
 
@@ -58,8 +58,8 @@ def options_from_settings(settings: Settings, limit: int) -> SearchOptions:
 
 class _RecentQueries:
     """The last QUERY_VECTOR_MEMO_SIZE query vectors of this process: a repeated query (an agent asking
-    the same thing each turn, a retried request) skips the embedding cache's round trips. Keyed by the
-    cache model (provider/model) and dimension as the embedding cache is, so a vector made by one model
+    the same thing each turn, a retried request) is not embedded again. Keyed by the cache model
+    (provider/model) and dimension as the embedding cache is, so a vector made by one model
     is never served to another; the space check above still runs first, so a re-indexing or mismatched
     space never gets a vector from here either."""
 
@@ -109,8 +109,14 @@ def query_vector(conn: Conn, text: str) -> list[float] | None:
         cached = _recent_queries.get(key)
         if cached is not None:
             return cached
-        with conn.transaction():  # a failure here must not abort the caller's transaction
-            vector = embed_texts(conn, embedder, [text], get_settings().embedding_batch_size)[0]
+        # Straight to the model, not through the embedding cache: a query is rarely asked twice in
+        # another process, its cache lookup and insert cost round trips on every search, and a cached
+        # query vector would outlive the query (it is no chunk's text, so forget_unused never drops it).
+        vectors = embedder.embed([text])
+        if len(vectors) != 1 or len(vectors[0]) != embedder.dimension:
+            raise EmbeddingError(f"{cache_model(embedder)} returned an unexpected query vector")
+        observe_embedding_call(cache_model(embedder), 1)
+        vector = list(vectors[0])
         _recent_queries.put(key, vector)
         return vector
     except EmbeddingError as exc:

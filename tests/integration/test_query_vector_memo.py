@@ -1,4 +1,4 @@
-"""The query path's in-process memo of query vectors: repeats skip the embedding cache, models never mix."""
+"""Query vectors: embedded without the embedding cache, repeats served from a per-process memo, models never mixed."""
 
 from __future__ import annotations
 
@@ -28,18 +28,20 @@ def use(monkeypatch: pytest.MonkeyPatch, embedder: Stub) -> None:
     monkeypatch.setattr(service, "process_embedder", lambda: embedder)
 
 
-def test_a_repeated_query_skips_the_embedding_cache(clean_state: TestServices, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_queries_bypass_the_embedding_cache_and_repeats_are_not_embedded_again(
+    clean_state: TestServices, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = Stub("a", [1.0, 0.0, 0.0])
     use(monkeypatch, first)
     with connect(clean_state.database_url) as conn:
         service.ensure_embedding_space(conn, first)
         assert service.query_vector(conn, "where does Ann live?") == [1.0, 0.0, 0.0]
-        conn.execute("DELETE FROM embedding_cache")
+        # No cache row for a query: no round trips for it, and nothing left behind once it is answered.
+        row = conn.execute("SELECT count(*) AS n FROM embedding_cache").fetchone()
+        assert row is not None and row["n"] == 0
         again = service.query_vector(conn, "where does Ann live?")
         assert again == [1.0, 0.0, 0.0]
-        # Served from memory: not embedded again, and no round trip re-filled the cache.
-        assert first.calls == 1
-        assert conn.execute("SELECT count(*) AS n FROM embedding_cache").fetchone()["n"] == 0
+        assert first.calls == 1  # served from the process's memo
         again[0] = 9.0  # a caller changing its vector does not change the next caller's
         assert service.query_vector(conn, "where does Ann live?") == [1.0, 0.0, 0.0]
 
