@@ -109,8 +109,10 @@ def truncate_all() -> None:
                 raise
             time.sleep(0.3)
     from shared.embeddings.space import forget_checked_spaces
+    from shared.memory.service import forget_recent_queries
 
     forget_checked_spaces()
+    forget_recent_queries()
 
 
 def clear_engram_keys() -> None:

