@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -41,7 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ops.bench import locomo_retrieval as locomo
-from ops.bench.harness import BenchError, add_json_flag, distribution, emit, ratio, run_main
+from ops.bench.harness import BenchError, BenchRun, add_json_flag, distribution, emit, ratio, run_main
 
 DEFAULT_FILE = Path("/work/shared/bench/locomo-dev.json")
 TOP_K = 10
@@ -246,10 +244,6 @@ class Mem0:
 # Main
 
 
-def _raise_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)  # so the embedded Postgres is stopped by the `finally` blocks
-
-
 def run(args: argparse.Namespace, conversations: list[locomo.Conversation]) -> int:
     from shared.config import get_settings
     from shared.db import connect
@@ -258,15 +252,14 @@ def run(args: argparse.Namespace, conversations: list[locomo.Conversation]) -> i
 
     configure_logging("WARNING")
     url = args.database_url or get_settings().database_url
-    with (
-        tempfile.TemporaryDirectory(prefix="engram-peer-") as tmp,
-        locomo.database(url) as database_url,
-        connect(database_url) as conn,
-    ):
+    # BenchRun: SIGTERM cleans up like Ctrl-C, and an embedded Postgres is stopped at the end.
+    with BenchRun() as cleanup:
+        database_url = cleanup.database(url, "engram-peer-")
+        conn = cleanup.enter_context(connect(database_url))
         apply_migrations(conn)
         conn.autocommit = False
         engram = Engram(conn)
-        peer = Mem0(database_url, Path(tmp))
+        peer = Mem0(database_url, cleanup.workdir("engram-peer-mem0-", what="mem0 files"))
         tallies = compare([engram, peer], conversations, args.limit_questions)
     summary = summarise(tallies, engram.name, peer.name)
     summary["file"] = str(args.file)
@@ -307,7 +300,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         conversations = load(args)  # a bad file is refused before anything starts
-        signal.signal(signal.SIGTERM, _raise_on_sigterm)
         return run(args, conversations)
 
     return run_main(body)
