@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ops.bench.harness import BenchError, add_json_flag, emit, ratio, run_main
+from ops.bench.locomo_retrieval import BenchError as LocomoError
 from ops.bench.locomo_retrieval import Conversation, load_conversations, recall_at
 
 BACKENDS = ("torch", "onnx")
@@ -111,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
         raise BenchError(f"cannot read {file}")
     try:
         load_conversations(file)
+    except LocomoError as exc:  # that module's own error class (until the harness unifies them)
+        raise BenchError(str(exc)) from exc
     except (ValueError, TypeError, AttributeError) as exc:
         raise BenchError(f"{file}: not a LoCoMo-format JSON file ({exc})") from exc
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
