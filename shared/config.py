@@ -126,7 +126,7 @@ class Settings(BaseSettings):
 
     # --- processes started by `engram up` ------------------------------------------------------
     turn_worker_concurrency: int = Field(2, ge=1, description="Processes consuming turns + channels")
-    background_worker_concurrency: int = Field(1, ge=1, description="Processes for the memory queues")
+    background_worker_concurrency: int = Field(2, ge=1, description="Processes for the memory queues")
     up_worker_metrics_port: int = Field(
         9808,
         ge=0,

@@ -89,7 +89,8 @@ def schedule_memory_work(session_id: int) -> None:
             debounce=settings.extraction_debounce_seconds,
             max_wait=settings.extraction_max_wait_seconds,
         )
-        enqueue_extraction(session_id, plan.token, plan.countdown)
+        if plan.send:  # otherwise the session's pending task comes due and sends itself again for this turn
+            enqueue_extraction(session_id, plan.token, plan.countdown)
         with db.connection() as conn:
             session = conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
         if session is None:

@@ -11,7 +11,7 @@ from shared.pipeline import debounce
 from shared.pipeline.jobs import extract_session, session_owner, synthesize_personality
 from shared.redis_client import get_redis
 from workers.base import engram_task
-from workers.dispatch import enqueue_follow_up
+from workers.dispatch import enqueue_extraction, enqueue_follow_up
 
 log = get_logger(__name__)
 
@@ -31,7 +31,18 @@ class SessionBusy(RuntimeError):
 def extract(session_id: int, token: str) -> str:
     settings = get_settings()
     client = get_redis()
-    if not debounce.should_run(client, "extract", session_id, token, max_wait=settings.extraction_max_wait_seconds):
+    decision = debounce.decide(
+        client,
+        "extract",
+        session_id,
+        token,
+        debounce=settings.extraction_debounce_seconds,
+        max_wait=settings.extraction_max_wait_seconds,
+    )
+    if decision.rearm is not None:  # later turns arrived: wait for the session to go quiet (or the cap)
+        enqueue_extraction(session_id, decision.rearm.token, decision.rearm.countdown)
+        return "re-armed for a later turn"
+    if not decision.run:
         return "superseded by a later turn"
     lock = HeartbeatLock(client, f"engram:lock:extract:{session_id}", settings.session_lock_ttl_seconds)
     if not lock.acquire():

@@ -52,7 +52,8 @@ def redrive_pending_extraction() -> int:
         ).fetchall()
     client = get_redis()
     for row in rows:
-        plan = debounce.schedule(client, "extract", row["session_id"], debounce=0, max_wait=0)
+        # Forced: the session's pending task (if its key says there is one) is presumed lost.
+        plan = debounce.schedule(client, "extract", row["session_id"], debounce=0, max_wait=0, force=True)
         enqueue_extraction(row["session_id"], plan.token, plan.countdown)
     return len(rows)
 

@@ -7,9 +7,11 @@ Starts a private stack (ops/bench/stack.py) with ENGRAM_AUTO_MEMORY=true, a 5 s 
 (engram's default; capped at 20 s for sessions that never go quiet) and a 1,500-token compaction
 threshold, so every session compacts a few times. The debounce must clearly exceed a turn's own
 latency: a 2 s debounce on a small machine, where a turn alone takes 1-2 s, turns a user who keeps
-chatting into a string of "idle" gaps. Two workers, like `engram up`: `worker-turns` (turns, channels; 2
-processes) and `worker-background` (extraction, flush, compaction, embeddings, maintenance; 1
-process), plus beat, so the memory jobs queue behind each other as they do in production.
+chatting into a string of "idle" gaps. The workers a default `engram up` starts (ops/stack.py; `--cluster`
+runs the pools of ops/pools.py instead): `worker-turns` (turns, channels; ENGRAM_TURN_WORKER_CONCURRENCY's
+default, 2 processes) and `worker-background` (extraction, flush, compaction, embeddings, maintenance;
+ENGRAM_BACKGROUND_WORKER_CONCURRENCY's default, 1 process), plus beat, so the memory jobs queue behind each
+other as they do in production.
 
 The model is the fake Anthropic server of ops/fake_llm.py, in this process, answering after a fixed
 latency: a chat call gets an echo; an extraction (or flush) call gets JSON with one fact per user
@@ -74,6 +76,7 @@ from ops.bench.harness import distribution, emit
 from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm, up_workers
 from ops.client import EngramAPIError, EngramClient
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
+from shared.config import Settings
 from workers.queues import BACKGROUND_QUEUES, QUEUES
 
 TERMINAL = ("done", "failed")
@@ -997,6 +1000,81 @@ def task_section(run: RunData) -> dict[str, Any]:
     }
 
 
+MINING_TASKS = ("engram.extraction.extract", "engram.flush.flush", "engram.compaction.compact")
+EMBEDDING_TASKS = ("engram.embeddings.embed_pending", "engram.embeddings.embed_memory")
+# Task-event stamps and Postgres transaction-start times come from different clocks' reads: this much slack.
+WINDOW_SLACK_S = 0.05
+
+
+def _containing(tasks: Sequence[TaskRecord], at: float) -> TaskRecord | None:
+    """The (last) task whose start -> end window holds `at`."""
+    found = None
+    for task in tasks:
+        if task.started is None:
+            continue
+        if task.started - WINDOW_SLACK_S <= at <= (task.succeeded or task.started) + WINDOW_SLACK_S:
+            found = task
+    return found
+
+
+def stage_section(run: RunData, traced: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Where each turn's vector-searchable lag went, from the task events that mined and embedded its memory:
+    turn finished -> the mining task due (debounce: its ETA, or when it was sent) -> started (queue wait) ->
+    the memory stored (the model call and the write) -> the embedding drain started (its queue wait) ->
+    embedded. The segments add up to the lag; turns whose memory no task window holds count as untraced."""
+    session_of = {row["id"]: row["session_id"] for row in run.db["turns"]}
+    turns_by_id = {row["id"]: row for row in run.db["turns"]}
+    mining: dict[int, list[TaskRecord]] = defaultdict(list)
+    for task in run.tasks:
+        if task.name in MINING_TASKS and task.started is not None:
+            mining[int(task.kwargs.get("session_id", -1))].append(task)
+    embedding = [t for t in run.tasks if t.name in EMBEDDING_TASKS and t.started is not None]
+    calls: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for call in run.db["calls"]:
+        if call["purpose"] in ("extraction", "flush") and call["session_id"] is not None:
+            calls[call["session_id"]].append(call)
+    stages: dict[str, list[float]] = defaultdict(list)
+    by_task: Counter[str] = Counter()
+    untraced = 0
+    for record in run.done:
+        turn = turns_by_id.get(record.turn_id or -1)
+        memory = traced.get(record.token)
+        if turn is None or turn["finished_at"] is None or memory is None or memory["embedded_at"] is None:
+            continue
+        session_id = session_of[turn["id"]]
+        finished = turn["finished_at"].timestamp()
+        stored = memory["created_at"].timestamp()
+        embedded = memory["embedded_at"].timestamp()
+        miner = _containing(mining.get(session_id, []), stored)
+        drain = _containing(embedding, embedded)
+        if miner is None or miner.sent is None or miner.started is None or drain is None or drain.started is None:
+            untraced += 1
+            continue
+        due = max(miner.sent, miner.eta or miner.sent)
+        by_task[miner.name.removeprefix("engram.")] += 1
+        stages["debounce"].append(due - finished)
+        stages["mining_queue_wait"].append(miner.started - due)
+        stages["mining_run_to_stored"].append(stored - miner.started)
+        started = miner.started
+        for call in calls.get(session_id, []):
+            if started - WINDOW_SLACK_S <= call["created_at"].timestamp() <= stored + WINDOW_SLACK_S:
+                stages["model_call"].append(call["duration_ms"] / 1000)
+                break
+        stages["embedding_queue_wait"].append(drain.started - stored)
+        stages["embedding_run_to_embedded"].append(embedded - drain.started)
+        stages["due_to_embedded"].append(embedded - due)
+    return {
+        "method": "task events: the mining task (extract, flush or compact) of the turn's session whose "
+        "task-started -> task-succeeded window holds the memory's created_at, and the embedding drain whose window "
+        "holds its embedded_at; debounce = finished -> max(sent, ETA); the segments add up to the lag "
+        "(model_call is part of mining_run_to_stored; due_to_embedded is everything after the debounce)",
+        "traced": sum(by_task.values()),
+        "untraced": untraced,
+        "mined_by": dict(by_task.most_common()),
+        **{name: dist(values) for name, values in stages.items()},
+    }
+
+
 def lag_section(run: RunData) -> dict[str, Any]:
     turns_by_id = {row["id"]: row for row in run.db["turns"]}
     first_memory: dict[str, dict[str, Any]] = {}
@@ -1055,6 +1133,7 @@ def lag_section(run: RunData) -> dict[str, Any]:
         "stored_before_turn_finished": sum(1 for value in stored if value < 0),
         "searchable_by_profile": {name: dist(by_profile[name]) for name in PROFILE_NAMES},
         "turns_without_searchable_memory": len(missing),
+        "stages": stage_section(run, first_memory),
         "missing_tokens": missing[:10],
         "probe": probe,
     }
@@ -1358,6 +1437,12 @@ def _render_lag(lag: dict[str, Any]) -> list[str]:
     ]
     lines += [f"     searchable, {name:<10} {_d(d)}" for name, d in lag["searchable_by_profile"].items()]
     lines.append(f"     turns without a searchable memory: {lag['turns_without_searchable_memory']}")
+    stages = lag["stages"]
+    lines.append(
+        f"   per stage, {stages['traced']} turns traced through task events ({stages['untraced']} not); mined by "
+        + ", ".join(f"{k} {v}" for k, v in stages["mined_by"].items())
+    )
+    lines += [f"     {name:<26}{_d(d)}" for name, d in stages.items() if isinstance(d, dict) and "p95" in d]
     probe = lag["probe"]
     if probe["turns"]:
         lines += [
@@ -1422,8 +1507,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--debounce-s", type=float, default=5.0, help="ENGRAM_EXTRACTION_DEBOUNCE_SECONDS")
     parser.add_argument("--max-wait-s", type=float, default=20.0, help="ENGRAM_EXTRACTION_MAX_WAIT_SECONDS")
     parser.add_argument("--compaction-tokens", type=int, default=1500, help="ENGRAM_COMPACTION_THRESHOLD_TOKENS")
-    parser.add_argument("--turn-concurrency", type=int, default=2, help="worker-turns processes")
-    parser.add_argument("--background-concurrency", type=int, default=1, help="worker-background processes")
+    # `engram up`'s own defaults (ops/stack.py runs worker-turns and worker-background with these), so the
+    # benchmark's default load is measured on the processes a default `engram up` starts.
+    fields = Settings.model_fields
+    parser.add_argument(
+        "--turn-concurrency",
+        type=int,
+        default=fields["turn_worker_concurrency"].default,
+        help="worker-turns processes (default: ENGRAM_TURN_WORKER_CONCURRENCY's default)",
+    )
+    parser.add_argument(
+        "--background-concurrency",
+        type=int,
+        default=fields["background_worker_concurrency"].default,
+        help="worker-background processes (default: ENGRAM_BACKGROUND_WORKER_CONCURRENCY's default)",
+    )
     parser.add_argument("--no-beat", action="store_true", help="do not run celery beat (the sweeps)")
     parser.add_argument(
         "--torch-threads",

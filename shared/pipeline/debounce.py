@@ -1,9 +1,18 @@
-"""Debounced scheduling of per-session work with a cap on the total wait.
+"""Debounced scheduling of per-session work with a cap on the total wait, one delayed task at a time.
 
-Each schedule writes a fresh token; a delayed task runs only if its token is still the latest
-(later turns superseded it) — unless the session has waited `max_wait` since its first pending
-schedule, so a session that never goes quiet is still processed. Redis holds only these
-coordination keys; what was processed is decided by the watermark in Postgres.
+Each schedule records a fresh token and its time; the session's work runs once the session has been
+quiet for `debounce` since its latest schedule — or once it has waited `max_wait` since its first
+pending schedule, so a session that never goes quiet is still processed.
+
+At most one delayed task per session is in the broker: a schedule sends a task only when none is pending
+(the `queued` key, SET NX, holds that task's token). When the pending task comes due and later turns have
+arrived meanwhile, it sends itself again for the rest of the wait (`Decision.rearm`) instead of every
+turn sending a task of its own. One task per turn filled a single background process's FIFO queue with
+thousands of superseded no-ops under load, and a due extraction waited behind all of them.
+
+Redis holds only these coordination keys; what was processed is decided by the watermark in Postgres.
+A lost task leaves its `queued` key behind for at most `queued_ttl` (the pending-extraction sweep
+forces a new task meanwhile); a duplicate task (an expired key, a forced schedule) runs or stands down.
 """
 
 from __future__ import annotations
@@ -15,46 +24,109 @@ from dataclasses import dataclass
 import redis
 
 KEY_TTL_SECONDS = 3600
+# A task that came due this much before its computed time is still on time (clocks of two processes).
+EARLY_TOLERANCE_S = 0.05
 
 
 @dataclass(frozen=True)
 class Schedule:
     token: str
     countdown: float
+    send: bool  # False: a task of this session is already pending and will take this schedule into account
 
 
-def _keys(kind: str, session_id: int) -> tuple[str, str]:
-    return f"engram:debounce:{kind}:{session_id}:token", f"engram:debounce:{kind}:{session_id}:first"
+@dataclass(frozen=True)
+class Decision:
+    """What a due task does: run now, stand down (another task is pending), or send itself again."""
+
+    run: bool
+    rearm: Schedule | None = None  # send the task again with this token after this countdown
+
+    @property
+    def superseded(self) -> bool:
+        return not self.run and self.rearm is None
+
+
+def _keys(kind: str, session_id: int) -> tuple[str, str, str, str]:
+    prefix = f"engram:debounce:{kind}:{session_id}"
+    return f"{prefix}:token", f"{prefix}:first", f"{prefix}:last", f"{prefix}:queued"
+
+
+def queued_ttl(debounce: float, max_wait: float) -> int:
+    """How long a pending task's claim lasts: past its longest wait, plus a margin for a busy queue."""
+    return int(debounce + max_wait) + 60
+
+
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def schedule(
-    client: redis.Redis, kind: str, session_id: int, *, debounce: float, max_wait: float, now: float | None = None
+    client: redis.Redis,
+    kind: str,
+    session_id: int,
+    *,
+    debounce: float,
+    max_wait: float,
+    now: float | None = None,
+    force: bool = False,
 ) -> Schedule:
+    """Record new work for the session. `send` says whether the caller must send a task (none is pending,
+    or `force`: the pending one is presumed lost)."""
     now = time.time() if now is None else now
     token = uuid.uuid4().hex
-    token_key, first_key = _keys(kind, session_id)
+    token_key, first_key, last_key, queued_key = _keys(kind, session_id)
+    ttl = queued_ttl(debounce, max_wait)
     pipe = client.pipeline()
     pipe.set(first_key, repr(now), nx=True, ex=KEY_TTL_SECONDS)
     pipe.set(token_key, token, ex=KEY_TTL_SECONDS)
+    pipe.set(last_key, repr(now), ex=KEY_TTL_SECONDS)
+    if force:
+        pipe.set(queued_key, token, ex=ttl)
+    else:
+        pipe.set(queued_key, token, nx=True, ex=ttl)
     pipe.get(first_key)
-    _, _, first_raw = pipe.execute()
+    _, _, _, claimed, first_raw = pipe.execute()
     first = float(first_raw) if first_raw else now
     # Never later than the cap: the last schedule before the cap fires at the cap.
     countdown = max(0.0, min(debounce, first + max_wait - now))
-    return Schedule(token, countdown)
+    return Schedule(token, countdown, send=bool(claimed))
 
 
-def should_run(
-    client: redis.Redis, kind: str, session_id: int, token: str, *, max_wait: float, now: float | None = None
-) -> bool:
+def decide(
+    client: redis.Redis,
+    kind: str,
+    session_id: int,
+    token: str,
+    *,
+    debounce: float,
+    max_wait: float,
+    now: float | None = None,
+) -> Decision:
+    """Called by a task when it comes due: run if the session is quiet (no schedule since this task's, or the
+    latest one is `debounce` old), or the cap is reached; otherwise the pending task sends itself again for
+    the rest of the wait, and any other task stands down."""
     now = time.time() if now is None else now
-    token_key, first_key = _keys(kind, session_id)
-    latest, first_raw = client.mget(token_key, first_key)
-    if latest is None or (latest.decode() if isinstance(latest, bytes) else latest) == token:
-        return True  # the latest schedule (or the keys expired: run rather than lose work)
-    return first_raw is not None and now - float(first_raw) >= max_wait
+    token_key, first_key, last_key, queued_key = _keys(kind, session_id)
+    latest_raw, first_raw, last_raw, pending_raw = client.mget(token_key, first_key, last_key, queued_key)
+    latest, pending = _text(latest_raw), _text(pending_raw)
+    first = float(first_raw) if first_raw else None
+    last = float(last_raw) if last_raw else None
+    if latest is None or latest == token:
+        return Decision(run=True)  # the latest schedule (or the keys expired: run rather than lose work)
+    if first is not None and now - first >= max_wait - EARLY_TOLERANCE_S:
+        return Decision(run=True)
+    if last is None or now - last >= debounce - EARLY_TOLERANCE_S:
+        return Decision(run=True)
+    if pending is not None and pending != token:
+        return Decision(run=False)  # another task is the pending one: it carries the later schedules
+    due = last + debounce if first is None else min(last + debounce, first + max_wait)
+    client.set(queued_key, latest, ex=queued_ttl(debounce, max_wait))
+    return Decision(run=False, rearm=Schedule(latest, max(0.0, due - now), send=True))
 
 
 def started(client: redis.Redis, kind: str, session_id: int) -> None:
-    """A run began: the cap counts from the next pending schedule, not this one's."""
-    client.delete(_keys(kind, session_id)[1])
+    """A run began (before it reads the work): the cap counts from the next pending schedule, not this one's,
+    and a schedule from now on sends a task of its own."""
+    _, first_key, _, queued_key = _keys(kind, session_id)
+    client.delete(first_key, queued_key)

@@ -142,6 +142,35 @@ def test_a_burst_of_turns_is_extracted_once(api: httpx.Client, pipeline: CeleryS
     }
 
 
+def test_a_burst_of_turns_queues_one_extraction_task(
+    api: httpx.Client, celery_stack: CeleryStack, clean_state: Any, fake_llm: FakeLLM, tmp_path: Any
+) -> None:
+    # Only the turns queue is served at first, so every extraction message the burst sends stays in the
+    # broker where it can be counted. One message per turn used to pile up thousands of no-op tasks in front
+    # of a busy background worker (ops/bench/pipeline); the pending task carries the later turns instead.
+    fake_llm.default = responder()
+    celery_stack.stop()
+    turns_only = worker("turns-only", celery_stack.env("anthropic", PIPELINE_ENV), tmp_path, queues=("turns",))
+    turns_only.start()
+    try:
+        turns_only.wait_ready()
+        for i in range(8):
+            turn = wait_turn(api, post_turn(api, "one-task", f"message number {i}").json()["turn_id"])
+            assert turn["status"] == "done"
+    finally:
+        turns_only.stop()
+    assert get_redis().llen("extraction") == 1
+
+    celery_stack.ensure("anthropic", **PIPELINE_ENV)
+    sid = session("one-task")["id"]
+    eventually(lambda: ledger(sid, "extraction") >= 1, message="the pending task did not extract")
+    wait_for_idle_broker(get_redis())
+    assert ledger(sid, "extraction") == 1
+    (request,) = requests_of(fake_llm, "extraction")
+    prompt = json.dumps(request["messages"])
+    assert all(f"message number {i}" in prompt for i in range(8))  # the later turns were not left behind
+
+
 def test_steady_traffic_is_still_extracted_by_the_cap(
     api: httpx.Client, celery_stack: CeleryStack, clean_state: Any, fake_llm: FakeLLM
 ) -> None:
