@@ -16,7 +16,7 @@ from shared.embeddings import (
     ensure_embedding_space,
     vector_search_available,
 )
-from shared.embeddings.cache import cache_model
+from shared.embeddings.cache import cache_model, register_vector_types
 from shared.embeddings.providers import local_model
 from shared.logging import get_logger
 from shared.memory.search import SearchFilters, SearchOptions, SearchResult, search
@@ -105,6 +105,9 @@ def query_vector(conn: Conn, text: str) -> list[float] | None:
         if not vector_search_available(conn):
             return None
         ensure_embedding_space(conn, embedder)
+        # The search binds the vector as pgvector's type: this connection must know it (the embedding
+        # cache used to register it on the way; a memo hit may come on a fresh pooled connection).
+        register_vector_types(conn)
         key = (cache_model(embedder), embedder.dimension, text)
         cached = _recent_queries.get(key)
         if cached is not None:
