@@ -42,10 +42,6 @@ class Decision:
     run: bool
     rearm: Schedule | None = None  # send the task again with this token after this countdown
 
-    @property
-    def superseded(self) -> bool:
-        return not self.run and self.rearm is None
-
 
 def _keys(kind: str, session_id: int) -> tuple[str, str, str, str]:
     prefix = f"engram:debounce:{kind}:{session_id}"
