@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from ops.bench.harness import BenchError, add_json_flag, emit, ratio, run_main
-from ops.bench.locomo_retrieval import BenchError as LocomoError
 from ops.bench.locomo_retrieval import Conversation, load_conversations, recall_at
 
 BACKENDS = ("torch", "onnx")
@@ -112,8 +111,6 @@ def run(args: argparse.Namespace) -> int:
         raise BenchError(f"cannot read {file}")
     try:
         load_conversations(file)
-    except LocomoError as exc:  # that module's own error class (until the harness unifies them)
-        raise BenchError(str(exc)) from exc
     except (ValueError, TypeError, AttributeError) as exc:
         raise BenchError(f"{file}: not a LoCoMo-format JSON file ({exc})") from exc
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -130,8 +127,19 @@ def run(args: argparse.Namespace) -> int:
             export_local_onnx(onnx_path)
             export_s = round(time.perf_counter() - started, 2)
         for backend in backends:
-            command = [sys.executable, "-m", "ops.bench.embedders", "--child", backend, "--file", str(file),
-                       "--onnx-path", str(onnx_path), "--batch-size", str(args.batch_size)]
+            command = [
+                sys.executable,
+                "-m",
+                "ops.bench.embedders",
+                "--child",
+                backend,
+                "--file",
+                str(file),
+                "--onnx-path",
+                str(onnx_path),
+                "--batch-size",
+                str(args.batch_size),
+            ]
             if args.limit_conversations is not None:
                 command += ["--limit-conversations", str(args.limit_conversations)]
             done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(), check=False)
