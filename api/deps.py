@@ -9,7 +9,7 @@ request takes a token from its key's and its tenant's rate-limit buckets (429 + 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request, status
@@ -78,8 +78,10 @@ def check_user(principal: Principal, user_external_id: str) -> None:
         )
 
 
-def require(scope: str) -> Callable[[Principal], Principal]:
-    def dependency(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+def require(scope: str) -> Callable[[Principal], Awaitable[Principal]]:
+    # async: it only reads the principal, and a sync dependency costs every request a trip through the
+    # thread pool (a GIL hand-off each way, which under a burst of requests is what they wait for).
+    async def dependency(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
         if not principal.allows(scope):
             raise ApiError(
                 status.HTTP_403_FORBIDDEN,

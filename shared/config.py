@@ -150,6 +150,11 @@ class Settings(BaseSettings):
     flower_password: SecretStr | None = Field(
         None, description="Flower basic-auth password; unset = generated once and kept in the data dir"
     )
+    # Celery task events (task-sent/received/started/succeeded): a Redis PUBLISH each, ~8 per turn, read by
+    # nobody unless Flower runs, and Flower switches the workers' events on itself every few seconds.
+    celery_task_events: bool = Field(
+        False, description="Workers send task events from start (Flower turns them on while it runs)"
+    )
 
     # --- maintenance jobs (beat) -----------------------------------------------------------------
     # Schedules are 5-field cron expressions (minute hour day-of-month month day-of-week; day of week

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from shared.agent import TurnDeps
 from shared.config import get_settings
@@ -15,7 +16,7 @@ from shared.tools import default_registry
 @lru_cache(maxsize=1)
 def turn_deps(
     memory_written: Callable[[int], None] | None = None,
-    after_turn: Callable[[int, int], None] | None = None,
+    after_turn: Callable[[int, int, dict[str, Any] | None], None] | None = None,
     reply_ready: Callable[[int], None] | None = None,
 ) -> TurnDeps:
     settings = get_settings()

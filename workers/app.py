@@ -113,8 +113,11 @@ def create_celery() -> Celery:
         # the stalled-turn sweep re-enqueues it once Redis is back.
         task_publish_retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
         worker_hijack_root_logger=False,
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        # Off unless asked for: each event is a Redis PUBLISH (about 8 per turn, one on the gateway's accept
+        # path). Flower broadcasts `enable_events` every 5 s while it runs, so its task views still fill;
+        # only the "sent" state needs the setting, because publishers send that one.
+        worker_send_task_events=settings.celery_task_events,
+        task_send_sent_event=settings.celery_task_events,
         # Schedules (the maintenance jobs' crontabs) are read in this zone; messages stay in UTC.
         timezone=settings.jobs_timezone,
         # Beat with a leader lock in Redis: several beat processes may run (one per machine, for

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kombu.exceptions import OperationalError as BrokerUnavailable
 from redis.exceptions import RedisError
@@ -73,9 +73,10 @@ def enqueue_transcript_indexing(session_id: int) -> None:
     app.send_task("engram.embeddings.index_transcript", kwargs={"session_id": session_id}, queue="embeddings")
 
 
-def schedule_memory_work(session_id: int) -> None:
+def schedule_memory_work(session_id: int, session: dict[str, Any] | None = None) -> None:
     """After new messages in a session (a chat turn, an ingested batch): debounced extraction always;
     a flush or a compaction when the session has grown enough. Governed by ENGRAM_AUTO_MEMORY.
+    `session`: its row as the caller just committed it (a turn's last transaction returns it); None = read.
 
     Best effort: the messages are already saved, and the pending-work sweeps catch anything lost here."""
     settings = get_settings()
@@ -91,8 +92,9 @@ def schedule_memory_work(session_id: int) -> None:
         )
         if plan.send:  # otherwise the session's pending task comes due and sends itself again for this turn
             enqueue_extraction(session_id, plan.token, plan.countdown)
-        with db.connection() as conn:
-            session = conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
+        if session is None:
+            with db.connection() as conn:
+                session = conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
         if session is None:
             return
         follow = plan_after_turn(session, settings)

@@ -26,9 +26,10 @@ log = get_logger(__name__)
 MAX_LOCK_RECHECKS = 20
 
 
-def after_turn(session_id: int, turn_id: int) -> None:
-    """The memory work a turn calls for: the same scheduling as for ingested messages."""
-    schedule_memory_work(session_id)
+def after_turn(session_id: int, turn_id: int, session: dict[str, Any] | None) -> None:
+    """The memory work a turn calls for: the same scheduling as for ingested messages (the session row the
+    turn committed spares it a read)."""
+    schedule_memory_work(session_id, session)
 
 
 @engram_task(

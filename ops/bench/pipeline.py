@@ -342,8 +342,8 @@ def _eta(value: Any) -> float | None:
 
 
 class TaskEvents(threading.Thread):
-    """Celery's task events (engram's workers and gateway send them: worker_send_task_events,
-    task_send_sent_event), captured from the broker: what every task did and when, without touching
+    """Celery's task events (engram's workers and gateway send them with ENGRAM_CELERY_TASK_EVENTS, which
+    pipeline_env sets), captured from the broker: what every task did and when, without touching
     engram's code."""
 
     def __init__(self, redis_url: str) -> None:
@@ -1558,6 +1558,8 @@ def pipeline_env(args: argparse.Namespace) -> dict[str, str]:
         "ENGRAM_EXTRACTION_DEBOUNCE_SECONDS": str(args.debounce_s),
         "ENGRAM_EXTRACTION_MAX_WAIT_SECONDS": str(args.max_wait_s),
         "ENGRAM_COMPACTION_THRESHOLD_TOKENS": str(args.compaction_tokens),
+        # This benchmark reads what every task did from Celery's task events (TaskEvents), off by default.
+        "ENGRAM_CELERY_TASK_EVENTS": "true",
     }
     if args.torch_threads:
         # torch sizes its intra-op pool from this at import; by default every process takes all cores,

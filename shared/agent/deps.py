@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -25,7 +26,8 @@ class TurnDeps:
     lock_ttl_seconds: float = 30
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     memory_written: Callable[[int], None] | None = None  # enqueues embedding of memories tools wrote
-    after_turn: Callable[[int, int], None] | None = None  # (session_id, turn_id): schedules memory work
+    # (session_id, turn_id, session row as the turn committed it): schedules memory work
+    after_turn: Callable[[int, int, dict[str, Any] | None], None] | None = None
     relevant_memory: bool = True  # search other sessions for the dynamic suffix
     context_dir: Path | None = None
     context_window: int | None = None

@@ -39,7 +39,7 @@ from shared.metrics import observe_turn
 from shared.text import estimate_tokens
 from shared.tools import ToolContext
 from shared.tracing import turn_span
-from shared.turns import lock_session_row, refresh_token_count
+from shared.turns import lock_session_row
 
 log = get_logger(__name__)
 
@@ -80,8 +80,12 @@ def drain_session(session_id: int, deps: TurnDeps) -> DrainOutcome:
             return DrainOutcome(processed, _recheck_in(deps, name) if has_open_turns(session_id) else None)
         try:
             while (turn := claim_next_turn(session_id)) is not None:
-                run_claimed_turn(turn, deps, lock)
+                more = run_claimed_turn(turn, deps, lock)
                 processed += 1
+                if not more:
+                    # The turn's last transaction saw no other open turn: skip the claim that would find
+                    # none. One queued since is found by the look after the release below.
+                    break
         finally:
             lock.release()
         # A turn queued between our last claim and the release saw the lock held and left the
@@ -156,15 +160,17 @@ def _notify_reply(deps: TurnDeps, delivery_id: int | None) -> None:
         deps.reply_ready(delivery_id)
 
 
-def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> None:
+def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> bool:
+    """Run one claimed turn. False when its finishing transaction saw no other open turn of the session
+    (the drain need not claim again); True when there may be one."""
     with (
         structlog.contextvars.bound_contextvars(turn_id=turn["id"], session_id=turn["session_id"]),
         turn_span(turn["id"], turn["session_id"], turn["attempts"]),
     ):
-        _run_claimed_turn(turn, deps, lock)
+        return _run_claimed_turn(turn, deps, lock)
 
 
-def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> None:
+def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> bool:
     bound = log.bind(turn_id=turn["id"], session_id=turn["session_id"], attempt=turn["attempts"])
     client = ClientOptions.from_json(turn.get("client"))
     events = TurnEventPublisher(deps.redis, turn["id"])
@@ -214,7 +220,7 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
             observe_turn("failed", timings)
         events.publish("error", error=error)
         _notify_reply(deps, delivery)
-        return
+        return True
     if lock.lost:
         raise LockLost(f"session lock lost while running turn {turn['id']}")
     # The reply is paid for: wait out a Postgres restart (the lock's heartbeat goes on) rather than
@@ -236,11 +242,12 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
             timings=timings,
         )
         delivery = None
+        committed: dict[str, Any] | None = None  # the session row as this transaction leaves it
         if written:
             _insert_messages(conn, turn, outcome.messages)
-            refresh_token_count(conn, turn["session_id"])
-            _after_steering(conn, turn["session_id"], outcome.steering_fired)
+            committed = _finish_session(conn, turn["session_id"], outcome.steering_fired)
             delivery = reply_ready(conn, turn["id"])
+        more = _other_open_turns(conn, turn)
     if written:
         observe_turn("done", timings)
         handed_back = {"tool_calls": [_call_json(c) for c in outcome.client_calls]} if outcome.client_calls else {}
@@ -248,20 +255,36 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
         _notify_reply(deps, delivery)
         bound.info("turn done", llm_calls=len(outcome.calls), **outcome.usage.as_dict())
         if deps.after_turn is not None:
-            deps.after_turn(turn["session_id"], turn["id"])
+            deps.after_turn(turn["session_id"], turn["id"], committed)
     else:
         bound.warning("turn was already finished by another attempt; nothing written")
+    return more
 
 
-def _after_steering(conn: Conn, session_id: int, fired: set[str]) -> None:
-    """Steering that fires once per event: compaction recovery once after a compaction, the budget warning
-    once per session."""
-    conn.execute(
-        """UPDATE sessions SET recovery_pending = false,
-               budget_warned_at = CASE WHEN %s THEN coalesce(budget_warned_at, now()) ELSE budget_warned_at END
-           WHERE id = %s""",
-        ("token_budget_warning" in fired, session_id),
-    )
+def _finish_session(conn: Conn, session_id: int, fired: set[str]) -> dict[str, Any]:
+    """One statement for what a finished turn changes in its session: the live size (which decides flush and
+    compaction, as refresh_token_count), and steering that fires once per event (compaction recovery once
+    after a compaction, the budget warning once per session). Returns the row as committed, so the memory
+    work scheduled after the turn need not read it again."""
+    row = conn.execute(
+        """UPDATE sessions SET updated_at = now(), recovery_pending = false,
+               token_count = (SELECT coalesce(sum(token_estimate), 0) FROM session_messages
+                              WHERE session_id = %(session)s AND NOT is_compacted),
+               budget_warned_at = CASE WHEN %(warned)s THEN coalesce(budget_warned_at, now()) ELSE budget_warned_at END
+           WHERE id = %(session)s
+           RETURNING *""",
+        {"session": session_id, "warned": "token_budget_warning" in fired},
+    ).fetchone()
+    assert row is not None  # the session row is locked by this transaction (lock_session_row)
+    return row
+
+
+def _other_open_turns(conn: Conn, turn: dict[str, Any]) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM turns WHERE session_id = %s AND status IN ('queued', 'running') AND id <> %s LIMIT 1",
+        (turn["session_id"], turn["id"]),
+    ).fetchone()
+    return row is not None
 
 
 def _call_json(call: ToolCall) -> dict[str, Any]:
