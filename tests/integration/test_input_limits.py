@@ -353,19 +353,29 @@ def test_long_polls_and_streams_share_one_redis_pool(
 # --------------------------------------------------------------------------- startup
 
 
+@pytest.mark.parametrize("backend", ["onnx", "torch"])
 def test_gateway_loads_the_embedding_model_before_it_serves_not_in_the_first_search(
-    services: object, monkeypatch: pytest.MonkeyPatch
+    services: object, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     from api.app import create_app
-    from shared.embeddings import providers
+    from shared.config import get_settings
+    from shared.embeddings import embedder_from_settings, providers
+    from shared.memory import service
 
+    settings = get_settings().model_copy(update={"embedding_backend": backend})
+    embedder = embedder_from_settings(settings)
+    monkeypatch.setattr(service, "process_embedder", lambda: embedder)
     monkeypatch.setattr(providers, "_local_model", None)
+    monkeypatch.setattr(providers, "_onnx_sessions", {})
     # The lifespan's shutdown closes the process's pool; other tests in this process keep using it.
     monkeypatch.setattr(db, "close_pool", lambda: None)
     with TestClient(create_app()) as client:
         # Loaded before the first request is served (no search was made): a load running alongside
         # requests held the GIL and stalled them for hundreds of milliseconds.
-        assert providers._local_model is not None
+        if backend == "onnx":
+            assert list(providers._onnx_sessions) == [providers.onnx_model_path(settings)]
+        else:
+            assert providers._local_model is not None
         assert client.get("/healthz").status_code == 200
 
 

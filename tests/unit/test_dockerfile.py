@@ -59,3 +59,16 @@ def test_the_packages_a_target_leaves_out_are_only_imported_lazily() -> None:
         if top_level.search(path.read_text())
     ]
     assert offenders == []
+
+
+def test_the_local_image_ships_the_onnx_export_made_at_build_time() -> None:
+    """The default backend needs the ONNX export: made once in the build, so no container exports at start
+    (pods run with a read-only root filesystem and one would import torch just for that)."""
+    build_local = DOCKERFILE.split("AS build-local", 1)[1].split("FROM ", 1)[0]
+    exported = re.search(r"-m shared\.embeddings\.providers export (/opt/engram/\S+\.onnx)$", build_local, re.M)
+    assert exported is not None
+    local = DOCKERFILE.split("AS local-embeddings", 1)[1]
+    assert re.search(rf"^ENV ENGRAM_EMBEDDING_ONNX_PATH={re.escape(exported.group(1))}$", local, re.M)
+    # The remote image leaves the local runtime out, onnxruntime included.
+    local_packages = re.search(r'^ARG LOCAL_EMBEDDINGS="([^"]+)"$', DOCKERFILE, re.M)
+    assert local_packages is not None and {"torch", "onnxruntime", "onnx"} <= set(local_packages.group(1).split())
