@@ -55,7 +55,7 @@ from ops.bench.harness import BenchError, BenchRun, add_json_flag, emit, percent
 from shared.auth import ensure_tenant
 from shared.config import get_settings
 from shared.db import Conn, connect
-from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
+from shared.embeddings import Embedder, LocalEmbedder, embed_texts, ensure_embedding_space
 from shared.logging import configure_logging
 from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.keys import MemoryRejected
@@ -252,9 +252,7 @@ def neighbour_context(turns: Sequence[Turn], index: int) -> str:
     return "\n".join(neighbours)[:MAX_CONTEXT_CHARS]
 
 
-def ingest(
-    conn: Conn, embedder: LocalEmbedder, tenant_id: int, conversation: Conversation, times: IngestTimes
-) -> Ingested:
+def ingest(conn: Conn, embedder: Embedder, tenant_id: int, conversation: Conversation, times: IngestTimes) -> Ingested:
     scope = Scope(tenant_id, ensure_user(conn, tenant_id, conversation.sample_id))
     ingested = Ingested(scope, {})
     started = time.perf_counter()
