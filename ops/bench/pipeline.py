@@ -10,8 +10,9 @@ latency: a 2 s debounce on a small machine, where a turn alone takes 1-2 s, turn
 chatting into a string of "idle" gaps. The workers a default `engram up` starts (ops/stack.py; `--cluster`
 runs the pools of ops/pools.py instead): `worker-turns` (turns, channels; ENGRAM_TURN_WORKER_CONCURRENCY's
 default, 2 processes) and `worker-background` (extraction, flush, compaction, embeddings, maintenance;
-ENGRAM_BACKGROUND_WORKER_CONCURRENCY's default, 1 process), plus beat, so the memory jobs queue behind each
-other as they do in production.
+ENGRAM_BACKGROUND_WORKER_CONCURRENCY's default, 2 processes), plus beat, so the memory jobs queue behind each
+other as they do in production (transcript indexing, bulk work, behind all the others: workers/queues.py
+BULK_PRIORITY). ENGRAM_EMBEDDING_BACKEND and ENGRAM_EMBEDDING_ONNX_PATH pass from the caller's environment.
 
 The model is the fake Anthropic server of ops/fake_llm.py, in this process, answering after a fixed
 latency: a chat call gets an echo; an extraction (or flush) call gets JSON with one fact per user
@@ -92,6 +93,8 @@ UNACKED_KEY = "unacked"
 LOG_EXCERPTS = 12
 SUBMIT_ATTEMPTS = 5
 MAX_RETRY_AFTER_S = 5.0
+
+EMBEDDING_RUNTIME_SETTINGS = ("ENGRAM_EMBEDDING_BACKEND", "ENGRAM_EMBEDDING_ONNX_PATH")
 
 # How the fake recognises background requests: phrases of the system prompts in shared/pipeline
 # (the same markers tests/integration/test_pipeline.py uses).
@@ -1563,6 +1566,11 @@ def pipeline_env(args: argparse.Namespace) -> dict[str, str]:
         # torch sizes its intra-op pool from this at import; by default every process takes all cores,
         # and several embedding processes on a small machine then mostly wait on each other.
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.torch_threads)
+    # The stack drops the caller's ENGRAM_* settings, except the embedding runtime, so one run can compare
+    # backends: ENGRAM_EMBEDDING_BACKEND=onnx (with ENGRAM_EMBEDDING_ONNX_PATH, an export made beforehand).
+    for name in EMBEDDING_RUNTIME_SETTINGS:
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     return env
 
 
@@ -1580,6 +1588,7 @@ def run_config(args: argparse.Namespace, events_error: str | None) -> dict[str, 
         "beat": not args.no_beat,
         "probe_every": args.probe_every,
         "torch_threads": args.torch_threads or None,
+        "embedding_backend": os.environ.get("ENGRAM_EMBEDDING_BACKEND") or "default",
         "seed": args.seed,
         "cpus": os.cpu_count(),
         "events_error": events_error,

@@ -5,6 +5,8 @@ one task at a time, so the extraction's commit and the indexing commits are orde
 
 from __future__ import annotations
 
+import ast
+import json
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -126,3 +128,50 @@ def test_extraction_queued_behind_a_transcript_indexing_backlog_runs_first(
     with db.connection() as conn:
         memories = conn.execute("SELECT count(*) AS n FROM memories WHERE valid_until IS NULL").fetchone()
     assert memories is not None and memories["n"] > 0  # the extractions found facts, not nothing
+
+
+def _extraction_messages_by_session() -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for raw in get_redis().lrange("extraction", 0, -1):
+        session_id = int(ast.literal_eval(json.loads(raw)["headers"]["kwargsrepr"])["session_id"])
+        counts[session_id] = counts.get(session_id, 0) + 1
+    return counts
+
+
+def _unacked_sweeps() -> list[str]:
+    """Sweep tasks a worker took and has not acknowledged (kombu's `unacked` hash: [message, exchange, key])."""
+    held = (json.loads(raw)[0]["headers"]["task"] for raw in get_redis().hvals("unacked"))
+    return [task for task in held if task == "engram.maintenance.redrive_pending_extraction"]
+
+
+def test_the_pending_extraction_sweep_sends_no_second_task_for_a_late_one(
+    api: httpx.Client, stopped_stack: CeleryStack
+) -> None:
+    """A session whose extraction task waits in a backlog is late, not lost: the sweep leaves it alone and
+    schedules only the session whose task is gone."""
+    from workers.app import app
+    from workers.dispatch import enqueue_extraction
+
+    sessions = {}
+    for name in ("late", "lost"):
+        ingest(api, name, ("user", f"I live in Lisbon ({name})."))
+        sessions[name] = _session_id(name)
+    with db.connection() as conn:  # unmined for longer than the sweep's threshold (2 x the cap)
+        conn.execute("UPDATE session_messages SET created_at = now() - interval '10 minutes'")
+    client = get_redis()
+    plan = debounce.schedule(client, "extract", sessions["late"], debounce=0, max_wait=0)
+    enqueue_extraction(sessions["late"], plan.token, plan.countdown)  # nobody consumes `extraction` here
+    assert _extraction_messages_by_session() == {sessions["late"]: 1}
+
+    env = stopped_stack.env("anthropic", PIPELINE_ENV)
+    sweeper = worker("sweep", env, stopped_stack.log_dir, concurrency=1, queues=("maintenance",))
+    sweeper.start()
+    try:
+        sweeper.wait_ready()
+        app.send_task("engram.maintenance.redrive_pending_extraction", queue="maintenance")
+        eventually(lambda: sessions["lost"] in _extraction_messages_by_session(), message="the lost one not swept")
+        # The sweep's task returned (acknowledged): it sent everything it was going to send.
+        eventually(lambda: client.llen("maintenance") == 0 and not _unacked_sweeps())
+    finally:
+        sweeper.stop()
+    assert _extraction_messages_by_session() == {sessions["late"]: 1, sessions["lost"]: 1}
