@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from shared import db
 from shared.logging import get_logger
 from shared.redis_client import get_redis
-from workers.queues import QUEUES
+from workers.queues import QUEUES, broker_keys
 
 log = get_logger(__name__)
 
@@ -100,9 +100,11 @@ class EngramCollector(Collector):
         client = get_redis()
         pipe = client.pipeline(transaction=False)
         for queue in QUEUES:
-            pipe.llen(queue)
-        for queue, length in zip(QUEUES, pipe.execute(), strict=True):
-            depth.add_metric([queue], length)
+            for key in broker_keys(queue):  # bulk work waits in the queue's lowest-priority list
+                pipe.llen(key)
+        lengths = iter(pipe.execute())
+        for queue in QUEUES:
+            depth.add_metric([queue], sum(next(lengths) for _ in broker_keys(queue)))
         return depth
 
 

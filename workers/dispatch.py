@@ -18,6 +18,7 @@ from shared.pipeline import debounce
 from shared.pipeline.jobs import plan_after_turn
 from shared.redis_client import get_redis
 from workers.app import app
+from workers.queues import BULK_PRIORITY
 
 if TYPE_CHECKING:  # only for annotations
     from shared.pipeline.jobs import JobOutcome
@@ -70,7 +71,14 @@ def enqueue_compaction(session_id: int) -> None:
 
 
 def enqueue_transcript_indexing(session_id: int) -> None:
-    app.send_task("engram.embeddings.index_transcript", kwargs={"session_id": session_id}, queue="embeddings")
+    """Bulk work: behind every extraction, flush, compaction and memory embedding waiting for the same
+    processes (workers/queues.py BULK_PRIORITY); its retries keep the priority."""
+    app.send_task(
+        "engram.embeddings.index_transcript",
+        kwargs={"session_id": session_id},
+        queue="embeddings",
+        priority=BULK_PRIORITY,
+    )
 
 
 def schedule_memory_work(session_id: int, session: dict[str, Any] | None = None) -> None:

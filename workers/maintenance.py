@@ -40,7 +40,8 @@ log = get_logger(__name__)
 
 @engram_task("maintenance")
 def redrive_pending_extraction() -> int:
-    """Sessions with messages nobody mined for a while (their extraction task was lost): schedule one."""
+    """Sessions with messages nobody mined for a while and no extraction task in the broker (it was lost, and
+    its claim expired): schedule one. A session whose task is only late (a backlog) is left to that task."""
     settings = get_settings()
     if not settings.auto_memory:
         return 0
@@ -51,11 +52,15 @@ def redrive_pending_extraction() -> int:
             (settings.extraction_max_wait_seconds * 2,),
         ).fetchall()
     client = get_redis()
+    sent = 0
     for row in rows:
-        # Forced: the session's pending task (if its key says there is one) is presumed lost.
+        if debounce.has_pending(client, "extract", row["session_id"]):
+            continue
+        # Forced: a claim set since the check above belongs to a task that runs or stands down.
         plan = debounce.schedule(client, "extract", row["session_id"], debounce=0, max_wait=0, force=True)
         enqueue_extraction(row["session_id"], plan.token, plan.countdown)
-    return len(rows)
+        sent += 1
+    return sent
 
 
 @engram_task("maintenance")

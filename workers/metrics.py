@@ -46,7 +46,7 @@ from shared.config import get_settings
 from shared.logging import get_logger
 from shared.metrics import count_task_failure, count_task_retry, observe_task, preinitialize
 from shared.redis_client import get_redis
-from workers.queues import QUEUES
+from workers.queues import QUEUES, broker_keys
 
 log = get_logger(__name__)
 
@@ -97,9 +97,11 @@ class BrokerCollector(Collector):
         try:
             pipe = get_redis().pipeline(transaction=False)
             for queue in self.queues:
-                pipe.llen(queue)
-            for queue, length in zip(self.queues, pipe.execute(), strict=True):
-                depth.add_metric([queue], int(length))
+                for key in broker_keys(queue):  # bulk work waits in the queue's lowest-priority list
+                    pipe.llen(key)
+            lengths = iter(pipe.execute())
+            for queue in self.queues:
+                depth.add_metric([queue], sum(int(next(lengths)) for _ in broker_keys(queue)))
         except Exception as exc:  # a scrape must not fail because Redis is away
             log.warning("metrics: redis unavailable", error=str(exc))
             return

@@ -13,3 +13,18 @@ POOLS: dict[str, tuple[str, ...]] = {
     "embeddings": ("embeddings",),
     "maintenance": ("maintenance",),
 }
+
+# Bulk work (transcript indexing after a compaction: tens of blocks through the embedding model) is sent with
+# the lowest message priority. kombu's Redis transport keeps such messages in a list of their own
+# ("embeddings\x06\x169") and a worker's BRPOP lists every queue's default-priority list first, so the same
+# process takes a due extraction, flush, compaction or memory embedding before any queued bulk task, without
+# a process of its own (a worker with a local embedder costs ~0.5-0.7 GB). With Redis, 0 is the highest.
+BULK_PRIORITY = 9
+# The Redis lists of a queue: kombu's default priority steps (0, 3, 6, 9); step 0 is the queue's own name.
+_PRIORITY_SEP = "\x06\x16"
+_PRIORITY_STEPS = (0, 3, 6, 9)
+
+
+def broker_keys(queue: str) -> tuple[str, ...]:
+    """Every Redis list that holds `queue`'s waiting messages (what a depth must add up)."""
+    return tuple(queue if step == 0 else f"{queue}{_PRIORITY_SEP}{step}" for step in _PRIORITY_STEPS)

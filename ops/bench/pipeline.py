@@ -10,8 +10,10 @@ latency: a 2 s debounce on a small machine, where a turn alone takes 1-2 s, turn
 chatting into a string of "idle" gaps. The workers a default `engram up` starts (ops/stack.py; `--cluster`
 runs the pools of ops/pools.py instead): `worker-turns` (turns, channels; ENGRAM_TURN_WORKER_CONCURRENCY's
 default, 2 processes) and `worker-background` (extraction, flush, compaction, embeddings, maintenance;
-ENGRAM_BACKGROUND_WORKER_CONCURRENCY's default, 1 process), plus beat, so the memory jobs queue behind each
-other as they do in production.
+ENGRAM_BACKGROUND_WORKER_CONCURRENCY's default, 2 processes), plus beat, so the memory jobs queue behind each
+other as they do in production (transcript indexing, bulk work, behind all the others: workers/queues.py
+BULK_PRIORITY). --embedding-backend (default: the caller's ENGRAM_EMBEDDING_BACKEND, else the setting's
+default) picks the runtime; ENGRAM_EMBEDDING_ONNX_PATH passes from the caller's environment.
 
 The model is the fake Anthropic server of ops/fake_llm.py, in this process, answering after a fixed
 latency: a chat call gets an echo; an extraction (or flush) call gets JSON with one fact per user
@@ -92,6 +94,8 @@ UNACKED_KEY = "unacked"
 LOG_EXCERPTS = 12
 SUBMIT_ATTEMPTS = 5
 MAX_RETRY_AFTER_S = 5.0
+
+EMBEDDING_RUNTIME_SETTINGS = ("ENGRAM_EMBEDDING_ONNX_PATH",)
 
 # How the fake recognises background requests: phrases of the system prompts in shared/pipeline
 # (the same markers tests/integration/test_pipeline.py uses).
@@ -1532,8 +1536,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--embedding-backend",
         choices=("onnx", "torch"),
-        default=fields["embedding_backend"].default,
-        help="ENGRAM_EMBEDDING_BACKEND of the engram processes (default: the setting's default)",
+        default=os.environ.get("ENGRAM_EMBEDDING_BACKEND") or fields["embedding_backend"].default,
+        help="ENGRAM_EMBEDDING_BACKEND of the engram processes (default: the caller's, else the setting's default)",
     )
     parser.add_argument("--probe-every", type=int, default=20, help="probe search for every Nth turn (0: none)")
     parser.add_argument("--turn-timeout", type=float, default=180.0)
@@ -1572,6 +1576,10 @@ def pipeline_env(args: argparse.Namespace) -> dict[str, str]:
         # torch sizes its intra-op pool from this at import; by default every process takes all cores,
         # and several embedding processes on a small machine then mostly wait on each other.
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.torch_threads)
+    # The stack drops the caller's ENGRAM_* settings, except where an export made beforehand lives.
+    for name in EMBEDDING_RUNTIME_SETTINGS:
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     return env
 
 

@@ -11,8 +11,10 @@ turn sending a task of its own. One task per turn filled a single background pro
 thousands of superseded no-ops under load, and a due extraction waited behind all of them.
 
 Redis holds only these coordination keys; what was processed is decided by the watermark in Postgres.
-A lost task leaves its `queued` key behind for at most `queued_ttl` (the pending-extraction sweep
-forces a new task meanwhile); a duplicate task (an expired key, a forced schedule) runs or stands down.
+A lost task leaves its `queued` key behind for at most `queued_ttl`; the pending-extraction sweep forces a
+new task only for sessions without that key (`has_pending`): under a backlog the pending task is late, not
+lost, and a second one per session doubled the very queue it waited in. A duplicate task (an expired key,
+a forced schedule) runs or stands down.
 """
 
 from __future__ import annotations
@@ -119,6 +121,11 @@ def decide(
     due = last + debounce if first is None else min(last + debounce, first + max_wait)
     client.set(queued_key, latest, ex=queued_ttl(debounce, max_wait))
     return Decision(run=False, rearm=Schedule(latest, max(0.0, due - now), send=True))
+
+
+def has_pending(client: redis.Redis, kind: str, session_id: int) -> bool:
+    """Whether a task of the session is in the broker (its claim is set and has not expired)."""
+    return bool(client.exists(_keys(kind, session_id)[3]))
 
 
 def started(client: redis.Redis, kind: str, session_id: int) -> None:

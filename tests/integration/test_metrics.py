@@ -20,7 +20,7 @@ from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_pipeline import eventually, responder
 from tests.integration.test_turns import post_turn
 from tests.support.processes import CeleryProcess, worker
-from workers.queues import INTERACTIVE_QUEUES
+from workers.queues import INTERACTIVE_QUEUES, broker_keys
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,8 @@ def turns_pool(
         yield pool, f"http://127.0.0.1:{port}/metrics"
     finally:
         pool.stop()
-        get_redis().delete("extraction")  # the scheduled extraction must not run in a later test
+        # The scheduled extraction (and the bulk task a test queues) must not run in a later test.
+        get_redis().delete("extraction", *broker_keys("embeddings"))
 
 
 def metrics_key(scopes: list[str]) -> str:
@@ -97,6 +98,12 @@ def test_a_scrape_after_a_turn_shows_latency_llm_calls_and_queue_depth(
     # Queue depth: the turns queue is drained; the extraction the turn scheduled waits (no pool here takes it).
     assert sample(text, "engram_queue_depth", queue="turns") == 0
     assert sample(text, "engram_queue_depth", queue="extraction") == 1
+    # Bulk work waits in its queue's lowest-priority list, and the depth counts it (KEDA and dashboards).
+    from workers.dispatch import enqueue_transcript_indexing
+
+    get_redis().delete(*broker_keys("embeddings"))
+    enqueue_transcript_indexing(turn["session_id"])
+    assert sample(scrape(), "engram_queue_depth", queue="embeddings") == 1
 
 
 def test_the_exporter_needs_a_metrics_key(turns_pool: tuple[CeleryProcess, str]) -> None:
