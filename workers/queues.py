@@ -20,6 +20,8 @@ POOLS: dict[str, tuple[str, ...]] = {
 # process takes a due extraction, flush, compaction or memory embedding before any queued bulk task, without
 # a process of its own (a worker with a local embedder costs ~0.5-0.7 GB). With Redis, 0 is the highest.
 BULK_PRIORITY = 9
+# Queues that receive bulk-priority messages: autoscalers must watch their bulk list too (ops/k8s/base/keda.yaml).
+BULK_QUEUES = ("embeddings",)
 # The Redis lists of a queue: kombu's default priority steps (0, 3, 6, 9); step 0 is the queue's own name.
 _PRIORITY_SEP = "\x06\x16"
 _PRIORITY_STEPS = (0, 3, 6, 9)
@@ -28,3 +30,8 @@ _PRIORITY_STEPS = (0, 3, 6, 9)
 def broker_keys(queue: str) -> tuple[str, ...]:
     """Every Redis list that holds `queue`'s waiting messages (what a depth must add up)."""
     return tuple(queue if step == 0 else f"{queue}{_PRIORITY_SEP}{step}" for step in _PRIORITY_STEPS)
+
+
+def bulk_key(queue: str) -> str:
+    """The Redis list of `queue`'s bulk-priority (BULK_PRIORITY) messages."""
+    return f"{queue}{_PRIORITY_SEP}{BULK_PRIORITY}"
