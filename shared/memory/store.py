@@ -303,8 +303,7 @@ def same_content_statement(scope: Scope, namespace: str, key: str, value: str) -
     """
     sql = """(SELECT id, NULL::text AS value FROM memories
                WHERE tenant_id = %(t)s AND user_id = %(u)s AND namespace = %(ns)s AND content_key = %(ck)s
-                 AND key <> %(key)s AND valid_until IS NULL
-               LIMIT 1)
+                 AND key <> %(key)s AND valid_until IS NULL)
              UNION ALL
              (SELECT id, value FROM memories
                WHERE tenant_id = %(t)s AND user_id = %(u)s AND namespace = %(ns)s AND content_key IS NULL
