@@ -4,9 +4,9 @@
 -- check is one probe of memories_content_key_idx.
 --
 -- SQL cannot reproduce the fingerprint (NFKC, casefold), so existing rows start NULL: the store still
--- compares them the old way (through memories_content_key_legacy_idx) until
--- shared/memory/content_keys.backfill (nightly decay job, `engram migrate`) has keyed them. Once none are
--- left that index is empty and the legacy check is a probe that finds nothing.
+-- compares them the old way (through memories_content_key_legacy_idx) until the nightly decay job has
+-- keyed them (shared/memory/content_keys.py, per user). Once none are left that index is empty and the
+-- legacy check is a probe that finds nothing.
 ALTER TABLE memories ADD COLUMN IF NOT EXISTS content_key bytea;
 
 CREATE INDEX IF NOT EXISTS memories_content_key_idx ON memories (user_id, namespace, content_key)

@@ -136,6 +136,6 @@ def content_key(value: str) -> bytes:
 
     The one definition of the stored key; SQL never recomputes it (it cannot reproduce the NFKC and
     casefold rules exactly), so every writer passes it in and rows written before it existed get it
-    from `shared.memory.content_keys.backfill`.
+    from `shared.memory.content_keys.backfill_batch` (nightly decay).
     """
     return hashlib.sha256(content_fingerprint(value).encode()).digest()
