@@ -69,16 +69,19 @@ def seed(conn: Any, users: int, memories: int, now: datetime) -> int:
         (tenant, users),
     )
     span = timedelta(days=730).total_seconds()
+    # content_key as store_memory writes it (keys.content_key): these lowercase ASCII values are their own
+    # fingerprint, so sha256 of the value is exact, and decay measures decay rather than a one-off backfill.
     conn.execute(
         """INSERT INTO memories (tenant_id, user_id, namespace, key, value, kind, decay_rate, created_at,
-                                 last_accessed_at)
+                                 last_accessed_at, content_key)
            SELECT u.tenant_id, u.id, CASE WHEN g %% 2 = 0 THEN 'tacit/facts' ELSE 'tacit/preferences' END,
                   'item-' || g, 'note ' || g || ' about topic ' || (g %% 17),
                   CASE WHEN g %% 2 = 0 THEN 'fact' ELSE 'preference' END,
                   CASE WHEN g %% 2 = 0 THEN 0.01 ELSE 0.005 END,
                   CASE WHEN g <= 3 THEN %(now)s - interval '2 days'
                        ELSE %(now)s - make_interval(secs => %(span)s * g / %(m)s) END,
-                  CASE WHEN g %% 3 = 0 THEN %(now)s - make_interval(secs => %(span)s * g / %(m)s / 3) END
+                  CASE WHEN g %% 3 = 0 THEN %(now)s - make_interval(secs => %(span)s * g / %(m)s / 3) END,
+                  sha256(convert_to('note ' || g || ' about topic ' || (g %% 17), 'UTF8'))
            FROM users u CROSS JOIN generate_series(1, %(m)s) g""",
         {"now": now, "span": span, "m": memories},
     )

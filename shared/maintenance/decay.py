@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.maintenance.runs import Page, RunHandle, UserRef
+from shared.memory.content_keys import backfill_batch
 from shared.memory.derived import release_derived
 from shared.memory.store import MEMORY_COLUMNS, Scope, record_event
 from shared.pipeline.jobs import synthesize_personality
@@ -69,12 +70,28 @@ def decayed(confidence: float, rate: float, since: datetime, as_of: datetime) ->
 
 def run(handle: RunHandle) -> None:
     for user in handle.each_user():
-        if not _decay_user(handle, user):
+        if not _key_user(handle, user) or not _decay_user(handle, user):
             return  # paused between pages
         _expire_styles(handle, user)
         handle.user_done(user)
         if handle.should_stop():
             return
+
+
+def _key_user(handle: RunHandle, user: UserRef) -> bool:
+    """Give the user's memories from before migration 0014 their content key; False when the run must pause.
+
+    Not decay, but the nightly pass over every user is where it fits: until a user's legacy rows are
+    keyed, each store compares them value by value (shared/memory/content_keys.py). One empty index
+    probe per user once they are all keyed."""
+    while True:
+        with handle.page() as page:
+            keyed = backfill_batch(page.conn, user.tenant_id, user.user_id, handle.settings.job_page_size)
+            page.count("content_keys_filled", keyed)
+        if keyed < handle.settings.job_page_size:
+            return True
+        if handle.should_stop():
+            return False
 
 
 def _decay_user(handle: RunHandle, user: UserRef) -> bool:

@@ -8,6 +8,7 @@ message is meant to be shown to whoever sent the memory (it becomes an HTTP 422 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 
@@ -128,3 +129,13 @@ def content_fingerprint(value: str) -> str:
     """
     text = " ".join(unicodedata.normalize("NFKC", value).casefold().split())
     return text.rstrip(_TRAILING_PUNCTUATION + " ")
+
+
+def content_key(value: str) -> bytes:
+    """What `memories.content_key` stores: sha256 of the fingerprint, so "same content" is an index probe.
+
+    The one definition of the stored key; SQL never recomputes it (it cannot reproduce the NFKC and
+    casefold rules exactly), so every writer passes it in and rows written before it existed get it
+    from `shared.memory.content_keys.backfill_batch` (nightly decay).
+    """
+    return hashlib.sha256(content_fingerprint(value).encode()).digest()

@@ -30,7 +30,7 @@ from psycopg.types.json import Jsonb
 
 from shared.db import Conn
 from shared.memory.entities import link_entities
-from shared.memory.keys import MemoryRejected, content_fingerprint, normalize_namespace, sanitize
+from shared.memory.keys import MemoryRejected, content_fingerprint, content_key, normalize_namespace, sanitize
 from shared.text import escape_like, text_problem
 
 KINDS = ("fact", "episode", "preference", "style", "directive", "artifact", "reflection", "summary", "document")
@@ -292,20 +292,40 @@ def find_active(conn: Conn, scope: Scope, namespace: str, key: str) -> dict[str,
     ).fetchone()
 
 
+def same_content_statement(scope: Scope, namespace: str, key: str, value: str) -> tuple[str, dict[str, Any]]:
+    """The statement behind `_same_content_elsewhere` (separate so tests can EXPLAIN it).
+
+    One round trip, two probes. Keyed rows: equal `content_key` (sha256 of the fingerprint, keys.py)
+    through memories_content_key_idx, whatever the user's size. Rows written before migration 0014 have
+    no key yet: their values are returned to be compared in Python as before (the fingerprint rules live
+    only in keys.py), id and value alone; memories_content_key_legacy_idx holds exactly those rows, so
+    once the nightly backfill (shared/memory/content_keys.py) has keyed them this branch reads nothing.
+    """
+    sql = """(SELECT id, NULL::text AS value FROM memories
+               WHERE tenant_id = %(t)s AND user_id = %(u)s AND namespace = %(ns)s AND content_key = %(ck)s
+                 AND key <> %(key)s AND valid_until IS NULL)
+             UNION ALL
+             (SELECT id, value FROM memories
+               WHERE tenant_id = %(t)s AND user_id = %(u)s AND namespace = %(ns)s AND content_key IS NULL
+                 AND key <> %(key)s AND valid_until IS NULL AND length(value) BETWEEN %(lo)s AND %(hi)s)"""
+    params = {
+        "t": scope.tenant_id,
+        "u": scope.user_id,
+        "ns": namespace,
+        "key": key,
+        "ck": content_key(value),
+        "lo": max(0, len(value) // 2),
+        "hi": len(value) * 2 + 8,
+    }
+    return sql, params
+
+
 def _same_content_elsewhere(conn: Conn, scope: Scope, namespace: str, key: str, value: str) -> dict[str, Any] | None:
+    rows = conn.execute(*same_content_statement(scope, namespace, key, value)).fetchall()
     fingerprint = content_fingerprint(value)
-    # Compare fingerprints in Python: the fingerprint rules live in one place (keys.py) instead of
-    # being re-implemented in SQL. Only id and value are read for the comparison: conversational turns
-    # share a namespace and length class, so this reads most of the user's memories on every store, and
-    # reading whole rows (metadata with its context, ~4x the value) made it the costliest step of a store
-    # (ops/bench/peer.py ingest profile). The one match, if any, is then read in full.
-    rows = conn.execute(
-        """SELECT id, value FROM memories
-            WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key <> %s AND valid_until IS NULL
-              AND length(value) BETWEEN %s AND %s""",
-        (scope.tenant_id, scope.user_id, namespace, key, max(0, len(value) // 2), len(value) * 2 + 8),
-    ).fetchall()
-    match = next((row["id"] for row in rows if content_fingerprint(row["value"]) == fingerprint), None)
+    match = next(
+        (row["id"] for row in rows if row["value"] is None or content_fingerprint(row["value"]) == fingerprint), None
+    )
     if match is None:
         return None
     return conn.execute(
@@ -328,8 +348,8 @@ def _insert(conn: Conn, scope: Scope, item: MemoryInput, actor: str, supersedes:
     row = conn.execute(
         f"""INSERT INTO memories (tenant_id, user_id, namespace, key, value, kind, tags, metadata, confidence,
                                   decay_rate, event_time, source, source_session_id, source_message_ids,
-                                  supersedes_id)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                  supersedes_id, content_key)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
             RETURNING {MEMORY_COLUMNS}""",
         (
             scope.tenant_id,
@@ -347,6 +367,7 @@ def _insert(conn: Conn, scope: Scope, item: MemoryInput, actor: str, supersedes:
             item.source_session_id,
             list(item.source_message_ids),
             supersedes,
+            content_key(item.value),
         ),
     ).fetchone()
     assert row is not None
