@@ -132,6 +132,42 @@ def clean_state(services: TestServices) -> TestServices:
     return services
 
 
+@pytest.fixture
+def conn(clean_state: TestServices) -> Iterator[Any]:
+    """A pooled connection inside one transaction, on a clean database."""
+    from shared import db
+
+    with db.connection() as connection:
+        yield connection
+
+
+@pytest.fixture
+def autocommit_conn(clean_state: TestServices) -> Iterator[Any]:
+    """A pooled connection in autocommit (each statement commits: what a job's many short transactions see)."""
+    from shared import db
+
+    with db.connection() as connection:
+        connection.autocommit = True
+        yield connection
+        connection.autocommit = False
+
+
+@pytest.fixture
+def fresh_db_url(services: TestServices) -> Iterator[str]:
+    """A new empty database on the test Postgres (no migrations applied), dropped afterwards."""
+    import uuid
+
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    name = f"fresh_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(services.database_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    yield make_conninfo(services.database_url, dbname=name)
+    with psycopg.connect(services.database_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
 @pytest.fixture(scope="session")
 def fake_llm_server() -> Iterator[FakeLLM]:
     with FakeLLM() as fake:

@@ -4,24 +4,20 @@ until the nightly decay run keys them, and a user's size no longer sets the cost
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
-from shared import db, migrate
-from shared.auth import ensure_tenant
+from shared import migrate
 from shared.config import get_settings
 from shared.db import Conn, connect
 from shared.maintenance import jobs
 from shared.memory.content_keys import backfill_batch
 from shared.memory.keys import content_key
 from shared.memory.store import MemoryInput, Scope, list_memories, same_content_statement, store_memory
-from shared.turns import ensure_user
+from tests.support.scopes import make_scope
 from tests.support.services import TestServices
 
 pytestmark = pytest.mark.integration
@@ -30,16 +26,8 @@ SAME_LENGTH = 2000  # memories of one user, one namespace, one length class: wha
 
 
 @pytest.fixture
-def conn(clean_state: TestServices) -> Iterator[Conn]:
-    with db.connection() as connection:
-        connection.autocommit = True
-        yield connection
-        connection.autocommit = False
-
-
-def make_scope(conn: Conn, user: str = "alice") -> Scope:
-    tenant_id = ensure_tenant(conn, "default")
-    return Scope(tenant_id, ensure_user(conn, tenant_id, user))
+def conn(autocommit_conn: Conn) -> Conn:
+    return autocommit_conn
 
 
 def stored_key(conn: Conn, memory_id: int) -> bytes | None:
@@ -160,16 +148,6 @@ def test_legacy_rows_cost_what_they_did_until_keyed_then_nothing(conn: Conn) -> 
 
 
 # ------------------------------------------------------------------------------------------ migration
-
-
-@pytest.fixture
-def fresh_db_url(services: TestServices) -> Iterator[str]:
-    name = f"ck_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(services.database_url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    yield make_conninfo(services.database_url, dbname=name)
-    with psycopg.connect(services.database_url, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 def test_the_migration_applies_to_a_database_with_memories(fresh_db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,6 @@ chain, prefix stability, time zones, steering through the inspection API, profil
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,17 +23,10 @@ from shared.tools import default_registry
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_memory_store import make_scope
 from tests.integration.test_turns import post_turn
-from tests.support.services import TestServices
 
 pytestmark = pytest.mark.integration
 
 NOW = datetime(2026, 3, 4, 13, 5, tzinfo=UTC)
-
-
-@pytest.fixture
-def conn(clean_state: TestServices) -> Iterator[Conn]:
-    with db.connection() as connection:
-        yield connection
 
 
 def session_row(conn: Conn, scope: Scope, key: str = "s1", channel: str = "api") -> dict[str, Any]:

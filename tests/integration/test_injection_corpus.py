@@ -5,7 +5,6 @@ that keep instructions out of memory whatever the detector misses."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -74,12 +73,6 @@ def test_the_benchmark_sees_instructions_when_the_writer_rules_are_off(
 
 
 # ------------------------------------------------------------------- writer rules
-
-
-@pytest.fixture
-def conn(clean_state: TestServices) -> Iterator[Conn]:
-    with db.connection() as connection:
-        yield connection
 
 
 def _tool_ctx(scope: Scope) -> ToolContext:

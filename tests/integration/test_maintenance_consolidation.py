@@ -7,37 +7,25 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared import db
-from shared.auth import ensure_tenant
 from shared.config import Settings
 from shared.db import Conn
 from shared.maintenance import jobs
 from shared.maintenance.consolidation import jaccard, sessions_to_queue
 from shared.memory.store import MemoryInput, Scope, store_memory
-from shared.turns import ensure_user
-from tests.support.services import TestServices
+from tests.support.scopes import make_scope
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def conn(clean_state: TestServices) -> Iterator[Conn]:
-    with db.connection() as connection:
-        connection.autocommit = True
-        yield connection
-        connection.autocommit = False
-
-
-def make_scope(conn: Conn, user: str = "alice") -> Scope:
-    tenant_id = ensure_tenant(conn, "default")
-    return Scope(tenant_id, ensure_user(conn, tenant_id, user))
+def conn(autocommit_conn: Conn) -> Conn:
+    return autocommit_conn
 
 
 def conversation(conn: Conn, scope: Scope, key: str, user_lines: list[str], hours_ago: float = 2) -> int:

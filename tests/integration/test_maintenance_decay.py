@@ -10,37 +10,26 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from psycopg.types.json import Jsonb
 
-from shared import db
 from shared.auth import ensure_tenant
 from shared.config import get_settings
 from shared.db import Conn
 from shared.maintenance import jobs
 from shared.maintenance.runs import UserRef
 from shared.memory.store import MemoryInput, Scope, confirm_memory, store_memory
-from shared.turns import ensure_user
-from tests.support.services import TestServices
+from tests.support.scopes import make_scope
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def conn(clean_state: TestServices) -> Iterator[Conn]:
-    with db.connection() as connection:
-        connection.autocommit = True
-        yield connection
-        connection.autocommit = False
-
-
-def make_scope(conn: Conn, user: str = "alice", tenant: str = "default") -> Scope:
-    tenant_id = ensure_tenant(conn, tenant)
-    return Scope(tenant_id, ensure_user(conn, tenant_id, user))
+def conn(autocommit_conn: Conn) -> Conn:
+    return autocommit_conn
 
 
 def store(conn: Conn, scope: Scope, key: str, value: str, **fields: Any) -> dict[str, Any]:

@@ -4,13 +4,11 @@ with the reason recorded and nothing stamped."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared import db
 from shared.auth import ensure_tenant
 from shared.config import Settings, get_settings
 from shared.db import Conn
@@ -19,17 +17,13 @@ from shared.maintenance.enrichment import parse_entities
 from shared.memory.entities import entity_info
 from shared.memory.store import MemoryInput, Scope, store_memory
 from shared.turns import ensure_user
-from tests.support.services import TestServices
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def conn(clean_state: TestServices) -> Iterator[Conn]:
-    with db.connection() as connection:
-        connection.autocommit = True
-        yield connection
-        connection.autocommit = False
+def conn(autocommit_conn: Conn) -> Conn:
+    return autocommit_conn
 
 
 def test_the_model_links_missed_entities_and_merges_aliases(conn: Conn, fake_llm: FakeLLM) -> None:

@@ -3,11 +3,8 @@ delete, confirm, history, entities, erase."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from shared import db
 from shared.auth import ensure_tenant
 from shared.db import Conn
 from shared.memory.entities import entity_info
@@ -25,15 +22,8 @@ from shared.memory.store import (
 )
 from shared.memory.userdata import erase_user, export_user
 from shared.turns import ensure_user
-from tests.support.services import TestServices
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def conn(clean_state: TestServices) -> Iterator[Conn]:
-    with db.connection() as connection:
-        yield connection
 
 
 def make_scope(conn: Conn, user: str = "alice", tenant: str = "t1") -> Scope:

@@ -3,28 +3,14 @@
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
 from shared.db import connect
 from shared.migrate import apply_migrations, available_migrations, pending_migrations
-from tests.support.services import TestServices
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def fresh_db_url(services: TestServices) -> Iterator[str]:
-    name = f"mig_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(services.database_url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    yield make_conninfo(services.database_url, dbname=name)
-    with psycopg.connect(services.database_url, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 def test_migrations_apply_once_in_order(fresh_db_url: str) -> None:

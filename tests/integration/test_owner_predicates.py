@@ -3,12 +3,10 @@ forged request might), the shared write functions change nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from shared import db
 from shared.db import Conn
 from shared.memory.store import (
     MemoryInput,
@@ -24,15 +22,8 @@ from shared.memory.store import (
     update_attributes,
 )
 from tests.integration.test_memory_store import make_scope
-from tests.support.services import TestServices
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def conn(clean_state: TestServices) -> Iterator[Conn]:
-    with db.connection() as connection:
-        yield connection
 
 
 def row(conn: Conn, memory_id: int) -> dict[str, Any]:

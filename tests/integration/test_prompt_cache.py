@@ -4,7 +4,6 @@ a memory written mid-session reaches the model in the dynamic tail without touch
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,13 +12,12 @@ import pytest
 
 from ops.fake_cache import anthropic_parts, part_tokens
 from ops.fake_llm import FakeLLM, FakeReply, RecordedRequest, engram_tail
-from shared import db
 from shared.context.compiler import TurnContext, compile_request, prepare_turn
 from shared.context.epoch import COMPACTED, DELTA_BOUND, FIRST, MEMORY_CHANGED, PROMPT_CHANGED
 from shared.db import Conn
 from shared.memory.store import MemoryInput, Scope, store_memory
 from shared.tools import default_registry
-from tests.conftest import CeleryStack, TestServices, wait_turn
+from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_context import session_row
 from tests.integration.test_memory_store import make_scope
 from tests.integration.test_turns import post_turn
@@ -87,12 +85,6 @@ def test_memory_written_mid_session_shows_in_the_tail_and_keeps_the_prefix(
 
 
 # --- the epoch rules, at the compiler --------------------------------------------------------------
-
-
-@pytest.fixture
-def conn(clean_state: TestServices) -> Iterator[Conn]:
-    with db.connection() as connection:
-        yield connection
 
 
 def prepare(conn: Conn, session: dict[str, Any], *, max_delta: int = 10, persist: bool = True) -> TurnContext:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 from pgvector import Vector
 
-from shared import db
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
@@ -17,7 +15,6 @@ from shared.memory.indexing import index_memory
 from shared.memory.search import SearchFilters, SearchOptions, SearchResult, search
 from shared.memory.store import MemoryInput, Scope, store_memory
 from tests.integration.test_memory_store import make_scope
-from tests.support.services import TestServices
 
 pytestmark = pytest.mark.integration
 
@@ -33,12 +30,6 @@ FACTS = {
 @pytest.fixture(scope="module")
 def embedder() -> LocalEmbedder:
     return LocalEmbedder()
-
-
-@pytest.fixture
-def conn(clean_state: TestServices) -> Iterator[Conn]:
-    with db.connection() as connection:
-        yield connection
 
 
 def add(conn: Conn, scope: Scope, embedder: LocalEmbedder | None, key: str, value: str, **kw: object) -> int:

@@ -8,25 +8,17 @@ from typing import Any
 
 import pytest
 
-from shared import db
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
 from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.search import SearchOptions, search, search_statement
 from shared.memory.store import MemoryInput, Scope, store_memory
 from tests.integration.test_memory_store import make_scope
-from tests.support.services import TestServices
 
 pytestmark = pytest.mark.integration
 
 TOPICS = ["pottery class", "camping trip", "adoption agency", "painting a sunset", "running a charity race"]
 MEMORIES = 120
-
-
-@pytest.fixture
-def conn(clean_state: TestServices) -> Iterator[Conn]:
-    with db.connection() as connection:
-        yield connection
 
 
 def seed(conn: Conn) -> tuple[Scope, LocalEmbedder]:
