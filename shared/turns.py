@@ -230,12 +230,14 @@ def lock_session_row(conn: Conn, session_id: int) -> None:
     conn.execute("SELECT 1 FROM sessions WHERE id = %s FOR NO KEY UPDATE", (session_id,))
 
 
+# A session's live (not compacted) size, which decides flush and compaction; `%(session)s` is its id.
+LIVE_TOKEN_COUNT = """(SELECT coalesce(sum(token_estimate), 0) FROM session_messages
+                        WHERE session_id = %(session)s AND NOT is_compacted)"""
+
+
 def refresh_token_count(conn: Conn, session_id: int) -> None:
-    """The session's live (not compacted) size, which decides flush and compaction."""
+    """Store the session's live size (LIVE_TOKEN_COUNT)."""
     conn.execute(
-        """UPDATE sessions SET updated_at = now(), token_count = (
-               SELECT coalesce(sum(token_estimate), 0) FROM session_messages
-               WHERE session_id = %s AND NOT is_compacted)
-           WHERE id = %s""",
-        (session_id, session_id),
+        f"UPDATE sessions SET updated_at = now(), token_count = {LIVE_TOKEN_COUNT} WHERE id = %(session)s",
+        {"session": session_id},
     )

@@ -39,7 +39,7 @@ from shared.metrics import observe_turn
 from shared.text import estimate_tokens
 from shared.tools import ToolContext
 from shared.tracing import turn_span
-from shared.turns import lock_session_row
+from shared.turns import LIVE_TOKEN_COUNT, lock_session_row
 
 log = get_logger(__name__)
 
@@ -103,9 +103,15 @@ def _recheck_in(deps: TurnDeps, name: str) -> float:
 
 def has_open_turns(session_id: int) -> bool:
     with db.connection() as conn:
-        row = conn.execute(
-            "SELECT 1 FROM turns WHERE session_id = %s AND status IN ('queued', 'running') LIMIT 1", (session_id,)
-        ).fetchone()
+        return _open_turn_exists(conn, session_id)
+
+
+def _open_turn_exists(conn: Conn, session_id: int, other_than: int = 0) -> bool:
+    """Whether the session has a queued or running turn (besides turn `other_than`; ids start at 1)."""
+    row = conn.execute(
+        "SELECT 1 FROM turns WHERE session_id = %s AND status IN ('queued', 'running') AND id <> %s LIMIT 1",
+        (session_id, other_than),
+    ).fetchone()
     return row is not None
 
 
@@ -247,7 +253,7 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
             _insert_messages(conn, turn, outcome.messages)
             committed = _finish_session(conn, turn["session_id"], outcome.steering_fired)
             delivery = reply_ready(conn, turn["id"])
-        more = _other_open_turns(conn, turn)
+        more = _open_turn_exists(conn, turn["session_id"], other_than=turn["id"])
     if written:
         observe_turn("done", timings)
         handed_back = {"tool_calls": [_call_json(c) for c in outcome.client_calls]} if outcome.client_calls else {}
@@ -263,13 +269,11 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
 
 def _finish_session(conn: Conn, session_id: int, fired: set[str]) -> dict[str, Any]:
     """One statement for what a finished turn changes in its session: the live size (which decides flush and
-    compaction, as refresh_token_count), and steering that fires once per event (compaction recovery once
+    compaction, as in refresh_token_count), and steering that fires once per event (compaction recovery once
     after a compaction, the budget warning once per session). Returns the row as committed, so the memory
     work scheduled after the turn need not read it again."""
     row = conn.execute(
-        """UPDATE sessions SET updated_at = now(), recovery_pending = false,
-               token_count = (SELECT coalesce(sum(token_estimate), 0) FROM session_messages
-                              WHERE session_id = %(session)s AND NOT is_compacted),
+        f"""UPDATE sessions SET updated_at = now(), recovery_pending = false, token_count = {LIVE_TOKEN_COUNT},
                budget_warned_at = CASE WHEN %(warned)s THEN coalesce(budget_warned_at, now()) ELSE budget_warned_at END
            WHERE id = %(session)s
            RETURNING *""",
@@ -277,14 +281,6 @@ def _finish_session(conn: Conn, session_id: int, fired: set[str]) -> dict[str, A
     ).fetchone()
     assert row is not None  # the session row is locked by this transaction (lock_session_row)
     return row
-
-
-def _other_open_turns(conn: Conn, turn: dict[str, Any]) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM turns WHERE session_id = %s AND status IN ('queued', 'running') AND id <> %s LIMIT 1",
-        (turn["session_id"], turn["id"]),
-    ).fetchone()
-    return row is not None
 
 
 def _call_json(call: ToolCall) -> dict[str, Any]:
