@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from shared import db
 from shared.logging import get_logger
 from shared.redis_client import get_redis
-from workers.queues import QUEUES, broker_keys
+from workers.queues import QUEUES, queue_depths
 
 log = get_logger(__name__)
 
@@ -97,14 +97,8 @@ class EngramCollector(Collector):
 
     def _queue_depths(self) -> GaugeMetricFamily:
         depth = GaugeMetricFamily("engram_queue_depth", "Messages waiting per Celery queue", labels=["queue"])
-        client = get_redis()
-        pipe = client.pipeline(transaction=False)
-        for queue in QUEUES:
-            for key in broker_keys(queue):  # bulk work waits in the queue's lowest-priority list
-                pipe.llen(key)
-        lengths = iter(pipe.execute())
-        for queue in QUEUES:
-            depth.add_metric([queue], sum(next(lengths) for _ in broker_keys(queue)))
+        for queue, waiting in queue_depths(get_redis(), QUEUES).items():
+            depth.add_metric([queue], waiting)
         return depth
 
 

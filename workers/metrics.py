@@ -46,7 +46,7 @@ from shared.config import get_settings
 from shared.logging import get_logger
 from shared.metrics import count_task_failure, count_task_retry, observe_task, preinitialize
 from shared.redis_client import get_redis
-from workers.queues import QUEUES, broker_keys
+from workers.queues import QUEUES, queue_depths
 
 log = get_logger(__name__)
 
@@ -95,16 +95,12 @@ class BrokerCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         depth = GaugeMetricFamily("engram_queue_depth", "Messages waiting per Celery queue", labels=["queue"])
         try:
-            pipe = get_redis().pipeline(transaction=False)
-            for queue in self.queues:
-                for key in broker_keys(queue):  # bulk work waits in the queue's lowest-priority list
-                    pipe.llen(key)
-            lengths = iter(pipe.execute())
-            for queue in self.queues:
-                depth.add_metric([queue], sum(int(next(lengths)) for _ in broker_keys(queue)))
+            waiting = queue_depths(get_redis(), self.queues)
         except Exception as exc:  # a scrape must not fail because Redis is away
             log.warning("metrics: redis unavailable", error=str(exc))
             return
+        for queue, count in waiting.items():
+            depth.add_metric([queue], count)
         yield depth
 
 

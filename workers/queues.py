@@ -1,5 +1,13 @@
 """Queue names (importable without building the Celery app)."""
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only for annotations
+    import redis
+
 QUEUES = ("turns", "extraction", "flush", "compaction", "embeddings", "maintenance", "channels")
 # Served by the `worker-turns` process group; everything else by `worker-background`.
 INTERACTIVE_QUEUES = ("turns", "channels")
@@ -27,11 +35,27 @@ _PRIORITY_SEP = "\x06\x16"
 _PRIORITY_STEPS = (0, 3, 6, 9)
 
 
+def _list_name(queue: str, step: int) -> str:
+    return queue if step == 0 else f"{queue}{_PRIORITY_SEP}{step}"
+
+
 def broker_keys(queue: str) -> tuple[str, ...]:
     """Every Redis list that holds `queue`'s waiting messages (what a depth must add up)."""
-    return tuple(queue if step == 0 else f"{queue}{_PRIORITY_SEP}{step}" for step in _PRIORITY_STEPS)
+    return tuple(_list_name(queue, step) for step in _PRIORITY_STEPS)
 
 
 def bulk_key(queue: str) -> str:
     """The Redis list of `queue`'s bulk-priority (BULK_PRIORITY) messages."""
-    return f"{queue}{_PRIORITY_SEP}{BULK_PRIORITY}"
+    return _list_name(queue, BULK_PRIORITY)
+
+
+def queue_depths(client: redis.Redis, queues: Iterable[str]) -> dict[str, int]:
+    """Messages waiting per queue, every priority list counted (bulk work waits in the lowest one), in one
+    round trip."""
+    names = list(queues)
+    pipe = client.pipeline(transaction=False)
+    for queue in names:
+        for key in broker_keys(queue):
+            pipe.llen(key)
+    lengths = iter(pipe.execute())
+    return {queue: sum(int(next(lengths)) for _ in broker_keys(queue)) for queue in names}
