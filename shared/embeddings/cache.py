@@ -74,7 +74,7 @@ def embed_texts(conn: Conn, embedder: Embedder, texts: Sequence[str], batch_size
     for start in range(0, len(misses), batch_size):
         batch = misses[start : start + batch_size]
         fresh = embedder.embed([unique[h] for h in batch])
-        _check(embedder, fresh, expected_count=len(batch), dimension=dimension)
+        check_vectors(embedder, fresh, expected_count=len(batch), dimension=dimension)
         observe_embedding_call(model, len(batch))
         with conn.cursor() as cur:
             cur.executemany(
@@ -125,8 +125,9 @@ def _touch(conn: Conn, model: str, dimension: int, hashes: list[str]) -> None:
     )
 
 
-def _check(embedder: Embedder, vectors: list[list[float]], *, expected_count: int, dimension: int) -> None:
-    # A wrong-sized vector would poison the cache for every later caller, so it is refused here.
+def check_vectors(embedder: Embedder, vectors: list[list[float]], *, expected_count: int, dimension: int) -> None:
+    """Refuse a reply of the wrong size: a wrong-sized vector would poison the cache for every later caller
+    (or fail the search it was made for)."""
     if len(vectors) != expected_count:
         raise EmbeddingError(f"{cache_model(embedder)} returned {len(vectors)} vectors for {expected_count} texts")
     for vector in vectors:

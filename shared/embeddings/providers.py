@@ -124,6 +124,10 @@ class LocalEmbedder:
     def __init__(self, *, batch_size: int = 64) -> None:
         self.batch_size = batch_size
 
+    def load(self) -> None:
+        """Load the model now (seconds) rather than in the first embed."""
+        local_model()
+
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from functools import lru_cache
 
 from shared.config import Settings, get_settings
@@ -16,8 +14,8 @@ from shared.embeddings import (
     ensure_embedding_space,
     vector_search_available,
 )
-from shared.embeddings.cache import cache_model, register_vector_types
-from shared.embeddings.providers import OnnxLocalEmbedder, local_model
+from shared.embeddings.cache import cache_model, check_vectors, register_vector_types
+from shared.embeddings.providers import OnnxLocalEmbedder
 from shared.logging import get_logger
 from shared.memory.search import SearchFilters, SearchOptions, SearchResult, search
 from shared.memory.store import Scope
@@ -41,10 +39,8 @@ def warm_query_embedder() -> None:
     have nothing to load."""
     try:
         embedder = process_embedder()
-        if isinstance(embedder, OnnxLocalEmbedder):
+        if isinstance(embedder, LocalEmbedder | OnnxLocalEmbedder):
             embedder.load()
-        elif isinstance(embedder, LocalEmbedder):
-            local_model()
     except Exception as exc:  # search falls back to its lexical legs; the first query retries the load
         log.warning("could not preload the embedding model", error=str(exc))
 
@@ -60,45 +56,26 @@ def options_from_settings(settings: Settings, limit: int) -> SearchOptions:
     )
 
 
-class _RecentQueries:
-    """The last QUERY_VECTOR_MEMO_SIZE query vectors of this process: a repeated query (an agent asking
-    the same thing each turn, a retried request) is not embedded again. Keyed by the cache model
-    (provider/model) and dimension as the embedding cache is, so a vector made by one model
-    is never served to another; the space check above still runs first, so a re-indexing or mismatched
-    space never gets a vector from here either."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._items: OrderedDict[tuple[str, int, str], tuple[float, ...]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, int, str]) -> list[float] | None:
-        with self._lock:
-            vector = self._items.get(key)
-            if vector is None:
-                return None
-            self._items.move_to_end(key)
-        return list(vector)  # a copy: callers may not alias each other's vectors
-
-    def put(self, key: tuple[str, int, str], vector: list[float]) -> None:
-        with self._lock:
-            self._items[key] = tuple(vector)
-            self._items.move_to_end(key)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-
 QUERY_VECTOR_MEMO_SIZE = 1024  # ~1.6 MB of 384-dim vectors held as Python floats
-_recent_queries = _RecentQueries(QUERY_VECTOR_MEMO_SIZE)
+
+
+@lru_cache(maxsize=QUERY_VECTOR_MEMO_SIZE)
+def _embed_query(model: str, dimension: int, text: str) -> tuple[float, ...]:
+    """The query's vector from the process's embedder, memoised for the last QUERY_VECTOR_MEMO_SIZE queries: a
+    repeated query (an agent asking the same thing each turn, a retried request) is not embedded again.
+    Keyed by the cache model (provider/model) and dimension as the embedding cache is, so a vector made by
+    one model is never served to another; `query_vector` checks the space first, so a re-indexing or
+    mismatched space never gets a vector from here either. Failures are not memoised."""
+    embedder = process_embedder()
+    vectors = embedder.embed([text])
+    check_vectors(embedder, vectors, expected_count=1, dimension=dimension)
+    observe_embedding_call(model, 1)
+    return tuple(vectors[0])
 
 
 def forget_recent_queries() -> None:
     """Drop the process's memo of query vectors (tests; after replacing a model under the same name)."""
-    _recent_queries.clear()
+    _embed_query.cache_clear()
 
 
 def query_vector(conn: Conn, text: str) -> list[float] | None:
@@ -112,20 +89,11 @@ def query_vector(conn: Conn, text: str) -> list[float] | None:
         # The search binds the vector as pgvector's type: this connection must know it (the embedding
         # cache used to register it on the way; a memo hit may come on a fresh pooled connection).
         register_vector_types(conn)
-        key = (cache_model(embedder), embedder.dimension, text)
-        cached = _recent_queries.get(key)
-        if cached is not None:
-            return cached
         # Straight to the model, not through the embedding cache: a query is rarely asked twice in
         # another process, its cache lookup and insert cost round trips on every search, and a cached
         # query vector would outlive the query (it is no chunk's text, so forget_unused never drops it).
-        vectors = embedder.embed([text])
-        if len(vectors) != 1 or len(vectors[0]) != embedder.dimension:
-            raise EmbeddingError(f"{cache_model(embedder)} returned an unexpected query vector")
-        observe_embedding_call(cache_model(embedder), 1)
-        vector = list(vectors[0])
-        _recent_queries.put(key, vector)
-        return vector
+        # A copy of the memo's tuple: callers may not alias each other's vectors.
+        return list(_embed_query(cache_model(embedder), embedder.dimension, text))
     except EmbeddingError as exc:
         log.warning("query embedding failed; searching without vectors", error=str(exc))
         return None
