@@ -433,10 +433,9 @@ def search(
     touch: bool = False,
 ) -> list[SearchResult]:
     """Search one user's memories (and transcript blocks). `query_vector` None = no vector leg."""
-    filters = filters or SearchFilters()
     options = options or SearchOptions()
-    use_vector = query_vector is not None and "vector" in options.legs
     sql, params = search_statement(scope, query, query_vector=query_vector, filters=filters, options=options)
+    use_vector = "qvec" in params  # the statement has a vector leg
     if use_vector:
         # Keep scanning the HNSW graph until enough rows pass the user/memory filters. One round trip
         # for both settings (transaction-local, as SET LOCAL).
