@@ -58,19 +58,22 @@ def dist_mb(names: tuple[str, ...]) -> float:
     return round(total / 1e6, 1)
 
 
-def make_embedder(backend: str, onnx_path: Path) -> Any:
-    from shared.embeddings.providers import LocalEmbedder, OnnxLocalEmbedder
-
-    if backend == "onnx":
-        return OnnxLocalEmbedder(model_path=onnx_path)
-    return LocalEmbedder()
-
-
 def child(backend: str, file: Path, onnx_path: Path, batch_size: int, limit: int | None) -> dict[str, Any]:
     """Runs in the backend's own process; returns its figures."""
     conversations: list[Conversation] = load_conversations(file)[:limit]
-    embedder = make_embedder(backend, onnx_path)
-    embedder.batch_size = batch_size
+    from shared.config import Settings
+    from shared.embeddings import embedder_from_settings
+
+    # The product's own construction of the backend: the local model, whatever the environment configures.
+    settings = Settings(
+        embedding_provider="local",
+        embedding_model=None,
+        embedding_dimensions=None,
+        embedding_backend=backend,
+        embedding_onnx_path=onnx_path,
+        embedding_batch_size=batch_size,
+    )
+    embedder = embedder_from_settings(settings)
     started = time.perf_counter()
     embedder.embed(["warm-up"])  # loads (and for onnx, exports if missing) the model
     load_s = time.perf_counter() - started
