@@ -94,23 +94,20 @@ def test_extraction_queued_behind_a_transcript_indexing_backlog_runs_first(
     try:
         background.wait_ready()
 
-        def unindexed() -> int:
+        def not_yet(done_column: str, sessions: list[int]) -> int:
+            """Messages of `sessions` whose `done_column` (embedded_at, extracted_at) is still unset."""
             with db.connection() as conn:
                 row = conn.execute(
-                    "SELECT count(*) AS n FROM session_messages WHERE session_id = ANY(%s) AND embedded_at IS NULL",
-                    (backlog,),
+                    f"SELECT count(*) AS n FROM session_messages WHERE session_id = ANY(%s) AND {done_column} IS NULL",
+                    (sessions,),
                 ).fetchone()
             return int(row["n"]) if row else -1
 
-        def unextracted() -> int:
-            with db.connection() as conn:
-                row = conn.execute(
-                    "SELECT count(*) AS n FROM session_messages WHERE session_id = ANY(%s) AND extracted_at IS NULL",
-                    (chats,),
-                ).fetchone()
-            return int(row["n"]) if row else -1
-
-        eventually(lambda: unindexed() == 0 and unextracted() == 0, timeout=120, message="the work did not finish")
+        eventually(
+            lambda: not_yet("embedded_at", backlog) == 0 and not_yet("extracted_at", chats) == 0,
+            timeout=120,
+            message="the work did not finish",
+        )
     finally:
         background.stop()
 
