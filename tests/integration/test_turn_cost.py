@@ -119,14 +119,21 @@ def statuses(session_id: int) -> list[str]:
 
 @pytest.mark.usefixtures("clean_state")
 def test_a_turn_runs_in_five_transactions(transactions: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers import dispatch
     from workers.turns import after_turn
 
     monkeypatch.setenv("ENGRAM_AUTO_MEMORY", "true")  # the memory work scheduled after the turn is counted too
     get_settings.cache_clear()
+    # The memory work's tasks are recorded, not sent: a real debounced extraction would sit in the shared
+    # broker past this test and, once due, mine "session 1" of a later test (ids restart with each clean
+    # state; its debounce keys are gone, so it runs), taking that test's scripted model reply.
+    sent: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(dispatch.app, "send_task", lambda name, kwargs=None, **_: sent.append((name, kwargs or {})))
     session_id = queue_turns("cost-1", "Hello, I like tea.")
     transactions.clear()
     outcome = drain_session(session_id, turn_deps(after_turn=after_turn))
     assert outcome.processed == 1 and statuses(session_id) == ["done"]
+    assert [(name, kwargs["session_id"]) for name, kwargs in sent] == [("engram.extraction.extract", session_id)]
     transactions.pop()  # statuses()
     # claim; read the context; the model call's ledger row; the guarded write (which returns the session row
     # the memory work is planned from, and tells whether another turn is open); the look after the release.
