@@ -19,7 +19,7 @@ import yaml
 from ops.cli import app as cli_app
 from shared import db
 from shared.auth import authenticate
-from shared.keys import create_tenant_key
+from shared.keys import IssuedKey, create_tenant_key
 from tests.conftest import Gateway
 from tests.support.kustomize import render
 from tests.support.services import TestServices
@@ -189,9 +189,9 @@ def test_backup_and_restore_as_the_runbook_says(
 # ---- key rotation and revocation, for real -----------------------------------------------------------
 
 
-def _keys(count: int) -> list[str]:
+def _keys(count: int) -> list[IssuedKey]:
     with db.connection() as conn:
-        return [create_tenant_key(conn, "default", name=f"k{i}").key for i in range(count)]
+        return [create_tenant_key(conn, "default", name=f"k{i}") for i in range(count)]
 
 
 def _valid(key: str) -> bool:
@@ -203,10 +203,16 @@ def _valid(key: str) -> bool:
 def test_key_commands_as_the_runbook_says(clean_state: TestServices, verb: str) -> None:
     from typer.testing import CliRunner
 
-    first, second = _keys(2)  # ids 1 and 2 (tables restart their ids for every test)
-    # The first of the runbook's `engram keys <verb>` commands (the others differ only in the id).
+    issued = _keys(2)
+    first, second = issued[0].key, issued[1].key
+    # The first of the runbook's `engram keys <verb>` commands (the others differ only in the id). The
+    # runbook's example id (2, the second key of a fresh install) becomes the second key's real id.
     command = next(c for c in commands(RUNBOOKS / "rotate-keys.md") if c.startswith(f"engram keys {verb}"))
-    result = CliRunner().invoke(cli_app, shlex.split(command)[1:])
+    args = shlex.split(command)[1:]
+    if verb != "list":
+        assert args[-1] == "2", command
+        args[-1] = str(issued[1].record["id"])
+    result = CliRunner().invoke(cli_app, args)
     assert result.exit_code == 0, result.output
     if verb == "list":
         assert "k0" in result.output and "k1" in result.output

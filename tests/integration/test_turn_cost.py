@@ -124,9 +124,8 @@ def test_a_turn_runs_in_five_transactions(transactions: list[str], monkeypatch: 
 
     monkeypatch.setenv("ENGRAM_AUTO_MEMORY", "true")  # the memory work scheduled after the turn is counted too
     get_settings.cache_clear()
-    # The memory work's tasks are recorded, not sent: a real debounced extraction would sit in the shared
-    # broker past this test and, once due, mine "session 1" of a later test (ids restart with each clean
-    # state; its debounce keys are gone, so it runs), taking that test's scripted model reply.
+    # The memory work's tasks are recorded, not sent: a real debounced extraction would outlive this test
+    # in the shared broker.
     sent: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setattr(dispatch.app, "send_task", lambda name, kwargs=None, **_: sent.append((name, kwargs or {})))
     session_id = queue_turns("cost-1", "Hello, I like tea.")
