@@ -37,7 +37,7 @@ def wire_messages(conn: Conn) -> Iterator[Counter[str]]:
             finally:
                 conn.pgconn.untrace()
         for line in path.read_text().splitlines():
-            direction, _, message = (line.split("\t") + ["", "", ""])[:3]
+            direction, _, message = [*line.split("\t"), "", ""][:3]
             if direction == "F":
                 counts[message.split(" ")[0]] += 1
 
@@ -112,7 +112,9 @@ def test_a_writer_that_waited_for_the_key_sees_the_holders_row(clean_state: obje
 
         def second_writer() -> None:
             try:
-                results.append(store_memory(waiter_conn, scope, MemoryInput(key="city", value="Porto", kind="fact"), "api"))
+                results.append(
+                    store_memory(waiter_conn, scope, MemoryInput(key="city", value="Porto", kind="fact"), "api")
+                )
                 waiter_conn.commit()
             except BaseException as exc:  # surfaced by the main thread
                 errors.append(exc)
