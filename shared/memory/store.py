@@ -278,18 +278,40 @@ def record_event(
     )
 
 
+_LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+_FIND_ACTIVE = f"""SELECT {MEMORY_COLUMNS} FROM memories
+                   WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key = %s AND valid_until IS NULL"""
+
+
+def _lock_params(scope: Scope, namespace: str, key: str) -> tuple[str]:
+    return (f"memory:{scope.user_id}:{namespace}:{key}",)
+
+
 def _lock_key(conn: Conn, scope: Scope, namespace: str, key: str) -> None:
-    conn.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"memory:{scope.user_id}:{namespace}:{key}",)
-    )
+    conn.execute(_LOCK_KEY, _lock_params(scope, namespace, key))
 
 
 def find_active(conn: Conn, scope: Scope, namespace: str, key: str) -> dict[str, Any] | None:
-    return conn.execute(
-        f"""SELECT {MEMORY_COLUMNS} FROM memories
-            WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key = %s AND valid_until IS NULL""",
-        (scope.tenant_id, scope.user_id, namespace, key),
-    ).fetchone()
+    return conn.execute(_FIND_ACTIVE, (scope.tenant_id, scope.user_id, namespace, key)).fetchone()
+
+
+def _lock_and_look(
+    conn: Conn, scope: Scope, namespace: str, key: str, value: str
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """Take the key's lock, then read its active row and the namespace's same-content candidates
+    (`same_content_statement`), in one round trip.
+
+    The three stay separate statements, sent as one pipeline: Postgres runs them in order, each with its
+    own snapshot (read committed), so both reads start after the lock is held and see whatever a writer
+    that held it before us committed, exactly as when they are sent one by one. The candidates are read
+    even when the key has an active row (they are then unused): one indexed read costs less than the
+    round trip that waiting for the first answer would take on the far more frequent new-key path.
+    """
+    with conn.pipeline():
+        conn.execute(_LOCK_KEY, _lock_params(scope, namespace, key))
+        active = conn.execute(_FIND_ACTIVE, (scope.tenant_id, scope.user_id, namespace, key))
+        candidates = conn.execute(*same_content_statement(scope, namespace, key, value))
+    return active.fetchone(), candidates.fetchall()
 
 
 def same_content_statement(scope: Scope, namespace: str, key: str, value: str) -> tuple[str, dict[str, Any]]:
@@ -320,8 +342,8 @@ def same_content_statement(scope: Scope, namespace: str, key: str, value: str) -
     return sql, params
 
 
-def _same_content_elsewhere(conn: Conn, scope: Scope, namespace: str, key: str, value: str) -> dict[str, Any] | None:
-    rows = conn.execute(*same_content_statement(scope, namespace, key, value)).fetchall()
+def _same_content_elsewhere(conn: Conn, rows: list[dict[str, Any]], value: str) -> dict[str, Any] | None:
+    """The active memory among `same_content_statement`'s rows whose content is `value`'s, if any."""
     fingerprint = content_fingerprint(value)
     match = next(
         (row["id"] for row in rows if row["value"] is None or content_fingerprint(row["value"]) == fingerprint), None
@@ -333,7 +355,19 @@ def _same_content_elsewhere(conn: Conn, scope: Scope, namespace: str, key: str, 
     ).fetchone()
 
 
-def _insert(conn: Conn, scope: Scope, item: MemoryInput, actor: str, supersedes: int | None) -> dict[str, Any]:
+def _insert(
+    conn: Conn,
+    scope: Scope,
+    item: MemoryInput,
+    actor: str,
+    supersedes: int | None,
+    *,
+    action: str,
+    old_value: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Insert the memory and its `action` event (as `record_event` writes it, new_value the stored value)
+    in one statement, then link its entities."""
     metadata = dict(item.metadata)
     if supersedes is not None:
         metadata["supersedes"] = supersedes
@@ -346,11 +380,17 @@ def _insert(conn: Conn, scope: Scope, item: MemoryInput, actor: str, supersedes:
         metadata.setdefault("first_observed", now)
         metadata.setdefault("last_reinforced", now)
     row = conn.execute(
-        f"""INSERT INTO memories (tenant_id, user_id, namespace, key, value, kind, tags, metadata, confidence,
-                                  decay_rate, event_time, source, source_session_id, source_message_ids,
-                                  supersedes_id, content_key)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-            RETURNING {MEMORY_COLUMNS}""",
+        f"""WITH inserted AS (
+                INSERT INTO memories (tenant_id, user_id, namespace, key, value, kind, tags, metadata, confidence,
+                                      decay_rate, event_time, source, source_session_id, source_message_ids,
+                                      supersedes_id, content_key)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                RETURNING {MEMORY_COLUMNS}, tenant_id, user_id),
+            event AS (
+                INSERT INTO memory_events (tenant_id, user_id, memory_id, action, namespace, key, old_value, new_value,
+                                           actor, details)
+                SELECT tenant_id, user_id, id, %s, namespace, key, %s, value, %s, %s FROM inserted)
+            SELECT {MEMORY_COLUMNS} FROM inserted""",
         (
             scope.tenant_id,
             scope.user_id,
@@ -368,6 +408,10 @@ def _insert(conn: Conn, scope: Scope, item: MemoryInput, actor: str, supersedes:
             list(item.source_message_ids),
             supersedes,
             content_key(item.value),
+            action,
+            old_value,
+            actor,
+            Jsonb(details or {}),
         ),
     ).fetchone()
     assert row is not None
@@ -379,20 +423,17 @@ def store_memory(conn: Conn, scope: Scope, raw: MemoryInput, actor: str) -> Writ
     item = prepare(raw)
     assert item.namespace is not None
     check_writer(item, actor)
-    _lock_key(conn, scope, item.namespace, item.key)
-    current = find_active(conn, scope, item.namespace, item.key)
+    current, candidates = _lock_and_look(conn, scope, item.namespace, item.key, item.value)
     if current is not None:
         if is_style(item):
             return WriteResult("reinforced", _reinforce(conn, scope, current, actor))
         if content_fingerprint(current["value"]) == content_fingerprint(item.value):
             return WriteResult("unchanged", current)
         return _supersede(conn, scope, current, item, actor)
-    duplicate = _same_content_elsewhere(conn, scope, item.namespace, item.key, item.value)
+    duplicate = _same_content_elsewhere(conn, candidates, item.value)
     if duplicate is not None:
         return WriteResult("duplicate", duplicate)
-    memory = _insert(conn, scope, item, actor, None)
-    record_event(conn, scope, memory, "add", actor, new_value=memory["value"])
-    return WriteResult("added", memory)
+    return WriteResult("added", _insert(conn, scope, item, actor, None, action="add"))
 
 
 def _reinforce(conn: Conn, scope: Scope, current: dict[str, Any], actor: str) -> dict[str, Any]:
@@ -437,15 +478,14 @@ def _supersede(conn: Conn, scope: Scope, current: dict[str, Any], item: MemoryIn
         source_session_id=item.source_session_id,
         source_message_ids=item.source_message_ids,
     )
-    memory = _insert(conn, scope, successor, actor, current["id"])
-    record_event(
+    memory = _insert(
         conn,
         scope,
-        memory,
-        "supersede",
+        successor,
         actor,
+        current["id"],
+        action="supersede",
         old_value=current["value"],
-        new_value=memory["value"],
         details={"superseded_id": current["id"]},
     )
     return WriteResult("superseded", memory, previous_id=current["id"])

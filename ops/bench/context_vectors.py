@@ -1,0 +1,245 @@
+"""Embedding a memory with its context: today's concatenated window against vectors combined from pieces.
+
+    python -m ops.bench.context_vectors path/to/locomo.json [--alphas 0.5,0.6,0.7] [--json]
+                                        [--limit-conversations N] [--database-url URL]
+
+Turns are stored as ops/bench/locomo_retrieval.py stores them (store_memory, neighbouring turns as
+`metadata.context`). Then, for the same stored memories, each recipe writes the chunks' vectors and the
+questions are searched (vector leg alone, and hybrid as the settings say):
+
+- concat: the product's vector, v("<chunk>\\n\\nContext:\\n<context>") (shared/memory/indexing.py);
+- lines a=…: normalise(a·v(chunk) + (1−a)·mean(v(each neighbouring turn))), the neighbours taken from
+  the conversation (the stored context has no line breaks: store.py folds whitespace), each turn
+  embedded once however many windows it is in;
+- whole a=…: normalise(a·v(chunk) + (1−a)·v(stored context)).
+
+The model cost of each input set is timed on the embedder directly (no cache), once per conversation:
+concat texts, and chunks + unique neighbour turns (the `lines` recipes). The `whole` recipes embed
+chunks + contexts: as many characters as concat, so no saving to time.
+Per question, recall@10 of each recipe is compared with concat's (better / worse / same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from ops.bench import locomo_retrieval as locomo
+from ops.bench.harness import BenchRun, add_json_flag, emit, run_main
+from shared.auth import ensure_tenant
+from shared.config import get_settings
+from shared.db import Conn, connect
+from shared.embeddings import Embedder, embedder_from_settings, ensure_embedding_space
+from shared.embeddings.cache import register_vector_types
+from shared.logging import configure_logging
+from shared.memory.indexing import _write_chunks, embedding_inputs
+from shared.memory.keys import MemoryRejected
+from shared.memory.store import CONTEXT_KEY, MemoryInput, Scope, store_memory
+from shared.migrate import apply_migrations
+from shared.turns import ensure_user
+
+LEGS = ("vector", "hybrid")
+
+
+@dataclass
+class Costs:
+    concat_texts: int = 0
+    concat_chars: int = 0
+    concat_seconds: float = 0.0
+    lines_texts: int = 0
+    lines_chars: int = 0
+    lines_seconds: float = 0.0
+
+
+@dataclass
+class Stored:
+    ingested: locomo.Ingested
+    rows: list[dict[str, Any]]
+    neighbours: dict[int, list[str]] = field(default_factory=dict)  # memory id → its window's turns
+
+
+def _store(conn: Conn, tenant_id: int, conversation: locomo.Conversation) -> Stored:
+    scope = Scope(tenant_id, ensure_user(conn, tenant_id, conversation.sample_id))
+    stored = Stored(locomo.Ingested(scope, {}), [])
+    turns = conversation.turns
+    for index, turn in enumerate(turns):
+        item = MemoryInput(
+            key=turn.dia_id,
+            value=turn.text,
+            kind="episode",
+            event_time=turn.event_time,
+            metadata={"dia_id": turn.dia_id, CONTEXT_KEY: locomo.neighbour_context(turns, index)},
+        )
+        try:
+            memory_id = int(store_memory(conn, scope, item, "context-vectors-bench").memory["id"])
+        except MemoryRejected:
+            continue
+        stored.ingested.dia_ids.setdefault(memory_id, set()).add(turn.dia_id)
+        window = range(index - locomo.CONTEXT_BEFORE, index + locomo.CONTEXT_AFTER + 1)
+        stored.neighbours.setdefault(
+            memory_id,
+            [turns[i].text for i in window if i != index and 0 <= i < len(turns) and turns[i].session == turn.session],
+        )
+    stored.rows = conn.execute(
+        """SELECT id, tenant_id, user_id, namespace, key, value, kind, metadata, updated_at FROM memories
+           WHERE id = ANY(%s) ORDER BY id""",
+        (sorted(stored.ingested.dia_ids),),
+    ).fetchall()
+    conn.commit()
+    return stored
+
+
+def _timed(embedder: Embedder, texts: list[str]) -> tuple[dict[str, list[float]], float]:
+    started = time.perf_counter()
+    vectors = embedder.embed(texts)
+    return dict(zip(texts, vectors, strict=True)), time.perf_counter() - started
+
+
+def _combined(own: list[float], context: list[list[float]], alpha: float) -> list[float]:
+    vector = alpha * np.asarray(own) + (1 - alpha) * np.mean(np.asarray(context), axis=0)
+    return [float(x) for x in vector / np.linalg.norm(vector)]
+
+
+def _recipes(alphas: Sequence[float]) -> list[str]:
+    return ["concat", *(f"lines a={a:g}" for a in alphas), *(f"whole a={a:g}" for a in alphas)]
+
+
+def run(args: argparse.Namespace) -> int:
+    conversations = locomo.read_conversations(args)
+    embedder = embedder_from_settings(get_settings())
+    recipes = _recipes(args.alphas)
+    per_question: dict[str, dict[str, list[float]]] = {r: {leg: [] for leg in LEGS} for r in recipes}
+    costs = Costs()
+    with (
+        BenchRun() as cleanup,
+        connect(cleanup.database(args.database_url or get_settings().database_url, "engram-ctxvec-")) as conn,
+    ):
+        apply_migrations(conn)
+        conn.autocommit = False
+        tenant_id = ensure_tenant(conn, f"context-vectors-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
+        ensure_embedding_space(conn, embedder)
+        conn.commit()
+        register_vector_types(conn)
+        embedder.embed(["warm-up"])
+        for conversation in conversations:
+            stored = _store(conn, tenant_id, conversation)
+            inputs = {row["id"]: embedding_inputs(row) for row in stored.rows}
+            concat = [text for row in stored.rows for _, text in inputs[row["id"]]]
+            pieces = list(
+                dict.fromkeys(
+                    [chunk.text for row in stored.rows for chunk, _ in inputs[row["id"]]]
+                    + [turn for row in stored.rows for turn in stored.neighbours[row["id"]]]
+                )
+            )
+            contexts = list(dict.fromkeys(c for row in stored.rows if (c := (row["metadata"] or {}).get(CONTEXT_KEY))))
+            concat_vectors, seconds = _timed(embedder, concat)
+            costs.concat_texts += len(concat)
+            costs.concat_chars += sum(map(len, concat))
+            costs.concat_seconds += seconds
+            piece_vectors, seconds = _timed(embedder, pieces)
+            costs.lines_texts += len(pieces)
+            costs.lines_chars += sum(map(len, pieces))
+            costs.lines_seconds += seconds
+            context_vectors = dict(zip(contexts, embedder.embed(contexts), strict=True))
+            for recipe in recipes:
+                items = []
+                for row in stored.rows:
+                    vectors = []
+                    for chunk, text in inputs[row["id"]]:
+                        context = (row["metadata"] or {}).get(CONTEXT_KEY)
+                        if recipe == "concat":
+                            vectors.append(concat_vectors[text])
+                        elif not context:
+                            vectors.append(piece_vectors[chunk.text])
+                        else:
+                            alpha = float(recipe.split("=")[1])
+                            around = (
+                                [piece_vectors[t] for t in stored.neighbours[row["id"]]]
+                                if recipe.startswith("lines")
+                                else [context_vectors[context]]
+                            )
+                            vectors.append(_combined(piece_vectors[chunk.text], around, alpha))
+                    items.append((row, inputs[row["id"]], vectors))
+                _write_chunks(conn, items)
+                conn.commit()
+                stats = {mode: locomo.ModeStats() for mode in locomo.MODES}
+                locomo.evaluate(conn, embedder, conversation, stored.ingested, stats, [])
+                for leg in LEGS:
+                    per_question[recipe][leg].extend(stats[leg].scores.get("recall@10|all", []))
+            print(f"{conversation.sample_id}: {len(conversation.turns)} turns", file=sys.stderr, flush=True)
+    summary = _summary(recipes, per_question, costs)
+    emit(_render(summary), summary, args.json)
+    return 0
+
+
+def _summary(recipes: list[str], per_question: dict[str, dict[str, list[float]]], costs: Costs) -> dict[str, Any]:
+    recall: dict[str, dict[str, Any]] = {}
+    for recipe in recipes:
+        recall[recipe] = {}
+        for leg in LEGS:
+            values, base = per_question[recipe][leg], per_question["concat"][leg]
+            entry: dict[str, Any] = {"recall_at_10": round(sum(values) / len(values), 4) if values else None}
+            if recipe != "concat":
+                entry["better_worse_same"] = [
+                    sum(x > y for x, y in zip(values, base, strict=True)),
+                    sum(x < y for x, y in zip(values, base, strict=True)),
+                    sum(x == y for x, y in zip(values, base, strict=True)),
+                ]
+            recall[recipe][leg] = entry
+    return {"questions": len(per_question["concat"]["hybrid"]), "recall": recall, "costs": vars(costs)}
+
+
+def _render(summary: dict[str, Any]) -> str:
+    costs = summary["costs"]
+    lines = [
+        f"model cost: concat {costs['concat_texts']} texts, {costs['concat_chars']} chars, "
+        f"{costs['concat_seconds']:.1f} s; chunks + neighbour turns {costs['lines_texts']} texts, "
+        f"{costs['lines_chars']} chars, {costs['lines_seconds']:.1f} s",
+        f"recall@10 over {summary['questions']} questions (vs concat per question: better/worse/same)",
+    ]
+    for recipe, legs in summary["recall"].items():
+        cells = "   ".join(
+            f"{leg} {entry['recall_at_10']}"
+            + (f" ({'/'.join(map(str, entry['better_worse_same']))})" if "better_worse_same" in entry else "")
+            for leg, entry in legs.items()
+        )
+        lines.append(f"  {recipe:<12} {cells}")
+    return "\n".join(lines)
+
+
+def _alphas(raw: str) -> list[float]:
+    try:
+        values = [float(part) for part in raw.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {raw!r}") from exc
+    if not values or any(not 0 <= a <= 1 for a in values):
+        raise argparse.ArgumentTypeError("weights are numbers between 0 and 1")
+    return values
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("file", help="LoCoMo-format JSON file")
+    parser.add_argument("--alphas", type=_alphas, default=[0.5, 0.6, 0.7], help="weights of the chunk's own vector")
+    parser.add_argument("--limit-conversations", type=int, default=None, metavar="N")
+    parser.add_argument("--database-url", default=None, help="default ENGRAM_DATABASE_URL, else embedded Postgres")
+    add_json_flag(parser)
+    args = parser.parse_args(argv)
+
+    def bench() -> int:
+        configure_logging("WARNING")
+        return run(args)
+
+    return run_main(bench)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
