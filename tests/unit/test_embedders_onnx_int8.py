@@ -152,3 +152,12 @@ def test_prepare_command_makes_only_the_missing_int8_file(fp32_path: Path, tmp_p
         check=False,
     )
     assert bad.returncode == 2 and "usage:" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_an_int8_vector_does_not_depend_on_the_texts_embedded_with_it(fp32_path: Path) -> None:
+    """Activations are quantized with one scale per model run: batched with other texts, a text's vector
+    would change (cosine 0.991), and the cache, reindex and dedup all assume one text gives one vector."""
+    embedder = OnnxLocalEmbedder(model_path=fp32_path, batch_size=64, int8=True)
+    alone = embedder.embed([TEXTS[7]])[0]
+    for batch in (TEXTS, [TEXTS[4], TEXTS[7]], [TEXTS[7], "ok"]):
+        assert embedder.embed(batch)[batch.index(TEXTS[7])] == pytest.approx(alone, abs=1e-6)
