@@ -36,8 +36,8 @@ TEXTS = [
     "Caroline: I'm looking into adoption agencies. Melanie: That's wonderful, how far along are you? "
     "Caroline: Just researching for now, I want to give a kid a loving home like I never had.",
 ]
-# Lowest cosine between an int8 and an fp32 vector accepted here. Measured on LoCoMo dev turns: min
-# 0.9845, mean 0.9918 (python -m ops.bench.embedders --backends onnx,onnx-int8); texts with next to no
+# Lowest cosine between an int8 and an fp32 vector accepted here. Measured on 200 LoCoMo dev turns: min
+# 0.9851, mean 0.9926 (python -m ops.bench.embedders --backends onnx,onnx-int8); texts with next to no
 # content ("ok": 0.960) deviate most. One scale per tensor instead of per channel gave a min of 0.92 on
 # context windows, and reduce_range 0.70, which this bound rejects.
 INT8_MIN_COSINE = 0.95
