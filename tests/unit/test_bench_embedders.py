@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -33,3 +34,26 @@ def test_unknown_backend_is_a_message(tmp_path: Path) -> None:
     done = _run("--file", str(path), "--backends", "tensorflow")
     assert done.returncode == 1
     assert "unknown backend" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_int8_is_compared_with_fp32_onnx(tmp_path: Path) -> None:
+    """The int8 backend's recall, throughput and distance to the fp32 vectors are reported side by side."""
+    turns = [
+        ("D1:1", "Alice", "I adopted a golden retriever called Biscuit"),
+        ("D1:2", "Bob", "I work night shifts as a nurse at the city hospital"),
+        ("D1:3", "Alice", "I am allergic to peanuts"),
+    ]
+    sample = {
+        "sample_id": "tiny",
+        "conversation": {"session_1": [{"dia_id": d, "speaker": s, "text": t} for d, s, t in turns]},
+        "qa": [{"question": "Who has a dog?", "answer": "Alice", "evidence": ["D1:1"], "category": 1}],
+    }
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps([sample]))
+    done = _run("--file", str(path), "--backends", "onnx,onnx-int8", "--json")
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(figures["backends"]) == {"onnx", "onnx-int8"}
+    assert figures["backends"]["onnx-int8"]["recall_at_10"] == 1.0 and figures["backends"]["onnx-int8"]["texts"] == 3
+    assert 0.95 < figures["int8_vs_onnx_min_cosine"] < 0.9999  # close to fp32, and not fp32 itself
+    assert figures["backends"]["onnx-int8"]["quantize_s"] >= 0 and figures["int8_vs_onnx_speedup"] > 0

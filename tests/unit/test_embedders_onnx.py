@@ -22,6 +22,7 @@ from shared.embeddings.providers import (
     OnnxLocalEmbedder,
     embedder_from_settings,
     export_local_onnx,
+    int8_path,
     onnx_cache_name,
 )
 
@@ -140,7 +141,8 @@ def test_concurrent_exports_to_one_path_both_succeed_with_a_whole_model(tmp_path
     exporters = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [p.communicate(timeout=240) for p in exporters]
     assert [p.returncode for p in exporters] == [0, 0], outputs
-    assert sorted(tmp_path.iterdir()) == [target]  # no partial file left by either
+    # No partial file left by either; the command also writes the int8 model next to the export.
+    assert sorted(tmp_path.iterdir()) == sorted([target, int8_path(target)])
     (vector,) = OnnxLocalEmbedder(model_path=target).embed(["I love dogs"])
     assert _cosine(vector, LocalEmbedder().embed(["I love dogs"])[0]) > 0.999
 

@@ -10,7 +10,7 @@ import pytest
 
 from ops.stack import Stack, StackError
 from shared.config import Settings
-from shared.embeddings.providers import OnnxLocalEmbedder, onnx_cache_name
+from shared.embeddings.providers import OnnxLocalEmbedder, int8_path, onnx_cache_name
 
 
 def _no_export(*args: object, **kwargs: object) -> None:
@@ -53,3 +53,17 @@ def test_an_export_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -> No
     assert f"could not export the embedding model to {target}" in message
     assert "ENGRAM_EMBEDDING_ONNX_PATH" in message and "Traceback" not in message
     assert not target.exists()
+
+
+def test_the_int8_backend_gets_its_quantized_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    stack = Stack(Settings(_env_file=None, data_dir=tmp_path / "data", embedding_backend="onnx-int8"))
+    fp32 = tmp_path / "cache" / "engram" / "models" / onnx_cache_name()
+
+    stack._prepare_embedding_model()
+
+    assert int8_path(fp32).is_file() and not list(fp32.parent.glob("*.partial"))
+    embedder = OnnxLocalEmbedder(model_path=fp32, int8=True)
+    assert len(embedder.embed(["I love dogs"])[0]) == 384
+    monkeypatch.setattr(subprocess, "run", _no_export)
+    stack._prepare_embedding_model()  # the next start reuses it
