@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -277,15 +278,19 @@ def quantize_local_onnx(fp32_path: Path, target: Path) -> Path:
             "ENGRAM_EMBEDDING_BACKEND=onnx-int8 needs onnxruntime and onnx (pip install engram)"
         ) from exc
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f"{target.name}.", suffix=".partial")
-    os.close(fd)
-    partial = Path(name)
-    try:
-        quantize_dynamic(fp32_path, partial, per_channel=True, weight_type=QuantType.QInt8)
+    # The quantizer writes a scratch file named after its input (`<input>-inferred.onnx`) beside it, so
+    # two processes quantizing one export at once would overwrite and delete each other's: each quantizes
+    # a link to the export inside a private directory instead.
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as scratch:
+        source = Path(scratch) / "fp32.onnx"
+        try:
+            os.link(fp32_path, source)
+        except OSError:  # a filesystem without hard links
+            shutil.copyfile(fp32_path, source)
+        partial = Path(scratch) / "int8.onnx.partial"
+        quantize_dynamic(source, partial, per_channel=True, weight_type=QuantType.QInt8)
         partial.chmod(0o644)
         os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
     return target
 
 

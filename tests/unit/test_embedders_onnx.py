@@ -25,16 +25,9 @@ from shared.embeddings.providers import (
     int8_path,
     onnx_cache_name,
 )
+from tests.support.embedding_texts import EDGE_TEXTS
 
-TEXTS = [
-    "I love dogs",
-    "Caroline: I went to the LGBTQ support group yesterday [image: a poster with a rainbow flag]",
-    "quarterly tax filing",
-    "",
-    "Melanie: pottery class on Saturdays, then a run by the lake " * 40,  # far past 256 tokens: truncated
-    "naïve café — 東京 🙂",
-    "ok",
-]
+TEXTS = EDGE_TEXTS
 
 
 @pytest.fixture(scope="module")

@@ -24,15 +24,10 @@ from shared.embeddings.providers import (
     int8_path,
     onnx_cache_name,
 )
+from tests.support.embedding_texts import EDGE_TEXTS
 
 TEXTS = [
-    "I love dogs",
-    "Caroline: I went to the LGBTQ support group yesterday [image: a poster with a rainbow flag]",
-    "quarterly tax filing",
-    "",
-    "Melanie: pottery class on Saturdays, then a run by the lake " * 40,  # truncated at 256 tokens
-    "naïve café — 東京 🙂",
-    "ok",
+    *EDGE_TEXTS,
     "Caroline: I'm looking into adoption agencies. Melanie: That's wonderful, how far along are you? "
     "Caroline: Just researching for now, I want to give a kid a loving home like I never had.",
 ]
