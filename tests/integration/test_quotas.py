@@ -130,3 +130,26 @@ def test_the_budget_check_reads_the_months_calls_only_when_the_tenant_has_a_budg
         assert loops() == [1]
         assert budget_used(conn, tenant_id) == 750 / 700
         assert turn_refusal(conn, tenant_id) is not None
+
+
+def _script_calls(client: Any) -> int:
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("eval", "evalsha"))
+
+
+def test_all_of_a_requests_buckets_take_one_round_trip_and_stop_at_the_first_empty_one(clean_state: Any) -> None:
+    from shared.ratelimit import request_limits, take
+    from shared.redis_client import get_redis
+
+    client = get_redis()
+    limits = request_limits(7, 70, key_rate=0.01, key_burst=5, tenant_rate=0.01, tenant_burst=2)
+    before = _script_calls(client)
+    assert take(client, limits) is None and take(client, limits) is None
+    refusal = take(client, limits)  # the key bucket still had tokens; the tenant's is empty
+    assert _script_calls(client) - before == 3  # one script call per request, not one per bucket
+    assert refusal is not None and refusal.limit.name == "tenant" and refusal.retry_after_s >= 1
+    # As with one check per bucket: the key's token for the refused request is spent, and a limit switched
+    # off (rate 0) is not consulted at all.
+    assert float(client.hget("engram:ratelimit:key:70", "tokens")) == pytest.approx(2, abs=0.01)
+    off = request_limits(7, 71, key_rate=0, key_burst=5, tenant_rate=0, tenant_burst=2)
+    assert take(client, off) is None and _script_calls(client) - before == 3
