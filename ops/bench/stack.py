@@ -27,6 +27,7 @@ from types import FrameType
 import httpx
 
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, wait_for_port
+from shared.config import Settings
 from workers.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, QUEUES
 
 STOP_GRACE_S = 15.0
@@ -45,8 +46,13 @@ class WorkerSpec:
     concurrency: int
 
 
-def up_workers(turn_concurrency: int = 2, background_concurrency: int = 1) -> tuple[WorkerSpec, ...]:
-    """The workers `engram up` runs (ops/stack.py), with its default pool sizes."""
+def up_workers(
+    turn_concurrency: int | None = None, background_concurrency: int | None = None
+) -> tuple[WorkerSpec, ...]:
+    """The workers `engram up` runs (ops/stack.py), by default with its pool sizes (the settings' defaults)."""
+    fields = Settings.model_fields
+    turn_concurrency = turn_concurrency or fields["turn_worker_concurrency"].default
+    background_concurrency = background_concurrency or fields["background_worker_concurrency"].default
     return (
         WorkerSpec("worker-turns", INTERACTIVE_QUEUES, turn_concurrency),
         WorkerSpec("worker-background", BACKGROUND_QUEUES, background_concurrency),
