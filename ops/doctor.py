@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from shared.config import Settings
 from shared.db import Conn
@@ -36,6 +38,41 @@ def run_checks(settings: Settings) -> Iterator[Check]:
     if redis_url:
         yield from _check_redis_and_workers(redis_url)
     yield _check_provider(settings)
+    model_file = _check_embedding_model_file(settings)
+    if model_file is not None:
+        yield model_file
+
+
+def _check_embedding_model_file(settings: Settings) -> Check | None:
+    """Whether the local ONNX backend's model file is there, or can be made where it is looked for."""
+    if settings.embedding_provider != "local" or settings.embedding_backend not in ("onnx", "onnx-int8"):
+        return None
+    from shared.embeddings.providers import int8_path, onnx_model_path
+
+    export = onnx_model_path(settings)
+    int8 = settings.embedding_backend == "onnx-int8"
+    path = int8_path(export) if int8 else export
+    if path.is_file():
+        return Check("embedding model", True, f"{settings.embedding_backend}: {path}")
+    prepare = f"python -m shared.embeddings.providers prepare {export}{' int8' if int8 else ''}"
+    if not _can_create(path):
+        return Check(
+            "embedding model",
+            False,
+            f"{settings.embedding_backend}: {path} is missing and cannot be written there",
+            f"run `{prepare}` as a user who can write there, or set ENGRAM_EMBEDDING_ONNX_PATH to a writable place",
+        )
+    # Not a failure: `engram up` makes it before starting anything, and a process that embeds first makes it
+    # itself (slower, and that process keeps torch loaded).
+    return Check("embedding model", True, f"{settings.embedding_backend}: not made yet ({path}); `{prepare}` makes it")
+
+
+def _can_create(path: Path) -> bool:
+    """Whether `path` could be written: its nearest existing ancestor is a writable directory."""
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    return ancestor.is_dir() and os.access(ancestor, os.W_OK)
 
 
 def _check_postgres(url: str) -> Iterator[Check]:
