@@ -60,6 +60,9 @@ Json = dict[str, Any]
 _TAIL = re.compile(r"\s*<turn-context>.*?</turn-context>\s*\Z", re.DOTALL)
 
 
+HOLD_LIMIT_S = 60.0  # a held reply goes out after this even if its test never releases it
+
+
 @dataclass
 class FakeReply:
     """One scripted reply, consumed by the next request of either format that it matches.
@@ -79,6 +82,9 @@ class FakeReply:
     # Streaming only: drop the connection after this many text deltas, to simulate a broken stream.
     fail_after_deltas: int | None = None
     match: str | None = None
+    # In-process servers only: the response waits until this event is set (at most HOLD_LIMIT_S), so a test
+    # can act while the caller is known to be inside its model call.
+    hold: threading.Event | None = None
 
     def matches(self, body: Json) -> bool:
         return self.match is None or any(self.match in text for text in user_texts(body))
@@ -539,6 +545,8 @@ class FakeLLM:
         recorded = RecordedRequest(fmt, request.url.path, dict(request.headers), body, self.clock())
         reply = self._take_reply(recorded)
         await asyncio.sleep(self.latency_s + reply.delay_s)
+        if reply.hold is not None:
+            await asyncio.to_thread(reply.hold.wait, HOLD_LIMIT_S)
         if reply.status != 200:
             payload = reply.error_body if reply.error_body is not None else error_body(fmt, reply.status)
             return JSONResponse(payload, status_code=reply.status, headers=reply.headers)

@@ -247,6 +247,13 @@ def _wait_for_a_lock_wait(timeout: float = 60) -> None:
             time.sleep(0.05)
 
 
+def _wait_for_model_request(text: str, fake_llm: FakeLLM, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not fake_llm.requests_matching(text):
+        assert time.monotonic() < deadline, f"no model request for {text!r}"
+        time.sleep(0.02)
+
+
 def test_a_request_holding_the_session_does_not_deadlock_with_the_worker_finishing_a_turn(
     api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM
 ) -> None:
@@ -254,14 +261,19 @@ def test_a_request_holding_the_session_does_not_deadlock_with_the_worker_finishi
     the turn with the same key, which waits on that turn's row if someone holds it. The worker finishing
     the turn takes the session row first, so it never holds the turn while waiting for the session: no
     deadlock, no 503 for the request, no second (paid) model call for the turn."""
-    fake_llm.script(FakeReply(text="finished"), match="deadlock probe")
+    # The reply is held until the request below holds the session: otherwise a fast worker may finish the
+    # turn before the request takes the row, and nothing is ever contended.
+    reply_due = threading.Event()
+    fake_llm.script(FakeReply(text="finished", hold=reply_due), match="deadlock probe")
     accepted = post_turn(api, "s-probe", "deadlock probe", **{"Idempotency-Key": "probe"})
     assert accepted.status_code == 202
     turn_id = accepted.json()["turn_id"]
+    _wait_for_model_request("deadlock probe", fake_llm)  # the worker has claimed the turn and is in its call
     with db.connection() as request:
         tenant_id = request.execute("SELECT tenant_id FROM turns WHERE id = %s", (turn_id,)).fetchone()["tenant_id"]  # type: ignore[index]
         user_id = ensure_user(request, tenant_id, "alice")
         session_id = ensure_session(request, tenant_id, user_id, "s-probe")  # the session row is ours now
+        reply_due.set()
         _wait_for_a_lock_wait()  # the worker got its reply and is finishing the turn
         request.execute("SET LOCAL lock_timeout = '60s'")
         lost = request.execute(
