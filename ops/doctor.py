@@ -45,16 +45,15 @@ def run_checks(settings: Settings) -> Iterator[Check]:
 
 def _check_embedding_model_file(settings: Settings) -> Check | None:
     """Whether the local ONNX backend's model file is there, or can be made where it is looked for."""
-    if settings.embedding_provider != "local" or settings.embedding_backend not in ("onnx", "onnx-int8"):
-        return None
-    from shared.embeddings.providers import int8_path, onnx_model_path
+    from shared.embeddings.providers import onnx_model_files
 
-    export = onnx_model_path(settings)
-    int8 = settings.embedding_backend == "onnx-int8"
-    path = int8_path(export) if int8 else export
+    files = onnx_model_files(settings)
+    if files is None:
+        return None
+    path = files.run_path
     if path.is_file():
         return Check("embedding model", True, f"{settings.embedding_backend}: {path}")
-    prepare = f"python -m shared.embeddings.providers prepare {export}{' int8' if int8 else ''}"
+    prepare = " ".join(["python -m shared.embeddings.providers", *files.prepare_args()])
     if not _can_create(path):
         return Check(
             "embedding model",

