@@ -232,8 +232,9 @@ def test_concurrent_requests_with_one_idempotency_key_make_one_turn(api: httpx.C
     assert count("turns") == 1
 
 
-def _wait_for_a_lock_wait(timeout: float = 60) -> None:
-    """Until some backend (the worker finishing its turn) waits on a row lock."""
+def _wait_for_a_lock_wait(turn_id: int, workers: CeleryStack, fake_llm: FakeLLM, timeout: float = 60) -> None:
+    """Until some backend (the worker finishing its turn) waits on a row lock. A turn that ends first
+    can never wait: fail at once, saying how it ended."""
     deadline = time.monotonic() + timeout
     with db.connect(autocommit=True) as watcher:
         while True:
@@ -243,7 +244,20 @@ def _wait_for_a_lock_wait(timeout: float = 60) -> None:
             ).fetchone()
             if row is not None and row["n"] > 0:
                 return
-            assert time.monotonic() < deadline, "the worker never waited on the session row"
+            turn = watcher.execute("SELECT status, attempts, error FROM turns WHERE id = %s", (turn_id,)).fetchone()
+            ended = turn is not None and turn["status"] in ("done", "failed")
+            if ended or time.monotonic() >= deadline:
+                activity = watcher.execute(
+                    "SELECT pid, state, wait_event_type, wait_event, left(query, 80) AS query FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                ).fetchall()
+                log_tail = workers.worker.log_path.read_text(errors="replace")[-4000:] if workers.worker else ""
+                raise AssertionError(
+                    "the worker never waited on the session row: "
+                    f"turn {dict(turn) if turn else None}, "
+                    f"{len(fake_llm.requests_matching('deadlock probe'))} model request(s), "
+                    f"backends {[dict(a) for a in activity]}\nworker log tail:\n{log_tail}"
+                )
             time.sleep(0.05)
 
 
@@ -274,7 +288,7 @@ def test_a_request_holding_the_session_does_not_deadlock_with_the_worker_finishi
         user_id = ensure_user(request, tenant_id, "alice")
         session_id = ensure_session(request, tenant_id, user_id, "s-probe")  # the session row is ours now
         reply_due.set()
-        _wait_for_a_lock_wait()  # the worker got its reply and is finishing the turn
+        _wait_for_a_lock_wait(turn_id, workers, fake_llm)  # the worker got its reply and is finishing the turn
         request.execute("SET LOCAL lock_timeout = '60s'")
         lost = request.execute(
             """INSERT INTO turns (tenant_id, user_id, session_id, idempotency_key, request_hash)
