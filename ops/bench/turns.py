@@ -303,6 +303,10 @@ def summarize(run: LoadRun, sessions: int, turns: int) -> dict[str, Any]:
     last_done = max((r.done_at for r in done if r.done_at is not None), default=run.finished)
     span = max(last_done - run.started, 1e-9)
     errors = [r.error for r in run.results if r.status != "done" and r.error]
+    # Every session's first turn is sent at one barrier (a burst) on a new connection: split out so the
+    # accept tail can be told apart from the steady state.
+    first = [r.accept_ms for r in done if r.index == 0 and r.accept_ms is not None]
+    later = [r.accept_ms for r in done if r.index > 0 and r.accept_ms is not None]
     return {
         "sessions": sessions,
         "turns_per_session": turns,
@@ -313,6 +317,8 @@ def summarize(run: LoadRun, sessions: int, turns: int) -> dict[str, Any]:
         "wall_s": round(span, 3),
         "turns_per_s": round(len(done) / span, 2),
         **{name: _dist(values) for name, values in series.items()},
+        "accept_first_turn_ms": _dist(first),
+        "accept_later_turns_ms": _dist(later),
         "first_errors": sorted(set(errors))[:3],
     }
 
@@ -352,6 +358,8 @@ def render(summary: dict[str, Any], header: str) -> str:
         f"{'latency per turn':<46}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'n':>6}",
     ]
     rows = [(summary[name], title) for name, title in METRICS]
+    rows.insert(1, (summary["accept_first_turn_ms"], "  accept, each session's first turn (burst)"))
+    rows.insert(2, (summary["accept_later_turns_ms"], "  accept, later turns"))
     rows.append((summary["healthz_ms"], "floor: GET /healthz during the load"))
     if summary.get("noop"):
         rows.append((summary["noop"]["round_trip_ms"], "floor: no-op task round trip (turns queue)"))
