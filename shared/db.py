@@ -107,6 +107,13 @@ def _check(conn: Conn) -> None:
         raise
 
 
+def _reset(conn: Conn) -> None:
+    # `connection()` promises one transaction: a caller that turned autocommit on (a lock watcher, a
+    # job's short statements) must not hand that to the next caller, whose writes would each commit
+    # alone and whose row locks would be released at once.
+    conn.autocommit = False
+
+
 def get_pool() -> ConnectionPool[Conn]:
     global _pool
     with _pool_lock:
@@ -120,6 +127,7 @@ def get_pool() -> ConnectionPool[Conn]:
                 connection_class=_TrackedConnection,
                 # A connection broken by a Postgres restart is detected and replaced on checkout.
                 check=_check,
+                reset=_reset,
                 timeout=POOL_TIMEOUT_SECONDS,
                 reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
                 open=True,

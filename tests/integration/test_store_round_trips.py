@@ -105,8 +105,8 @@ def test_a_writer_that_waited_for_the_key_sees_the_holders_row(clean_state: obje
         scope = scope_of(setup)
     results: list[WriteResult] = []
     errors: list[BaseException] = []
-    with db.connection() as holder, db.connection() as waiter_conn, db.connection() as watcher:
-        watcher.autocommit = True
+    # The watcher is its own connection: a pooled one would go back to the pool in autocommit.
+    with db.connection() as holder, db.connection() as waiter_conn, db.connect(autocommit=True) as watcher:
         store_memory(holder, scope, MemoryInput(key="city", value="Lisbon", kind="fact"), "api")
         waiter_pid = waiter_conn.info.backend_pid
 
