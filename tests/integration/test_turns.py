@@ -230,6 +230,8 @@ def test_concurrent_requests_with_one_idempotency_key_make_one_turn(api: httpx.C
     # Exactly one request created the turn; the others were told they got the original.
     assert sorted(r.headers.get("Idempotent-Replayed") == "true" for r in responses) == [False] + [True] * 5
     assert count("turns") == 1
+    # Finished here, not under the next test's truncate (which it would deadlock with or outlive).
+    assert wait_turn(api, responses[0].json()["turn_id"])["status"] == "done"
 
 
 def _wait_for_a_lock_wait(turn_id: int, workers: CeleryStack, fake_llm: FakeLLM, timeout: float = 60) -> None:
