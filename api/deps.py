@@ -35,7 +35,7 @@ def current_principal(
             "missing API key: send `Authorization: Bearer <key>`",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    with db.connection() as conn:
+    with db.connection(autocommit=True) as conn:  # one statement: no BEGIN and COMMIT round trips
         principal = authenticate(conn, credentials.credentials)
     if principal is None:
         raise ApiError(

@@ -12,6 +12,7 @@ off for minutes, so the next request after Postgres is back connects at once.
 
 from __future__ import annotations
 
+import select
 import threading
 import time
 from collections.abc import Iterator
@@ -100,6 +101,14 @@ class _TrackedConnection(psycopg.Connection[DictRow]):
 
 
 def _check(conn: Conn) -> None:
+    """The pool's check on checkout, without a round trip for a connection that is plainly fine.
+
+    An idle connection's socket has nothing to read: Postgres speaks only when asked. A server that went
+    away (a restart, a crash, a terminated backend) leaves it readable (its goodbye message, or the end of
+    the stream), as does a notice sent to an idle session; only then is the connection tried with a query.
+    An `execute("")` on every checkout cost each `connection()` a round trip, two on every turn accept."""
+    if not conn.closed and not conn.broken and not _has_unread_input(conn):
+        return
     try:
         ConnectionPool.check_connection(conn)
     except psycopg.Error:
@@ -107,11 +116,14 @@ def _check(conn: Conn) -> None:
         raise
 
 
-def _reset(conn: Conn) -> None:
-    # `connection()` promises one transaction: a caller that turned autocommit on (a lock watcher, a
-    # job's short statements) must not hand that to the next caller, whose writes would each commit
-    # alone and whose row locks would be released at once.
-    conn.autocommit = False
+def _has_unread_input(conn: Conn) -> bool:
+    # poll, not select: a busy process's sockets can have descriptors above select's limit of 1024.
+    poller = select.poll()
+    try:
+        poller.register(conn.fileno(), select.POLLIN)
+        return bool(poller.poll(0))  # POLLIN, or POLLHUP / POLLERR, which poll reports unasked
+    except (OSError, ValueError, psycopg.Error):  # no usable socket: let the full check say what is wrong
+        return True
 
 
 def get_pool() -> ConnectionPool[Conn]:
@@ -127,7 +139,6 @@ def get_pool() -> ConnectionPool[Conn]:
                 connection_class=_TrackedConnection,
                 # A connection broken by a Postgres restart is detected and replaced on checkout.
                 check=_check,
-                reset=_reset,
                 timeout=POOL_TIMEOUT_SECONDS,
                 reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
                 open=True,
@@ -172,14 +183,25 @@ PAID_WORK_PATIENCE_SECONDS = 20.0
 
 
 @contextmanager
-def connection(timeout: float = POOL_TIMEOUT_SECONDS, *, patience: float = 0.0) -> Iterator[Conn]:
+def connection(
+    timeout: float = POOL_TIMEOUT_SECONDS, *, patience: float = 0.0, autocommit: bool = False
+) -> Iterator[Conn]:
     """A pooled connection inside one transaction.
 
     With Postgres down, give up after `patience` seconds (0: at once); work that is expensive to
-    redo (a turn's finished reply) waits out a restart instead."""
+    redo (a turn's finished reply) waits out a restart instead.
+
+    `autocommit=True` is for work that is one statement (a statement is atomic on its own): each
+    statement commits by itself, which saves the round trips of BEGIN and COMMIT."""
     pool = get_pool()
     conn = _checkout(pool, timeout, patience)
     try:
+        # Set on every checkout, whatever the previous borrower left (a lock watcher turns autocommit on): a
+        # caller that asked for one transaction must not have each write commit alone and its row locks
+        # released at once. No round trip (the connection is idle). Not in a pool `reset` callback: with one,
+        # psycopg_pool hands every returned connection to a worker thread (a thread switch per `connection()`,
+        # and a burst of requests waits for connections that are free but not yet back).
+        conn.autocommit = autocommit
         with conn:  # commit on success, roll back on error; a pooled connection is not closed here
             yield conn
     except UNAVAILABLE_ERRORS as exc:

@@ -59,7 +59,9 @@ def post_turn(
             f"text is {len(body.text)} characters; the limit is {settings.max_turn_chars} (ENGRAM_MAX_TURN_CHARS)",
         )
     try:
-        with db.connection() as conn:
+        # Autocommit: a turn without an Idempotency-Key is one statement (submit_turn), which needs no
+        # BEGIN and COMMIT round trips; one with a key opens its own transaction.
+        with db.connection(autocommit=True) as conn:
             refuse_over_budget(conn, tenant.id)
             submitted = submit_turn(
                 conn,

@@ -102,7 +102,7 @@ def _recheck_in(deps: TurnDeps, name: str) -> float:
 
 
 def has_open_turns(session_id: int) -> bool:
-    with db.connection() as conn:
+    with db.connection(autocommit=True) as conn:  # one read: no BEGIN and COMMIT round trips
         return _open_turn_exists(conn, session_id)
 
 

@@ -58,7 +58,8 @@ def record_call(call: CallRecord, scope: LedgerScope) -> None:
     The call is paid for, so the write waits out a Postgres restart (as the turn's own save does) rather
     than failing the attempt and paying again on the retry; past that patience it raises
     DatabaseUnavailable and the task retries, instead of finishing with its spend unrecorded."""
-    with db.connection(patience=db.PAID_WORK_PATIENCE_SECONDS) as conn:
+    # One row, one statement: autocommit spares it the BEGIN and COMMIT round trips.
+    with db.connection(patience=db.PAID_WORK_PATIENCE_SECONDS, autocommit=True) as conn:
         insert_calls(conn, [call], scope)
     observe_llm_call(
         call.purpose,

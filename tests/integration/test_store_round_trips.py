@@ -3,43 +3,17 @@ keeps the key lock's guarantee (a writer that waited for the lock sees what the 
 
 from __future__ import annotations
 
-import tempfile
-import threading
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-
 import pytest
-from psycopg import pq
 
 from shared import db
 from shared.auth import ensure_tenant
 from shared.db import Conn
 from shared.memory.store import MemoryInput, Scope, WriteResult, memory_history, store_memory
 from shared.turns import ensure_user
+from tests.support.locks import once_blocked
+from tests.support.wire import wire_messages
 
 pytestmark = pytest.mark.integration
-
-
-@contextmanager
-def wire_messages(conn: Conn) -> Iterator[Counter[str]]:
-    """Count the protocol messages the client sends while the block runs (libpq's own trace): each `Sync`
-    (or simple `Query`) is one wait for the server, each `Execute` (or `Query`) one statement."""
-    counts: Counter[str] = Counter()
-    with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "trace"
-        with path.open("w") as trace:
-            conn.pgconn.trace(trace.fileno())
-            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-            try:
-                yield counts
-            finally:
-                conn.pgconn.untrace()
-        for line in path.read_text().splitlines():
-            direction, _, message = [*line.split("\t"), "", ""][:3]
-            if direction == "F":
-                counts[message.split(" ")[0]] += 1
 
 
 def scope_of(conn: Conn) -> Scope:
@@ -93,44 +67,22 @@ def test_a_superseding_write_keeps_its_event_in_the_same_statement(conn: Conn) -
     ]
 
 
-def _waiting_on_a_lock(watcher: Conn, pid: int) -> bool:
-    row = watcher.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-    return row is not None and row["wait_event_type"] == "Lock"
-
-
 def test_a_writer_that_waited_for_the_key_sees_the_holders_row(clean_state: object) -> None:
     """The lookups travel with the lock statement; they must still read after the lock is granted, so the
     second writer of a key supersedes the first one's row instead of adding a second active row."""
     with db.connection() as setup:
         scope = scope_of(setup)
-    results: list[WriteResult] = []
-    errors: list[BaseException] = []
-    # The watcher is its own connection: a pooled one would go back to the pool in autocommit.
-    with db.connection() as holder, db.connection() as waiter_conn, db.connect(autocommit=True) as watcher:
+    with db.connection() as holder, db.connection() as waiter_conn:
         store_memory(holder, scope, MemoryInput(key="city", value="Lisbon", kind="fact"), "api")
-        waiter_pid = waiter_conn.info.backend_pid
 
-        def second_writer() -> None:
-            try:
-                results.append(
-                    store_memory(waiter_conn, scope, MemoryInput(key="city", value="Porto", kind="fact"), "api")
-                )
-                waiter_conn.commit()
-            except BaseException as exc:  # surfaced by the main thread
-                errors.append(exc)
+        def second_writer() -> WriteResult:
+            result = store_memory(waiter_conn, scope, MemoryInput(key="city", value="Porto", kind="fact"), "api")
+            waiter_conn.commit()
+            return result
 
-        thread = threading.Thread(target=second_writer)
-        thread.start()
         # The second writer is blocked on the key's advisory lock before the first commits.
-        deadline = threading.Event()
-        while not _waiting_on_a_lock(watcher, waiter_pid):
-            assert thread.is_alive(), errors
-            deadline.wait(0.01)
-        holder.commit()
-        thread.join(timeout=30)
-        assert not thread.is_alive()
-    assert not errors, errors
-    assert [r.action for r in results] == ["superseded"]
+        second = once_blocked(second_writer, waiter_conn.info.backend_pid, holder.commit)
+    assert second.action == "superseded"
     with db.connection() as check:
         active = check.execute(
             "SELECT value FROM memories WHERE user_id = %s AND key = 'city' AND valid_until IS NULL", (scope.user_id,)
