@@ -59,8 +59,8 @@ def post_turn(
             f"text is {len(body.text)} characters; the limit is {settings.max_turn_chars} (ENGRAM_MAX_TURN_CHARS)",
         )
     try:
-        # Autocommit: a turn without an Idempotency-Key is one statement (submit_turn), which needs no
-        # BEGIN and COMMIT round trips; one with a key opens its own transaction.
+        # Autocommit: the budget check is one statement and so is the turn (submit_turn), neither needing
+        # BEGIN and COMMIT round trips; submit_turn opens a transaction of its own when it must go step by step.
         with db.connection(autocommit=True) as conn:
             refuse_over_budget(conn, tenant.id)
             submitted = submit_turn(
