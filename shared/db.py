@@ -15,7 +15,7 @@ from __future__ import annotations
 import select
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,6 +28,8 @@ from shared.services import resolve_database_url
 
 # Every connection engram opens returns rows as dicts.
 Conn = psycopg.Connection[DictRow]
+# A statement and its parameters, for reads sent together (`fetch_together`).
+Query = tuple[str, Sequence[Any] | Mapping[str, Any]]
 
 # A healthy but busy pool: how long a checkout waits for a free connection.
 POOL_TIMEOUT_SECONDS = 10.0
@@ -245,3 +247,14 @@ def warm_pool(timeout: float = POOL_TIMEOUT_SECONDS) -> bool:
     except PoolTimeout:
         return False
     return True
+
+
+def fetch_together(conn: Conn, queries: Mapping[str, Query]) -> dict[str, list[DictRow]]:
+    """Run independent reads in one round trip (psycopg's pipeline mode) and return each one's rows by name.
+
+    Sent one after another, every read waits for the server before the next is sent: a turn's context is a
+    dozen small reads, and on a busy machine each wait is a trip through the scheduler for both processes.
+    The reads run in `conn`'s transaction (one snapshot when it is not in autocommit), in the order given."""
+    with conn.pipeline():
+        cursors = {name: conn.execute(sql, params) for name, (sql, params) in queries.items()}
+    return {name: cursor.fetchall() for name, cursor in cursors.items()}

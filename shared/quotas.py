@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.db import Conn
+from shared.db import Conn, Query
 
 _USED_THIS_MONTH = """(SELECT coalesce(sum(input_tokens + output_tokens + cache_read_tokens + cache_write_tokens), 0)
                         FROM llm_calls WHERE tenant_id = t.id AND created_at >= date_trunc('month', now()))"""
@@ -26,15 +26,23 @@ BUDGET_AND_USAGE_SQL = f"""SELECT t.monthly_token_budget AS budget,
   FROM tenants t WHERE t.id = %s"""
 
 
-def _budget_and_usage(conn: Conn, tenant_id: int) -> dict[str, Any] | None:
+def budget_query(tenant_id: int) -> Query:
     """Like budget_usage, but the month's calls are summed only for a tenant with a budget: this runs on
     every accepted turn, and the sum grows with the month's traffic (`used` is 0 without a budget)."""
-    return conn.execute(BUDGET_AND_USAGE_SQL, (tenant_id,)).fetchone()
+    return (BUDGET_AND_USAGE_SQL, (tenant_id,))
+
+
+def _budget_and_usage(conn: Conn, tenant_id: int) -> dict[str, Any] | None:
+    return conn.execute(*budget_query(tenant_id)).fetchone()
 
 
 def budget_used(conn: Conn, tenant_id: int) -> float | None:
     """Share of the monthly budget used (may exceed 1); None when the tenant has no budget."""
-    row = _budget_and_usage(conn, tenant_id)
+    return used_share(_budget_and_usage(conn, tenant_id))
+
+
+def used_share(row: dict[str, Any] | None) -> float | None:
+    """Share of the budget used, from `budget_query`'s row; None when the tenant has no budget."""
     if row is None or not row["budget"]:
         return None
     return float(row["used"]) / float(row["budget"])

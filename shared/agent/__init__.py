@@ -13,9 +13,10 @@ from shared.agent.history import (
     UNANSWERED_CALL,
     answer_unanswered_calls,
     load_context,
-    load_session,
     relevant_memories,
     row_to_message,
+    turn_start,
+    turn_start_queries,
 )
 from shared.agent.model_loop import TurnOutcome, run_agent_loop
 from shared.agent.turn_runner import (
@@ -41,10 +42,11 @@ __all__ = [
     "drain_session",
     "has_open_turns",
     "load_context",
-    "load_session",
     "relevant_memories",
     "row_to_message",
     "run_agent_loop",
     "run_claimed_turn",
     "sessions_with_running_turns",
+    "turn_start",
+    "turn_start_queries",
 ]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from shared.context.dynamic import RELEVANT_LIMIT
-from shared.db import Conn
+from shared.db import Conn, Query
 from shared.llm.types import ChatMessage, ToolCall
 
 UNANSWERED_CALL = "error: no result: the calling application did not run this tool and went on"
@@ -13,13 +14,31 @@ UNANSWERED_CALL = "error: no result: the calling application did not run this to
 
 def load_context(conn: Conn, turn: dict[str, Any]) -> list[ChatMessage]:
     """The session's live (not compacted) messages up to and including this turn."""
-    rows = conn.execute(
+    return _messages(conn.execute(*_context_query(turn)).fetchall())
+
+
+def turn_start_queries(turn: dict[str, Any]) -> dict[str, Query]:
+    """The reads `turn_start` takes: to be sent together with the prompt's (`context_queries`)."""
+    return {"history": _context_query(turn), "session": ("SELECT * FROM sessions WHERE id = %s", (turn["session_id"],))}
+
+
+def turn_start(rows: Mapping[str, list[dict[str, Any]]]) -> tuple[list[ChatMessage], dict[str, Any]]:
+    """The turn's history (as `load_context` reads it) and its session row, from `turn_start_queries`' rows."""
+    assert rows["session"]  # the turn's session: a turn row references it
+    return _messages(rows["history"]), rows["session"][0]
+
+
+def _context_query(turn: dict[str, Any]) -> Query:
+    return (
         """SELECT role, content, tool_calls, tool_results, name FROM session_messages
            WHERE session_id = %s AND NOT is_compacted AND (turn_id IS NULL OR turn_id <= %s)
              AND role IN ('user', 'assistant', 'tool')
            ORDER BY turn_id NULLS FIRST, id""",
         (turn["session_id"], turn["id"]),
-    ).fetchall()
+    )
+
+
+def _messages(rows: list[dict[str, Any]]) -> list[ChatMessage]:
     return answer_unanswered_calls([row_to_message(row) for row in rows])
 
 
@@ -61,12 +80,6 @@ def row_to_message(row: dict[str, Any]) -> ChatMessage:
             is_error=bool(meta.get("is_error")),
         )
     return ChatMessage("user", row["content"])
-
-
-def load_session(conn: Conn, session_id: int) -> dict[str, Any]:
-    row = conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
-    assert row is not None
-    return row
 
 
 def relevant_memories(conn: Conn, turn: dict[str, Any], history: list[ChatMessage]) -> list[dict[str, Any]]:

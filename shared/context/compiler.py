@@ -8,23 +8,30 @@ context inspection endpoint, so what it shows is what the model would get.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from shared.context.data_fence import fence_problems
-from shared.context.dynamic import DynamicInputs, build_dynamic_suffix, describe_time, latest_reflection
-from shared.context.epoch import KnowledgeSplit, digest, split_knowledge
+from shared.context.dynamic import DynamicInputs, build_dynamic_suffix, describe_time, reflection_query
+from shared.context.epoch import KnowledgeSplit, digest, epoch_query, split_knowledge
 from shared.context.fences import FenceSet, verify
 from shared.context.pruning import PruneReport, prune_messages
-from shared.context.static_prompt import Section, StaticPrompt, build_static_prompt, load_prompt_inputs
+from shared.context.static_prompt import (
+    Section,
+    StaticPrompt,
+    build_static_prompt,
+    prompt_input_queries,
+    prompt_inputs,
+)
 from shared.context.steering import SteeringMessage, SteeringState, generate_steering
 from shared.context.tail import render_tail
 from shared.context.tokens import TokenCounter, counter_for
-from shared.db import Conn
+from shared.db import Conn, Query, fetch_together
 from shared.llm.types import ChatMessage, ToolSpec
-from shared.quotas import budget_used
+from shared.quotas import budget_query, used_share
 
 # Tools whose old results may be trimmed to a marker (bulky, re-fetchable output).
 PRUNABLE_TOOLS = frozenset({"read_document", "search_conversation", "memory_search", "memory_list"})
@@ -93,15 +100,31 @@ class CompiledRequest:
         return render_tail([self.system_dynamic, *extra, *(s.text for s in self.steering)])
 
 
-def _steering_facts(conn: Conn, session: dict[str, Any], turn_id: int | None) -> dict[str, Any]:
-    """Counts the steering generators need, from the session's whole history (compacted included)."""
+def _steering_query(session_id: int | None, turn_id: int | None) -> Query:
     upto = "AND (turn_id IS NULL OR turn_id <= %(turn)s)" if turn_id is not None else ""
-    params = {"s": session["id"], "turn": turn_id}
-    rows = conn.execute(
+    return (
         f"""SELECT role, content, tool_calls, created_at FROM session_messages
             WHERE session_id = %(s)s {upto} ORDER BY turn_id NULLS FIRST, id""",
-        params,
-    ).fetchall()
+        {"s": session_id, "turn": turn_id},
+    )
+
+
+def context_queries(*, tenant_id: int, user_id: int, session_id: int | None, turn_id: int | None) -> dict[str, Query]:
+    """The reads `prepare_turn` builds a turn's context from. They are independent of each other: a caller
+    with reads of its own sends them all together and passes the rows (`reads`)."""
+    queries = {
+        **prompt_input_queries(tenant_id, user_id),
+        "reflection": reflection_query(tenant_id, user_id),
+        "steering": _steering_query(session_id, turn_id),
+        "budget": budget_query(tenant_id),
+    }
+    if session_id:
+        queries["epoch"] = epoch_query(session_id)
+    return queries
+
+
+def _steering_facts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts the steering generators need, from the session's whole history (compacted included)."""
     assistant_turns = sum(1 for r in rows if r["role"] == "assistant")
     since_tool = since_memory = 0
     tool_seen = memory_seen = False
@@ -145,17 +168,30 @@ def prepare_turn(
     max_output_tokens: int = 1024,
     epoch_max_delta: int = 10,
     persist_epoch: bool = False,
+    reads: Mapping[str, list[dict[str, Any]]] | None = None,
 ) -> TurnContext:
     """Everything a turn's model calls share. With `persist_epoch` (the turn path) a rebuilt "What You
-    Know" epoch is stored; without it (inspection, tests) nothing is written."""
+    Know" epoch is stored; without it (inspection, tests) nothing is written.
+
+    Its reads (`context_queries`) go to Postgres together, in one round trip, unless the caller already
+    sent them with its own and passes their rows as `reads`."""
     tenant_id, user_id = session["tenant_id"], session["user_id"]
     fences = FenceSet.for_session(str(session["fence_seed"]).encode(), session["id"])
-    inputs = load_prompt_inputs(
-        conn, tenant_id=tenant_id, user_id=user_id, tools=tools, fences=fences, context_dir=context_dir
-    )
+    rows = reads
+    if rows is None:
+        rows = fetch_together(
+            conn, context_queries(tenant_id=tenant_id, user_id=user_id, session_id=session["id"], turn_id=turn_id)
+        )
+    inputs = prompt_inputs(rows, tools=tools, fences=fences, context_dir=context_dir)
     base = digest(build_static_prompt(replace(inputs, memories=[])).text)
     knowledge = split_knowledge(
-        conn, session, inputs.memories, base_digest=base, max_delta=epoch_max_delta, persist=persist_epoch
+        conn,
+        session,
+        inputs.memories,
+        epoch=_first(rows.get("epoch", [])),
+        base_digest=base,
+        max_delta=epoch_max_delta,
+        persist=persist_epoch,
     )
     static = build_static_prompt(replace(inputs, memories=knowledge.frozen))
     timezone = (inputs.user or {}).get("timezone") or user_timezone or "UTC"
@@ -168,22 +204,29 @@ def prepare_turn(
         active_task=session.get("active_task"),
         summary=session.get("summary"),
         relevant=tuple(relevant),
-        reflection=latest_reflection(conn, tenant_id, user_id),
+        reflection=_first(rows["reflection"], "value"),
         since_epoch=tuple(knowledge.since),
     )
-    facts = _steering_facts(conn, session, turn_id)
+    facts = _steering_facts(rows["steering"])
     steering = SteeringState(
         agent_name=inputs.agent_name,
         channel=dynamic.channel,
         active_task=dynamic.active_task,
         just_compacted=bool(session.get("recovery_pending")),
-        budget_used_ratio=budget_used(conn, tenant_id),
+        budget_used_ratio=used_share(_first(rows["budget"])),
         budget_warned_this_session=session.get("budget_warned_at") is not None,
         **facts,
     )
     budget = context_window(model, context_window_override) - max_output_tokens
     counter = counter_for(provider, model)
     return TurnContext(static, fences, inputs.agent_name, dynamic, counter, budget, steering, knowledge)
+
+
+def _first(rows: list[Any], column: str | None = None) -> Any:
+    """A single-row read's row (or its `column`), None when it found nothing."""
+    if not rows:
+        return None
+    return rows[0] if column is None else rows[0][column]
 
 
 def compile_request(

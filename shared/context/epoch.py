@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.context.static_prompt import memory_line
-from shared.db import Conn
+from shared.db import Conn, Query
 
 # Why an epoch was (re)built; stored with it, and shown by context inspection.
 FIRST, COMPACTED, PROMPT_CHANGED, MEMORY_CHANGED, DELTA_BOUND = (
@@ -52,20 +52,21 @@ def knowledge_digest(memories: Sequence[dict[str, Any]]) -> str:
     return digest("\n".join(memory_line(m) for m in memories))
 
 
-def _load(conn: Conn, session_id: int) -> dict[str, Any] | None:
-    row: dict[str, Any] | None = conn.execute(
-        "SELECT * FROM session_prompt_epochs WHERE session_id = %s", (session_id,)
-    ).fetchone()
-    return row
+def epoch_query(session_id: int) -> Query:
+    """The session's epoch, with `frozen`: its memories that are still valid (one read, not two)."""
+    return (
+        """SELECT e.*,
+                  (SELECT coalesce(jsonb_agg(jsonb_build_object('id', m.id, 'namespace', m.namespace,
+                                                                'key', m.key, 'value', m.value)), '[]')
+                   FROM memories m WHERE m.id = ANY(e.memory_ids) AND m.valid_until IS NULL) AS frozen
+           FROM session_prompt_epochs e WHERE e.session_id = %s""",
+        (session_id,),
+    )
 
 
-def _frozen_rows(conn: Conn, ids: Sequence[int]) -> list[dict[str, Any]]:
+def _frozen_rows(epoch: dict[str, Any]) -> list[dict[str, Any]]:
     """The epoch's memories that are still valid, in the order the prompt lists them."""
-    rows = conn.execute(
-        """SELECT id, namespace, key, value FROM memories WHERE id = ANY(%s) AND valid_until IS NULL""",
-        (list(ids),),
-    ).fetchall()
-    return sorted(rows, key=lambda r: (r["namespace"], r["key"], r["id"]))
+    return sorted(epoch["frozen"], key=lambda r: (r["namespace"], r["key"], r["id"]))
 
 
 def _store(conn: Conn, session: dict[str, Any], memories: list[dict[str, Any]], base: str, reason: str) -> None:
@@ -94,15 +95,16 @@ def split_knowledge(
     session: dict[str, Any],
     live: list[dict[str, Any]],
     *,
+    epoch: dict[str, Any] | None,
     base_digest: str,
     max_delta: int,
     persist: bool,
 ) -> KnowledgeSplit:
     """Decide what "What You Know" lists for this turn. `live` is today's selection (what_you_know);
-    `base_digest` fingerprints the rest of the static prompt. With `persist` false (context inspection)
-    nothing is written: the view shows what the next turn would send."""
-    epoch = _load(conn, session["id"]) if session.get("id") else None
-    frozen = _frozen_rows(conn, epoch["memory_ids"]) if epoch is not None else []
+    `epoch` the session's stored one (`epoch_query`'s row, None without); `base_digest` fingerprints the
+    rest of the static prompt. With `persist` false (context inspection) nothing is written: the view
+    shows what the next turn would send."""
+    frozen = _frozen_rows(epoch) if epoch is not None else []
     reason = _rebuild_reason(session, epoch, frozen, live, base_digest, max_delta)
     if reason is not None:
         if persist and session.get("id"):

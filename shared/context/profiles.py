@@ -6,7 +6,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from shared.db import Conn
+from shared.db import Conn, Query
 
 AGENT_FIELDS = (
     "name",
@@ -113,6 +113,17 @@ def get_agent_profile(conn: Conn, tenant_id: int) -> dict[str, Any] | None:
     ).fetchone()
 
 
+def agent_persona_query(tenant_id: int) -> Query:
+    """The agent profile as the static prompt needs it: with its preset's prompt (`preset_prompt`)."""
+    return (
+        f"""SELECT {", ".join(AGENT_FIELDS)}, updated_at,
+                   (SELECT p.prompt FROM personality_presets p WHERE p.name = agent_profiles.personality_preset)
+                       AS preset_prompt
+            FROM agent_profiles WHERE tenant_id = %s""",
+        (tenant_id,),
+    )
+
+
 def list_presets(conn: Conn) -> list[dict[str, Any]]:
     return conn.execute("SELECT name, title FROM personality_presets ORDER BY name").fetchall()
 
@@ -146,11 +157,15 @@ def put_agent_profile(conn: Conn, tenant_id: int, values: dict[str, Any]) -> dic
     return profile
 
 
-def get_user_profile(conn: Conn, tenant_id: int, user_id: int) -> dict[str, Any] | None:
-    return conn.execute(
+def user_profile_query(tenant_id: int, user_id: int) -> Query:
+    return (
         f"SELECT external_id, {', '.join(USER_PROFILE_FIELDS)}, updated_at FROM users WHERE tenant_id = %s AND id = %s",
         (tenant_id, user_id),
-    ).fetchone()
+    )
+
+
+def get_user_profile(conn: Conn, tenant_id: int, user_id: int) -> dict[str, Any] | None:
+    return conn.execute(*user_profile_query(tenant_id, user_id)).fetchone()
 
 
 def patch_user_profile(conn: Conn, tenant_id: int, user_id: int, values: dict[str, Any]) -> dict[str, Any] | None:

@@ -12,13 +12,14 @@ MEMORY.md in the context directory → a minimal identity.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from shared.context.data_fence import fence
 from shared.context.fences import FenceSet, render_guides, strip_markers
-from shared.context.profiles import get_agent_profile, get_user_profile, preset_prompt
+from shared.context.profiles import agent_persona_query, user_profile_query
 from shared.context.prompt_text import (
     MEMORY_USAGE,
     MINIMAL_IDENTITY,
@@ -26,7 +27,7 @@ from shared.context.prompt_text import (
     STATIC_SECTIONS,
     TOOL_DOCS,
 )
-from shared.db import Conn
+from shared.db import Conn, Query
 from shared.llm.types import ToolSpec
 
 WHAT_YOU_KNOW_LIMIT = 50
@@ -89,7 +90,11 @@ def what_you_know(conn: Conn, tenant_id: int, user_id: int) -> list[dict[str, An
 
     Chosen by use, but listed by namespace and key: an access-count change that does not change the
     selection must not reorder the list (that would break the prompt cache for nothing)."""
-    rows = conn.execute(
+    return _selection(conn.execute(*what_you_know_query(tenant_id, user_id)).fetchall())
+
+
+def what_you_know_query(tenant_id: int, user_id: int) -> Query:
+    return (
         """(SELECT id, namespace, key, value, kind, access_count, true AS personality FROM memories
             WHERE tenant_id = %(t)s AND user_id = %(u)s AND valid_until IS NULL
               AND (namespace = 'tacit/personality' OR namespace LIKE 'tacit/personality/%%')
@@ -109,35 +114,48 @@ def what_you_know(conn: Conn, tenant_id: int, user_id: int) -> list[dict[str, An
             "plimit": PERSONALITY_LIMIT,
             "limit": WHAT_YOU_KNOW_LIMIT,
         },
-    ).fetchall()
+    )
+
+
+def _selection(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     personality = [r for r in rows if r["personality"]]
     others = [r for r in rows if not r["personality"]][: WHAT_YOU_KNOW_LIMIT - len(personality)]
     return sorted(personality + others, key=lambda r: (r["namespace"], r["key"], r["id"]))
 
 
-def learned_directive(conn: Conn, tenant_id: int, user_id: int) -> str | None:
-    row = conn.execute(
+def _directive_query(tenant_id: int, user_id: int) -> Query:
+    return (
         """SELECT value FROM memories WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key = %s
            AND valid_until IS NULL""",
         (tenant_id, user_id, DIRECTIVE_NAMESPACE, DIRECTIVE_KEY),
-    ).fetchone()
-    return row["value"] if row else None
+    )
 
 
-def load_prompt_inputs(
-    conn: Conn,
+def prompt_input_queries(tenant_id: int, user_id: int) -> dict[str, Query]:
+    """The reads the static prompt is built from, to be sent together (`prompt_inputs` takes their rows)."""
+    return {
+        "agent": agent_persona_query(tenant_id),
+        "directive": _directive_query(tenant_id, user_id),
+        "user": user_profile_query(tenant_id, user_id),
+        "what_you_know": what_you_know_query(tenant_id, user_id),
+    }
+
+
+def prompt_inputs(
+    rows: Mapping[str, list[dict[str, Any]]],
     *,
-    tenant_id: int,
-    user_id: int,
     tools: tuple[ToolSpec, ...],
     fences: FenceSet | None,
     context_dir: Path | None,
 ) -> PromptInputs:
-    agent = get_agent_profile(conn, tenant_id)
+    """The static prompt's inputs from the rows of `prompt_input_queries` and the context files."""
+    agent = dict(rows["agent"][0]) if rows["agent"] else None
+    preset = agent.pop("preset_prompt") if agent is not None else None
+    directive = rows["directive"][0]["value"] if rows["directive"] else None
     files = read_context_files(context_dir)
     if agent is not None:
         name = _clean(agent["name"]) or DEFAULT_AGENT_NAME
-        persona = _clean(agent["custom_personality"]) or _clean(preset_prompt(conn, agent["personality_preset"]))
+        persona = _clean(agent["custom_personality"]) or _clean(preset)
         source = "database"
         persona = persona or MINIMAL_IDENTITY
     elif "SOUL.md" in files or "AGENTS.md" in files:
@@ -150,9 +168,9 @@ def load_prompt_inputs(
         persona=persona,
         source=source,
         agent=agent,
-        directive=learned_directive(conn, tenant_id, user_id),
-        user=get_user_profile(conn, tenant_id, user_id),
-        memories=what_you_know(conn, tenant_id, user_id),
+        directive=directive,
+        user=rows["user"][0] if rows["user"] else None,
+        memories=_selection(rows["what_you_know"]),
         file_rules=_clean(files.get("AGENTS.md")) if source == "files" else None,
         file_knowledge=_clean(files.get("MEMORY.md")) if files.get("MEMORY.md") else None,
         tools=tools,

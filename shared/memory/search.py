@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from pgvector import Vector
 
-from shared.db import Conn
+from shared.db import Conn, Query, fetch_together
 from shared.memory.entity_extraction import query_entity_names
 from shared.memory.store import Scope, namespace_prefix_sql, touch_accessed
 from shared.text import escape_like
@@ -437,13 +437,15 @@ def search(
     sql, params = search_statement(scope, query, query_vector=query_vector, filters=filters, options=options)
     use_vector = "qvec" in params  # the statement has a vector leg
     if use_vector:
-        # Keep scanning the HNSW graph until enough rows pass the user/memory filters. One round trip
-        # for both settings (transaction-local, as SET LOCAL).
-        conn.execute(
+        # Keep scanning the HNSW graph until enough rows pass the user/memory filters: both settings are
+        # transaction-local (as SET LOCAL) and sent with the search, one round trip for the two statements.
+        settings: Query = (
             "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', %s, true)",
             (str(max(40, min(1000, int(params["fetch"])))),),
         )
-    rows = conn.execute(sql, params).fetchall()
+        rows = fetch_together(conn, {"settings": settings, "search": (sql, params)})["search"]
+    else:
+        rows = conn.execute(sql, params).fetchall()
     results = []
     for row in rows:
         score, legs = _fuse(row, options, use_vector)

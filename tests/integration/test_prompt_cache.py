@@ -87,12 +87,14 @@ def test_memory_written_mid_session_shows_in_the_tail_and_keeps_the_prefix(
 # --- the epoch rules, at the compiler --------------------------------------------------------------
 
 
-def prepare(conn: Conn, session: dict[str, Any], *, max_delta: int = 10, persist: bool = True) -> TurnContext:
+def prepare(
+    conn: Conn, session: dict[str, Any], *, max_delta: int = 10, persist: bool = True, turn_id: int | None = None
+) -> TurnContext:
     return prepare_turn(
         conn,
         session=session,
         user_timezone=None,
-        turn_id=None,
+        turn_id=turn_id,
         tools=default_registry().specs(),
         provider="anthropic",
         model="claude-sonnet-4-5",

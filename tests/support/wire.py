@@ -17,7 +17,7 @@ from shared.db import Conn
 def wire_messages(conn: Conn) -> Iterator[Counter[str]]:
     """Count the protocol messages the client sends while the block runs (libpq's own trace): each `Sync`
     (or simple `Query`) is one wait for the server, each `Execute` (or `Query`) one statement, each `Prepare`
-    a named statement psycopg prepared (which adds a `Sync`)."""
+    a named statement psycopg prepared with a `Sync` of its own (outside pipeline mode)."""
     counts: Counter[str] = Counter()
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "trace"
@@ -28,10 +28,15 @@ def wire_messages(conn: Conn) -> Iterator[Counter[str]]:
                 yield counts
             finally:
                 conn.pgconn.untrace()
+        sent = []
         for line in path.read_text().splitlines():
             direction, _, message, arguments = [*line.split("\t"), "", "", ""][:4]
             if direction == "F":
-                counts[message.split(" ")[0]] += 1
-                if message == "Parse" and arguments.strip().startswith('"_pg'):
-                    # psycopg preparing a statement (its fifth execution on the connection): a wait of its own
-                    counts["Prepare"] += 1
+                sent.append((message.split(" ")[0], arguments.strip()))
+        for index, (message, arguments) in enumerate(sent):
+            counts[message] += 1
+            following = sent[index + 1][0] if index + 1 < len(sent) else ""
+            if message == "Parse" and arguments.startswith('"_pg') and following == "Sync":
+                # psycopg preparing a statement (its fifth execution on the connection): a wait of its own,
+                # except in pipeline mode, where the Parse goes along with the statements around it
+                counts["Prepare"] += 1
