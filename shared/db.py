@@ -254,7 +254,15 @@ def fetch_together(conn: Conn, queries: Mapping[str, Query]) -> dict[str, list[D
 
     Sent one after another, every read waits for the server before the next is sent: a turn's context is a
     dozen small reads, and on a busy machine each wait is a trip through the scheduler for both processes.
-    The reads run in `conn`'s transaction (one snapshot when it is not in autocommit), in the order given."""
+    The reads run in `conn`'s transaction, in the order given, each with its own snapshot as any statement
+    of a read-committed transaction."""
     with conn.pipeline():
         cursors = {name: conn.execute(sql, params) for name, (sql, params) in queries.items()}
     return {name: cursor.fetchall() for name, cursor in cursors.items()}
+
+
+def first(rows: Sequence[DictRow], column: str | None = None) -> Any:
+    """A single-row read's row (or that row's `column`), None when it found nothing."""
+    if not rows:
+        return None
+    return rows[0] if column is None else rows[0][column]

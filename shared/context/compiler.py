@@ -29,7 +29,7 @@ from shared.context.static_prompt import (
 from shared.context.steering import SteeringMessage, SteeringState, generate_steering
 from shared.context.tail import render_tail
 from shared.context.tokens import TokenCounter, counter_for
-from shared.db import Conn, Query, fetch_together
+from shared.db import Conn, Query, fetch_together, first
 from shared.llm.types import ChatMessage, ToolSpec
 from shared.quotas import budget_query, used_share
 
@@ -188,7 +188,7 @@ def prepare_turn(
         conn,
         session,
         inputs.memories,
-        epoch=_first(rows.get("epoch", [])),
+        epoch=first(rows.get("epoch", [])),
         base_digest=base,
         max_delta=epoch_max_delta,
         persist=persist_epoch,
@@ -204,7 +204,7 @@ def prepare_turn(
         active_task=session.get("active_task"),
         summary=session.get("summary"),
         relevant=tuple(relevant),
-        reflection=_first(rows["reflection"], "value"),
+        reflection=first(rows["reflection"], "value"),
         since_epoch=tuple(knowledge.since),
     )
     facts = _steering_facts(rows["steering"])
@@ -213,20 +213,13 @@ def prepare_turn(
         channel=dynamic.channel,
         active_task=dynamic.active_task,
         just_compacted=bool(session.get("recovery_pending")),
-        budget_used_ratio=used_share(_first(rows["budget"])),
+        budget_used_ratio=used_share(first(rows["budget"])),
         budget_warned_this_session=session.get("budget_warned_at") is not None,
         **facts,
     )
     budget = context_window(model, context_window_override) - max_output_tokens
     counter = counter_for(provider, model)
     return TurnContext(static, fences, inputs.agent_name, dynamic, counter, budget, steering, knowledge)
-
-
-def _first(rows: list[Any], column: str | None = None) -> Any:
-    """A single-row read's row (or its `column`), None when it found nothing."""
-    if not rows:
-        return None
-    return rows[0] if column is None else rows[0][column]
 
 
 def compile_request(

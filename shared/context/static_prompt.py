@@ -27,7 +27,7 @@ from shared.context.prompt_text import (
     STATIC_SECTIONS,
     TOOL_DOCS,
 )
-from shared.db import Conn, Query
+from shared.db import Conn, Query, first
 from shared.llm.types import ToolSpec
 
 WHAT_YOU_KNOW_LIMIT = 50
@@ -149,9 +149,9 @@ def prompt_inputs(
     context_dir: Path | None,
 ) -> PromptInputs:
     """The static prompt's inputs from the rows of `prompt_input_queries` and the context files."""
-    agent = dict(rows["agent"][0]) if rows["agent"] else None
+    row = first(rows["agent"])
+    agent = dict(row) if row is not None else None  # a copy: the preset's prompt is taken out of it
     preset = agent.pop("preset_prompt") if agent is not None else None
-    directive = rows["directive"][0]["value"] if rows["directive"] else None
     files = read_context_files(context_dir)
     if agent is not None:
         name = _clean(agent["name"]) or DEFAULT_AGENT_NAME
@@ -168,8 +168,8 @@ def prompt_inputs(
         persona=persona,
         source=source,
         agent=agent,
-        directive=directive,
-        user=rows["user"][0] if rows["user"] else None,
+        directive=first(rows["directive"], "value"),
+        user=first(rows["user"]),
         memories=_selection(rows["what_you_know"]),
         file_rules=_clean(files.get("AGENTS.md")) if source == "files" else None,
         file_knowledge=_clean(files.get("MEMORY.md")) if files.get("MEMORY.md") else None,
