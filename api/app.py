@@ -29,6 +29,26 @@ log = get_logger(__name__)
 
 # How long the start waits for the pool's connections (Postgres away: start anyway, answer 503).
 POOL_WARM_TIMEOUT_SECONDS = 5.0
+# And for the broker's (Redis away: start anyway; turns are stored and the sweep enqueues them later).
+BROKER_WARM_TIMEOUT_SECONDS = 3.0
+
+
+async def _warm_database() -> None:
+    try:
+        if not await asyncio.to_thread(db.warm_pool, POOL_WARM_TIMEOUT_SECONDS):
+            log.warning("database connections not all open at start; the pool keeps trying")
+    except Exception as exc:  # no database configured or reachable: start anyway; requests say why (503)
+        log.warning("could not open database connections at start", error=f"{type(exc).__name__}: {exc}")
+
+
+async def _warm_broker() -> None:
+    from workers.dispatch import warm_publishers  # the Celery app reads settings: not at import time
+
+    try:
+        # On a timeout the thread goes on in the background; it holds at most one producer while it waits.
+        await asyncio.wait_for(asyncio.to_thread(warm_publishers), BROKER_WARM_TIMEOUT_SECONDS)
+    except Exception as exc:  # the broker away: publishes connect on demand, as before
+        log.warning("could not open broker connections at start", error=f"{type(exc).__name__}: {exc}")
 
 
 @asynccontextmanager
@@ -39,12 +59,9 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     # p99 of hundreds of ms, ops/bench/turns.py). So it loads off the loop but before the port opens;
     # Kubernetes' startupProbe and `engram up` wait for it.
     await asyncio.to_thread(warm_query_embedder)
-    # Every request checks out a connection: open them all now, not one by one under a burst.
-    try:
-        if not await asyncio.to_thread(db.warm_pool, POOL_WARM_TIMEOUT_SECONDS):
-            log.warning("database connections not all open at start; the pool keeps trying")
-    except Exception as exc:  # no database configured or reachable: start anyway; requests say why (503)
-        log.warning("could not open database connections at start", error=f"{type(exc).__name__}: {exc}")
+    # Every request checks out a connection and a turn's accept publishes a task: open them all now, not
+    # one by one under a burst.
+    await asyncio.gather(_warm_database(), _warm_broker())
     yield
     if isinstance(getattr(_app.state, "mcp", None), McpEndpoint):
         await _app.state.mcp.close()

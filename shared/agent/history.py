@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shared.context.dynamic import RELEVANT_LIMIT
@@ -82,9 +82,15 @@ def row_to_message(row: dict[str, Any]) -> ChatMessage:
     return ChatMessage("user", row["content"])
 
 
-def relevant_memories(conn: Conn, turn: dict[str, Any], history: list[ChatMessage]) -> list[dict[str, Any]]:
+def relevant_memories(
+    conn: Conn,
+    turn: dict[str, Any],
+    history: list[ChatMessage],
+    space_rows: Sequence[Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Top facts from the user's other sessions for the latest user message (shown, not counted as use:
-    counting them would churn the "What You Know" selection every turn)."""
+    counting them would churn the "What You Know" selection every turn). `space_rows`: the embedding space
+    as read along with the turn's other reads (SPACE_QUERY); None = read it here."""
     latest = next((m.content for m in reversed(history) if m.role == "user"), "")
     if not latest.strip():
         return []
@@ -98,5 +104,6 @@ def relevant_memories(conn: Conn, turn: dict[str, Any], history: list[ChatMessag
         latest[:2000],
         limit=RELEVANT_LIMIT,
         filters=SearchFilters(exclude_session_id=turn["session_id"], include_transcripts=False),
+        space_rows=space_rows,
     )
     return [{"namespace": r.namespace, "key": r.key, "value": r.value} for r in results]

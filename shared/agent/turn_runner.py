@@ -31,6 +31,7 @@ from shared.channels.deliveries import reply_ready
 from shared.client_options import ClientOptions, merged_tools
 from shared.context.compiler import IntegrityViolation, TurnContext, context_queries, prepare_turn
 from shared.db import Conn, fetch_together
+from shared.embeddings import SPACE_QUERY
 from shared.events import TurnEventPublisher
 from shared.llm.types import ChatMessage, LLMError, ToolCall
 from shared.locks import HeartbeatLock, holder, session_lock_name, take_over_if_holder_dead
@@ -253,13 +254,17 @@ def read_turn_context(
     conn: Conn, turn: dict[str, Any], deps: TurnDeps, client: ClientOptions | None = None
 ) -> tuple[list[ChatMessage], TurnContext]:
     """What the turn's model calls are built from: its history and its context (prompt, dynamic inputs,
-    steering). The history, the session and every read of the prompt go to Postgres together, then the
-    relevant-memory search: three round trips, where one per read made fifteen (each a trip through the
-    scheduler for the worker and a Postgres backend, on a busy machine the larger part of a turn's overhead)."""
+    steering). The history, the session, every read of the prompt and the embedding space go to Postgres
+    together, then the relevant-memory search: two round trips, where one per read made fifteen (each a trip
+    through the scheduler for the worker and a Postgres backend, on a busy machine the larger part of a
+    turn's overhead)."""
     ids = {"tenant_id": turn["tenant_id"], "user_id": turn["user_id"], "session_id": turn["session_id"]}
-    reads = fetch_together(conn, {**turn_start_queries(turn), **context_queries(**ids, turn_id=turn["id"])})
+    queries = {**turn_start_queries(turn), **context_queries(**ids, turn_id=turn["id"])}
+    if deps.relevant_memory:
+        queries["embedding_space"] = SPACE_QUERY
+    reads = fetch_together(conn, queries)
     history, session = turn_start(reads)
-    relevant = relevant_memories(conn, turn, history) if deps.relevant_memory else []
+    relevant = relevant_memories(conn, turn, history, reads["embedding_space"]) if deps.relevant_memory else []
     context = prepare_turn(
         conn,
         session=session,

@@ -9,6 +9,7 @@ from shared.embeddings.providers import (
     embedder_from_settings,
 )
 from shared.embeddings.space import (
+    SPACE_QUERY,
     EmbeddingSpaceMismatch,
     current_space,
     ensure_embedding_space,
@@ -17,6 +18,7 @@ from shared.embeddings.space import (
 )
 
 __all__ = [
+    "SPACE_QUERY",
     "Embedder",
     "EmbeddingError",
     "EmbeddingSpaceMismatch",

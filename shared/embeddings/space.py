@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 from pgvector import Vector
 
 from shared.config import get_settings
-from shared.db import Conn
+from shared.db import Conn, Query
 from shared.embeddings.cache import embed_texts, register_vector_types
 from shared.embeddings.providers import Embedder
 from shared.logging import get_logger
@@ -96,15 +96,22 @@ def _remember(key: tuple[str, str, int]) -> None:
 # Reading the space
 
 
-def current_space(conn: Conn) -> dict[str, Any] | None:
-    """{provider, model, dimension, status, updated_at}, or None before anything was embedded."""
-    row = conn.execute("SELECT provider, model, dimension, status, updated_at FROM embedding_space").fetchone()
-    return dict(row) if row is not None else None
+SPACE_QUERY: Query = ("SELECT provider, model, dimension, status, updated_at FROM embedding_space", ())
 
 
-def vector_search_available(conn: Conn) -> bool:
+def current_space(conn: Conn, rows: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any] | None:
+    """{provider, model, dimension, status, updated_at}, or None before anything was embedded.
+
+    `rows`: what SPACE_QUERY returned a moment ago in the caller's transaction (sent along with other reads,
+    it costs no round trip of its own); None = read it now."""
+    if rows is None:
+        rows = conn.execute(*SPACE_QUERY).fetchall()
+    return dict(rows[0]) if rows else None
+
+
+def vector_search_available(conn: Conn, rows: Sequence[Mapping[str, Any]] | None = None) -> bool:
     """True when vectors can be searched; False before the first embedding and during a reindex."""
-    space = current_space(conn)
+    space = current_space(conn, rows)
     return space is not None and space["status"] == "ready"
 
 
@@ -112,17 +119,19 @@ def vector_search_available(conn: Conn) -> bool:
 # Fixing the space on first use
 
 
-def ensure_embedding_space(conn: Conn, embedder: Embedder) -> None:
+def ensure_embedding_space(
+    conn: Conn, embedder: Embedder, space_rows: Sequence[Mapping[str, Any]] | None = None
+) -> None:
     """Make sure `embedder`'s vectors may be stored: record the space on first use, else compare.
 
     Raises `EmbeddingSpaceMismatch` when the database's vectors belong to another model or dimension.
     Runs in the caller's transaction; on first use it alters `memory_chunks`, whose lock is then held
-    until the caller commits, so call it early in a short transaction.
+    until the caller commits, so call it early in a short transaction. `space_rows`: as for `current_space`.
     """
     key = _check_key(conn, embedder)
     if _recently_checked(key):
         return
-    space = current_space(conn)
+    space = current_space(conn, space_rows)
     if space is None:
         with conn.transaction():
             _lock(conn)

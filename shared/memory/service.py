@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 from shared.config import Settings, get_settings
 from shared.db import Conn
@@ -78,14 +80,15 @@ def forget_recent_queries() -> None:
     _embed_query.cache_clear()
 
 
-def query_vector(conn: Conn, text: str) -> list[float] | None:
+def query_vector(conn: Conn, text: str, space_rows: Sequence[Mapping[str, Any]] | None = None) -> list[float] | None:
     """The query's embedding, or None when vector search cannot run (no space yet, re-indexing,
-    or the embedding provider failed) — search then runs on its lexical legs alone."""
+    or the embedding provider failed) — search then runs on its lexical legs alone. `space_rows`: the
+    embedding space as the caller read it along with its other reads (SPACE_QUERY); None = read it here."""
     try:
         embedder = process_embedder()
-        if not vector_search_available(conn):
+        if not vector_search_available(conn, space_rows):
             return None
-        ensure_embedding_space(conn, embedder)
+        ensure_embedding_space(conn, embedder, space_rows)
         # The search binds the vector as pgvector's type: this connection must know it (the embedding
         # cache used to register it on the way; a memo hit may come on a fresh pooled connection).
         register_vector_types(conn)
@@ -108,11 +111,11 @@ def search_memories(
     filters: SearchFilters | None = None,
     touch: bool = False,
     mode: str | None = None,
+    space_rows: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[SearchResult]:
     settings = get_settings()
     options = options_from_settings(settings, limit)
     if mode in ("weighted", "rrf"):
         options.mode = mode  # type: ignore[assignment]
-    return search(
-        conn, scope, query, query_vector=query_vector(conn, query), filters=filters, options=options, touch=touch
-    )
+    vector = query_vector(conn, query, space_rows)
+    return search(conn, scope, query, query_vector=vector, filters=filters, options=options, touch=touch)

@@ -5,7 +5,6 @@ worker and a Postgres backend; a turn's context used to be fifteen of them."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,11 +12,9 @@ import pytest
 from shared import db
 from shared.agent import TurnDeps
 from shared.agent.turn_runner import read_turn_context
-from shared.config import get_settings
 from shared.context.profiles import patch_user_profile, put_agent_profile
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
-from shared.embeddings.space import forget_checked_spaces
 from shared.memory.indexing import index_memory
 from shared.memory.search import search
 from shared.memory.service import process_embedder
@@ -90,22 +87,9 @@ class _Provider:
     name = "anthropic"
 
 
-@pytest.fixture
-def space_check_trusted(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """As in production: a process trusts its last check of the embedding space for a while (the suite's
-    setting of 0 s has every search check it again, one more read)."""
-    monkeypatch.setenv("ENGRAM_EMBEDDING_SPACE_CHECK_SECONDS", "60")
-    get_settings.cache_clear()
-    forget_checked_spaces()
-    yield
-    monkeypatch.undo()
-    get_settings.cache_clear()
-    forget_checked_spaces()
-
-
-@pytest.mark.usefixtures("space_check_trusted")
-def test_a_turns_context_is_three_round_trips(conn: Conn) -> None:
-    # The embedding space as a running system has it: committed, and checked by this process before.
+def test_a_turns_context_is_two_round_trips(conn: Conn) -> None:
+    # The embedding space as a running system has it: committed. The suite has every search check it again
+    # (ENGRAM_EMBEDDING_SPACE_CHECK_SECONDS=0): that check uses the row read with the others.
     with db.connection() as setup:
         ensure_embedding_space(setup, process_embedder())
     ensure_embedding_space(conn, process_embedder())
@@ -127,8 +111,8 @@ def test_a_turns_context_is_three_round_trips(conn: Conn) -> None:
     with wire_messages(conn) as sent:
         history, context = read_turn_context(conn, second, deps)
 
-    # The reads together; the embedding space (before the query is embedded); the search with its settings.
-    assert waits(sent) == 3, sent
+    # The reads together (the embedding space among them); the search with its settings.
+    assert waits(sent) == 2, sent
     assert [m.content for m in history] == ["Hello, I am Alice.", "Which dog does she own?"]
     assert [m["value"] for m in context.dynamic.relevant] == [FACTS["pet"]]
     assert context.knowledge is not None and context.knowledge.rebuilt is None
