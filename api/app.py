@@ -45,7 +45,7 @@ async def _warm_broker() -> None:
     from workers.dispatch import warm_publishers  # the Celery app reads settings: not at import time
 
     try:
-        # On a timeout the thread goes on in the background; it holds at most one producer while it waits.
+        # On a timeout the thread goes on in the background and gives its producers back when it ends.
         await asyncio.wait_for(asyncio.to_thread(warm_publishers), BROKER_WARM_TIMEOUT_SECONDS)
     except Exception as exc:  # the broker away: publishes connect on demand, as before
         log.warning("could not open broker connections at start", error=f"{type(exc).__name__}: {exc}")

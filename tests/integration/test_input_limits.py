@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import psutil
 import pytest
 from fastapi.testclient import TestClient
 from httpx_sse import connect_sse
@@ -22,6 +24,7 @@ from shared.locks import HeartbeatLock, session_lock_name
 from shared.redis_client import STREAM_CLIENT_NAME, get_redis
 from shared.turns import submit_turn
 from tests.conftest import Gateway
+from tests.support.services import TestServices
 
 pytestmark = pytest.mark.integration
 
@@ -392,6 +395,43 @@ def test_gateway_opens_its_database_connections_before_it_serves(
         assert db.get_pool().get_stats()["pool_size"] == get_settings().db_pool_size
         assert client.get("/healthz").status_code == 200
     db.close_pool()  # the next user of this process's pool gets an ordinary one
+
+
+def _connections_to(port: int | None) -> int:
+    """This process's open TCP connections to `port`."""
+    return sum(1 for c in psutil.Process().net_connections("tcp") if c.raddr and c.raddr.port == port)
+
+
+def test_gateway_opens_its_broker_connections_before_it_serves(
+    services: TestServices, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of publishes right after start goes out on connections already open, with the queues declared:
+    it opens none (each new one cost its publish a connect and the declaration, 20 ms or more)."""
+    from kombu import pools
+
+    from api.app import create_app
+    from workers.app import app as celery_app
+
+    monkeypatch.setattr(db, "close_pool", lambda: None)  # the lifespan's shutdown; other tests keep the pool
+    pools.reset()  # as in a fresh process: no broker connection open (kombu's own reset after a fork)
+    celery_app._after_fork()  # and Celery's, which drops its references to the old pools
+    redis_port = urlsplit(services.redis_url).port
+    burst_size = celery_app.conf.broker_pool_limit
+    with TestClient(create_app()):
+        opened = _connections_to(redis_port)
+        burst = threading.Barrier(burst_size)
+
+        def publish() -> None:
+            burst.wait()
+            celery_app.send_task("engram.tests.nothing", queue="engram-tests-warm")
+
+        threads = [threading.Thread(target=publish) for _ in range(burst_size)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert _connections_to(redis_port) == opened
+    get_redis().delete("engram-tests-warm")
 
 
 # --------------------------------------------------------------------------- the schema says it

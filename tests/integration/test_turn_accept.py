@@ -3,13 +3,10 @@ also when another request creates the same user at the same moment."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from typing import Any
 
-import psutil
 import pytest
-import redis
 
 from shared import db
 from shared.auth import authenticate, create_key, ensure_tenant
@@ -154,31 +151,3 @@ def test_a_request_that_loses_the_race_for_its_idempotency_key_replays_the_winne
         rows = _rows(check, tenant_id)
     assert [t["id"] for t in rows["turns"]] == [earlier.turn["turn_id"], winner.turn["turn_id"]]
     assert len(rows["messages"]) == 2 and len(rows["sessions"]) == 1
-
-
-def _connections_to(port: int) -> int:
-    return sum(1 for c in psutil.Process().net_connections("tcp") if c.raddr and c.raddr.port == port)
-
-
-def test_a_warmed_gateway_publishes_a_burst_on_open_connections(services: Any) -> None:
-    """The gateway opens its broker connections at start (api/app.py): a burst of accepts publishes on them
-    and opens none (each new one costs its publish a connect and the queue's declaration)."""
-    from workers.app import app
-    from workers.dispatch import warm_publishers
-
-    redis_port = int(services.redis_url.rsplit(":", 1)[1].split("/")[0])
-    assert warm_publishers() == app.conf.broker_pool_limit
-    opened = _connections_to(redis_port)
-    burst = threading.Barrier(app.conf.broker_pool_limit)
-
-    def publish() -> None:
-        burst.wait()
-        app.send_task("engram.tests.nothing", queue="engram-tests-warm")
-
-    threads = [threading.Thread(target=publish) for _ in range(app.conf.broker_pool_limit)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert _connections_to(redis_port) == opened
-    redis.Redis.from_url(services.redis_url).delete("engram-tests-warm")
