@@ -19,6 +19,7 @@ from api.routes import admin, channel_admin, channels, context, health, ingest, 
 from api.routes import openai as openai_routes
 from shared import db
 from shared.config import get_settings
+from shared.heap import freeze_startup_heap
 from shared.logging import configure_logging, get_logger
 from shared.memory.service import warm_query_embedder
 from shared.redis_client import close_shared_async_redis
@@ -62,6 +63,8 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     # Every request checks out a connection and a turn's accept publishes a task: open them all now, not
     # one by one under a burst.
     await asyncio.gather(_warm_database(), _warm_broker())
+    # Last, so what the warm-ups loaded is frozen too (shared/heap.py says why); still before the port opens.
+    log.info("startup heap frozen", objects=freeze_startup_heap())
     yield
     if isinstance(getattr(_app.state, "mcp", None), McpEndpoint):
         await _app.state.mcp.close()

@@ -24,7 +24,8 @@ from kombu import Exchange, Queue
 
 from shared import db
 from shared.config import Settings, get_settings
-from shared.logging import configure_logging
+from shared.heap import freeze_startup_heap
+from shared.logging import configure_logging, get_logger
 from shared.maintenance.schedule import JOBS, cron_of, enabled
 from shared.redis_client import reset_redis
 from shared.services import resolve_redis_url
@@ -32,6 +33,8 @@ from shared.tracing import configure_tracing, instrument_celery_worker
 from workers import metrics as _metric_signals  # noqa: F401  (task metrics, the pool's exporter)
 from workers import tracing as _publish_hooks  # noqa: F401  (connects the request-id publish hook)
 from workers.queues import QUEUES
+
+log = get_logger(__name__)
 
 TASK_MODULES = [
     "workers.turns",
@@ -186,6 +189,12 @@ def _worker_broker_settings(**_: object) -> None:
     app.conf.task_publish_retry_policy = WORKER_PUBLISH_RETRY_POLICY
     vars(app.amqp).pop("send_task_message", None)  # the sender caches the policy when first built
     app.conf.broker_transport = "workers.broker:Transport"  # Redis; a killed task's message requeued first
+
+
+@worker_init.connect
+def _freeze_startup_heap(**_: object) -> None:
+    # In the parent, before the pool forks: the children inherit the frozen heap (shared/heap.py).
+    log.info("startup heap frozen", objects=freeze_startup_heap())
 
 
 @worker_process_init.connect
