@@ -265,13 +265,16 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
         fill_cte = """
         vec_fill AS (SELECT NULL::bigint AS memory_id, NULL::bigint AS chunk_id, NULL::float8 AS similarity
                      WHERE false)"""
-    # Full text in one pass: each query term is looked up in the GIN index on its own (ft_hits), which
-    # gives both its document frequency (ft_terms) and its per-memory rank. Matching the OR of all terms
-    # first and then testing every matched memory against every term, twice, cost a conversation's
-    # whole memory set × terms in join filters whenever a common word (a partner's name) matched all.
+    # Full text in one pass: each (memory, query term) pair is tested once (ft_hits), by the term's lookup
+    # in the GIN index or, for a user with few memories, by one join of their memories with the terms;
+    # that gives both the term's document frequency (ft_terms) and its per-memory rank. Matching the OR
+    # of all terms first and then testing every matched memory against every term, twice, cost a
+    # conversation's whole memory set × terms in join filters whenever a common word (a partner's name)
+    # matched all. q_terms is materialized: inlined, each term's tsquery was parsed again for every
+    # memory it was tested against (~1 µs each) whenever the plan put the memories outside.
     # The vector rows join the candidates on one key, so that join hashes instead of looping.
     return f"""
-    WITH q_terms AS (
+    WITH q_terms AS MATERIALIZED (
         SELECT lexeme, to_tsquery('simple', quote_literal(lexeme)) AS tsq
         FROM unnest(tsvector_to_array(to_tsvector('english', %(query)s))) AS lexeme),
     corpus AS MATERIALIZED (
