@@ -3,6 +3,7 @@ fake LLM server that the official SDKs talk to."""
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -230,6 +231,13 @@ def api_key(clean_state: TestServices) -> str:
 def api(gateway: Gateway, api_key: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60) as client:
         yield client
+
+
+@pytest.fixture
+def unfreeze_after() -> Iterator[None]:
+    """For tests that freeze this process's heap (shared/heap.py): the rest of the run collects as before."""
+    yield
+    gc.unfreeze()
 
 
 class CeleryStack:

@@ -14,7 +14,7 @@ from typing import Any
 import redis
 from redis.exceptions import RedisError
 
-from shared.db import Conn
+from shared.db import Conn, first
 from shared.embeddings import forget_unused
 from shared.events import stream_key
 from shared.logging import get_logger
@@ -198,7 +198,7 @@ def export_user(conn: Conn, scope: Scope) -> dict[str, Any]:
             params,
         ).fetchall()
         out[_EXPORT_SECTION.get(table.name, table.name)] = rows
-    out["user"] = out["user"][0] if out["user"] else None
+    out["user"] = first(out["user"])
     out["entities"] = _with_memory_ids(out["entities"], out["memory_entities"])
     return out
 

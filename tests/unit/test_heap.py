@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import gc
 import weakref
-from collections.abc import Iterator
-
-import pytest
 
 from shared.heap import freeze_startup_heap
+from tests.support.heap import walked_by_collections
 
 
 class _Node:
     other: _Node
-
-
-@pytest.fixture
-def unfreeze_after() -> Iterator[None]:
-    yield
-    gc.unfreeze()  # the rest of the test process collects as before
-
-
-def _walked_by_collections(obj: object) -> bool:
-    return any(tracked is obj for tracked in gc.get_objects())
 
 
 def test_the_startup_heap_is_frozen_and_its_garbage_collected_first(unfreeze_after: None) -> None:
@@ -31,12 +18,12 @@ def test_the_startup_heap_is_frozen_and_its_garbage_collected_first(unfreeze_aft
     first.other, second.other = second, first  # a cycle: only a collection frees it
     cycle = weakref.ref(first)
     del first, second
-    assert _walked_by_collections(kept) and cycle() is not None
+    assert walked_by_collections(kept) and cycle() is not None
 
     frozen = freeze_startup_heap()
 
     assert frozen > 0
     assert cycle() is None  # garbage from startup is freed, not frozen for the life of the process
-    assert not _walked_by_collections(kept)  # what lives is skipped by every later collection
+    assert not walked_by_collections(kept)  # what lives is skipped by every later collection
     later = {"request": [4]}
-    assert _walked_by_collections(later)  # what is made afterwards is collected as before
+    assert walked_by_collections(later)  # what is made afterwards is collected as before
