@@ -143,12 +143,19 @@ def reindex() -> None:
 
     Search falls back to full text while it runs; it can be interrupted and run again."""
     from shared import db
-    from shared.embeddings import embedder_from_settings
+    from shared.embeddings import current_space, embedder_from_settings
     from shared.embeddings import reindex as run_reindex
+    from shared.embeddings.space import follow_recorded_space
     from shared.services import ServiceNotConfigured
 
     settings = _settings()
     embedder = embedder_from_settings(settings)
+    try:
+        with db.connection() as conn:
+            # The default backend keeps the recorded local space; say the model it will really use.
+            follow_recorded_space(embedder, current_space(conn))
+    except ServiceNotConfigured as exc:
+        _fail(str(exc))
     typer.echo(f"re-embedding with {embedder.provider}/{embedder.model} ({embedder.dimension} dims)")
     with typer.progressbar(length=1, label="chunks") as bar:
         state = {"done": 0}

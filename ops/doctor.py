@@ -110,12 +110,14 @@ def _check_postgres(url: str) -> Iterator[Check]:
 def _check_embeddings(conn: Conn) -> Check:
     from shared.config import get_settings
     from shared.embeddings import current_space, embedder_from_settings
+    from shared.embeddings.space import follow_recorded_space
 
     try:
         space = current_space(conn)
     except Exception:  # tables not created yet: the migrations check reports that
         return Check("embeddings", True, "no embedding space yet")
     embedder = embedder_from_settings(get_settings())
+    follow_recorded_space(embedder, space)  # the default backend serves either local space
     configured = f"{embedder.provider}/{embedder.model} ({embedder.dimension} dims)"
     if space is None:
         return Check("embeddings", True, f"{configured}; recorded at first use")

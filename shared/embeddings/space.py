@@ -4,7 +4,10 @@ Vectors from different models (or dimensions) cannot be compared, so a database 
 model only, recorded in the one-row `embedding_space` table. The first embedder to write fixes the
 space: `ensure_embedding_space` records it, types `memory_chunks.embedding` as `vector(<dim>)` and
 builds the HNSW index. Configuring another model afterwards raises `EmbeddingSpaceMismatch` until
-`reindex` re-embeds everything with it.
+`reindex` re-embeds everything with it. The exception is an embedder that follows spaces (the local
+model on the default backend, `auto`): it makes whichever local space the database records (fp32 or int8)
+and fixes int8 for a new one; moving an existing database to the other is done by configuring it explicitly
+and reindexing.
 
 Decision for a missing `embedding_space` row while `memory_chunks` already holds vectors (the row was
 deleted by hand, or a restore lost it): nothing records which model made those vectors, so they are
@@ -23,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pgvector import Vector
 
@@ -115,6 +118,21 @@ def vector_search_available(conn: Conn, rows: Sequence[Mapping[str, Any]] | None
     return space is not None and space["status"] == "ready"
 
 
+@runtime_checkable
+class FollowsSpace(Protocol):
+    """An embedder that can make more than one space and switches to the one a database records
+    (the local model with ENGRAM_EMBEDDING_BACKEND=auto: fp32 or int8)."""
+
+    def follow(self, model: str, dimension: int) -> bool: ...
+
+
+def follow_recorded_space(embedder: Embedder, space: Mapping[str, Any] | None) -> None:
+    """Switch an embedder that follows spaces to the recorded one (it ignores a space it cannot make);
+    any other embedder is left as configured and the comparison decides."""
+    if space is not None and isinstance(embedder, FollowsSpace):
+        embedder.follow(space["model"], space["dimension"])
+
+
 # ---------------------------------------------------------------------------------------------------
 # Fixing the space on first use
 
@@ -141,8 +159,9 @@ def ensure_embedding_space(
                 # Not memoised: the caller's transaction may still roll the new space back, and a memo
                 # would then let vectors into an untyped column. The next call reads the committed row.
                 return
+    follow_recorded_space(embedder, space)
     _require_same(space, embedder)
-    _remember(key)
+    _remember(_check_key(conn, embedder))  # the key of the model it makes now, if it followed
 
 
 def _create_space(conn: Conn, embedder: Embedder) -> None:
@@ -206,10 +225,13 @@ def reindex(conn_factory: ConnFactory, embedder: Embedder, *, batch_size: int, p
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    target_model, dimension = embedder.model, embedder.dimension
     with conn_factory() as conn:
         space = current_space(conn)
         column_dimension = _column_dimension(conn)
+    # An embedder that follows the database's space keeps it (only missing vectors are made); switching
+    # spaces is asked for by configuring one explicitly.
+    follow_recorded_space(embedder, space)
+    target_model, dimension = embedder.model, embedder.dimension
     same = space is not None and space["model"] == target_model and space["dimension"] == dimension
     if not same or column_dimension != dimension:
         _switch(conn_factory, embedder, space)

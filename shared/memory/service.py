@@ -6,18 +6,21 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from shared import db
 from shared.config import Settings, get_settings
 from shared.db import Conn
 from shared.embeddings import (
     Embedder,
     EmbeddingError,
     LocalEmbedder,
+    current_space,
     embedder_from_settings,
     ensure_embedding_space,
     vector_search_available,
 )
 from shared.embeddings.cache import cache_model, check_vectors, register_vector_types
 from shared.embeddings.providers import OnnxLocalEmbedder
+from shared.embeddings.space import follow_recorded_space
 from shared.logging import get_logger
 from shared.memory.search import SearchFilters, SearchOptions, SearchResult, search
 from shared.memory.store import Scope
@@ -41,10 +44,22 @@ def warm_query_embedder() -> None:
     have nothing to load."""
     try:
         embedder = process_embedder()
+        if isinstance(embedder, OnnxLocalEmbedder) and embedder.follows_space:
+            _follow_recorded_space(embedder)
         if isinstance(embedder, LocalEmbedder | OnnxLocalEmbedder):
             embedder.load()
     except Exception as exc:  # search falls back to its lexical legs; the first query retries the load
         log.warning("could not preload the embedding model", error=str(exc))
+
+
+def _follow_recorded_space(embedder: Embedder) -> None:
+    """Load the model the database's vectors were made with (auto backend), not the one a new database
+    gets; without a database yet, the embedder keeps its default and follows on first use."""
+    try:
+        with db.connection() as conn:
+            follow_recorded_space(embedder, current_space(conn))
+    except Exception as exc:
+        log.info("embedding space not read at start", error=f"{type(exc).__name__}: {exc}")
 
 
 def options_from_settings(settings: Settings, limit: int) -> SearchOptions:

@@ -1,6 +1,8 @@
-"""Switching ENGRAM_EMBEDDING_BACKEND between torch and onnx (the default since it was torch) keeps the
-database's embedding space: vectors written by one are searched with the other, no `engram reindex` needed.
-The int8 backend is another space: refused until `engram reindex` re-embeds with it."""
+"""Switching ENGRAM_EMBEDDING_BACKEND between torch and onnx keeps the database's embedding space: vectors
+written by one are searched with the other, no `engram reindex` needed. The int8 backend is another space:
+refused until `engram reindex` re-embeds with it. The default (auto) records int8 for a new database and
+keeps serving a database whose vectors the fp32 model made (an upgrade from an engram whose default was
+fp32), reindex included."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from shared.embeddings.space import (
 from shared.memory import service
 from shared.memory.indexing import index_memory
 from shared.memory.service import forget_recent_queries
-from shared.memory.store import MemoryInput, store_memory
+from shared.memory.store import MemoryInput, Scope, store_memory
 from tests.integration.test_memory_store import make_scope
 from tests.support.services import TestServices
 
@@ -71,27 +73,83 @@ def test_torch_space_accepts_the_onnx_backend_and_its_vectors_rank_alike(onnx_em
     assert [row["i"] for row in rows] == [1, 0]
 
 
-def test_memories_written_under_torch_are_found_after_a_restart_on_the_default_onnx_backend(
+def _store_and_index(conn: db.Conn, embedder: OnnxLocalEmbedder | LocalEmbedder) -> Scope:
+    scope = make_scope(conn)
+    for key, value in FACTS.items():
+        memory_id = int(store_memory(conn, scope, MemoryInput(key=key, value=value), "api").memory["id"])
+        index_memory(conn, embedder, memory_id)
+    return scope
+
+
+def _default_embedder(onnx_embedder: OnnxLocalEmbedder) -> OnnxLocalEmbedder:
+    """What a process with default settings embeds with (its model files: the module's export)."""
+    embedder = embedder_from_settings(Settings(_env_file=None, embedding_onnx_path=onnx_embedder.model_path))
+    assert isinstance(embedder, OnnxLocalEmbedder)
+    return embedder
+
+
+def test_memories_written_under_torch_are_found_after_an_upgrade_to_the_default_backend(
     onnx_embedder: OnnxLocalEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Before the upgrade: a process on the torch backend fixed the space and indexed the memories.
-    torch = LocalEmbedder()
+    # Before the upgrade: a process on the torch backend fixed the fp32 space and indexed the memories.
     with db.connection() as conn:
-        scope = make_scope(conn)
-        for key, value in FACTS.items():
-            memory_id = int(store_memory(conn, scope, MemoryInput(key=key, value=value), "api").memory["id"])
-            index_memory(conn, torch, memory_id)
-    # After it: a fresh process whose settings are the defaults (onnx), nothing re-embedded in between.
+        scope = _store_and_index(conn, LocalEmbedder())
+    # After it: a fresh process whose settings are the defaults, nothing re-embedded in between. A new
+    # database would get the int8 model; this one keeps the fp32 space its vectors are in.
     forget_checked_spaces()
     forget_recent_queries()
-    assert isinstance(embedder_from_settings(Settings(_env_file=None)), OnnxLocalEmbedder)
-    monkeypatch.setattr(service, "process_embedder", lambda: onnx_embedder)
+    default = _default_embedder(onnx_embedder)
+    assert default.model == "all-MiniLM-L6-v2-int8"
+    monkeypatch.setattr(service, "process_embedder", lambda: default)
     with db.connection() as conn:
         # No word in common with the stored value: only the vector leg can find it.
         results = service.search_memories(conn, scope, "Who owns a dog?")
         space = current_space(conn)
     assert results and results[0].key == "pet" and "vector" in results[0].legs
     assert space is not None and (space["model"], space["status"]) == ("all-MiniLM-L6-v2", "ready")
+    assert default.model == "all-MiniLM-L6-v2"
+    # What it writes from now on is in that space: a new memory's vector is the fp32 model's.
+    with db.connection() as conn:
+        memory_id = int(store_memory(conn, scope, MemoryInput(key="car", value="drives a red van"), "api").memory["id"])
+        index_memory(conn, default, memory_id)
+        row = conn.execute(
+            "SELECT text, embedding::float4[] AS e FROM memory_chunks WHERE memory_id = %s", (memory_id,)
+        ).fetchone()
+    assert row is not None and row["e"] == pytest.approx(onnx_embedder.embed([row["text"]])[0], abs=1e-5)
+
+
+def test_a_new_database_on_the_default_backend_records_the_int8_model(onnx_embedder: OnnxLocalEmbedder) -> None:
+    default = _default_embedder(onnx_embedder)
+    with db.connection() as conn:
+        _store_and_index(conn, default)
+        space = current_space(conn)
+        row = conn.execute("SELECT text, embedding::float4[] AS e FROM memory_chunks ORDER BY id LIMIT 1").fetchone()
+    assert space is not None and (space["model"], space["status"]) == ("all-MiniLM-L6-v2-int8", "ready")
+    int8 = OnnxLocalEmbedder(model_path=onnx_embedder.model_path, int8=True)
+    assert row is not None and row["e"] == pytest.approx(int8.embed([row["text"]])[0], abs=1e-5)
+    # An fp32 process configured explicitly is refused: the default does not make other settings follow.
+    forget_checked_spaces()
+    with db.connection() as conn, pytest.raises(EmbeddingSpaceMismatch):
+        ensure_embedding_space(conn, onnx_embedder)
+
+
+def test_reindex_on_the_default_backend_keeps_the_recorded_fp32_space(onnx_embedder: OnnxLocalEmbedder) -> None:
+    with db.connection() as conn:
+        _store_and_index(conn, onnx_embedder)
+        before = conn.execute("SELECT id, embedding::text AS e FROM memory_chunks ORDER BY id").fetchall()
+        # One chunk lost its vector (say an interrupted write): the reindex should make just that one.
+        conn.execute("UPDATE memory_chunks SET embedding = NULL WHERE id = %s", (before[0]["id"],))
+    default = _default_embedder(onnx_embedder)
+    assert reindex(db.connection, default, batch_size=8) == 1
+    with db.connection() as conn:
+        space = current_space(conn)
+        after = conn.execute("SELECT id, embedding::text AS e FROM memory_chunks ORDER BY id").fetchall()
+    assert space is not None and (space["model"], space["status"]) == ("all-MiniLM-L6-v2", "ready")
+    assert default.model == "all-MiniLM-L6-v2"
+    assert [row["id"] for row in after] == [row["id"] for row in before]
+    # The untouched vectors are as they were; the refilled one is the fp32 model's again.
+    assert [row["e"] for row in after[1:]] == [row["e"] for row in before[1:]]
+    assert after[0]["e"] is not None
 
 
 def test_switching_to_the_int8_backend_is_refused_until_reindex_re_embeds_with_it(
@@ -99,10 +157,7 @@ def test_switching_to_the_int8_backend_is_refused_until_reindex_re_embeds_with_i
 ) -> None:
     # Memories indexed on the fp32 onnx backend.
     with db.connection() as conn:
-        scope = make_scope(conn)
-        for key, value in FACTS.items():
-            memory_id = int(store_memory(conn, scope, MemoryInput(key=key, value=value), "api").memory["id"])
-            index_memory(conn, onnx_embedder, memory_id)
+        scope = _store_and_index(conn, onnx_embedder)
     # Then ENGRAM_EMBEDDING_BACKEND=onnx-int8 (its file quantized from the same export).
     settings = Settings(_env_file=None, embedding_backend="onnx-int8", embedding_onnx_path=onnx_embedder.model_path)
     int8 = embedder_from_settings(settings)

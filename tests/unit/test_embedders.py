@@ -183,8 +183,8 @@ def test_embedder_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(f"ENGRAM_EMBEDDING_{name}", raising=False)
         monkeypatch.delenv(f"ENGRAM_OPENAI_{name}", raising=False)
     local = embedder_from_settings(Settings(_env_file=None, embedding_provider="local"))
-    assert isinstance(local, OnnxLocalEmbedder)  # the default backend
-    assert (local.provider, local.model, local.dimension) == ("local", "all-MiniLM-L6-v2", 384)
+    assert isinstance(local, OnnxLocalEmbedder)  # the default backend: int8 for a new database
+    assert (local.provider, local.model, local.dimension) == ("local", "all-MiniLM-L6-v2-int8", 384)
     torch = embedder_from_settings(Settings(_env_file=None, embedding_provider="local", embedding_backend="torch"))
     assert isinstance(torch, LocalEmbedder)
     assert (torch.provider, torch.model, torch.dimension) == ("local", "all-MiniLM-L6-v2", 384)

@@ -155,3 +155,36 @@ def test_an_int8_vector_does_not_depend_on_the_texts_embedded_with_it(fp32_path:
     alone = embedder.embed([TEXTS[7]])[0]
     for batch in (TEXTS, [TEXTS[4], TEXTS[7]], [TEXTS[7], "ok"]):
         assert embedder.embed(batch)[batch.index(TEXTS[7])] == pytest.approx(alone, abs=1e-6)
+
+
+def test_the_default_backend_makes_int8_and_follows_a_recorded_fp32_space_back_and_forth(fp32_path: Path) -> None:
+    embedder = embedder_from_settings(Settings(_env_file=None, embedding_onnx_path=fp32_path))
+    assert isinstance(embedder, OnnxLocalEmbedder) and embedder.follows_space
+    assert (embedder.model, embedder.run_path) == (LOCAL_INT8_MODEL, int8_path(fp32_path))
+    (int8,) = embedder.embed(["I love dogs"])
+
+    assert embedder.follow(LOCAL_MODEL, LOCAL_DIMENSION)
+    assert (embedder.model, embedder.run_path) == (LOCAL_MODEL, fp32_path)
+    (fp32,) = embedder.embed(["I love dogs"])
+    assert fp32 == pytest.approx(OnnxLocalEmbedder(model_path=fp32_path).embed(["I love dogs"])[0], abs=1e-6)
+    assert fp32 != pytest.approx(int8, abs=1e-3)  # it really runs the other model now
+
+    assert embedder.follow(LOCAL_INT8_MODEL, LOCAL_DIMENSION)
+    assert embedder.embed(["I love dogs"]) == [int8]
+
+
+def test_no_embedder_follows_a_space_it_cannot_make_and_explicit_backends_never_follow(fp32_path: Path) -> None:
+    default = embedder_from_settings(Settings(_env_file=None, embedding_onnx_path=fp32_path))
+    assert isinstance(default, OnnxLocalEmbedder)
+    assert not default.follow("text-embedding-3-small", 1536)
+    assert not default.follow(LOCAL_MODEL, 16)  # a local model's name with another dimension is not ours
+    assert default.model == LOCAL_INT8_MODEL
+
+    for backend, model in (("onnx", LOCAL_MODEL), ("onnx-int8", LOCAL_INT8_MODEL)):
+        explicit = embedder_from_settings(
+            Settings(_env_file=None, embedding_backend=backend, embedding_onnx_path=fp32_path)
+        )
+        assert isinstance(explicit, OnnxLocalEmbedder) and not explicit.follows_space
+        other = LOCAL_INT8_MODEL if model == LOCAL_MODEL else LOCAL_MODEL
+        assert not explicit.follow(other, LOCAL_DIMENSION)
+        assert explicit.model == model
