@@ -20,7 +20,9 @@ Legs (`SearchOptions.legs` picks which run):
 Fusion: `weighted` (vector similarity × w + max-normalised text score × (1 − w), plus a small
 entity bonus, dropped below a minimum score) or `rrf` (Σ 1/(k + rank) over legs). In weighted mode
 every candidate gets its real vector similarity even if the vector leg did not return it (see
-`vec_fill`). Every result carries each leg's rank and score so the ranking can be explained.
+`vec_fill`). Every result carries each leg's rank and score so the ranking can be explained. The
+statement scores the candidates too (`_score_sql`, the same formula as `_fuse`) and returns only the best
+`limit` plus a margin, with their memories' text: the few hundred candidates never leave Postgres.
 
 Measured on LoCoMo (ops/bench/locomo_retrieval.py, 5 conversations, recall@10, turns stored with
 two turns before and one after as context): hybrid 0.76 with all of the above, against 0.61 with
@@ -54,6 +56,10 @@ ENTITY_BONUS = 0.1
 # context words (D, metadata.context — migration 0005) count 0.4 of a value word: they say what the
 # memory is about, not what it says. C is unused.
 TERM_WEIGHTS = (0.2, 0.2, 0.5, 1.0)
+# Rows the statement returns beyond `limit` (at least; `limit` more when larger): it ranks by the same score
+# as `_fuse`, computed in SQL, and Python has the last word on the rows it gets, so the margin only has to
+# absorb rounding differences between the two at the cut.
+KEEP_MARGIN = 10
 _WORD = re.compile(r"[\w'-]{3,}", re.UNICODE)
 _LIKE_STOPWORDS = frozenset(
     (
@@ -273,6 +279,11 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
     # matched all. q_terms is materialized: inlined, each term's tsquery was parsed again for every
     # memory it was tested against (~1 µs each) whenever the plan put the memories outside.
     # The vector rows join the candidates on one key, so that join hashes instead of looping.
+    # Fusion is scored in SQL too, so only the best rows come back with their memory's text (`kept`):
+    # building ~200 candidate rows in Python cost more than the statement's own fusion. `_fuse` stays
+    # the authority on every returned row; `keep` leaves a margin so a last-digit difference between the
+    # two computations cannot push a true top row out (see `KEEP_MARGIN`).
+    min_score_sql = "score >= %(min_score)s - 1e-9" if options.mode == "weighted" else "true"
     return f"""
     WITH q_terms AS MATERIALIZED (
         SELECT lexeme, to_tsquery('simple', quote_literal(lexeme)) AS tsq
@@ -324,25 +335,56 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
         UNION SELECT memory_id, NULL FROM like_ranked
         UNION SELECT memory_id, NULL FROM ent_ranked
         UNION SELECT memory_id, CASE WHEN memory_id IS NULL THEN chunk_id END FROM vec),
-    {fill_cte}
-    SELECT cand.memory_id, cand.transcript_chunk,
-           vec_fill.similarity AS fill_similarity, vec_fill.chunk_id AS fill_chunk_id,
-           ft_ranked.rank AS text_rank, ft_ranked.score AS text_score, ft_ranked.normalized AS text_normalized,
-           like_ranked.rank AS like_rank, like_ranked.score AS like_score,
-           vec.rank AS vector_rank, vec.similarity AS vector_similarity, vec.chunk_id AS vector_chunk_id,
-           vec.text AS vector_chunk_text, vec.session_id AS vector_session_id,
-           ent_ranked.rank AS entity_rank, ent_ranked.matches AS entity_matches,
-           ent_ranked.specificity AS entity_specificity,
-           m.namespace, m.key, m.value, m.kind, m.tags, m.confidence, m.created_at, m.event_time
-    FROM candidates cand
-    LEFT JOIN ft_ranked ON ft_ranked.memory_id = cand.memory_id
-    LEFT JOIN like_ranked ON like_ranked.memory_id = cand.memory_id
-    LEFT JOIN ent_ranked ON ent_ranked.memory_id = cand.memory_id
-    LEFT JOIN vec ON coalesce(vec.memory_id, -vec.chunk_id) = coalesce(cand.memory_id, -cand.transcript_chunk)
-    LEFT JOIN vec_fill ON vec_fill.memory_id = cand.memory_id
-    LEFT JOIN memories m ON m.id = cand.memory_id
-    WHERE cand.memory_id IS NOT NULL OR cand.transcript_chunk IS NOT NULL
+    {fill_cte},
+    fused AS (
+        SELECT cand.memory_id, cand.transcript_chunk,
+               vec_fill.similarity AS fill_similarity, vec_fill.chunk_id AS fill_chunk_id,
+               ft_ranked.rank AS text_rank, ft_ranked.score AS text_score, ft_ranked.normalized AS text_normalized,
+               like_ranked.rank AS like_rank, like_ranked.score AS like_score,
+               vec.rank AS vector_rank, vec.similarity AS vector_similarity, vec.chunk_id AS vector_chunk_id,
+               vec.text AS vector_chunk_text, vec.session_id AS vector_session_id,
+               ent_ranked.rank AS entity_rank, ent_ranked.matches AS entity_matches,
+               ent_ranked.specificity AS entity_specificity,
+               {_score_sql(options, use_vector)} AS score
+        FROM candidates cand
+        LEFT JOIN ft_ranked ON ft_ranked.memory_id = cand.memory_id
+        LEFT JOIN like_ranked ON like_ranked.memory_id = cand.memory_id
+        LEFT JOIN ent_ranked ON ent_ranked.memory_id = cand.memory_id
+        LEFT JOIN vec ON coalesce(vec.memory_id, -vec.chunk_id) = coalesce(cand.memory_id, -cand.transcript_chunk)
+        LEFT JOIN vec_fill ON vec_fill.memory_id = cand.memory_id
+        WHERE cand.memory_id IS NOT NULL OR cand.transcript_chunk IS NOT NULL),
+    kept AS (
+        SELECT * FROM fused WHERE {min_score_sql}
+        ORDER BY score DESC, coalesce(memory_id, 0), coalesce(vector_chunk_id, fill_chunk_id, 0)
+        LIMIT %(keep)s)
+    SELECT kept.*, m.namespace, m.key, m.value, m.kind, m.tags, m.confidence, m.created_at, m.event_time
+    FROM kept LEFT JOIN memories m ON m.id = kept.memory_id
     """
+
+
+def _score_sql(options: SearchOptions, use_vector: bool) -> str:
+    """`_fuse`'s score as an SQL expression over the fused row's legs (keep the two in step)."""
+    # least() skips NULLs (least(2.0, NULL) is 2.0): a candidate without the entity leg is tested first.
+    entity_weight = (
+        "(CASE WHEN ent_ranked.rank IS NULL THEN 0.0"
+        " ELSE least(2.0, round(ent_ranked.specificity::numeric, 4))::float8 END)"
+    )
+    if options.mode == "rrf":
+        return (
+            "coalesce(1.0::float8 / (%(rrf_k)s + ft_ranked.rank), 0.0)"
+            " + coalesce(1.0::float8 / (%(rrf_k)s + like_ranked.rank), 0.0)"
+            " + coalesce(1.0::float8 / (%(rrf_k)s + vec.rank), 0.0)"
+            f" + coalesce(least(1.0, {entity_weight}) / (%(rrf_k)s + ent_ranked.rank), 0.0)"
+        )
+    text = "coalesce(nullif(ft_ranked.normalized, 0), nullif(like_ranked.score, 0), 0.0)"
+    vector = "greatest(0.0, coalesce(vec.similarity, vec_fill.similarity, 0.0))"
+    if use_vector and "text" in options.legs:
+        score = f"%(vector_weight)s * {vector} + (1 - %(vector_weight)s) * {text}"
+    elif use_vector:
+        score = vector
+    else:
+        score = text
+    return f"{score} + {ENTITY_BONUS} * {entity_weight}"
 
 
 def _fuse(row: dict[str, Any], options: SearchOptions, use_vector: bool) -> tuple[float, dict[str, dict[str, Any]]]:
@@ -419,6 +461,10 @@ def search_statement(
         "patterns": like_patterns(query),
         "entities": query_entity_names(query),
         "term_weights": list(TERM_WEIGHTS),
+        "keep": options.limit + max(options.limit, KEEP_MARGIN),
+        "min_score": options.min_score,
+        "vector_weight": options.vector_weight,
+        "rrf_k": options.rrf_k,
     }
     if use_vector:
         params["qvec"] = Vector(list(query_vector or []))

@@ -11,7 +11,7 @@ import pytest
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
 from shared.memory.indexing import embedding_inputs, index_memory
-from shared.memory.search import SearchOptions, search, search_statement
+from shared.memory.search import SearchOptions, _fuse, search, search_statement
 from shared.memory.store import MemoryInput, Scope, store_memory
 from tests.integration.test_memory_store import make_scope
 
@@ -106,3 +106,27 @@ def test_vector_results_join_the_candidates_once_not_once_per_candidate(conn: Co
     ]
     results = search(conn, scope, query, query_vector=embedder.embed([query])[0])
     assert results[0].legs["vector"]["rank"] == 1 and "camping trip" in results[0].value
+
+
+@pytest.mark.parametrize("mode", ["weighted", "rrf"])
+def test_the_statement_returns_only_the_best_rows_the_same_as_fusing_every_candidate(conn: Conn, mode: str) -> None:
+    scope, embedder = seed(conn)
+    query = "What did Melanie say about the camping trip and the charity race?"
+    vector = embedder.embed([query])[0]
+    for limit in (1, 5, 10):
+        options = SearchOptions(limit=limit, mode=mode)  # type: ignore[arg-type]
+        sql, params = search_statement(scope, query, query_vector=vector, options=options)
+        returned = conn.execute(sql, params).fetchall()
+        every = conn.execute(sql, {**params, "keep": 10_000}).fetchall()
+        # The cut matters here: many more candidates than rows sent back, each without its memory's text.
+        assert len(returned) == params["keep"] < len(every)
+        # The SQL score is _fuse's, row by row (the cut ranks by it; _fuse has the last word).
+        for row in every:
+            assert row["score"] == pytest.approx(_fuse(row, options, True)[0], abs=1e-9), row["memory_id"]
+        # So search() answers what fusing every candidate in Python answers.
+        fused = [(_fuse(row, options, True)[0], row["memory_id"]) for row in every]
+        if mode == "weighted":
+            fused = [(score, memory_id) for score, memory_id in fused if score >= options.min_score]
+        expected = sorted(fused, key=lambda pair: (-pair[0], pair[1]))[:limit]
+        results = search(conn, scope, query, query_vector=vector, options=options)
+        assert [(r.id, pytest.approx(r.score, abs=1e-12)) for r in results] == [(m, s) for s, m in expected]
