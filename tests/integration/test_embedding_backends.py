@@ -12,6 +12,7 @@ import pytest
 
 from shared import db
 from shared.config import Settings
+from shared.embeddings import providers
 from shared.embeddings.providers import LocalEmbedder, OnnxLocalEmbedder, embedder_from_settings, export_local_onnx
 from shared.embeddings.space import (
     EmbeddingSpaceMismatch,
@@ -184,3 +185,25 @@ def test_switching_to_the_int8_backend_is_refused_until_reindex_re_embeds_with_i
     assert space is not None and (space["model"], space["status"]) == ("all-MiniLM-L6-v2-int8", "ready")
     assert results and results[0].key == "pet" and "vector" in results[0].legs
     assert row is not None and row["e"] == pytest.approx(int8.embed([row["text"]])[0], abs=1e-5)
+
+
+def test_on_an_fp32_database_the_default_backend_warms_up_and_passes_doctor_as_fp32(
+    onnx_embedder: OnnxLocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ops.doctor import _check_embeddings
+
+    with db.connection() as conn:
+        _store_and_index(conn, onnx_embedder)
+    default = _default_embedder(onnx_embedder)
+    int8_file = default.run_path
+    providers._onnx_sessions.pop(int8_file, None)
+    monkeypatch.setattr(service, "process_embedder", lambda: default)
+    # The gateway's start: it loads the model the database's vectors need, not the one a new database gets.
+    service.warm_query_embedder()
+    assert default.model == "all-MiniLM-L6-v2" and default.run_path in providers._onnx_sessions
+    assert int8_file not in providers._onnx_sessions
+    # `engram doctor` on default settings: the recorded fp32 space is what the default serves, not a mismatch.
+    forget_checked_spaces()
+    with db.connection() as conn:
+        check = _check_embeddings(conn)
+    assert check.ok and "all-MiniLM-L6-v2 (384 dims)" in check.detail, check
