@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--file", required=True, help="LoCoMo-format JSON")
     parser.add_argument("--backends", default=",".join(BACKENDS))
@@ -201,7 +202,7 @@ def main() -> int:
     parser.add_argument("--child", choices=BACKENDS, help=argparse.SUPPRESS)
     parser.add_argument("--onnx-path", default="", help=argparse.SUPPRESS)
     add_json_flag(parser)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.batch_size < 1:
         raise BenchError("--batch-size must be at least 1")
     if args.child:

@@ -64,7 +64,7 @@ import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
-from ops.bench.harness import BenchError, BenchRun, add_keep_flag, emit, percentile, run_main
+from ops.bench.harness import BenchError, BenchRun, add_json_flag, add_keep_flag, emit, percentile, run_main
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
@@ -1131,6 +1131,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--database-url", default=os.environ.get("ENGRAM_DATABASE_URL"), help="a scratch database (default: embedded)"
     )
     add_keep_flag(parser, "keep the embedded Postgres data directory")
+    add_json_flag(parser)  # accepted like every benchmark's; this one prints its JSON line either way
     args = parser.parse_args(argv)
     try:
         args.size_list = [int(s) for s in args.sizes.split(",") if s.strip()]

@@ -3,6 +3,7 @@ cleanup every benchmark relies on."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -133,3 +134,18 @@ def test_cpu_seconds_counts_a_reaped_child_in_its_parents_tree_but_not_for_the_o
     child = (after["tree"] - before["tree"]) - (after["own"] - before["own"])
     assert child > 0.05
     assert cpu_seconds({"gone": 2**22 + 12345}) == {"gone": 0.0}
+
+
+BENCHMARKS = sorted(
+    path.stem for path in (Path(__file__).parents[2] / "ops" / "bench").glob("*.py") if "def main(" in path.read_text()
+)
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_every_benchmark_takes_the_json_flag(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # One convention for all (`--json`: the figures as one JSON object on the last line); a benchmark
+    # that refused the flag made scripts that pass it to every benchmark fail on that one.
+    module = importlib.import_module(f"ops.bench.{name}")
+    with pytest.raises(SystemExit) as exit:
+        module.main(["--help"])
+    assert exit.value.code == 0 and "--json" in capsys.readouterr().out
