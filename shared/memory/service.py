@@ -54,9 +54,13 @@ def warm_query_embedder() -> None:
 
 def _follow_recorded_space(embedder: Embedder) -> None:
     """Load the model the database's vectors were made with (auto backend), not the one a new database
-    gets; without a database yet, the embedder keeps its default and follows on first use."""
+    gets; without a database yet, the embedder keeps its default and follows on first use.
+
+    On a connection of its own, not the pool's: the gateway warms its pool after this, and a checkout
+    that waited for the pool's first connection made the pool grow, which the warm-up's resize then
+    added to (11 connections for a pool of 10, seen in CI)."""
     try:
-        with db.connection() as conn:
+        with db.connect(autocommit=True) as conn:
             follow_recorded_space(embedder, current_space(conn))
     except Exception as exc:
         log.info("embedding space not read at start", error=f"{type(exc).__name__}: {exc}")

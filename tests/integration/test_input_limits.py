@@ -397,6 +397,19 @@ def test_gateway_opens_its_database_connections_before_it_serves(
     db.close_pool()  # the next user of this process's pool gets an ordinary one
 
 
+def test_gateway_start_opens_exactly_its_pool_size_when_no_pool_exists_yet(services: object) -> None:
+    # As in a real process: nothing made the pool before the app starts. The embedder's warm-up reads
+    # the recorded embedding space first; on a pooled connection, its checkout waited for the new pool's
+    # first connection, which made the pool grow, and the warm-up's resize then opened one too many.
+    from api.app import create_app
+
+    db.close_pool()
+    with TestClient(create_app()) as client:
+        assert db.get_pool().get_stats()["pool_size"] == get_settings().db_pool_size
+        assert client.get("/healthz").status_code == 200
+    db.close_pool()
+
+
 def _connections_to(port: int | None) -> int:
     """This process's open TCP connections to `port`."""
     return sum(1 for c in psutil.Process().net_connections("tcp") if c.raddr and c.raddr.port == port)
