@@ -156,6 +156,8 @@ def reindex() -> None:
             follow_recorded_space(embedder, current_space(conn))
     except ServiceNotConfigured as exc:
         _fail(str(exc))
+    except Exception as exc:  # Postgres away, tables missing: a message and exit 1, as for the reindex itself
+        _fail(f"could not read the embedding space: {exc}")
     typer.echo(f"re-embedding with {embedder.provider}/{embedder.model} ({embedder.dimension} dims)")
     with typer.progressbar(length=1, label="chunks") as bar:
         state = {"done": 0}
