@@ -241,7 +241,11 @@ def warm_pool(timeout: float = POOL_TIMEOUT_SECONDS) -> bool:
     Best effort: with Postgres away the pool keeps trying in the background and requests answer 503
     as before."""
     pool = get_pool()
-    pool.resize(min_size=pool.max_size, max_size=pool.max_size)
+    # resize() opens (new minimum - old minimum) connections whatever the pool holds already: a pool that
+    # had grown under waits before this call ended above max_size (11 for a pool of 10). So the minimum is
+    # raised only by the connections missing; ones the pool grew may close again after max_idle.
+    missing = max(0, pool.max_size - pool.get_stats()["pool_size"])
+    pool.resize(min_size=min(pool.max_size, pool.min_size + missing), max_size=pool.max_size)
     try:
         pool.wait(timeout=timeout)
     except PoolTimeout:

@@ -69,3 +69,17 @@ def test_a_connection_whose_server_process_went_away_is_replaced_on_checkout(cle
         assert [conn.execute("SELECT 1 AS one").fetchone() for conn in borrowed] == [{"one": 1}] * len(borrowed)
         assert victim not in {conn.info.backend_pid for conn in borrowed}
     assert not db.database_down()
+
+
+def test_warming_a_pool_that_already_grew_opens_no_more_than_its_size(clean_state: object) -> None:
+    size = get_settings().db_pool_size
+    db.close_pool()  # a fresh pool: one connection, growing by one whenever a checkout has to wait
+    try:
+        with db.connection(), db.connection():
+            pass
+        grown = db.get_pool().get_stats()["pool_size"]
+        assert 1 < grown < size
+        assert db.warm_pool()
+        assert db.get_pool().get_stats()["pool_size"] == size
+    finally:
+        db.close_pool()  # the next test gets an ordinary pool
