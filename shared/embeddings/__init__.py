@@ -11,8 +11,10 @@ from shared.embeddings.providers import (
 from shared.embeddings.space import (
     SPACE_QUERY,
     EmbeddingSpaceMismatch,
+    SpaceChanged,
     current_space,
     ensure_embedding_space,
+    hold_space_for_write,
     reindex,
     vector_search_available,
 )
@@ -24,6 +26,7 @@ __all__ = [
     "EmbeddingSpaceMismatch",
     "LocalEmbedder",
     "OpenAIEmbedder",
+    "SpaceChanged",
     "content_hash",
     "current_space",
     "embed_texts",
@@ -31,6 +34,7 @@ __all__ = [
     "ensure_embedding_space",
     "evict_stale",
     "forget_unused",
+    "hold_space_for_write",
     "reindex",
     "vector_search_available",
 ]

@@ -58,6 +58,11 @@ class EmbeddingSpaceMismatch(RuntimeError):
         self.configured = configured
 
 
+class SpaceChanged(EmbeddingSpaceMismatch):
+    """Vectors were made for a space the database no longer records (a reindex switched it meanwhile); nothing
+    was stored. Worth a retry: it checks the space afresh, and an embedder that follows spaces follows."""
+
+
 def describe(provider: str, model: str, dimension: int) -> str:
     return f"{provider}/{model} ({dimension} dims)"
 
@@ -147,7 +152,8 @@ def ensure_embedding_space(
     until the caller commits, so call it early in a short transaction. `space_rows`: as for `current_space`.
     """
     key = _check_key(conn, embedder)
-    if _recently_checked(key):
+    # With the rows at hand the comparison costs no round trip, so the memo is not trusted over them.
+    if space_rows is None and _recently_checked(key):
         return
     space = current_space(conn, space_rows)
     if space is None:
@@ -162,6 +168,30 @@ def ensure_embedding_space(
     follow_recorded_space(embedder, space)
     _require_same(space, embedder)
     _remember(_check_key(conn, embedder))  # the key of the model it makes now, if it followed
+
+
+def hold_space_for_write(conn: Conn, embedder: Embedder) -> None:
+    """Call in the transaction that stores `embedder`'s vectors, before it stores them. Share-locks the space
+    row until that transaction ends, so no reindex switches the space under the write, and refuses (raising
+    `SpaceChanged`, nothing written) when the database records another model by now.
+
+    `ensure_embedding_space` trusts a check for ENGRAM_EMBEDDING_SPACE_CHECK_SECONDS: a process that checked
+    just before an `engram reindex` elsewhere switched the space would otherwise store its old model's vectors
+    after the switch cleared the column, among the new model's, and when both models have the same dimension
+    (fp32 and int8 MiniLM) nothing would ever notice. Refused, the work stays pending and its retry checks the
+    space afresh (an embedder that follows spaces follows the new one)."""
+    row = conn.execute("SELECT provider, model, dimension, status FROM embedding_space FOR SHARE").fetchone()
+    if row is not None and row["model"] == embedder.model and row["dimension"] == embedder.dimension:
+        return
+    forget_checked_spaces()
+    configured = _describe_embedder(embedder)
+    stored = describe(row["provider"], row["model"], row["dimension"]) if row is not None else None
+    raise SpaceChanged(
+        f"the embedding space changed to {stored or 'nothing recorded'} while these vectors were made with "
+        f"{configured}; they were not stored (the work stays pending for a retry)",
+        stored=stored,
+        configured=configured,
+    )
 
 
 def _create_space(conn: Conn, embedder: Embedder) -> None:
@@ -271,15 +301,17 @@ def _switch(conn_factory: ConnFactory, embedder: Embedder, space: dict[str, Any]
     dimension = int(embedder.dimension)
     with conn_factory() as conn:
         _lock(conn)
-        conn.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
-        # USING NULL clears every vector in the same table rewrite that retypes the column.
-        conn.execute(f"ALTER TABLE memory_chunks ALTER COLUMN embedding TYPE vector({dimension}) USING NULL")
+        # The space row first, the table after: a vector writer holds the row (hold_space_for_write) and
+        # then writes the table, so taking them in the other order could deadlock with it.
         conn.execute(
             """INSERT INTO embedding_space (provider, model, dimension, status) VALUES (%s, %s, %s, 'reindexing')
                ON CONFLICT (id) DO UPDATE SET provider = EXCLUDED.provider, model = EXCLUDED.model,
                    dimension = EXCLUDED.dimension, status = 'reindexing', updated_at = now()""",
             (embedder.provider, embedder.model, dimension),
         )
+        conn.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
+        # USING NULL clears every vector in the same table rewrite that retypes the column.
+        conn.execute(f"ALTER TABLE memory_chunks ALTER COLUMN embedding TYPE vector({dimension}) USING NULL")
     log.info("reindex_switched", provider=embedder.provider, model=embedder.model, dimension=dimension)
 
 

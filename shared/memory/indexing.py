@@ -27,7 +27,7 @@ from pgvector import Vector
 
 from shared import db
 from shared.db import Conn
-from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
+from shared.embeddings import Embedder, embed_texts, ensure_embedding_space, hold_space_for_write
 from shared.embeddings.cache import register_vector_types
 from shared.memory.chunking import Chunk, split_text
 from shared.memory.store import CONTEXT_KEY, DEFAULT_NAMESPACE
@@ -66,12 +66,15 @@ def index_memory(conn: Conn, embedder: Embedder, memory_id: int, batch_size: int
     vectors = embed_texts(conn, embedder, [text for _, text in inputs], batch_size)
     # Lock the memory row so a concurrent re-index of the same memory waits instead of interleaving.
     conn.execute("SELECT id FROM memories WHERE id = %s FOR UPDATE", (memory_id,))
-    _write_chunks(conn, [(memory, inputs, vectors)])
+    _write_chunks(conn, embedder, [(memory, inputs, vectors)])
     return len(inputs)
 
 
-def _write_chunks(conn: Conn, items: list[tuple[dict[str, Any], list[tuple[Chunk, str]], list[list[float]]]]) -> None:
-    """Replace the chunks of these (already locked) memories and mark them embedded."""
+def _write_chunks(
+    conn: Conn, embedder: Embedder, items: list[tuple[dict[str, Any], list[tuple[Chunk, str]], list[list[float]]]]
+) -> None:
+    """Replace the chunks of these (already locked) memories with `embedder`'s vectors and mark them embedded."""
+    hold_space_for_write(conn, embedder)
     ids = [memory["id"] for memory, _, _ in items]
     conn.execute("DELETE FROM memory_chunks WHERE memory_id = ANY(%s)", (ids,))
     with conn.cursor() as cur:
@@ -176,7 +179,7 @@ def index_pending_memories(embedder: Embedder, batch_size: int) -> PendingBatch:
             if memory["id"] in active:
                 items.append((memory, inputs, own))
         if items:
-            _write_chunks(conn, items)
+            _write_chunks(conn, embedder, items)
         more = len(claimed) > len(batch) or len(claimed) == batch_size
         return PendingBatch(len(items), sum(len(inputs) for _, inputs, _ in items), more=more)
 

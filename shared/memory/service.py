@@ -12,6 +12,7 @@ from shared.db import Conn
 from shared.embeddings import (
     Embedder,
     EmbeddingError,
+    EmbeddingSpaceMismatch,
     LocalEmbedder,
     current_space,
     embedder_from_settings,
@@ -118,6 +119,11 @@ def query_vector(conn: Conn, text: str, space_rows: Sequence[Mapping[str, Any]] 
         return list(_embed_query(cache_model(embedder), embedder.dimension, text))
     except EmbeddingError as exc:
         log.warning("query embedding failed; searching without vectors", error=str(exc))
+        return None
+    except EmbeddingSpaceMismatch as exc:
+        # This process's model is not the one that made the stored vectors (a reindex elsewhere switched the
+        # space, or a misconfiguration `engram doctor` reports): its query vector would rank them at random.
+        log.warning("query model does not match the stored vectors; searching without vectors", error=str(exc))
         return None
 
 

@@ -19,7 +19,7 @@ from shared import db
 from shared.config import Settings
 from shared.context.compiler import context_window
 from shared.db import Conn
-from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
+from shared.embeddings import Embedder, embed_texts, ensure_embedding_space, hold_space_for_write
 from shared.embeddings.cache import register_vector_types
 from shared.llm.factory import chat_model, provider_name
 from shared.llm.ledger import CallRecord, LedgerScope
@@ -357,6 +357,7 @@ def index_transcript(session_id: int, embedder: Embedder, batch_size: int = 64) 
         if marked != len(ids):
             conn.rollback()
             return 0
+        hold_space_for_write(conn, embedder)
         with conn.cursor() as cur:
             cur.executemany(
                 """INSERT INTO memory_chunks (tenant_id, user_id, session_id, chunk_index, text, start_char, end_char,

@@ -6,24 +6,34 @@ these tests need no network and count exactly what was embedded.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 
 from ops.fake_llm import fake_embedding
 from shared import db
 from shared.auth import ensure_tenant
+from shared.embeddings import space
 from shared.embeddings.cache import cache_model, content_hash, embed_texts, evict_stale
 from shared.embeddings.space import (
     INDEX_NAME,
+    SPACE_QUERY,
     EmbeddingSpaceMismatch,
+    SpaceChanged,
     current_space,
     ensure_embedding_space,
     forget_checked_spaces,
+    hold_space_for_write,
     reindex,
     vector_search_available,
 )
+from shared.memory import service
+from shared.memory.indexing import index_pending_memories
+from shared.memory.store import MemoryInput, store_memory
 from shared.turns import ensure_user
+from tests.integration.test_memory_store import make_scope
 from tests.support.services import TestServices
 
 pytestmark = pytest.mark.integration
@@ -48,6 +58,13 @@ class CountingEmbedder:
     @property
     def embedded(self) -> list[str]:
         return [text for call in self.calls for text in call]
+
+
+class MirroredEmbedder(CountingEmbedder):
+    """Another model of the same dimension: every vector is the counting embedder's, negated."""
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [[-x for x in vector] for vector in super().embed(texts)]
 
 
 @pytest.fixture(autouse=True)
@@ -308,3 +325,108 @@ def test_reindex_with_the_same_model_only_fills_gaps_through_the_cache() -> None
     assert embedder.calls == []  # "two" came from the cache
     assert _chunk_dims() == [16, 16, 16]
     assert _index_exists()
+
+
+# --- a reindex in another process ------------------------------------------------------------------------
+# Each process trusts its last space check for ENGRAM_EMBEDDING_SPACE_CHECK_SECONDS. These tests stand for a
+# process whose check is that recent while `engram reindex` (elsewhere) switches the space to another model of
+# the same dimension, where a vector of the wrong model fits the column and nothing else would notice it.
+
+
+def _vectors_by_text() -> dict[str, list[float]]:
+    with db.connection() as conn:
+        rows = conn.execute("SELECT text, embedding::float4[] AS e FROM memory_chunks ORDER BY id").fetchall()
+    return {row["text"]: row["e"] for row in rows}
+
+
+def test_a_process_that_checked_the_space_before_a_reindex_elsewhere_stores_none_of_its_old_vectors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    old, new = CountingEmbedder("hash-8", 8), MirroredEmbedder("hash-8-mirrored", 8)
+    with db.connection() as conn:
+        scope = make_scope(conn)
+        store_memory(conn, scope, MemoryInput(key="pet", value="Alice has a golden retriever"), "api")
+    assert index_pending_memories(old, 8).memories == 1
+    assert reindex(db.connection, new, batch_size=8) == 1  # the other process
+
+    monkeypatch.setattr(space, "_recently_checked", lambda key: True)  # this one still trusts its old check
+    with db.connection() as conn:
+        store_memory(conn, scope, MemoryInput(key="job", value="works night shifts as a nurse"), "api")
+    with pytest.raises(SpaceChanged, match="changed to test/hash-8-mirrored"):
+        index_pending_memories(old, 8)
+    # Nothing was written: the memory is still pending, and every stored vector is the new model's.
+    with db.connection() as conn:
+        pending = conn.execute("SELECT key FROM memories WHERE embedded_at IS NULL").fetchall()
+    assert [row["key"] for row in pending] == ["job"]
+    stored = _vectors_by_text()
+    assert len(stored) == 1
+    assert all(vector == pytest.approx(new.embed([text])[0], abs=1e-6) for text, vector in stored.items())
+
+    # Its retry, with the model the database now records, embeds it.
+    assert index_pending_memories(new, 8).memories == 1
+    stored = _vectors_by_text()
+    assert len(stored) == 2
+    assert all(vector == pytest.approx(new.embed([text])[0], abs=1e-6) for text, vector in stored.items())
+
+
+def test_a_search_with_a_model_the_database_no_longer_records_runs_without_vectors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    old, new = CountingEmbedder("hash-8", 8), MirroredEmbedder("hash-8-mirrored", 8)
+    _insert_chunks(["alpha"])
+    assert reindex(db.connection, new, batch_size=8) == 1
+    monkeypatch.setattr(space, "_recently_checked", lambda key: True)  # a check of the old model, still trusted
+    monkeypatch.setattr(service, "process_embedder", lambda: old)
+    service.forget_recent_queries()
+    with db.connection() as conn:
+        rows = conn.execute(*SPACE_QUERY).fetchall()  # as a search reads it, along with its other reads
+        # The old model's query vector would rank the new model's vectors at random: no vector leg instead.
+        assert service.query_vector(conn, "who has a dog?", rows) is None
+    monkeypatch.setattr(service, "process_embedder", lambda: new)
+    with db.connection() as conn:
+        rows = conn.execute(*SPACE_QUERY).fetchall()
+        assert service.query_vector(conn, "who has a dog?", rows) == pytest.approx(new.embed(["who has a dog?"])[0])
+    service.forget_recent_queries()
+
+
+def test_a_reindex_waits_for_a_vector_write_in_flight_then_re_embeds_what_it_wrote() -> None:
+    old, new = CountingEmbedder("hash-8", 8), MirroredEmbedder("hash-8-mirrored", 8)
+    _insert_chunks(["alpha", "beta"])
+    with db.connection() as conn:
+        ensure_embedding_space(conn, old)
+        # A reindex to the old model was interrupted: the next one goes straight to the switch.
+        conn.execute("UPDATE embedding_space SET status = 'reindexing'")
+    outcome: dict[str, Any] = {}
+
+    def run_reindex() -> None:
+        try:
+            outcome["embedded"] = reindex(db.connection, new, batch_size=8)
+        except Exception as exc:  # reported by the assertion below
+            outcome["error"] = exc
+
+    with db.connect() as writer:
+        hold_space_for_write(writer, old)  # a writer's transaction, between its check and its write
+        thread = threading.Thread(target=run_reindex, daemon=True)
+        thread.start()
+        with db.connect(autocommit=True) as watcher:
+            waiting = threading.Event()
+            for _ in range(3000):
+                row = watcher.execute(
+                    """SELECT count(*) AS n FROM pg_stat_activity
+                        WHERE wait_event_type = 'Lock' AND datname = current_database()"""
+                ).fetchone()
+                if (row is not None and row["n"] > 0) or not thread.is_alive():
+                    waiting.set()
+                    break
+                waiting.wait(0.01)
+        assert waiting.is_set() and thread.is_alive(), outcome  # the reindex waits for the writer
+        # Taking the space row before the table, the reindex lets the write through instead of deadlocking.
+        writer.execute(
+            "UPDATE memory_chunks SET embedding = %s::float4[]::vector WHERE text = 'alpha'", (old.embed(["alpha"])[0],)
+        )
+        writer.commit()
+    thread.join(timeout=60)
+    assert not thread.is_alive() and "error" not in outcome, outcome
+    assert outcome["embedded"] == 2  # the old vector the writer stored was cleared and made again
+    stored = _vectors_by_text()
+    assert all(vector == pytest.approx(new.embed([text])[0], abs=1e-6) for text, vector in stored.items())

@@ -57,3 +57,35 @@ def test_int8_is_compared_with_fp32_onnx(tmp_path: Path) -> None:
     assert figures["backends"]["onnx-int8"]["recall_at_10"] == 1.0 and figures["backends"]["onnx-int8"]["texts"] == 3
     assert 0.95 < figures["int8_vs_onnx_min_cosine"] < 0.9999  # close to fp32, and not fp32 itself
     assert figures["backends"]["onnx-int8"]["quantize_s"] >= 0 and figures["int8_vs_onnx_speedup"] > 0
+    # Each turn is also timed as ingest embeds it: with its neighbours as its context, longer than the turn.
+    for backend in ("onnx", "onnx-int8"):
+        assert figures["backends"][backend]["windows"] == 3 and figures["backends"][backend]["window_ms"] > 0
+        assert figures["backends"][backend]["window_tokens"] > 2 * (len(turns[0][2].split()) + 2)
+    assert figures["int8_vs_onnx_window_speedup"] > 0
+
+
+def test_the_context_windows_are_what_ingest_embeds() -> None:
+    """A window is the turn first, then its neighbours in the same session as its context, exactly the
+    text the product's indexing embeds for such an episode."""
+    from ops.bench.embedders import context_windows
+    from ops.bench.locomo_retrieval import Conversation, Turn
+
+    said = ["Alice: I adopted a dog", "Bob: What is its name?", "Alice: Biscuit", "Bob: Cute!", "Alice: New day"]
+    turns = [Turn(f"D{1 + (i == 4)}:{i + 1}", 1 + (i == 4), s.split(":")[0], s, None) for i, s in enumerate(said)]
+    windows = context_windows([Conversation("c", turns, [])], 10)
+    assert len(windows) == 5
+    # Two turns before and one after, never across a session boundary.
+    assert windows[2] == (
+        "D1:3: Alice: Biscuit\n\nContext:\nAlice: I adopted a dog\nBob: What is its name?\nBob: Cute!"
+    )
+    assert windows[3] == "D1:4: Bob: Cute!\n\nContext:\nBob: What is its name?\nAlice: Biscuit"
+    assert windows[4] == "D2:5: Alice: New day"
+    assert context_windows([Conversation("c", turns, [])], 2) == windows[:2]
+
+
+def test_negative_windows_is_a_message(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    path.write_text("[]")
+    done = _run("--file", str(path), "--windows", "-1")
+    assert done.returncode == 1
+    assert "--windows must be 0 or more" in done.stderr and "Traceback" not in done.stderr
