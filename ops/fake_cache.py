@@ -40,12 +40,13 @@ OPENAI_MIN_TOKENS = 1024
 
 # Minimum cacheable prompt length by model family, most specific first (Anthropic's documentation).
 ANTHROPIC_MIN_TOKENS: tuple[tuple[str, int], ...] = (
+    ("claude-opus-4-6", 4096),
     ("claude-opus-4-5", 4096),
     ("claude-haiku-4-5", 4096),
     ("claude-3-5-haiku", 2048),
     ("claude-3-haiku", 2048),
     ("claude-haiku", 2048),
-    ("claude", 1024),  # Sonnet 3.7 / 4 / 4.5, Opus 3 / 4 / 4.1
+    ("claude", 1024),  # Sonnet 3.7 / 4 / 4.5 / 4.6, Opus 3 / 4 / 4.1
 )
 
 

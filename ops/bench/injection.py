@@ -235,7 +235,7 @@ class Runner:
                 turn_id=None,
                 tools=default_registry().specs(),
                 provider="anthropic",
-                model="claude-sonnet-4-5",
+                model="claude-sonnet-4-6",
                 now=NOW,
                 context_dir=None,
                 relevant=relevant,

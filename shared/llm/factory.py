@@ -12,7 +12,7 @@ from shared.llm.retry import RetryPolicy
 from shared.llm.types import ChatProvider
 
 DEFAULT_MODELS = {
-    "anthropic": ("claude-sonnet-4-5", "claude-haiku-4-5"),
+    "anthropic": ("claude-sonnet-4-6", "claude-haiku-4-5"),
     "openai": ("gpt-4.1", "gpt-4.1-mini"),
     "offline": ("offline-rules", "offline-rules"),
 }

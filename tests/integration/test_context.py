@@ -54,7 +54,7 @@ def prepare(
         turn_id=None,
         tools=default_registry().specs(),
         provider="anthropic",
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         now=now,
         context_dir=context_dir,
         relevant=[],

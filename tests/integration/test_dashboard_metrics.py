@@ -36,7 +36,7 @@ def test_every_dashboard_metric_is_scraped(
         "ENGRAM_WORKER_METRICS_PORT": str(EXPORTER_PORT),
         # The cost panel needs priced models (the chat model and the extraction model of the fake).
         "ENGRAM_LLM_PRICES": json.dumps(
-            {m: {"input": 3, "output": 15} for m in ("claude-sonnet-4-5", "claude-haiku-4-5")}
+            {m: {"input": 3, "output": 15} for m in ("claude-sonnet-4-6", "claude-haiku-4-5")}
         ),
     }
     celery_stack.ensure("anthropic", **env)

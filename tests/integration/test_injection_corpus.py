@@ -164,7 +164,7 @@ def test_remembered_text_reaches_the_prompt_only_inside_fences(conn: Conn) -> No
         turn_id=None,
         tools=default_registry().specs(),
         provider="anthropic",
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         now=now,
         context_dir=None,
         relevant=relevant,

@@ -97,7 +97,7 @@ def prepare(
         turn_id=turn_id,
         tools=default_registry().specs(),
         provider="anthropic",
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         now=NOW,
         context_dir=None,
         relevant=[],

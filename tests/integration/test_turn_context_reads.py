@@ -103,7 +103,7 @@ def test_a_turns_context_is_two_round_trips(conn: Conn) -> None:
         "api",
     ).memory
     index_memory(conn, process_embedder(), int(memory["id"]))
-    deps = TurnDeps(provider=_Provider(), model="claude-sonnet-4-5", tools=default_registry(), redis=get_redis())  # type: ignore[arg-type]
+    deps = TurnDeps(provider=_Provider(), model="claude-sonnet-4-6", tools=default_registry(), redis=get_redis())  # type: ignore[arg-type]
     first = _claimed(conn, scope, "Hello, I am Alice.")
     read_turn_context(conn, first, deps)  # the session's first turn also stores its "What You Know" epoch
     second = _claimed(conn, scope, "Which dog does she own?")

@@ -211,7 +211,7 @@ def test_count_messages_adds_overhead_and_tool_calls(o200k: BpeTokenCounter) -> 
         ("openai", "openai/GPT-4o", "o200k_base"),
         ("openai", "llama-3.1-8b-instruct", "o200k_base"),  # OpenAI-compatible server, unknown model
         ("azure", "gpt-4o", "o200k_base"),  # the model decides, whatever the provider is called
-        ("anthropic", "claude-sonnet-4-5", "estimate"),
+        ("anthropic", "claude-sonnet-4-6", "estimate"),
         ("offline", "offline-rules", "estimate"),
     ],
 )

@@ -53,6 +53,8 @@ def test_prefix_match_per_breakpoint_and_marker_not_part_of_it() -> None:
 
 def test_minimum_cacheable_length_per_model_family() -> None:
     assert min_cacheable_tokens("claude-sonnet-4-5") == 1024
+    assert min_cacheable_tokens("claude-sonnet-4-6") == 1024
+    assert min_cacheable_tokens("claude-opus-4-6") == 4096
     assert min_cacheable_tokens("claude-3-5-haiku-latest") == 2048
     assert min_cacheable_tokens("claude-haiku-4-5") == 4096
     assert min_cacheable_tokens("claude-opus-4-5-20251101") == 4096

@@ -81,10 +81,10 @@ def test_llm_call_cost_from_configured_prices(monkeypatch: pytest.MonkeyPatch) -
     from shared.llm.pricing import call_cost
     from shared.llm.types import Usage
 
-    prices = {"claude-sonnet-4-5": {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}}
+    prices = {"claude-sonnet-4-6": {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}}
     usage = Usage(input_tokens=1000, output_tokens=200, cache_read_tokens=10_000, cache_write_tokens=2000)
     # 1000×3 + 200×15 + 10000×0.3 + 2000×3.75 = 16,500 per million → $0.0165
-    assert call_cost("claude-sonnet-4-5", usage, prices) == pytest.approx(0.0165)
+    assert call_cost("claude-sonnet-4-6", usage, prices) == pytest.approx(0.0165)
     assert call_cost("gpt-4.1", usage, prices) is None  # unpriced: no cost recorded
     monkeypatch.setenv("ENGRAM_LLM_PRICES", '{"m": {"input": 1}}')
     assert Settings(_env_file=None).llm_prices == {"m": {"input": 1.0}}  # type: ignore[call-arg]

@@ -43,7 +43,7 @@ TOOLS = {1: 1, 3: 12, 5: 2}  # turn 3 makes 12 parallel calls: 24+ blocks betwee
 
 def anthropic_body(request: ChatRequest) -> Json:
     return {
-        "model": "claude-sonnet-4-5",
+        "model": "claude-sonnet-4-6",
         "tools": anthropic_layout.build_tools(request.tools),
         "system": anthropic_layout.build_system(request),
         "messages": anthropic_layout.layout_messages(request),
