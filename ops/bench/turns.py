@@ -372,7 +372,28 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
     flat["first_accept_p99_over_healthz_burst_p99"] = ratio(
         summary["accept_first_turn_ms"]["p99"], summary["healthz_burst_ms"]["p99"]
     )
+    flat.update(ceiling_without_engram(summary, flat["noop_tasks_per_s"]))
     return flat
+
+
+def ceiling_without_engram(summary: dict[str, Any], noop_tasks_per_s: float | None) -> dict[str, Any]:
+    """The most turns/s this machine could give if engram's own work (gateway, worker beyond a no-op task,
+    Postgres, Redis) cost no CPU at all: every core busy with only what a turn costs outside engram, the
+    benchmark's client sending and following it, the fake model answering it and a no-op task's worker time.
+    An upper bound (perfect use of every core), measured in the same run: when it is under 0.5 x the no-op
+    rate, the turns/s goal cannot be met on this machine by any change to engram."""
+    turn, noop = summary.get("cpu_ms_per_turn"), summary.get("cpu_ms_per_noop_task")
+    if not turn or not noop or not noop_tasks_per_s:
+        return {}
+    outside_ms = turn["client"] + turn["fake-llm"] + noop["worker"]
+    if outside_ms <= 0:
+        return {}
+    ceiling = round((os.cpu_count() or 1) * 1000 / outside_ms, 1)
+    return {
+        "outside_engram_cpu_ms_per_turn": round(outside_ms, 2),
+        "turns_per_s_ceiling_without_engram": ceiling,
+        "ceiling_without_engram_over_noop_tasks": ratio(ceiling, noop_tasks_per_s),
+    }
 
 
 def _fmt(value: float | int | None) -> str:
@@ -412,6 +433,13 @@ def render(summary: dict[str, Any], header: str) -> str:
     for key, title in (("cpu_ms_per_turn", "CPU ms per turn"), ("cpu_ms_per_noop_task", "CPU ms per no-op task")):
         if summary.get(key):
             lines.append(f"{title:<22}" + "  ".join(f"{name} {value:.1f}" for name, value in summary[key].items()))
+    if summary.get("turns_per_s_ceiling_without_engram"):
+        lines.append(
+            f"ceiling if engram cost no CPU: {summary['turns_per_s_ceiling_without_engram']:.1f} turns/s on "
+            f"{os.cpu_count()} CPUs (client + fake LLM + a no-op task's worker time: "
+            f"{summary['outside_engram_cpu_ms_per_turn']:.1f} ms per turn), "
+            f"{_fmt(summary['ceiling_without_engram_over_noop_tasks'])} x no-op tasks/s"
+        )
     memory = summary.get("memory")
     lines.append("")
     if memory:
