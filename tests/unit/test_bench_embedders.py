@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -28,12 +30,16 @@ def test_not_locomo_is_a_message(tmp_path: Path) -> None:
     assert "expected a JSON list of conversations" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_unknown_backend_is_a_message(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(("--backends", "tensorflow"), "unknown backend"), (("--windows", "-1"), "--windows must be 0 or more")],
+)
+def test_a_bad_option_is_a_message(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     path = tmp_path / "x.json"
     path.write_text("[]")
-    done = _run("--file", str(path), "--backends", "tensorflow")
+    done = _run("--file", str(path), *args)
     assert done.returncode == 1
-    assert "unknown backend" in done.stderr and "Traceback" not in done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_int8_is_compared_with_fp32_onnx(tmp_path: Path) -> None:
@@ -81,11 +87,3 @@ def test_the_context_windows_are_what_ingest_embeds() -> None:
     assert windows[3] == "D1:4: Bob: Cute!\n\nContext:\nBob: What is its name?\nAlice: Biscuit"
     assert windows[4] == "D2:5: Alice: New day"
     assert context_windows([Conversation("c", turns, [])], 2) == windows[:2]
-
-
-def test_negative_windows_is_a_message(tmp_path: Path) -> None:
-    path = tmp_path / "x.json"
-    path.write_text("[]")
-    done = _run("--file", str(path), "--windows", "-1")
-    assert done.returncode == 1
-    assert "--windows must be 0 or more" in done.stderr and "Traceback" not in done.stderr
