@@ -413,7 +413,8 @@ def test_a_reindex_waits_for_a_vector_write_in_flight_then_re_embeds_what_it_wro
             for _ in range(3000):
                 row = watcher.execute(
                     """SELECT count(*) AS n FROM pg_stat_activity
-                        WHERE wait_event_type = 'Lock' AND datname = current_database()"""
+                        WHERE wait_event_type = 'Lock' AND datname = current_database()
+                          AND query LIKE 'INSERT INTO embedding_space%'"""
                 ).fetchone()
                 if (row is not None and row["n"] > 0) or not thread.is_alive():
                     waiting.set()
