@@ -19,9 +19,10 @@ from shared.redis_client import get_redis
 from workers.base import engram_task
 from workers.dispatch import request_embedding_drain
 
+# SpaceChanged: a reindex elsewhere switched the space under a batch; the retry checks it afresh.
+_TRANSIENT = (DatabaseUnavailable, EmbeddingError, SpaceChanged)
 _RETRIES: dict[str, Any] = {
-    # SpaceChanged: a reindex elsewhere switched the space under a batch; the retry checks it afresh.
-    "autoretry_for": (DatabaseUnavailable, EmbeddingError, SpaceChanged),
+    "autoretry_for": _TRANSIENT,
     "retry_backoff": 2,
     "retry_backoff_max": 120,
     "max_retries": 8,
@@ -50,9 +51,7 @@ def embed_memory(memory_id: int) -> int:
     return _drain()
 
 
-@engram_task(
-    "embeddings", autoretry_for=(DatabaseUnavailable, EmbeddingError, SpaceChanged), retry_backoff=2, max_retries=8
-)
+@engram_task("embeddings", autoretry_for=_TRANSIENT, retry_backoff=2, max_retries=8)
 def index_transcript(session_id: int) -> int:
     return index_transcript_blocks(session_id, process_embedder(), get_settings().embedding_batch_size)
 

@@ -71,6 +71,11 @@ def _describe_embedder(embedder: Embedder) -> str:
     return describe(embedder.provider, embedder.model, embedder.dimension)
 
 
+def _makes(space: Mapping[str, Any] | None, embedder: Embedder) -> bool:
+    """Whether `embedder`'s vectors belong to the recorded `space` (same model, same dimension)."""
+    return space is not None and space["model"] == embedder.model and space["dimension"] == embedder.dimension
+
+
 # ---------------------------------------------------------------------------------------------------
 # Process-wide memo of spaces already checked
 
@@ -151,9 +156,8 @@ def ensure_embedding_space(
     Runs in the caller's transaction; on first use it alters `memory_chunks`, whose lock is then held
     until the caller commits, so call it early in a short transaction. `space_rows`: as for `current_space`.
     """
-    key = _check_key(conn, embedder)
     # With the rows at hand the comparison costs no round trip, so the memo is not trusted over them.
-    if space_rows is None and _recently_checked(key):
+    if space_rows is None and _recently_checked(_check_key(conn, embedder)):
         return
     space = current_space(conn, space_rows)
     if space is None:
@@ -181,7 +185,7 @@ def hold_space_for_write(conn: Conn, embedder: Embedder) -> None:
     (fp32 and int8 MiniLM) nothing would ever notice. Refused, the work stays pending and its retry checks the
     space afresh (an embedder that follows spaces follows the new one)."""
     row = conn.execute("SELECT provider, model, dimension, status FROM embedding_space FOR SHARE").fetchone()
-    if row is not None and row["model"] == embedder.model and row["dimension"] == embedder.dimension:
+    if _makes(row, embedder):
         return
     forget_checked_spaces()
     configured = _describe_embedder(embedder)
@@ -223,7 +227,7 @@ def _create_space(conn: Conn, embedder: Embedder) -> None:
 
 
 def _require_same(space: dict[str, Any], embedder: Embedder) -> None:
-    if space["model"] == embedder.model and space["dimension"] == embedder.dimension:
+    if _makes(space, embedder):
         return
     stored = describe(space["provider"], space["model"], space["dimension"])
     configured = _describe_embedder(embedder)
@@ -262,8 +266,7 @@ def reindex(conn_factory: ConnFactory, embedder: Embedder, *, batch_size: int, p
     # spaces is asked for by configuring one explicitly.
     follow_recorded_space(embedder, space)
     target_model, dimension = embedder.model, embedder.dimension
-    same = space is not None and space["model"] == target_model and space["dimension"] == dimension
-    if not same or column_dimension != dimension:
+    if not _makes(space, embedder) or column_dimension != dimension:
         _switch(conn_factory, embedder, space)
     forget_checked_spaces()
 
