@@ -139,7 +139,12 @@ class Supervisor:
         finally:
             if output is not None:
                 output.close()  # the child has its own copy
-        (self.proc_dir / f"{spec.name}.pid").write_text(str(proc.pid))
+        # Written aside and renamed into place: a reader (a restart in progress, `engram down`, a test) sees the
+        # old pid or the new one, never an empty file.
+        pid_file = self.proc_dir / f"{spec.name}.pid"
+        staged = pid_file.with_suffix(".pid.tmp")
+        staged.write_text(str(proc.pid))
+        staged.replace(pid_file)
         previous = self.children.get(spec.name)
         self.children[spec.name] = Child(spec, proc, previous.restarts if previous else [])
 

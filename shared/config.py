@@ -95,7 +95,18 @@ class Settings(BaseSettings):
     search_fusion: Literal["weighted", "rrf"] = Field("weighted", description="How the search legs are fused")
     search_rrf_k: int = Field(60, ge=1)
     search_vector_weight: float = Field(0.7, ge=0, le=1)
-    search_min_score: float = Field(0.3, ge=0, le=1, description="Weighted mode: drop results below this")
+    turn_recall_tokens: int = Field(
+        500,
+        ge=0,
+        description="Budget of a turn's relevant memory: facts and excerpts of the user's other conversations "
+        "for the latest message, in the dynamic context (0 = none)",
+    )
+    search_relative_floor: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="Weighted mode: drop results scoring under this share of the query's best result",
+    )
     search_overfetch: int = Field(8, ge=1, description="Each leg fetches limit × this before fusion")
 
     # --- context ---------------------------------------------------------------------------------

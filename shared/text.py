@@ -13,6 +13,14 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4 if text else 0
 
 
+_WORD = re.compile(r"[^\W_]+")
+
+
+def words(text: str) -> frozenset[str]:
+    """The case-folded words (runs of letters and digits) of `text`."""
+    return frozenset(_WORD.findall(text.casefold()))
+
+
 def escape_like(text: str) -> str:
     """`text` as a literal inside a LIKE/ILIKE pattern (backslash is Postgres's default escape)."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -9,7 +9,7 @@ from shared.locks import HeartbeatLock
 from shared.pipeline.jobs import compact_session, extract_session, session_owner
 from shared.redis_client import get_redis
 from workers.base import engram_task
-from workers.dispatch import enqueue_follow_up, enqueue_transcript_indexing
+from workers.dispatch import enqueue_follow_up
 
 
 @engram_task("compaction", autoretry_for=(DatabaseUnavailable, LLMError), retry_backoff=2, max_retries=5)
@@ -24,6 +24,4 @@ def compact(session_id: int) -> str:
         outcome = compact_session(session_id, settings)
     finally:
         lock.release()
-    if outcome.compacted:
-        enqueue_transcript_indexing(session_id)
     return outcome.skipped or f"compacted {outcome.compacted}, kept {outcome.kept}, documents {outcome.documents}"

@@ -18,7 +18,6 @@ from shared.pipeline import debounce
 from shared.pipeline.jobs import plan_after_turn
 from shared.redis_client import get_redis
 from workers.app import app
-from workers.queues import BULK_PRIORITY
 
 if TYPE_CHECKING:  # only for annotations
     from shared.pipeline.jobs import JobOutcome
@@ -90,27 +89,18 @@ def enqueue_compaction(session_id: int) -> None:
     app.send_task("engram.compaction.compact", kwargs={"session_id": session_id}, queue="compaction")
 
 
-def enqueue_transcript_indexing(session_id: int) -> None:
-    """Bulk work: behind every extraction, flush, compaction and memory embedding waiting for the same
-    processes (workers/queues.py BULK_PRIORITY); its retries keep the priority."""
-    app.send_task(
-        "engram.embeddings.index_transcript",
-        kwargs={"session_id": session_id},
-        queue="embeddings",
-        priority=BULK_PRIORITY,
-    )
-
-
 def schedule_memory_work(session_id: int, session: dict[str, Any] | None = None) -> None:
-    """After new messages in a session (a chat turn, an ingested batch): debounced extraction always;
-    a flush or a compaction when the session has grown enough. Governed by ENGRAM_AUTO_MEMORY.
-    `session`: its row as the caller just committed it (a turn's last transaction returns it); None = read.
+    """After new messages in a session (a chat turn, an ingested batch): the embedding drain for their
+    transcript units, always; debounced extraction, and a flush or a compaction when the session has grown
+    enough, as ENGRAM_AUTO_MEMORY says. `session`: its row as the caller just committed it (a turn's last
+    transaction returns it); None = read.
 
     Best effort: the messages are already saved, and the pending-work sweeps catch anything lost here."""
     settings = get_settings()
-    if not settings.auto_memory:
-        return
     try:
+        request_embedding_drain()
+        if not settings.auto_memory:
+            return
         plan = debounce.schedule(
             get_redis(),
             "extract",

@@ -1,4 +1,4 @@
-"""Queue `embeddings`: embed memories (in batches of whatever is pending) and compacted transcript blocks."""
+"""Queue `embeddings`: embed what is pending (memories, then transcript units), in batches."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from shared.embeddings import EmbeddingError, SpaceChanged
 from shared.embeddings.drain import drain_started
 from shared.memory.indexing import index_pending_memories, unindexed_memory_ids
 from shared.memory.service import process_embedder
-from shared.pipeline.jobs import index_transcript as index_transcript_blocks
 from shared.redis_client import get_redis
+from shared.transcript.units import embed_pending_units, pending_units
 from workers.base import engram_task
 from workers.dispatch import request_embedding_drain
 
@@ -30,18 +30,21 @@ _RETRIES: dict[str, Any] = {
 
 
 def _drain() -> int:
+    """One model call for pending memories and one for pending transcript units, at most."""
     with contextlib.suppress(RedisError):  # without Redis the token simply expires
         drain_started(get_redis())
-    result = index_pending_memories(process_embedder(), get_settings().embedding_batch_size)
-    if result.more:
+    embedder, batch_size = process_embedder(), get_settings().embedding_batch_size
+    memories = index_pending_memories(embedder, batch_size)
+    units = embed_pending_units(embedder, batch_size)
+    if memories.more or units.more:
         request_embedding_drain()
-    return result.memories
+    return memories.memories + units.units
 
 
 @engram_task("embeddings", **_RETRIES)
 def embed_pending() -> int:
-    """One batch of pending memories (up to ENGRAM_EMBEDDING_BATCH_SIZE texts, one model call); queues the
-    next drain if more are pending. Returns how many memories it embedded."""
+    """One batch of pending memories and one of pending transcript units (up to ENGRAM_EMBEDDING_BATCH_SIZE
+    texts each); queues the next drain if more are pending. Returns how many memories and units it embedded."""
     return _drain()
 
 
@@ -51,17 +54,13 @@ def embed_memory(memory_id: int) -> int:
     return _drain()
 
 
-@engram_task("embeddings", autoretry_for=_TRANSIENT, retry_backoff=2, max_retries=8)
-def index_transcript(session_id: int) -> int:
-    return index_transcript_blocks(session_id, process_embedder(), get_settings().embedding_batch_size)
-
-
 @engram_task("embeddings")
 def index_missing_memories() -> int:
-    """Beat: a drain when memories are pending but none is queued (its message lost: a Redis restart, retries
-    exhausted, a broker down when the memory was written). Returns how many are pending (up to 1000)."""
+    """Beat: a drain when memories or transcript units are pending but none is queued (its message lost: a Redis
+    restart, retries exhausted, a broker down when the memory was written). Returns how many are pending (up to
+    1000 of each)."""
     with db.connection() as conn:
-        pending = len(unindexed_memory_ids(conn))
+        pending = len(unindexed_memory_ids(conn)) + pending_units(conn)
     if pending:
         request_embedding_drain()
     return pending

@@ -23,9 +23,9 @@ def user_context(
     tenant: MemoryReadKey,
 ) -> ContextOut:
     """What engram's own prompt would carry about the user (profile, "What You Know", the session's task
-    and summary, memories and transcript snippets relevant to the query, the latest reflection), packed
-    greedily by value into `max_tokens` and fenced as data. An unknown user or session is not an error:
-    the context holds what is known (possibly nothing)."""
+    and summary, the facts and transcript excerpts relevant to the query, each with its date and speaker,
+    the latest reflection), packed greedily by value into `max_tokens` and fenced as data. An unknown user or
+    session is not an error: the context holds what is known (possibly nothing)."""
     with db.connection() as conn:
         packed = compile_context(
             conn,
@@ -36,5 +36,6 @@ def user_context(
             query=body.query,
             session_key=body.session_key,
             sections=body.sections,
+            as_of=body.as_of,
         )
     return ContextOut.model_validate(packed.as_dict())

@@ -11,6 +11,7 @@ from api.errors import ApiError
 from api.schemas.common import ID_PATTERN
 from api.schemas.memories import (
     Kind,
+    MemoryDetailOut,
     MemoryEventOut,
     MemoryIn,
     MemoryOut,
@@ -48,6 +49,7 @@ from shared.memory.store import (
 from shared.memory.userdata import drop_live_state, erase_user, export_user
 from shared.redis_client import get_redis
 from shared.text import SAFE_TEXT
+from shared.transcript.sources import message_sources
 from shared.turns import ensure_user, find_session, find_user_id
 
 log = get_logger(__name__)
@@ -153,10 +155,20 @@ def _no_longer_active(memory_id: int) -> HTTPException:
     )
 
 
-@router.get("/memories/{memory_id}", response_model=MemoryOut, responses=NOT_FOUND)
-def read_memory(user_id: UserId, memory_id: MemoryId, tenant: MemoryReadKey) -> MemoryOut:
+@router.get("/memories/{memory_id}", response_model=MemoryDetailOut, responses=NOT_FOUND)
+def read_memory(
+    user_id: UserId,
+    memory_id: MemoryId,
+    tenant: MemoryReadKey,
+    excerpts: Annotated[bool, Query(description="Include each source message's text")] = False,
+) -> MemoryDetailOut:
+    """The memory, with the messages it was learned from: conversation, time and speaker of each (and their
+    text with `excerpts=true`)."""
     with db.connection() as conn:
-        return MemoryOut(**_load(conn, _scope(conn, tenant, user_id), memory_id))
+        scope = _scope(conn, tenant, user_id)
+        memory = _load(conn, scope, memory_id)
+        sources = message_sources(conn, scope, memory["source_message_ids"], excerpts=excerpts)
+    return MemoryDetailOut(**memory, sources=[s.as_dict() for s in sources])
 
 
 @router.patch(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from api.schemas.common import ID_PATTERN
+from api.schemas.common import ID_PATTERN, Timestamp
 from shared.text import SAFE_TEXT
 
 MAX_CONTEXT_TOKENS = 100_000
@@ -35,13 +36,26 @@ class ContextIn(BaseModel):
     sections: list[SectionName] | None = Field(
         None, min_length=1, max_length=SECTION_COUNT, description="Only these sections (default: all)"
     )
+    as_of: Timestamp | None = Field(
+        None,
+        description='When the query is asked (default now): the times it names ("last May", "two weeks ago") '
+        "are read against it, and what was said then ranks first",
+    )
+
+
+class ContextSourceOut(BaseModel):
+    session_key: str | None = Field(None, description="The conversation an excerpt is from")
+    said_at: datetime | None = Field(description="When an excerpt was said, or since when a memory holds")
+    speaker: str | None = Field(None, description="Who said an excerpt")
+    message_ids: list[int] = Field(description="An excerpt's message, or the messages a memory was learned from")
 
 
 class ContextItemOut(BaseModel):
-    id: str = Field(description="memory:<id>, chunk:<id>, profile:<field> or session:<id>:task|summary")
+    id: str = Field(description="memory:<id>, message:<id>, profile:<field> or session:<id>:task|summary")
     kind: str
     text: str
     score: float | None = Field(None, description="Search score, for items found by the query")
+    source: ContextSourceOut | None = Field(None, description="Where it came from, for found memories and excerpts")
 
 
 class ContextSectionOut(BaseModel):

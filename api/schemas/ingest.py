@@ -116,9 +116,10 @@ class MemoryStatusOut(BaseModel):
     compaction_count: int
     compaction_due: bool = Field(description="The session is over the compaction threshold: a compaction is queued")
     transcript_pending_messages: int = Field(
-        description="Compacted messages not transcript-indexed yet (their text is not searchable as transcript yet)"
+        description="Messages whose transcript unit waits for its vector (full text finds them already; "
+        "search by meaning follows within seconds)"
     )
     idle: bool = Field(
-        description="Every message is mined, every memory from it embedded, no compaction due and the compacted "
-        "transcript indexed"
+        description="Every message is mined, every memory from it embedded, no compaction due and every "
+        "message's transcript unit embedded"
     )

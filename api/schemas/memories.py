@@ -68,9 +68,24 @@ class MemoryOut(BaseModel):
     valid_until: datetime | None
     source: str
     source_session_id: int | None
+    source_message_ids: list[int] = Field(description="The messages it was learned from (empty when written directly)")
     supersedes_id: int | None
     created_at: datetime
     updated_at: datetime
+
+
+class MessageSourceOut(BaseModel):
+    message_id: int
+    session_key: str
+    said_at: datetime
+    speaker: str = Field(description="The name the conversation gave the speaker, else the role")
+    excerpt: str | None = Field(None, description="The message's text (first 1,000 characters), when asked for")
+
+
+class MemoryDetailOut(MemoryOut):
+    sources: list[MessageSourceOut] = Field(
+        description="The messages it was learned from that still exist, in the order they were said (up to 20)"
+    )
 
 
 class MemoryWriteOut(BaseModel):
@@ -100,7 +115,7 @@ class SearchIn(_Strict):
 
 
 class SearchResultOut(BaseModel):
-    id: int | None = Field(description="Memory id; null for a transcript block")
+    id: int | None = Field(description="Memory id; null for a transcript message")
     source: Literal["memory", "transcript"]
     namespace: str
     key: str
@@ -112,8 +127,13 @@ class SearchResultOut(BaseModel):
     session_id: int | None
     tags: list[str]
     confidence: float | None
-    created_at: datetime | None
+    created_at: datetime | None = Field(description="A memory's creation; a transcript message's time it was said")
     event_time: datetime | None
+    message_id: int | None = Field(None, description="A transcript result's message")
+    speaker: str | None = Field(None, description="Who said a transcript result's message")
+    session_key: str | None = Field(None, description="A transcript result's conversation")
+    valid_from: datetime | None = Field(None, description="A memory's: when it became true")
+    source_message_ids: list[int] = Field(default_factory=list, description="A memory's: what it was learned from")
 
 
 class SearchOut(BaseModel):

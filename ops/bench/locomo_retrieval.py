@@ -11,13 +11,16 @@ Without a database URL (--database-url, else ENGRAM_DATABASE_URL) it starts an e
 a temporary directory and stops it on exit. Migrations are applied either way, and every run writes
 into a fresh tenant, so runs against a shared database never see each other's memories.
 
-Protocol (the dataset's README): every turn of a conversation becomes an `episode` memory of one
-user per conversation, text "<speaker>: <text>" plus " [image: <caption>]" when the turn shared an
-image, stamped with its session's date. Each turn keeps the CONTEXT_BEFORE turns before it and the
-CONTEXT_AFTER after it (same session) as `metadata.context`, as an episode writer would: the product
-embeds and full-text indexes that context with the memory (shared/memory/store.py, indexing.py).
-Each question with evidence (category 5, adversarial, has none) is searched three ways, all
-through `shared.memory.search.search`:
+Protocol (the dataset's README), one engram user per conversation. `--store units` (the default): every turn
+is a message of that user, one engram session per LoCoMo session, stored by `shared.ingest.ingest_messages`
+as the messages API stores them (as the e2e mode sends them: the speaker as `name`, the text plus
+" [image: <caption>]" when the turn shared an image, the session's date); each becomes a transcript unit
+(migration 0015: the turn with the two before it as context) and its vector is stored as the embedding
+drain stores it. `--store episodes`: every turn becomes an `episode` memory instead, text "<speaker>: <text>"
+(plus the caption), stamped with its session's date, keeping the CONTEXT_BEFORE turns before it and the
+CONTEXT_AFTER after it (same session) as `metadata.context`, as an episode writer would (the shape
+measured before the transcript was memory). Each question with evidence (category 5, adversarial, has
+none) is searched three ways, all through `shared.memory.search.search`:
 
 - text:   the lexical leg alone (`legs=("text",)`, no query vector);
 - vector: the vector leg alone (`legs=("vector",)`);
@@ -27,13 +30,13 @@ Results map back to dia_ids; recall@k = |evidence ∩ top-k| / |evidence|, NDCG@
 relevance. Search latency covers the `search` call only; embedding the question is timed apart.
 Latency percentiles interpolate between the closest ranks (ops/bench/harness.py, as every benchmark
 here); until the harness unified them they were nearest-rank (a real observation each).
-Ingest is timed in two steps: storing (store_memory, one transaction per conversation) and
-embedding + indexing (one batched embed_texts call per conversation, then index_memory per turn,
-which then finds every vector in the embedding cache).
+Ingest is timed in two steps: storing (one transaction per conversation) and embedding + indexing (one
+batched embed_texts call per conversation; episodes are then indexed by index_memory per turn, which finds
+every vector in the embedding cache).
 
-The storage path is the product's, so what the product does with episodes is what is measured:
-store_memory's dedup means a turn whose text repeats an earlier turn of the same conversation is
-not stored again; its dia_id is then credited to the memory that holds the text.
+The storage path is the product's, so what the product does is what is measured: with episodes,
+store_memory's dedup means a turn whose text repeats an earlier turn of the same conversation is not stored
+again; its dia_id is then credited to the memory that holds the text.
 """
 
 from __future__ import annotations
@@ -51,15 +54,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pgvector import Vector
+
 from ops.bench.harness import BenchError, BenchRun, add_json_flag, emit, percentile, run_main
 from shared.auth import ensure_tenant
 from shared.config import get_settings
 from shared.db import Conn, connect
 from shared.embeddings import Embedder, embed_texts, embedder_from_settings, ensure_embedding_space
+from shared.ingest import IngestMessage, ingest_messages
 from shared.logging import configure_logging
 from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.keys import MemoryRejected
-from shared.memory.search import Leg, SearchOptions, search
+from shared.memory.search import Leg, SearchOptions, SearchResult, search
 from shared.memory.service import options_from_settings
 from shared.memory.store import CONTEXT_KEY, MAX_CONTEXT_CHARS, MemoryInput, Scope, store_memory
 from shared.migrate import apply_migrations
@@ -226,8 +232,12 @@ METRICS = (*(f"recall@{k}" for k in K_VALUES), "ndcg@10")
 @dataclass
 class Ingested:
     scope: Scope
-    dia_ids: dict[int, set[str]]  # memory id → the turns whose text it holds
+    dia_ids: dict[int, set[str]]  # memory id (episodes) or message id (units) → the turns whose text it holds
     rejected: int = 0
+
+    def found(self, result: SearchResult) -> frozenset[str]:
+        key = result.id if result.source == "memory" else result.message_id
+        return frozenset(self.dia_ids.get(key, ())) if key is not None else frozenset()
 
 
 @dataclass
@@ -250,6 +260,50 @@ def neighbour_context(turns: Sequence[Turn], index: int) -> str:
     ]
     # The store refuses an oversize context rather than cutting it; cutting is the writer's call.
     return "\n".join(neighbours)[:MAX_CONTEXT_CHARS]
+
+
+def ingest_units(
+    conn: Conn, embedder: Embedder, tenant_id: int, conversation: Conversation, times: IngestTimes
+) -> Ingested:
+    """The conversation as messages, each a transcript unit, with the units' vectors stored."""
+    from ops.bench.locomo_e2e import session_messages
+
+    started = time.perf_counter()
+    user = conversation.sample_id
+    ingested = Ingested(Scope(tenant_id, ensure_user(conn, tenant_id, user)), {})
+    for number, messages in sorted(session_messages(conversation).items()):
+        result = ingest_messages(
+            conn,
+            tenant_id=tenant_id,
+            user_external_id=user,
+            session_key=f"session-{number}",
+            messages=[
+                IngestMessage(m["role"], m["content"], m.get("created_at"), m.get("name"), m["idempotency_key"])
+                for m in messages
+            ],
+        )
+        for message, message_id in zip(messages, result.message_ids, strict=True):
+            ingested.dia_ids.setdefault(message_id, set()).add(message["idempotency_key"])
+    conn.commit()
+    times.store_seconds += time.perf_counter() - started
+    times.turns += len(conversation.turns)
+
+    started = time.perf_counter()
+    ensure_embedding_space(conn, embedder)
+    conn.commit()
+    units = conn.execute(
+        "SELECT id, text FROM memory_chunks WHERE user_id = %s AND message_id IS NOT NULL AND embedding IS NULL",
+        (ingested.scope.user_id,),
+    ).fetchall()
+    vectors = embed_texts(conn, embedder, [unit["text"] for unit in units], batch_size=256)
+    with conn.cursor() as cur:
+        cur.executemany(
+            "UPDATE memory_chunks SET embedding = %s, embedded_at = now() WHERE id = %s",
+            [(Vector(vector), unit["id"]) for unit, vector in zip(units, vectors, strict=True)],
+        )
+    conn.commit()
+    times.index_seconds += time.perf_counter() - started
+    return ingested
 
 
 def ingest(conn: Conn, embedder: Embedder, tenant_id: int, conversation: Conversation, times: IngestTimes) -> Ingested:
@@ -311,7 +365,7 @@ def options_for(mode: str) -> SearchOptions:
         options.legs = legs
         # A single leg is measured by its ranking alone: the weighted minimum score is a hybrid
         # relevance floor and would cut a lone leg's tail for reasons unrelated to its order.
-        options.min_score = 0.0
+        options.relative_floor = 0.0
     return options
 
 
@@ -337,7 +391,7 @@ def evaluate(
             )
             stats[mode].latencies_ms.append((time.perf_counter() - started) * 1000)
             conn.commit()  # search sets transaction-local HNSW options; start each query afresh
-            ranked = [frozenset(ingested.dia_ids.get(r.id, ())) if r.id is not None else frozenset() for r in results]
+            ranked = [ingested.found(r) for r in results]
             for k in K_VALUES:
                 stats[mode].add(question.category, f"recall@{k}", recall_at(ranked, evidence, k))
             stats[mode].add(question.category, "ndcg@10", ndcg_at(ranked, evidence, 10, relevant))
@@ -422,8 +476,9 @@ def run(args: argparse.Namespace) -> int:
         tenant_id = ensure_tenant(conn, f"locomo-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
         conn.commit()
         embedder.embed(["warm-up"])  # load the model outside the timed sections
+        store = ingest_units if args.store == "units" else ingest
         for conversation in conversations:
-            ingested = ingest(conn, embedder, tenant_id, conversation, times)
+            ingested = store(conn, embedder, tenant_id, conversation, times)
             print(
                 f"{conversation.sample_id}: {len(conversation.turns)} turns, {len(conversation.questions)} questions",
                 file=sys.stderr,
@@ -451,6 +506,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_json_flag(parser)
     parser.add_argument("--limit-conversations", type=int, default=None, metavar="N")
+    parser.add_argument(
+        "--store",
+        choices=("units", "episodes"),
+        default="units",
+        help="retrieval mode: turns as messages (transcript units, the product's path) or as episode memories",
+    )
     parser.add_argument(
         "--database-url", default=None, help="retrieval mode: default ENGRAM_DATABASE_URL, else embedded Postgres"
     )

@@ -11,8 +11,7 @@ chatting into a string of "idle" gaps. The workers a default `engram up` starts 
 runs the pools of ops/pools.py instead): `worker-turns` (turns, channels; ENGRAM_TURN_WORKER_CONCURRENCY's
 default, 2 processes) and `worker-background` (extraction, flush, compaction, embeddings, maintenance;
 ENGRAM_BACKGROUND_WORKER_CONCURRENCY's default, 2 processes), plus beat, so the memory jobs queue behind each
-other as they do in production (transcript indexing, bulk work, behind all the others: workers/queues.py
-BULK_PRIORITY). --embedding-backend (default: the caller's ENGRAM_EMBEDDING_BACKEND, else the setting's
+other as they do in production. --embedding-backend (default: the caller's ENGRAM_EMBEDDING_BACKEND, else the setting's
 default) picks the runtime; ENGRAM_EMBEDDING_ONNX_PATH passes from the caller's environment.
 
 The model is the fake Anthropic server of ops/fake_llm.py, in this process, answering after a fixed

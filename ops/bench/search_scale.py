@@ -36,7 +36,7 @@ and question in its own transaction, timed around the call (round trips, plannin
 result building; not the embedding). Modes:
 - hybrid: question + its vector (what shared.memory.service does);
 - text: question, query_vector=None (no vector leg);
-- vector: question + its vector with SearchOptions(legs=("vector",)), and min_score 0 (a Python-side
+- vector: question + its vector with SearchOptions(legs=("vector",)), and relative_floor 0 (a Python-side
   cut-off: same SQL) so recall@10 against the exact top 10 is measurable;
 - hybrid/vector (<plan>): the vector plan the planner did not pick, forced for comparison: HNSW with
   `SET LOCAL enable_sort = off`, the exact scan by dropping the HNSW index; either way inside one
@@ -925,8 +925,8 @@ class Samples:
 def mode_options(mode: str) -> SearchOptions:
     if mode == "vector":
         # Only the vector leg, and no minimum score, so the results are the leg's top `limit` and recall
-        # is measurable; min_score is applied in Python after the query: the SQL and its cost are the same.
-        return SearchOptions(min_score=0.0, legs=("vector",))
+        # is measurable; relative_floor is applied in Python after the query: the SQL and its cost are the same.
+        return SearchOptions(relative_floor=0.0, legs=("vector",))
     return SearchOptions()
 
 
@@ -1069,7 +1069,7 @@ def render(report: dict[str, Any]) -> str:
         f"queries per mode, {config['cpus']} CPUs (load avg {config['loadavg_start']} -> {config['loadavg_end']}), "
         f"Postgres {config['server_version']}, shared_buffers {config['shared_buffers']}",
         f"corpus: {config['pool']} facts embedded with MiniLM + noise {config['noise_norm']:g}; "
-        f"{config['questions']} held-out questions; vector mode: vector leg only, min_score 0, recall@10 vs exact",
+        f"{config['questions']} held-out questions; vector mode: vector leg only, relative_floor 0, recall@10 vs exact",
         "",
         f"{'size':>8} {'mode':<18} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'results':>8} "
         f"{'recall':>7}",

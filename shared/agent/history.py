@@ -8,6 +8,7 @@ from typing import Any
 from shared.context.dynamic import RELEVANT_LIMIT
 from shared.db import Conn, Query
 from shared.llm.types import ChatMessage, ToolCall
+from shared.text import estimate_tokens
 
 UNANSWERED_CALL = "error: no result: the calling application did not run this tool and went on"
 
@@ -87,23 +88,47 @@ def relevant_memories(
     turn: dict[str, Any],
     history: list[ChatMessage],
     space_rows: Sequence[Mapping[str, Any]] | None = None,
+    max_tokens: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Top facts from the user's other sessions for the latest user message (shown, not counted as use:
-    counting them would churn the "What You Know" selection every turn). `space_rows`: the embedding space
-    as read along with the turn's other reads (SPACE_QUERY); None = read it here."""
+    """Facts and excerpts of the user's other conversations that bear on the latest user message, best first,
+    within `max_tokens` (default ENGRAM_TURN_RECALL_TOKENS; shown, not counted as use: counting them would churn
+    the "What You Know" selection every turn). An excerpt is listed under its day and conversation with its
+    speaker, as `{"namespace": "8 May 2023, conversation chat-1", "key": "Melanie", "value": "…"}`; a fact as
+    stored. `space_rows`: the embedding space as read along with the turn's other reads (SPACE_QUERY); None =
+    read it here."""
     latest = next((m.content for m in reversed(history) if m.role == "user"), "")
     if not latest.strip():
         return []
+    from shared.config import get_settings
+    from shared.context.packed import day
     from shared.memory.search import SearchFilters
     from shared.memory.service import search_memories
     from shared.memory.store import Scope
 
+    budget = get_settings().turn_recall_tokens if max_tokens is None else max_tokens
     results = search_memories(
         conn,
         Scope(turn["tenant_id"], turn["user_id"]),
         latest[:2000],
-        limit=RELEVANT_LIMIT,
-        filters=SearchFilters(exclude_session_id=turn["session_id"], include_transcripts=False),
+        limit=max(RELEVANT_LIMIT, budget // 25),
+        filters=SearchFilters(exclude_session_id=turn["session_id"]),
         space_rows=space_rows,
     )
-    return [{"namespace": r.namespace, "key": r.key, "value": r.value} for r in results]
+    chosen: list[dict[str, Any]] = []
+    used = 0
+    for r in results:
+        if r.source == "transcript":
+            when = day(r.created_at) if r.created_at else "undated"
+            item = {
+                "namespace": f"{when}, conversation {r.session_key}",
+                "key": r.speaker or "someone",
+                "value": r.value,
+            }
+        else:
+            item = {"namespace": r.namespace, "key": r.key, "value": r.value}
+        cost = estimate_tokens(f"- [{item['namespace']}] {item['key']}: {item['value']}")
+        if used + cost > budget:
+            continue
+        chosen.append(item)
+        used += cost
+    return chosen

@@ -3,10 +3,17 @@ token budget and fenced as data.
 
 The pieces are the ones engram's own prompt is compiled from (static_prompt, dynamic, the agent's
 relevant-memory search): the user's profile, "What You Know", the session's active task and summary, the
-memories and transcript snippets most relevant to the query, the latest reflection. Each piece is an
-item with a value; items are taken greedily by value while the whole rendered block still fits
-`max_tokens`, measured with a real tokenizer on the exact text returned, so `tokens <= max_tokens`
-holds by construction (not by summing estimates).
+facts and transcript excerpts most relevant to the query, the latest reflection. Each piece is an item
+with a value; items are taken greedily by value while the whole rendered block still fits `max_tokens`,
+measured with a real tokenizer on the exact text returned, so `tokens <= max_tokens` holds by
+construction (not by summing estimates). The search asks for more results the larger the budget, so a
+budget is filled with evidence when the user's history has it.
+
+Facts and excerpts compete on relevance alone, and never say the same thing twice: a fact taken from a
+message (its source ids name at most MAX_SOURCES_FOR_SAME messages) is not packed beside that message's
+excerpt; whichever is worth more comes first and the other is left out. Excerpts are rendered in the
+order they were said, under a line naming their day and conversation, so a model can reason over time;
+facts carry the day they became true.
 
 The block is fenced: a header says it is data, not instructions, and no item can close the fence or
 carry a prompt fence marker (both are neutralised in the item text).
@@ -17,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Final
 
 from shared.config import Settings
@@ -47,23 +55,33 @@ TITLES: Final[dict[str, str]] = {
     "active_task": "Active task",
     "summary": "Summary of this conversation so far",
     "relevant_memories": "Relevant memories",
-    "transcript": "From earlier conversations",
+    "transcript": "From conversations",
     "what_you_know": "What you know about the user",
     "reflection": "Latest reflection",
 }
 # Base value of each section's items; within a section, search score or use decides the rest. The profile
-# and the task the user is on are what an answer most often depends on; memories matching the query beat
-# the general "What You Know" list, which beats a long summary only when they are relevant.
+# and the task the user is on are what an answer most often depends on; facts and excerpts matching the
+# query (one value scale: relevance decides between them) beat the general "What You Know" list, which
+# beats a long summary only when they are relevant.
 BASE_VALUE: Final[dict[str, float]] = {
     "profile": 100.0,
     "active_task": 90.0,
     "relevant_memories": 50.0,
     "summary": 60.0,
-    "transcript": 40.0,
+    "transcript": 50.0,
     "reflection": 45.0,
     "what_you_know": 30.0,
 }
-SEARCH_LIMIT: Final = 20
+# Added to a found item's base value by its share of the best score.
+RELEVANCE_SPREAD: Final = 40.0
+# Search results asked for: about one per TOKENS_PER_RESULT tokens of budget (an excerpt line is ~30), more
+# than fit, so duplicates and long items can be skipped without leaving the budget unused.
+MIN_SEARCH_LIMIT: Final = 20
+MAX_SEARCH_LIMIT: Final = 150
+TOKENS_PER_RESULT: Final = 15
+# A memory naming more source messages than this summarises a stretch of conversation rather than
+# restating one message: it is not treated as the same content as any one excerpt.
+MAX_SOURCES_FOR_SAME: Final = 5
 FENCE_TAG: Final = "memory-context"
 HEADER: Final = (
     f"<{FENCE_TAG}>\n"
@@ -82,6 +100,27 @@ class Item:
     text: str
     value: float
     score: float | None = None
+    # Where it came from: an excerpt's message (when, who, which conversation); a memory's source messages
+    # and the day it became true.
+    said_at: datetime | None = None
+    speaker: str | None = None
+    session_key: str | None = None
+    message_ids: tuple[int, ...] = ()
+
+    def source(self) -> dict[str, Any] | None:
+        if self.said_at is None and not self.message_ids:
+            return None
+        return {
+            "session_key": self.session_key,
+            "said_at": self.said_at.isoformat() if self.said_at else None,
+            "speaker": self.speaker,
+            "message_ids": list(self.message_ids),
+        }
+
+
+def takes_from_one(item: Item) -> bool:
+    """A memory that restates a message or a few (not a summary of a stretch of conversation)."""
+    return item.section != "transcript" and 0 < len(item.message_ids) <= MAX_SOURCES_FOR_SAME
 
 
 @dataclass
@@ -109,32 +148,116 @@ def defang(text: str) -> str:
     return _FENCE_TAG_LIKE.sub(lambda m: m.group().replace("<", "<\u2060", 1), strip_markers(text)).strip()
 
 
+def day(moment: datetime) -> str:
+    return f"{moment.day} {moment:%B %Y}"
+
+
+def excerpt_heading(item: Item) -> str:
+    """The line excerpts of one day of one conversation are listed under."""
+    when = day(item.said_at) if item.said_at else "undated"
+    return f"[{when}, conversation {item.session_key}]" if item.session_key else f"[{when}]"
+
+
+def _excerpt_lines(items: Sequence[Item]) -> list[str]:
+    """Excerpts in the order they were said, under a heading for each day of each conversation."""
+    lines: list[str] = []
+    current = None
+    for item in sorted(items, key=lambda i: (i.said_at or datetime.min, i.message_ids)):
+        heading = excerpt_heading(item)
+        if heading != current:
+            current = heading
+            lines.append(heading)
+        lines.append(item.text)
+    return lines
+
+
+def section_text(name: str, items: Sequence[Item]) -> str:
+    lines = _excerpt_lines(items) if name == "transcript" else [item.text for item in items]
+    return f"## {TITLES[name]}\n" + "\n".join(lines)
+
+
 def render(items: Sequence[Item]) -> str:
     """The fenced block of these items, sections in fixed order; "" when there are none."""
     if not items:
         return ""
     parts = [HEADER]
     for name in SECTIONS:
-        lines = [item.text for item in items if item.section == name]
-        if lines:
-            parts.append(f"## {TITLES[name]}\n" + "\n".join(lines))
+        own = [item for item in items if item.section == name]
+        if own:
+            parts.append(section_text(name, own))
     parts.append(FOOTER)
     return "\n\n".join(parts)
 
 
 def pack(candidates: Iterable[Item], max_tokens: int, counter: TokenCounter) -> PackedContext:
-    """Greedy by value: each item, best first, is kept if the whole block with it still fits."""
+    """Greedy by value: each item, best first, is kept if the block with it still fits and it does not repeat
+    an item already kept (an excerpt and a memory taken from its message, `takes_from_one`).
+
+    What an item adds is counted on its own lines (its text, and its section's title or its excerpt heading
+    when it is the first there): the tokenizer splits text at line breaks before merging, so a block costs
+    about the sum of its lines, and rendering and counting the whole block for every candidate made packing
+    quadratic in the budget. The exact count of the final text decides: if the sum fell short, the least
+    valuable items go until the block fits."""
     ordered = sorted(candidates, key=lambda item: -item.value)
     chosen: list[Item] = []
-    tokens = 0
+    opened: set[str] = set()  # sections and excerpt headings already in the block
+    shown: set[int] = set()  # messages of the excerpts kept
+    restated: set[int] = set()  # messages the memories kept were taken from
+    kept: set[str] = set()
+
+    def repeats(item: Item) -> bool:
+        if item.section == "transcript":
+            return bool(restated.intersection(item.message_ids))
+        return takes_from_one(item) and bool(shown.intersection(item.message_ids))
+
+    counts: dict[str, int] = {}  # a line's tokens, counted once however often an item is weighed
+    headings = {item.id: excerpt_heading(item) for item in ordered if item.section == "transcript"}
+
+    def tokens_of(line: str) -> int:
+        if line not in counts:
+            counts[line] = counter.count(line)
+        return counts[line]
+
+    def cost(item: Item) -> int:
+        lines = [item.text]
+        if item.section not in opened:
+            lines.append(f"## {TITLES[item.section]}")
+        heading = headings.get(item.id)
+        if heading is not None and heading not in opened:
+            lines.append(heading)
+        return sum(tokens_of(line) + 1 for line in lines) + (1 if item.section not in opened else 0)
+
+    def keep(item: Item) -> None:
+        chosen.append(item)
+        kept.add(item.id)
+        opened.add(item.section)
+        if item.id in headings:
+            opened.add(headings[item.id])
+            shown.update(item.message_ids)
+        elif takes_from_one(item):
+            restated.update(item.message_ids)
+
+    room = max_tokens - (counter.count(HEADER) + counter.count(FOOTER) + 2)
     for item in ordered:
-        trial = render([*chosen, item])
-        trial_tokens = counter.count(trial)
-        if trial_tokens <= max_tokens:
-            chosen.append(item)
-            tokens = trial_tokens
+        if not repeats(item) and (price := cost(item)) <= room:
+            keep(item)
+            room -= price
     context = render(chosen)
-    assert counter.count(context) == tokens <= max_tokens
+    tokens = counter.count(context)
+    # The sum of the lines is an estimate: what the exact count leaves is offered to the items left out, once.
+    if tokens < max_tokens:
+        room = max_tokens - tokens
+        for item in ordered:
+            if item.id not in kept and not repeats(item) and (price := cost(item)) <= room:
+                keep(item)
+                room -= price
+        context = render(chosen)
+        tokens = counter.count(context)
+    chosen.sort(key=lambda item: -item.value)
+    while tokens > max_tokens:
+        chosen.pop()
+        context = render(chosen)
+        tokens = counter.count(context)
     sections = []
     for name in SECTIONS:
         items = [item for item in chosen if item.section == name]
@@ -142,9 +265,9 @@ def pack(candidates: Iterable[Item], max_tokens: int, counter: TokenCounter) -> 
             sections.append(
                 {
                     "name": name,
-                    "tokens": counter.count(f"## {TITLES[name]}\n" + "\n".join(i.text for i in items)),
+                    "tokens": counter.count(section_text(name, items)),
                     "items": [
-                        {"id": i.id, "kind": i.kind, "text": i.text, "score": i.score}
+                        {"id": i.id, "kind": i.kind, "text": i.text, "score": i.score, "source": i.source()}
                         for i in sorted(items, key=lambda item: -item.value)
                     ],
                 }
@@ -179,34 +302,47 @@ def _session_items(session: dict[str, Any]) -> list[Item]:
     return items
 
 
-def _search_items(conn: Conn, scope: Scope, query: str) -> list[Item]:
-    results = search_memories(conn, scope, query[:2000], limit=SEARCH_LIMIT, filters=SearchFilters())
+def search_limit(max_tokens: int) -> int:
+    return max(MIN_SEARCH_LIMIT, min(MAX_SEARCH_LIMIT, max_tokens // TOKENS_PER_RESULT))
+
+
+def _search_items(conn: Conn, scope: Scope, query: str, max_tokens: int, as_of: datetime | None) -> list[Item]:
+    results = search_memories(
+        conn, scope, query[:2000], limit=search_limit(max_tokens), filters=SearchFilters(), as_of=as_of
+    )
     best = max((r.score for r in results), default=0.0) or 1.0
     items = []
     for result in results:
         share = max(0.0, result.score) / best  # fusion scores differ in scale between modes: rank within
         if result.source == "memory":
-            text = defang(memory_line({"namespace": result.namespace, "key": result.key, "value": result.value}))
+            when = result.said_at
+            text = memory_line({"namespace": result.namespace, "key": result.key, "value": result.value})
             items.append(
                 Item(
                     "relevant_memories",
                     f"memory:{result.id}",
                     result.kind,
-                    text,
-                    BASE_VALUE["relevant_memories"] + 40 * share,
+                    defang(f"{text} ({day(when)})" if when else text),
+                    BASE_VALUE["relevant_memories"] + RELEVANCE_SPREAD * share,
                     round(result.score, 6),
+                    said_at=when,
+                    message_ids=tuple(result.source_message_ids),
                 )
             )
         else:
-            text = defang("- " + " ".join(result.value.split()))
+            speaker = result.speaker or "someone"
             items.append(
                 Item(
                     "transcript",
-                    f"chunk:{result.chunk_id}",
+                    f"message:{result.message_id}",
                     "transcript",
-                    text,
-                    BASE_VALUE["transcript"] + 30 * share,
+                    defang(f"- {speaker}: " + " ".join(result.value.split())),
+                    BASE_VALUE["transcript"] + RELEVANCE_SPREAD * share,
                     round(result.score, 6),
+                    said_at=result.created_at,
+                    speaker=speaker,
+                    session_key=result.session_key,
+                    message_ids=(result.message_id,) if result.message_id is not None else (),
                 )
             )
     return items
@@ -246,9 +382,11 @@ def compile_context(
     query: str | None = None,
     session_key: str | None = None,
     sections: Sequence[str] | None = None,
+    as_of: datetime | None = None,
 ) -> PackedContext:
     """The user's context for another agent's prompt, within `max_tokens`. Reads only: an unknown user or
-    session gives what there is (possibly nothing), and creates no rows."""
+    session gives what there is (possibly nothing), and creates no rows. `as_of`: the moment the query is
+    asked at, against which the times it names ("last May") are read; default now."""
     wanted = set(sections) if sections is not None else set(SECTIONS)
     counter = context_counter(settings)
     user_id = find_user_id(conn, tenant_id, user_external_id)
@@ -263,7 +401,7 @@ def compile_context(
         if session is not None:
             candidates += [i for i in _session_items(session) if i.section in wanted]
     if query and query.strip() and wanted & {"relevant_memories", "transcript"}:
-        candidates += [i for i in _search_items(conn, scope, query) if i.section in wanted]
+        candidates += [i for i in _search_items(conn, scope, query, max_tokens, as_of) if i.section in wanted]
     if "what_you_know" in wanted:
         candidates += _known_items(conn, scope, {i.id for i in candidates})
     if "reflection" in wanted:

@@ -44,7 +44,7 @@ from shared.maintenance.budget import over_budget
 from shared.maintenance.runs import Page, RunHandle, UserRef
 from shared.memory.keys import MemoryRejected, content_fingerprint
 from shared.memory.search import SearchOptions, search
-from shared.memory.store import MEMORY_COLUMNS, MemoryInput, Scope, record_event, store_memory
+from shared.memory.store import MEMORY_COLUMNS, MemoryInput, Scope, add_sources, record_event, store_memory
 from shared.pipeline.background_llm import complete
 from shared.pipeline.extraction import (
     ExtractedFacts,
@@ -55,6 +55,7 @@ from shared.pipeline.extraction import (
     to_memory_inputs,
 )
 from shared.pipeline.offline_extraction import offline_extract
+from shared.text import words
 
 ACTOR = "consolidation"
 PAGE_MESSAGES = 30
@@ -65,12 +66,6 @@ IDLE_BEFORE_SWEEP = timedelta(minutes=30)
 CONFLICT_CANDIDATES = 5
 
 PageFactory = Callable[[dict[str, Any] | None], AbstractContextManager[Page]]
-
-_WORD = re.compile(r"[^\W_]+")
-
-
-def words(text: str) -> frozenset[str]:
-    return frozenset(_WORD.findall(text.casefold()))
 
 
 def jaccard(a: str, b: str) -> float:
@@ -165,7 +160,7 @@ def consolidate_session(
             if session is None or session["consolidated_at"] is not None:
                 return outcome
             rows = conn.execute(
-                """SELECT id, role, content, name FROM session_messages
+                """SELECT id, role, content, name, created_at FROM session_messages
                    WHERE session_id = %s AND id > %s ORDER BY id LIMIT %s""",
                 (session_id, session["consolidated_message_id"], PAGE_MESSAGES),
             ).fetchall()
@@ -175,7 +170,7 @@ def consolidate_session(
                     outcome.stopped = reason
                     return outcome
         scope = Scope(session["tenant_id"], session["user_id"])
-        messages = [TranscriptMessage(r["id"], r["role"], r["content"], r["name"]) for r in rows]
+        messages = [TranscriptMessage(r["id"], r["role"], r["content"], r["name"], r["created_at"]) for r in rows]
         items = _durable_items(settings, provider, scope, session_id, messages, as_of) if rows else []
         judged = _judge_conflicts(settings, provider, scope, items) if items else {}
         last = rows[-1]["id"] if rows else session["consolidated_message_id"]
@@ -224,9 +219,7 @@ def _durable_items(
         )
         facts = parse_extraction(result.text)
     durable = ExtractedFacts(**{name: facts.category(name) for name in DURABLE})
-    items = to_memory_inputs(
-        durable, today=as_of.date(), source_session_id=session_id, source_message_ids=[m.id for m in selected]
-    )
+    items = to_memory_inputs(durable, today=as_of.date(), source_session_id=session_id, messages=selected)
     # Level one: the same content twice in one batch (under two keys) is one fact.
     seen: set[str] = set()
     unique = []
@@ -244,7 +237,7 @@ def _candidates(conn: Conn, scope: Scope, item: MemoryInput) -> list[dict[str, A
         conn,
         scope,
         f"{item.key.replace('-', ' ').replace('/', ' ')} {item.value}",
-        options=SearchOptions(limit=CONFLICT_CANDIDATES, legs=("text", "entity"), min_score=0.0),
+        options=SearchOptions(limit=CONFLICT_CANDIDATES, legs=("text", "entity"), relative_floor=0.0),
     )
     return [
         {"id": r.id, "namespace": r.namespace, "key": r.key, "value": r.value}
@@ -343,7 +336,12 @@ def _store(
     threshold: float,
 ) -> None:
     conn = page.conn
-    if duplicate_of(conn, scope, item, threshold) is not None:
+    duplicate = duplicate_of(conn, scope, item, threshold)
+    if duplicate is not None:
+        # The fact is known: the messages it was found in again join its sources.
+        row = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = %s", (duplicate,)).fetchone()
+        if row is not None:
+            add_sources(conn, scope, row, item.source_message_ids)
         page.count("duplicates_skipped")
         return
     try:

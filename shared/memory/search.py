@@ -1,4 +1,7 @@
-"""Hybrid search over a user's memories and session transcripts, fused in one SQL statement.
+"""Hybrid search over a user's memories and transcript units, fused in one SQL statement.
+
+A document is a memory or a transcript unit (one message with its neighbours, migration 0015); inside the
+statement both are keyed by `doc`: a memory's id, or minus the unit's chunk id.
 
 Legs (`SearchOptions.legs` picks which run):
 - full text: an OR query over the question's lexemes. AND semantics (plainto_tsquery /
@@ -7,26 +10,29 @@ Legs (`SearchOptions.legs` picks which run):
   Σ idf(word) × ts_rank(memory, word) over the query words it contains: plain ts_rank of an OR
   query scores one matched word the same whether it is in one memory or in all of them, so a
   question naming the user ("What did Caroline…") ranked every memory mentioning her alike. idf is
-  BM25's, over the user's memories that pass the filters; ts_rank supplies a saturating term
-  frequency and the label weights (TERM_WEIGHTS: key > value > metadata.context).
+  BM25's, over the user's memories and units that pass the filters; ts_rank supplies a saturating term
+  frequency and the label weights (TERM_WEIGHTS: key > value or message > metadata.context or the
+  message's neighbours).
 - ILIKE: only when full text finds nothing (e.g. a query made of stop words or odd tokens).
-- vector: cosine distance on memory chunks and transcript chunks, best chunk per memory. HNSW
+- vector: cosine distance on memory chunks and transcript units, best chunk per memory. HNSW
   with pgvector 0.8 iterative scans, so filtering to one user (and the memory filters) still
   returns k rows even when the user owns a tiny share of the table.
 - entity: memories linked to entities named in the query, each entity weighted by its specificity
   (its idf over the user's memories, scaled to 0..1): the user's own name or a partner linked to
   half the memories singles nothing out.
 
-Fusion: `weighted` (vector similarity × w + max-normalised text score × (1 − w), plus a small
-entity bonus, dropped below a minimum score) or `rrf` (Σ 1/(k + rank) over legs). In weighted mode
-every candidate gets its real vector similarity even if the vector leg did not return it (see
-`vec_fill`). Every result carries each leg's rank and score so the ranking can be explained. The
-statement scores the candidates too (`_score_sql`, the same formula as `_fuse`) and returns only the best
-`limit` plus a margin, with their memories' text: the few hundred candidates never leave Postgres.
+Fusion: `weighted` (vector similarity × w + max-normalised text score × (1 − w), plus small bonuses
+for matched entities and for a message whose speaker the query names) or `rrf` (Σ 1/(k + rank) over
+legs). Results scoring under `relative_floor` × the best result's score are dropped: a cut relative to
+the query's own best hit, which needs no tuning per model or corpus the way an absolute floor did
+(similarities of one model cluster higher than another's; a lexical-only search scores on another
+scale altogether). In weighted mode every candidate gets its real vector similarity even if the vector
+leg did not return it (see `vec_fill`). Every result carries each leg's rank and score so the ranking
+can be explained. The statement scores the candidates too (`_score_sql`, the same formula as `_fuse`)
+and returns only the best `limit` plus a margin, with their text: the few hundred candidates never leave
+Postgres.
 
-Measured on LoCoMo (ops/bench/locomo_retrieval.py, 5 conversations, recall@10, turns stored with
-two turns before and one after as context): hybrid 0.76 with all of the above, against 0.61 with
-plain ts_rank, no context, an unweighted entity leg and missing similarities counted as 0.
+The benchmark page of the docs has the figures (ops/bench/locomo_retrieval.py).
 """
 
 from __future__ import annotations
@@ -52,6 +58,11 @@ ALL_LEGS: tuple[Leg, ...] = ("text", "vector", "entity")
 # Weighted mode: added per matched entity, scaled by the entity's specificity (a tie-breaker, not a
 # leg of its own). See `_fuse`.
 ENTITY_BONUS = 0.1
+# Weighted mode: added to a transcript unit whose speaker the query names. A question about a person
+# ("What activities has Melanie done with her family?") is mostly answered by what that person said; in a
+# conversation between two people their name is in every other message's speaker label, so full text
+# gives it almost no weight.
+SPEAKER_BONUS = 0.1
 # ts_rank weights by tsvector label, in its {D, C, B, A} order: the key (A) counts twice the value (B);
 # context words (D, metadata.context — migration 0005) count 0.4 of a value word: they say what the
 # memory is about, not what it says. C is unused.
@@ -60,6 +71,7 @@ TERM_WEIGHTS = (0.2, 0.2, 0.5, 1.0)
 # as `_fuse`, computed in SQL, and Python has the last word on the rows it gets, so the margin only has to
 # absorb rounding differences between the two at the cut.
 KEEP_MARGIN = 10
+MAX_FETCH = 320
 _WORD = re.compile(r"[\w'-]{3,}", re.UNICODE)
 _LIKE_STOPWORDS = frozenset(
     (
@@ -124,7 +136,8 @@ class SearchOptions:
     mode: FusionMode = "weighted"
     rrf_k: int = 60
     vector_weight: float = 0.7
-    min_score: float = 0.3
+    # Keep results scoring at least this share of the best one (0 keeps all; 1 only ties with the best).
+    relative_floor: float = 0.3
     overfetch: int = 8
     # Which legs run; the others are left out of the SQL entirely (evaluation of one leg, or a
     # caller that wants exact lexical matching only). The vector leg also needs a query vector.
@@ -134,7 +147,7 @@ class SearchOptions:
 @dataclass
 class SearchResult:
     source: Literal["memory", "transcript"]
-    id: int | None  # memory id; None for a transcript block
+    id: int | None  # memory id; None for a transcript unit
     namespace: str
     key: str
     value: str
@@ -147,6 +160,18 @@ class SearchResult:
     event_time: datetime | None = None
     tags: list[str] = field(default_factory=list)
     confidence: float | None = None
+    # A transcript unit's message: its id, who said it and when (created_at is the same time), its session's key.
+    message_id: int | None = None
+    speaker: str | None = None
+    session_key: str | None = None
+    # A memory's: when it became true and the messages it was learned from.
+    valid_from: datetime | None = None
+    source_message_ids: list[int] = field(default_factory=list)
+
+    @property
+    def said_at(self) -> datetime | None:
+        """When the words were said (a unit) or the fact became true (a memory)."""
+        return self.created_at if self.source == "transcript" else (self.event_time or self.valid_from)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -164,6 +189,11 @@ class SearchResult:
             "confidence": self.confidence,
             "created_at": self.created_at,
             "event_time": self.event_time,
+            "message_id": self.message_id,
+            "speaker": self.speaker,
+            "session_key": self.session_key,
+            "valid_from": self.valid_from,
+            "source_message_ids": self.source_message_ids,
         }
 
 
@@ -201,19 +231,20 @@ def _memory_filter_sql(filters: SearchFilters, params: dict[str, Any], alias: st
 
 
 def _transcript_filter_sql(filters: SearchFilters, params: dict[str, Any]) -> str:
-    """Transcript blocks have no namespace, kind or tags: a filter on those excludes them."""
+    """Transcript units (alias c) that pass the filters. They have no namespace, kind or tags: a filter on
+    those excludes them. Their time is when the message was said."""
     if not filters.include_transcripts or filters.namespace_prefix or filters.kinds or filters.tags:
         return "false"
-    clauses = ["c.memory_id IS NULL"]
+    clauses = ["c.message_id IS NOT NULL"]
     if filters.exclude_session_id is not None:
         params["exclude_session"] = filters.exclude_session_id
         clauses.append("c.session_id <> %(exclude_session)s")
     if filters.since:
         params["since"] = filters.since
-        clauses.append("c.created_at >= %(since)s")
+        clauses.append("c.said_at >= %(since)s")
     if filters.until:
         params["until"] = filters.until
-        clauses.append("c.created_at < %(until)s")
+        clauses.append("c.said_at < %(until)s")
     return " AND ".join(clauses)
 
 
@@ -233,79 +264,82 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
     text_on = "true" if "text" in options.legs else "false"
     entity_on = "true" if "entity" in options.legs else "false"
     idf_terms, idf_entities = _idf("count(*)"), _idf("links.n")
+    units = "c.tenant_id = %(tenant)s AND c.user_id = %(user)s"
     if use_vector:
         vector_cte = f"""
         vec_raw AS MATERIALIZED (
-            SELECT c.id AS chunk_id, c.memory_id, c.session_id, c.text,
-                   c.embedding <=> %(qvec)s AS distance
+            SELECT c.id AS chunk_id, coalesce(c.memory_id, -c.id) AS doc, c.embedding <=> %(qvec)s AS distance
             FROM memory_chunks c LEFT JOIN memories m ON m.id = c.memory_id
-            WHERE c.tenant_id = %(tenant)s AND c.user_id = %(user)s AND c.embedding IS NOT NULL
+            WHERE {units} AND c.embedding IS NOT NULL
               AND ((c.memory_id IS NOT NULL AND {chunk_memory_filter}) OR ({transcript_filter}))
             ORDER BY c.embedding <=> %(qvec)s
             LIMIT %(fetch)s),
         vec_best AS (
-            SELECT DISTINCT ON (coalesce(memory_id, -chunk_id)) * FROM vec_raw
-            ORDER BY coalesce(memory_id, -chunk_id), distance),
+            SELECT DISTINCT ON (doc) * FROM vec_raw ORDER BY doc, distance),
         vec AS (
             SELECT *, 1 - distance AS similarity, row_number() OVER (ORDER BY distance, chunk_id) AS rank
             FROM vec_best),"""
     else:
         vector_cte = """
-        vec AS (SELECT NULL::bigint AS chunk_id, NULL::bigint AS memory_id, NULL::bigint AS session_id,
-                       NULL::text AS text, NULL::float8 AS distance, NULL::float8 AS similarity,
-                       NULL::bigint AS rank WHERE false),"""
+        vec AS (SELECT NULL::bigint AS chunk_id, NULL::bigint AS doc, NULL::float8 AS distance,
+                       NULL::float8 AS similarity, NULL::bigint AS rank WHERE false),"""
     if use_vector and options.mode == "weighted":
         # Weighted fusion adds up scores, so a candidate the vector leg did not rank (it came from
-        # another leg) still gets its real similarity rather than 0: with truncated lists, a memory
+        # another leg) still gets its real similarity rather than 0: with truncated lists, a document
         # just past the vector cut-off would otherwise lose the whole vector share of its score.
-        # Exact distances on the chunks of a few hundred candidates, through the memory_id index.
-        # (RRF fuses ranks, and a memory the leg did not return has no rank to give.)
+        # Exact distances on the chunks of a few hundred candidates: a memory's through the memory_id
+        # index, a unit's own row by its id. (RRF fuses ranks, and a document the leg did not return
+        # has no rank to give.)
         fill_cte = """
         vec_fill AS (
-            SELECT DISTINCT ON (c.memory_id) c.memory_id, c.id AS chunk_id,
-                   1 - (c.embedding <=> %(qvec)s) AS similarity
-            FROM memory_chunks c JOIN candidates cand ON cand.memory_id = c.memory_id
-            WHERE c.embedding IS NOT NULL AND NOT EXISTS (SELECT 1 FROM vec WHERE vec.memory_id = c.memory_id)
-            ORDER BY c.memory_id, c.embedding <=> %(qvec)s)"""
+            SELECT DISTINCT ON (f.doc) f.doc, f.chunk_id, f.similarity FROM (
+                SELECT cand.doc, c.id AS chunk_id, 1 - (c.embedding <=> %(qvec)s) AS similarity
+                FROM candidates cand JOIN memory_chunks c ON c.memory_id = cand.doc
+                WHERE cand.doc > 0 AND c.embedding IS NOT NULL
+                UNION ALL
+                SELECT cand.doc, c.id, 1 - (c.embedding <=> %(qvec)s)
+                FROM candidates cand JOIN memory_chunks c ON c.id = -cand.doc
+                WHERE cand.doc < 0 AND c.embedding IS NOT NULL) f
+            WHERE NOT EXISTS (SELECT 1 FROM vec WHERE vec.doc = f.doc)
+            ORDER BY f.doc, f.similarity DESC, f.chunk_id)"""
     else:
         fill_cte = """
-        vec_fill AS (SELECT NULL::bigint AS memory_id, NULL::bigint AS chunk_id, NULL::float8 AS similarity
-                     WHERE false)"""
-    # Full text in one pass: each (memory, query term) pair is tested once (ft_hits), by the term's lookup
-    # in the GIN index or, for a user with few memories, by one join of their memories with the terms;
-    # that gives both the term's document frequency (ft_terms) and its per-memory rank. Matching the OR
-    # of all terms first and then testing every matched memory against every term, twice, cost a
-    # conversation's whole memory set × terms in join filters whenever a common word (a partner's name)
-    # matched all. q_terms is materialized: inlined, each term's tsquery was parsed again for every
-    # memory it was tested against (~1 µs each) whenever the plan put the memories outside.
+        vec_fill AS (SELECT NULL::bigint AS doc, NULL::bigint AS chunk_id, NULL::float8 AS similarity WHERE false)"""
+    # Full text in one pass: each (document, query term) pair is tested once (ft_hits), by the term's lookup
+    # in the GIN index or, for a user with few documents, by one join of their documents with the terms;
+    # that gives both the term's document frequency (ft_terms) and its per-document rank. q_terms is
+    # materialized: inlined, each term's tsquery was parsed again for every document it was tested against.
     # The vector rows join the candidates on one key, so that join hashes instead of looping.
-    # Fusion is scored in SQL too, so only the best rows come back with their memory's text (`kept`):
-    # building ~200 candidate rows in Python cost more than the statement's own fusion. `_fuse` stays
-    # the authority on every returned row; `keep` leaves a margin so a last-digit difference between the
-    # two computations cannot push a true top row out (see `KEEP_MARGIN`).
-    min_score_sql = "score >= %(min_score)s - 1e-9" if options.mode == "weighted" else "true"
+    # Fusion is scored in SQL too, so only the best rows come back with their text (`kept`); `_fuse` stays
+    # the authority on every returned row, and `keep` leaves a margin (see `KEEP_MARGIN`).
+    floor_sql = "score >= %(floor)s * best - 1e-9" if options.mode == "weighted" else "true"
     return f"""
     WITH q_terms AS MATERIALIZED (
         SELECT lexeme, to_tsquery('simple', quote_literal(lexeme)) AS tsq
         FROM unnest(tsvector_to_array(to_tsvector('english', %(query)s))) AS lexeme),
     corpus AS MATERIALIZED (
-        SELECT count(*) AS size FROM memories m WHERE ({text_on} OR {entity_on}) AND {memory_filter}),
+        SELECT (SELECT count(*) FROM memories m WHERE ({text_on} OR {entity_on}) AND {memory_filter})
+             + (SELECT count(*) FROM memory_chunks c WHERE {text_on} AND {units} AND {transcript_filter}) AS size),
     ft_hits AS MATERIALIZED (
-        SELECT m.id AS memory_id, t.lexeme, ts_rank(%(term_weights)s::float4[], m.search_tsv, t.tsq) AS tf
+        SELECT m.id AS doc, t.lexeme, ts_rank(%(term_weights)s::float4[], m.search_tsv, t.tsq) AS tf
         FROM q_terms t JOIN memories m ON m.search_tsv @@ t.tsq
-        WHERE {text_on} AND {memory_filter}),
+        WHERE {text_on} AND {memory_filter}
+        UNION ALL
+        SELECT -c.id, t.lexeme, ts_rank(%(term_weights)s::float4[], c.search_tsv, t.tsq)
+        FROM q_terms t JOIN memory_chunks c ON c.search_tsv @@ t.tsq
+        WHERE {text_on} AND {units} AND {transcript_filter}),
     ft_terms AS MATERIALIZED (
         SELECT h.lexeme, {idf_terms} AS idf FROM ft_hits h CROSS JOIN corpus GROUP BY h.lexeme, corpus.size),
     ft AS MATERIALIZED (
-        SELECT h.memory_id, sum(t.idf * h.tf) AS score
+        SELECT h.doc, sum(t.idf * h.tf) AS score
         FROM ft_hits h JOIN ft_terms t ON t.lexeme = h.lexeme
-        GROUP BY h.memory_id),
+        GROUP BY h.doc),
     ft_ranked AS MATERIALIZED (
-        SELECT memory_id, score, score / nullif(max(score) OVER (), 0) AS normalized,
-               row_number() OVER (ORDER BY score DESC, memory_id) AS rank
+        SELECT doc, score, score / nullif(max(score) OVER (), 0) AS normalized,
+               row_number() OVER (ORDER BY score DESC, doc) AS rank
         FROM ft),
     like_leg AS (
-        SELECT m.id AS memory_id,
+        SELECT m.id AS doc,
                (SELECT count(*) FROM unnest(%(patterns)s::text[]) p
                 WHERE m.value ILIKE p OR m.key ILIKE p)::float8 / greatest(cardinality(%(patterns)s::text[]), 1)
                    AS score
@@ -314,7 +348,7 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
           AND (m.value ILIKE ANY(%(patterns)s) OR m.key ILIKE ANY(%(patterns)s)) AND {memory_filter}
         ORDER BY score DESC, m.id LIMIT %(fetch)s),
     like_ranked AS (
-        SELECT memory_id, score, row_number() OVER (ORDER BY score DESC, memory_id) AS rank FROM like_leg),
+        SELECT doc, score, row_number() OVER (ORDER BY score DESC, doc) AS rank FROM like_leg),
     {vector_cte}
     ent_named AS MATERIALIZED (
         SELECT e.id, least(1.0, greatest(0.0, {idf_entities} / ln(2 + corpus.size))) AS specificity
@@ -323,42 +357,49 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
         WHERE {entity_on} AND e.tenant_id = %(tenant)s AND e.user_id = %(user)s
           AND (e.normalized_name = ANY(%(entities)s) OR e.aliases && %(entities)s)),
     ent AS (
-        SELECT me.memory_id, count(*) AS matches, sum(e.specificity) AS specificity
+        SELECT me.memory_id AS doc, count(*) AS matches, sum(e.specificity) AS specificity
         FROM ent_named e JOIN memory_entities me ON me.entity_id = e.id JOIN memories m ON m.id = me.memory_id
         WHERE {memory_filter}
         GROUP BY me.memory_id ORDER BY specificity DESC, me.memory_id LIMIT %(fetch)s),
     ent_ranked AS (
-        SELECT memory_id, matches, specificity, row_number() OVER (ORDER BY specificity DESC, memory_id) AS rank
-        FROM ent),
+        SELECT doc, matches, specificity, row_number() OVER (ORDER BY specificity DESC, doc) AS rank FROM ent),
     candidates AS MATERIALIZED (
-        SELECT memory_id, NULL::bigint AS transcript_chunk FROM ft_ranked WHERE rank <= %(fetch)s
-        UNION SELECT memory_id, NULL FROM like_ranked
-        UNION SELECT memory_id, NULL FROM ent_ranked
-        UNION SELECT memory_id, CASE WHEN memory_id IS NULL THEN chunk_id END FROM vec),
+        SELECT doc FROM ft_ranked WHERE rank <= %(fetch)s
+        UNION SELECT doc FROM like_ranked
+        UNION SELECT doc FROM ent_ranked
+        UNION SELECT doc FROM vec),
     {fill_cte},
     fused AS (
-        SELECT cand.memory_id, cand.transcript_chunk,
+        SELECT cand.doc,
                vec_fill.similarity AS fill_similarity, vec_fill.chunk_id AS fill_chunk_id,
                ft_ranked.rank AS text_rank, ft_ranked.score AS text_score, ft_ranked.normalized AS text_normalized,
                like_ranked.rank AS like_rank, like_ranked.score AS like_score,
                vec.rank AS vector_rank, vec.similarity AS vector_similarity, vec.chunk_id AS vector_chunk_id,
-               vec.text AS vector_chunk_text, vec.session_id AS vector_session_id,
                ent_ranked.rank AS entity_rank, ent_ranked.matches AS entity_matches,
                ent_ranked.specificity AS entity_specificity,
+               coalesce(lower(said.speaker) = ANY(%(entities)s), false) AS speaker_named,
                {_score_sql(options, use_vector)} AS score
         FROM candidates cand
-        LEFT JOIN ft_ranked ON ft_ranked.memory_id = cand.memory_id
-        LEFT JOIN like_ranked ON like_ranked.memory_id = cand.memory_id
-        LEFT JOIN ent_ranked ON ent_ranked.memory_id = cand.memory_id
-        LEFT JOIN vec ON coalesce(vec.memory_id, -vec.chunk_id) = coalesce(cand.memory_id, -cand.transcript_chunk)
-        LEFT JOIN vec_fill ON vec_fill.memory_id = cand.memory_id
-        WHERE cand.memory_id IS NOT NULL OR cand.transcript_chunk IS NOT NULL),
+        LEFT JOIN ft_ranked ON ft_ranked.doc = cand.doc
+        LEFT JOIN like_ranked ON like_ranked.doc = cand.doc
+        LEFT JOIN ent_ranked ON ent_ranked.doc = cand.doc
+        LEFT JOIN vec ON vec.doc = cand.doc
+        LEFT JOIN vec_fill ON vec_fill.doc = cand.doc
+        LEFT JOIN memory_chunks said ON cand.doc < 0 AND said.id = -cand.doc
+        WHERE cand.doc IS NOT NULL),
     kept AS (
-        SELECT * FROM fused WHERE {min_score_sql}
-        ORDER BY score DESC, coalesce(memory_id, 0), coalesce(vector_chunk_id, fill_chunk_id, 0)
+        SELECT * FROM (SELECT *, max(score) OVER () AS best FROM fused) f WHERE {floor_sql}
+        ORDER BY score DESC, doc
         LIMIT %(keep)s)
-    SELECT kept.*, m.namespace, m.key, m.value, m.kind, m.tags, m.confidence, m.created_at, m.event_time
-    FROM kept LEFT JOIN memories m ON m.id = kept.memory_id
+    SELECT kept.*, m.namespace, m.key, m.value, m.kind, m.tags, m.confidence, m.created_at, m.event_time,
+           m.valid_from, m.source_message_ids,
+           u.id AS unit_id, u.session_id AS unit_session_id, u.message_id, u.said_at, u.speaker,
+           sm.content AS message_content, s.session_key
+    FROM kept
+    LEFT JOIN memories m ON kept.doc > 0 AND m.id = kept.doc
+    LEFT JOIN memory_chunks u ON kept.doc < 0 AND u.id = -kept.doc
+    LEFT JOIN session_messages sm ON sm.id = u.message_id
+    LEFT JOIN sessions s ON s.id = u.session_id
     """
 
 
@@ -379,12 +420,17 @@ def _score_sql(options: SearchOptions, use_vector: bool) -> str:
     text = "coalesce(nullif(ft_ranked.normalized, 0), nullif(like_ranked.score, 0), 0.0)"
     vector = "greatest(0.0, coalesce(vec.similarity, vec_fill.similarity, 0.0))"
     if use_vector and "text" in options.legs:
-        score = f"%(vector_weight)s * {vector} + (1 - %(vector_weight)s) * {text}"
+        # A document whose vector is not stored yet (just written) is scored on the legs it has.
+        score = (
+            f"(CASE WHEN coalesce(vec.similarity, vec_fill.similarity) IS NULL THEN {text}"
+            f" ELSE %(vector_weight)s * {vector} + (1 - %(vector_weight)s) * {text} END)"
+        )
     elif use_vector:
         score = vector
     else:
         score = text
-    return f"{score} + {ENTITY_BONUS} * {entity_weight}"
+    speaker = f"(CASE WHEN coalesce(lower(said.speaker) = ANY(%(entities)s), false) THEN {SPEAKER_BONUS} ELSE 0.0 END)"
+    return f"{score} + {ENTITY_BONUS} * {entity_weight} + {speaker}"
 
 
 def _fuse(row: dict[str, Any], options: SearchOptions, use_vector: bool) -> tuple[float, dict[str, dict[str, Any]]]:
@@ -410,6 +456,8 @@ def _fuse(row: dict[str, Any], options: SearchOptions, use_vector: bool) -> tupl
             "similarity": float(row["fill_similarity"]),
             "chunk_id": row["fill_chunk_id"],
         }
+    if row["speaker_named"]:
+        legs["speaker"] = {"rank": None, "named": True}
     if row["entity_rank"] is not None:
         legs["entity"] = {
             "rank": row["entity_rank"],
@@ -432,13 +480,22 @@ def _fuse(row: dict[str, Any], options: SearchOptions, use_vector: bool) -> tupl
     text = legs.get("text", {}).get("normalized") or legs.get("like", {}).get("score") or 0.0
     vector = max(0.0, legs.get("vector", {}).get("similarity", 0.0))
     if use_vector and "text" in options.legs:
-        score = options.vector_weight * vector + (1 - options.vector_weight) * text
+        # A document whose vector is not stored yet (just written) is scored on the legs it has: counting its
+        # similarity as 0 put a fresh memory that names every word of the query under loosely related ones.
+        score = options.vector_weight * vector + (1 - options.vector_weight) * text if "vector" in legs else text
     elif use_vector:  # vector leg alone: its similarity carries the whole weight, as text does without vectors
         score = vector
     else:
         score = text
-    score += ENTITY_BONUS * entity_weight
+    score += ENTITY_BONUS * entity_weight + (SPEAKER_BONUS if "speaker" in legs else 0.0)
     return score, legs
+
+
+def fetch_size(options: SearchOptions) -> int:
+    """Rows each leg fetches: `overfetch` times the limit for small limits, at least twice the limit and no more
+    than MAX_FETCH for large ones (a context block asks for a hundred results; eight hundred candidates a leg
+    cost more than they add)."""
+    return max(2 * options.limit, min(options.limit * options.overfetch, MAX_FETCH))
 
 
 def search_statement(
@@ -457,12 +514,12 @@ def search_statement(
         "tenant": scope.tenant_id,
         "user": scope.user_id,
         "query": query,
-        "fetch": options.limit * options.overfetch,
+        "fetch": fetch_size(options),
         "patterns": like_patterns(query),
         "entities": query_entity_names(query),
         "term_weights": list(TERM_WEIGHTS),
         "keep": options.limit + max(options.limit, KEEP_MARGIN),
-        "min_score": options.min_score,
+        "floor": options.relative_floor,
         "vector_weight": options.vector_weight,
         "rrf_k": options.rrf_k,
     }
@@ -481,7 +538,7 @@ def search(
     options: SearchOptions | None = None,
     touch: bool = False,
 ) -> list[SearchResult]:
-    """Search one user's memories (and transcript blocks). `query_vector` None = no vector leg."""
+    """Search one user's memories (and transcript units). `query_vector` None = no vector leg."""
     options = options or SearchOptions()
     sql, params = search_statement(scope, query, query_vector=query_vector, filters=filters, options=options)
     use_vector = "qvec" in params  # the statement has a vector leg
@@ -495,46 +552,52 @@ def search(
         rows = fetch_together(conn, {"settings": settings, "search": (sql, params)})["search"]
     else:
         rows = conn.execute(sql, params).fetchall()
-    results = []
-    for row in rows:
-        score, legs = _fuse(row, options, use_vector)
-        if options.mode == "weighted" and score < options.min_score:
-            continue
-        if row["memory_id"] is None:
-            results.append(
-                SearchResult(
-                    source="transcript",
-                    id=None,
-                    namespace="transcripts",
-                    key=f"session-{row['vector_session_id']}",
-                    value=row["vector_chunk_text"],
-                    kind="transcript",
-                    score=score,
-                    legs=legs,
-                    chunk_id=row["vector_chunk_id"],
-                    session_id=row["vector_session_id"],
-                )
-            )
-        else:
-            results.append(
-                SearchResult(
-                    source="memory",
-                    id=row["memory_id"],
-                    namespace=row["namespace"],
-                    key=row["key"],
-                    value=row["value"],
-                    kind=row["kind"],
-                    score=score,
-                    legs=legs,
-                    chunk_id=legs["vector"]["chunk_id"] if "vector" in legs else None,
-                    created_at=row["created_at"],
-                    event_time=row["event_time"],
-                    tags=list(row["tags"] or []),
-                    confidence=row["confidence"],
-                )
-            )
-    results.sort(key=lambda r: (-r.score, r.id or 0, r.chunk_id or 0))
+    fused = [(row, *_fuse(row, options, use_vector)) for row in rows]
+    best = max((score for _, score, _ in fused), default=0.0)
+    results = [
+        _result(row, score, legs)
+        for row, score, legs in fused
+        if options.mode != "weighted" or score >= options.relative_floor * best - 1e-9
+    ]
+    results.sort(key=lambda r: (-r.score, r.id if r.id is not None else -(r.chunk_id or 0)))
     results = results[: options.limit]
     if touch:
         touch_accessed(conn, scope, [r.id for r in results if r.id is not None])
     return results
+
+
+def _result(row: dict[str, Any], score: float, legs: dict[str, dict[str, Any]]) -> SearchResult:
+    if row["doc"] < 0:
+        return SearchResult(
+            source="transcript",
+            id=None,
+            namespace="transcripts",
+            key=f"session-{row['unit_session_id']}",
+            value=row["message_content"],
+            kind="transcript",
+            score=score,
+            legs=legs,
+            chunk_id=row["unit_id"],
+            session_id=row["unit_session_id"],
+            created_at=row["said_at"],
+            message_id=row["message_id"],
+            speaker=row["speaker"],
+            session_key=row["session_key"],
+        )
+    return SearchResult(
+        source="memory",
+        id=row["doc"],
+        namespace=row["namespace"],
+        key=row["key"],
+        value=row["value"],
+        kind=row["kind"],
+        score=score,
+        legs=legs,
+        chunk_id=legs["vector"]["chunk_id"] if "vector" in legs else None,
+        created_at=row["created_at"],
+        event_time=row["event_time"],
+        tags=list(row["tags"] or []),
+        confidence=row["confidence"],
+        valid_from=row["valid_from"],
+        source_message_ids=list(row["source_message_ids"] or []),
+    )

@@ -1,8 +1,11 @@
-"""Search as the API and the agent tools use it: the query embedded when it can be, settings applied."""
+"""Search as the API and the agent tools use it: the query embedded when it can be, settings applied, and a
+time the query names ("last May") read as a window whose results come first."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
@@ -24,7 +27,8 @@ from shared.embeddings.providers import OnnxLocalEmbedder
 from shared.embeddings.space import follow_recorded_space
 from shared.logging import get_logger
 from shared.memory.search import SearchFilters, SearchOptions, SearchResult, search
-from shared.memory.store import Scope
+from shared.memory.store import Scope, touch_accessed
+from shared.memory.time_window import time_window
 from shared.metrics import observe_embedding_call
 
 log = get_logger(__name__)
@@ -73,7 +77,7 @@ def options_from_settings(settings: Settings, limit: int) -> SearchOptions:
         mode=settings.search_fusion,
         rrf_k=settings.search_rrf_k,
         vector_weight=settings.search_vector_weight,
-        min_score=settings.search_min_score,
+        relative_floor=settings.search_relative_floor,
         overfetch=settings.search_overfetch,
     )
 
@@ -137,10 +141,38 @@ def search_memories(
     touch: bool = False,
     mode: str | None = None,
     space_rows: Sequence[Mapping[str, Any]] | None = None,
+    as_of: datetime | None = None,
 ) -> list[SearchResult]:
+    """The best `limit` results for `query`. When it names a time (resolved against `as_of`, default now) and
+    the filters set none, what falls in that window is searched for on its own too and ranks first: "what
+    did I say last May" puts May's excerpt above a closer match from June."""
     settings = get_settings()
     options = options_from_settings(settings, limit)
     if mode in ("weighted", "rrf"):
         options.mode = mode  # type: ignore[assignment]
+    filters = filters or SearchFilters()
     vector = query_vector(conn, query, space_rows)
-    return search(conn, scope, query, query_vector=vector, filters=filters, options=options, touch=touch)
+    window = time_window(query, as_of) if filters.since is None and filters.until is None else None
+    results = search(conn, scope, query, query_vector=vector, filters=filters, options=options)
+    if window is not None:
+        within = dataclasses.replace(filters, since=window.start, until=window.end)
+        found = search(conn, scope, query, query_vector=vector, filters=within, options=options)
+        results = rank_window_first(found, results, limit)
+    if touch:
+        touch_accessed(conn, scope, [r.id for r in results if r.id is not None])
+    return results
+
+
+def rank_window_first(within: list[SearchResult], everything: list[SearchResult], limit: int) -> list[SearchResult]:
+    """The results inside the query's time window, best first, then the rest of `everything`: each window
+    result's score is raised above the best outside it, so scores stay in rank order."""
+    key = _result_key
+    inside = {key(r) for r in within}
+    outside = [r for r in everything if key(r) not in inside]
+    top = max((r.score for r in outside), default=0.0)
+    lifted = [dataclasses.replace(r, score=r.score + top) for r in within]
+    return (lifted + outside)[:limit]
+
+
+def _result_key(result: SearchResult) -> tuple[str, int]:
+    return ("memory", result.id) if result.id is not None else ("unit", result.chunk_id or 0)

@@ -108,6 +108,8 @@ class MemoryInput:
     event_time: datetime | None = None
     source_session_id: int | None = None
     source_message_ids: Sequence[int] = ()
+    # When it became true: for a fact learned from a conversation, when its messages were said. None = now.
+    valid_from: datetime | None = None
 
 
 @dataclass
@@ -210,6 +212,7 @@ def prepare(item: MemoryInput) -> MemoryInput:
         event_time=item.event_time,
         source_session_id=item.source_session_id,
         source_message_ids=list(item.source_message_ids),
+        valid_from=item.valid_from,
     )
 
 
@@ -383,8 +386,8 @@ def _insert(
         f"""WITH inserted AS (
                 INSERT INTO memories (tenant_id, user_id, namespace, key, value, kind, tags, metadata, confidence,
                                       decay_rate, event_time, source, source_session_id, source_message_ids,
-                                      supersedes_id, content_key)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                      supersedes_id, content_key, valid_from)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, coalesce(%s, now()))
                 RETURNING {MEMORY_COLUMNS}, tenant_id, user_id),
             event AS (
                 INSERT INTO memory_events (tenant_id, user_id, memory_id, action, namespace, key, old_value, new_value,
@@ -408,6 +411,7 @@ def _insert(
             list(item.source_message_ids),
             supersedes,
             content_key(item.value),
+            item.valid_from,
             action,
             old_value,
             actor,
@@ -428,12 +432,33 @@ def store_memory(conn: Conn, scope: Scope, raw: MemoryInput, actor: str) -> Writ
         if is_style(item):
             return WriteResult("reinforced", _reinforce(conn, scope, current, actor))
         if content_fingerprint(current["value"]) == content_fingerprint(item.value):
-            return WriteResult("unchanged", current)
+            return WriteResult("unchanged", add_sources(conn, scope, current, item.source_message_ids))
         return _supersede(conn, scope, current, item, actor)
     duplicate = _same_content_elsewhere(conn, candidates, item.value)
     if duplicate is not None:
-        return WriteResult("duplicate", duplicate)
+        return WriteResult("duplicate", add_sources(conn, scope, duplicate, item.source_message_ids))
     return WriteResult("added", _insert(conn, scope, item, actor, None, action="add"))
+
+
+# A memory keeps the messages it was learned from; restated often, it keeps the first ones and the latest.
+MAX_SOURCE_MESSAGES = 50
+
+
+def add_sources(conn: Conn, scope: Scope, memory: dict[str, Any], message_ids: Sequence[int]) -> dict[str, Any]:
+    """The same fact learned again from other messages: they join its sources (no new version, no event)."""
+    known = list(memory["source_message_ids"] or [])
+    new = [i for i in dict.fromkeys(message_ids) if i not in set(known)]
+    if not new:
+        return memory
+    merged = known + new
+    if len(merged) > MAX_SOURCE_MESSAGES:
+        merged = merged[: MAX_SOURCE_MESSAGES // 2] + merged[-(MAX_SOURCE_MESSAGES - MAX_SOURCE_MESSAGES // 2) :]
+    row = conn.execute(
+        f"""UPDATE memories SET source_message_ids = %s
+            WHERE tenant_id = %s AND user_id = %s AND id = %s RETURNING {MEMORY_COLUMNS}""",
+        (merged, scope.tenant_id, scope.user_id, memory["id"]),
+    ).fetchone()
+    return row or memory
 
 
 def _reinforce(conn: Conn, scope: Scope, current: dict[str, Any], actor: str) -> dict[str, Any]:
@@ -477,6 +502,7 @@ def _supersede(conn: Conn, scope: Scope, current: dict[str, Any], item: MemoryIn
         event_time=item.event_time,
         source_session_id=item.source_session_id,
         source_message_ids=item.source_message_ids,
+        valid_from=item.valid_from,
     )
     memory = _insert(
         conn,

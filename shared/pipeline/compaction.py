@@ -1,5 +1,5 @@
 """Compaction, as pure functions: the summary prompt and its parsing, cumulative summaries,
-how many messages to keep, the offline provider's extractive summary, and transcript blocks.
+how many messages to keep, and the offline provider's extractive summary.
 
 The summary follows a fixed schema (five headings, from the "schema-driven summarization" of the
 references) instead of free prose, for three reasons: the model is told exactly what to keep;
@@ -20,7 +20,7 @@ The "[Earlier]" block is the previous summary compressed to ≤ 800 characters, 
 "Heading: item; item" line per section. It deliberately uses a different shape from the new
 summary's markdown, so compressing a cumulative summary again can tell old from new: new items
 are kept first and old ones fill what budget is left (the references accept that early details
-fade; transcript indexing keeps them searchable).
+fade; every message stays searchable as a transcript unit, shared/transcript).
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ OFFLINE_SUMMARY_CHARS = 2000
 KEEP_LADDER = (10, 3, 1)
 # Room left for the summary when judging whether the kept messages fit (≈ 800 + 2,000 chars).
 SUMMARY_ALLOWANCE_TOKENS = 1000
-TRANSCRIPT_BLOCK_SIZE = 5
 
 # Summary input: compaction may cover a long stretch, so it gets a larger budget than extraction.
 SUMMARY_MESSAGE_CHARS = 2000
@@ -512,26 +511,3 @@ def offline_active_task(messages: Sequence[TranscriptMessage]) -> str | None:
             if _TASK.match(sentence) or _TASK_NEED.match(sentence):
                 return truncate(" ".join(sentence.split()), MAX_TASK_CHARS)
     return None
-
-
-# ============================================================================ transcript blocks
-
-
-def transcript_blocks(
-    messages: Sequence[TranscriptMessage], *, size: int = TRANSCRIPT_BLOCK_SIZE
-) -> list[tuple[list[int], str]]:
-    """Consecutive blocks of `size` user/assistant messages as (message ids, "[role]: content" text).
-
-    Tool, system, steering and empty messages are left out: the blocks are embedded for semantic
-    recall of what was said, and tool output would crowd the conversation out of the vectors.
-    The last block may be shorter.
-    """
-    if size < 1:
-        raise ValueError("size must be at least 1")
-    conversation = [m for m in messages if is_conversational(m)]
-    blocks = []
-    for start in range(0, len(conversation), size):
-        chunk = conversation[start : start + size]
-        text = "\n\n".join(f"[{m.speaker}]: {m.content.strip()}" for m in chunk)
-        blocks.append(([m.id for m in chunk], text))
-    return blocks

@@ -29,6 +29,7 @@ from typing import Any
 
 from shared.memory.keys import MemoryRejected, normalize_key, sanitize
 from shared.memory.store import MemoryInput
+from shared.text import words
 
 CATEGORIES = ("preferences", "entities", "decisions", "styles", "artifacts")
 
@@ -65,6 +66,7 @@ class TranscriptMessage:
     role: str
     content: str
     name: str | None = None  # the speaker an outside conversation named (ingest), if any
+    created_at: datetime | None = None  # when it was said
 
     @property
     def speaker(self) -> str:
@@ -416,35 +418,73 @@ def derive_key(value: str, max_words: int = MAX_DERIVED_KEY_WORDS) -> str:
 # ====================================================================================== mapping
 
 
+# Words too common to tie a fact to the message it came from.
+_ATTRIBUTION_STOPWORDS = frozenset(
+    re.findall(
+        r"\S+",
+        """the and for with that this from have has had was were are you your user about they them their there
+        then than been being into over also just very really some what when where which who will would can could
+        should likes like loves enjoys prefers""",
+    )
+)
+MAX_SOURCES_PER_FACT = 3
+
+
+def fact_sources(text: str, messages: Sequence[TranscriptMessage]) -> list[TranscriptMessage]:
+    """The messages a fact was most likely taken from: those sharing the most words with it (at most
+    MAX_SOURCES_PER_FACT; the user's own messages first, since facts are about the user). When no message
+    shares a word with it, every user message of the batch (it may come from any of them)."""
+    wanted = {w for w in words(text) if len(w) >= 3 and w not in _ATTRIBUTION_STOPWORDS}
+    users = [m for m in messages if m.role == "user"]
+    for pool in (users, list(messages)):
+        scored = [(len(wanted & words(m.content)), m) for m in pool]
+        best = max((score for score, _ in scored), default=0)
+        if best > 0:
+            return [m for score, m in scored if score == best][:MAX_SOURCES_PER_FACT]
+    return users
+
+
+def said_when(messages: Sequence[TranscriptMessage]) -> datetime | None:
+    """When the last of these messages was said (None if any time is unknown)."""
+    times = [m.created_at for m in messages]
+    if not times or any(t is None for t in times):
+        return None
+    return max(t for t in times if t is not None)
+
+
 def to_memory_inputs(
     facts: ExtractedFacts,
     *,
     today: date,
     source_session_id: int | None,
-    source_message_ids: Sequence[int],
+    messages: Sequence[TranscriptMessage],
 ) -> list[MemoryInput]:
-    """MemoryInputs for the store, one per fact that passes `sanitize`.
+    """MemoryInputs for the store, one per fact that passes `sanitize`, each traced to the messages it was
+    taken from (`fact_sources`) and valid from when they were said (not when the job ran).
 
     preferences → tacit/preferences (preference); entities → entity/default (fact);
-    decisions → daily/<today> (episode, event_time = today 00:00 UTC); styles →
+    decisions → daily/<the day they were said> (episode, event_time = that day 00:00 UTC); styles →
     tacit/personality/style (style: the store reinforces instead of overwriting); artifacts →
     tacit/artifacts (artifact). Style keys are not prefixed with "style/": the namespace already
-    says what they are, and a prefix would only make every key longer.
+    says what they are, and a prefix would only make every key longer. `today` dates a decision whose
+    messages carry no time.
 
     Items the sanitiser refuses (injection patterns, empty or over-long text) are skipped, not
     raised: one bad item must not cost the other facts of the batch. Within one namespace the
     first item for a key wins, so a batch never supersedes its own facts.
     """
-    event_time = datetime(today.year, today.month, today.day, tzinfo=UTC)
     seen: set[tuple[str, str]] = set()
     inputs: list[MemoryInput] = []
     for category, raw_key, raw_value in facts.items():
         namespace_template, kind = _TARGETS[category]
-        namespace = namespace_template.format(date=today.isoformat())
         try:
             key, value = sanitize(raw_key, raw_value)
         except MemoryRejected:
             continue
+        sources = fact_sources(f"{raw_key} {raw_value}", messages)
+        said = said_when(sources)
+        day = said.date() if said is not None else today
+        namespace = namespace_template.format(date=day.isoformat())
         if (namespace, key) in seen:
             continue
         seen.add((namespace, key))
@@ -455,9 +495,10 @@ def to_memory_inputs(
                 namespace=namespace,
                 kind=kind,
                 metadata={"category": category},
-                event_time=event_time if category == "decisions" else None,
+                event_time=datetime(day.year, day.month, day.day, tzinfo=UTC) if category == "decisions" else None,
+                valid_from=said,
                 source_session_id=source_session_id,
-                source_message_ids=list(source_message_ids),
+                source_message_ids=[m.id for m in sources],
             )
         )
     return inputs

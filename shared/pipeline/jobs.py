@@ -13,14 +13,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pgvector import Vector
-
 from shared import db
 from shared.config import Settings
 from shared.context.compiler import context_window
 from shared.db import Conn
-from shared.embeddings import Embedder, embed_texts, ensure_embedding_space, hold_space_for_write
-from shared.embeddings.cache import register_vector_types
 from shared.llm.factory import chat_model, provider_name
 from shared.llm.ledger import CallRecord, LedgerScope
 from shared.llm.types import ChatProvider
@@ -36,13 +32,13 @@ from shared.pipeline.compaction import (
     offline_active_task,
     offline_summary,
     parse_summary,
-    transcript_blocks,
 )
 from shared.pipeline.extraction import (
     ExtractedFacts,
     TranscriptMessage,
     build_extraction_prompt,
     parse_extraction,
+    said_when,
     select_for_extraction,
     to_memory_inputs,
 )
@@ -92,7 +88,10 @@ def _session(conn: Conn, session_id: int) -> dict[str, Any] | None:
 
 
 def _transcript(rows: Sequence[dict[str, Any]]) -> list[TranscriptMessage]:
-    return [TranscriptMessage(row["id"], row["role"], row["content"], row.get("name")) for row in rows]
+    return [
+        TranscriptMessage(row["id"], row["role"], row["content"], row.get("name"), row.get("created_at"))
+        for row in rows
+    ]
 
 
 def _facts(
@@ -141,10 +140,10 @@ def _mine(
     """Facts from these messages as memory inputs (not stored yet); the LLM calls are already in the ledger."""
     selected = select_for_extraction(_transcript(rows))
     outcome = JobOutcome()
-    facts, outcome.calls = _facts(settings, provider, purpose, selected, now, _ledger(session))
-    items = to_memory_inputs(
-        facts, today=now.date(), source_session_id=session["id"], source_message_ids=[m.id for m in selected]
-    )
+    # "Today" for the model is the day the messages were said (an imported conversation is read as of then).
+    said = said_when(selected) or now
+    facts, outcome.calls = _facts(settings, provider, purpose, selected, said, _ledger(session))
+    items = to_memory_inputs(facts, today=said.date(), source_session_id=session["id"], messages=selected)
     return items, outcome
 
 
@@ -206,7 +205,7 @@ def flush_session(
         if not flush_needed(session):
             return JobOutcome(skipped="already flushed this compaction cycle")
         rows = conn.execute(
-            """SELECT id, role, content, name FROM session_messages WHERE session_id = %s AND id > %s
+            """SELECT id, role, content, name, created_at FROM session_messages WHERE session_id = %s AND id > %s
                ORDER BY turn_id NULLS FIRST, id""",
             (session_id, session["last_flushed_message_id"]),
         ).fetchall()
@@ -326,63 +325,6 @@ def _move_to_document(conn: Conn, session: dict[str, Any], row: dict[str, Any]) 
         (f"[{name} result stored as document {created['id']}; read it with read_document]", row["id"]),
     )
     return 1
-
-
-# --------------------------------------------------------------------- transcript indexing
-
-
-def index_transcript(session_id: int, embedder: Embedder, batch_size: int = 64) -> int:
-    """Embed compacted messages not yet indexed, in blocks of 5; returns blocks written."""
-    with db.connection() as conn:
-        session = _session(conn, session_id)
-        if session is None:
-            return 0
-        rows = conn.execute(
-            """SELECT id, role, content, name FROM session_messages
-               WHERE session_id = %s AND is_compacted AND embedded_at IS NULL ORDER BY id LIMIT 500""",
-            (session_id,),
-        ).fetchall()
-        if not rows:
-            return 0
-        ensure_embedding_space(conn, embedder)
-        blocks = transcript_blocks(_transcript(rows))
-        vectors = embed_texts(conn, embedder, [text for _, text in blocks], batch_size)
-    ids = [row["id"] for row in rows]
-    with db.connection() as conn:
-        # Maybe not the pooled connection embed_texts registered the vector type on.
-        register_vector_types(conn)
-        marked = conn.execute(
-            "UPDATE session_messages SET embedded_at = now() WHERE id = ANY(%s) AND embedded_at IS NULL", (ids,)
-        ).rowcount
-        if marked != len(ids):
-            conn.rollback()
-            return 0
-        hold_space_for_write(conn, embedder)
-        with conn.cursor() as cur:
-            cur.executemany(
-                """INSERT INTO memory_chunks (tenant_id, user_id, session_id, chunk_index, text, start_char, end_char,
-                                              first_message_id, last_message_id, content_hash, embedding)
-                   VALUES (%s, %s, %s, 0, %s, 0, %s, %s, %s, md5(%s), %s)""",
-                [
-                    (
-                        session["tenant_id"],
-                        session["user_id"],
-                        session_id,
-                        text,
-                        len(text),
-                        block_ids[0],
-                        block_ids[-1],
-                        text,
-                        Vector(vector),
-                    )
-                    for (block_ids, text), vector in zip(blocks, vectors, strict=True)
-                ],
-            )
-        conn.execute(
-            "UPDATE sessions SET last_embedded_message_id = greatest(last_embedded_message_id, %s) WHERE id = %s",
-            (max(ids), session_id),
-        )
-    return len(blocks)
 
 
 # ---------------------------------------------------------------------- personality synthesis

@@ -136,6 +136,50 @@ _P_FROM_NOW_ON = _compile(r"(?:from now on|going forward|in future|in the future
 _TRAILING_FROM_NOW_ON = re.compile(r"\b(?:from now on|going forward)\W*$", re.IGNORECASE)
 _P_PLEASE = _compile(r"please\s+(?P<rest>.+)")
 _P_MY_EMAIL = _compile(r"my (?:work |personal |school |private )?e-?mail(?: address)? is\s+(?P<rest>\S+)")
+# The personal facts people mention most: pets, allergies, diet, favourites, languages, family, plans.
+_ANIMALS = (
+    r"dogs?|cats?|pupp(?:y|ies)|kittens?|rabbits?|bunn(?:y|ies)|hamsters?|guinea pigs?|parrots?|birds?|"
+    r"fish|horses?|turtles?|tortoises?|snakes?|lizards?|ferrets?|chickens?|goats?"
+)
+_P_PET = _compile(
+    r"(?:i|we)(?:'ve| have)? (?:just |recently |finally )?(?:have|got|own|adopted|rescued|bought)"
+    r"(?: got)? (?P<count>an?|one|two|three|four|\d+) (?:new |little |young |old |rescue |sweet )*"
+    rf"(?P<animal>{_ANIMALS})\b(?:\s+(?:named|called)\s+(?P<name>.+))?"
+)
+_P_ALLERGIC = _compile(r"i(?:'m| am) (?:very |severely |mildly |quite |also |really )?allergic to\s+(?P<rest>.+)")
+_P_ALLERGY = _compile(r"i have (?:an? |severe |bad |mild )*(?P<rest>[a-z][a-z -]{1,30}?) allerg(?:y|ies)\b")
+_DIETS = (
+    r"vegetarian|vegan|pescatarian|pescetarian|gluten-free|gluten free|lactose intolerant|coeliac|celiac|"
+    r"diabetic|teetotal|sober|on a diet|keto|kosher|halal|dairy-free"
+)
+_P_DIET = _compile(rf"i(?:'m| am) (?:a |now |strictly |mostly |fully |also )*(?P<diet>{_DIETS})\b")
+_P_NO_EAT = _compile(r"i (?:don't|do not|never|can't|cannot) (?P<verb>eat|drink)\s+(?P<rest>.+)")
+_P_FAVOURITE = _compile(
+    r"my (?:all-time |absolute )?favou?rite (?P<what>[a-z][a-z -]{1,30}?)(?: of all time| ever)? (?:is|are)"
+    r"\s+(?P<rest>.+)"
+)
+_P_SPEAK = _compile(r"i (?:can )?speak\s+(?P<rest>.+)")
+_P_FLUENT = _compile(r"i(?:'m| am) (?:fluent|native) in\s+(?P<rest>.+)")
+_P_LEARNING = _compile(
+    r"i(?:'ve| have)?(?:'m| am| been) (?:currently |now |also |still )?(?:learning|studying)\s+(?P<rest>.+)"
+)
+_P_MY_RELATIVE_NAMED = _compile(
+    rf"my (?P<adj>best |older |younger |little |big |twin )?(?P<rel>{_RELATIONS}),?\s+(?P<rest>[A-Z].+)"
+)
+_KIDS = r"kids?|children|child|sons?|daughters?|grandchildren|grandkids|brothers?|sisters?|siblings?"
+_P_HAVE_KIDS = _compile(
+    rf"(?:i|we) have (?P<count>an?|one|two|three|four|five|\d+) (?:little |young |grown-up |adult )*(?P<who>{_KIDS})\b"
+)
+_P_PLAN = _compile(
+    r"(?:i|we)(?:'m| am|'re| are)? (?:planning|plan|hoping|intending) (?:to|on)\s+(?P<rest>.+)"
+    r"|(?:we)(?:'re| are) (?:going to|gonna)\s+(?P<rest2>.+)"
+)
+_LANGUAGES = _words(
+    "English French Spanish German Italian Portuguese Dutch Swedish Norwegian Danish Finnish Polish Czech Russian "
+    "Ukrainian Greek Turkish Arabic Hebrew Persian Hindi Urdu Bengali Punjabi Tamil Chinese Mandarin Cantonese "
+    "Japanese Korean Vietnamese Thai Indonesian Malay Tagalog Swahili Hungarian Romanian Catalan Irish Welsh Latin "
+    "ASL"
+)
 
 
 def _clause(rest: str, max_words: int) -> str | None:
@@ -339,6 +383,8 @@ def _extract_sentence(sentence: str, out: _Collector) -> None:
         if (phrase := _clause(m.group("rest"), 8)) and not _is_vague(phrase):
             out.add("preferences", _slug(phrase), f"Likes {_third_person(phrase)}")
         return
+    if _personal_fact(sentence, out):
+        return
     if m := _P_RELATION.match(sentence):
         relation = (m.group("adj") or "") + m.group("rel").lower()
         if name := _proper_noun(m.group("rest"), 3):
@@ -361,6 +407,77 @@ def _extract_sentence(sentence: str, out: _Collector) -> None:
             out.add("decisions", _slug(phrase), f"Plans to {_third_person(phrase)}")
         return
     _extract_style(sentence, out)
+
+
+def _languages(rest: str) -> list[str]:
+    """The language names at the start of `rest` ("French and a little Spanish" → French, Spanish)."""
+    found = []
+    for raw in re.split(r",|\band\b|\bor\b|\bas well as\b", _CLAUSE_END.sub("", rest) if "," not in rest else rest):
+        words = [w.rstrip(_TRAILING) for w in raw.split()]
+        names = [w for w in words if w in _LANGUAGES]
+        if not names:
+            break
+        found.extend(names)
+    return found
+
+
+def _personal_fact(sentence: str, out: _Collector) -> bool:
+    """Pets, allergies, diet, favourites, languages, family and plans; True when the sentence was one."""
+    if m := _P_PET.match(sentence):
+        animal = m.group("animal").lower()
+        count = m.group("count").lower()
+        name = _proper_noun(m.group("name"), 3) if m.group("name") else None
+        if name:
+            out.add("entities", f"pet/{_slug(name)}", f"User has {_article(animal)} {animal} named {name}")
+        else:
+            out.add("entities", f"pet/{_slug(animal)}", f"User has {count} {animal}")
+        return True
+    if (m := _P_ALLERGIC.match(sentence)) or (m := _P_ALLERGY.match(sentence)):
+        if (phrase := _clause(m.group("rest"), 6)) and not _is_vague(phrase):
+            out.add("entities", f"user/allergy/{_slug(phrase, 3)}", f"User is allergic to {_third_person(phrase)}")
+        return True
+    if m := _P_DIET.match(sentence):
+        out.add("preferences", "diet", f"User is {m.group('diet').lower()}")
+        return True
+    if m := _P_NO_EAT.match(sentence):
+        if (phrase := _clause(m.group("rest"), 5)) and not _is_vague(phrase):
+            verb = m.group("verb").lower()
+            out.add("preferences", f"no-{verb}/{_slug(phrase, 3)}", f"Does not {verb} {_third_person(phrase)}")
+        return True
+    if m := _P_FAVOURITE.match(sentence):
+        what = " ".join(m.group("what").split())
+        if (phrase := _clause(m.group("rest"), 8)) and not _is_vague(phrase):
+            out.add("preferences", f"favourite-{_slug(what, 3)}", f"User's favourite {what} is {_third_person(phrase)}")
+        return True
+    if (m := _P_SPEAK.match(sentence)) or (m := _P_FLUENT.match(sentence)):
+        languages = _languages(m.group("rest"))
+        for language in languages:
+            out.add("entities", f"user/language/{_slug(language)}", f"User speaks {language}")
+        return bool(languages)
+    if m := _P_LEARNING.match(sentence):
+        languages = _languages(m.group("rest"))
+        for language in languages:
+            out.add("entities", f"user/learning/{_slug(language)}", f"User is learning {language}")
+        if not languages and (phrase := _clause(m.group("rest"), 6)) and not _is_vague(phrase):
+            out.add("entities", f"user/learning/{_slug(phrase, 4)}", f"User is learning {_third_person(phrase)}")
+        return True
+    if m := _P_HAVE_KIDS.match(sentence):
+        who = m.group("who").lower()
+        out.add("entities", f"family/{_slug(who)}", f"User has {m.group('count').lower()} {who}")
+        return True
+    if (m := _P_MY_RELATIVE_NAMED.match(sentence)) and not _P_RELATION.match(sentence):
+        relation = (m.group("adj") or "") + m.group("rel").lower()
+        if name := _proper_noun(m.group("rest"), 3):
+            kind = "pet" if m.group("rel").lower() in _PETS else "person"
+            out.add("entities", f"{kind}/{_slug(name)}", f"User's {relation} is {name}")
+            return True
+        return False
+    if m := _P_PLAN.match(sentence):
+        phrase = _clause(m.group("rest") or m.group("rest2"), 15)
+        if phrase and len(phrase.split()) >= 2 and phrase.split()[0].lower() not in _CHATTY_VERBS:
+            out.add("decisions", _slug(phrase), f"Plans to {_third_person(phrase)}")
+        return True
+    return False
 
 
 def _prefer(out: _Collector, rest: str) -> None:

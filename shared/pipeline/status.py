@@ -15,18 +15,19 @@ def session_memory_status(
 ) -> dict[str, Any] | None:
     """Messages not mined yet, the last extraction, memories from this session (and those not embedded
     yet, which full-text search already finds but vector search does not), whether a compaction is due
-    and how many compacted messages still wait for transcript indexing (until then their text is not
-    searchable as transcript); None if no such session."""
+    and how many of its messages' transcript units wait for their vector (full text finds them already);
+    None if no such session."""
     session = find_session(conn, tenant_id, user_external_id, session_key, channel)
     if session is None:
         return None
     row = conn.execute(
         """SELECT count(*) AS messages,
                   count(*) FILTER (WHERE extracted_at IS NULL) AS pending_messages,
-                  count(*) FILTER (WHERE is_compacted AND embedded_at IS NULL) AS unindexed,
-                  max(extracted_at) AS last_extracted_at
+                  max(extracted_at) AS last_extracted_at,
+                  (SELECT count(*) FROM memory_chunks c
+                    WHERE c.session_id = %s AND c.message_id IS NOT NULL AND c.embedding IS NULL) AS unindexed
            FROM session_messages WHERE session_id = %s AND tenant_id = %s""",
-        (session["id"], tenant_id),
+        (session["id"], session["id"], tenant_id),
     ).fetchone()
     memories = conn.execute(
         """SELECT count(*) AS created,

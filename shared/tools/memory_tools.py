@@ -10,7 +10,7 @@ from typing import Any
 from shared import db
 from shared.memory.entities import entity_info
 from shared.memory.keys import MemoryRejected
-from shared.memory.search import SearchFilters
+from shared.memory.search import TERM_WEIGHTS, SearchFilters
 from shared.memory.service import search_memories
 from shared.memory.stats import memory_stats
 from shared.memory.store import (
@@ -166,18 +166,19 @@ def entity_info_tool(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 
 def search_conversation(ctx: ToolContext, args: dict[str, Any]) -> str:
-    """Full text over this session's messages (including compacted ones), best matches first."""
+    """Full text over this session's messages (including compacted ones), best matches first: the messages'
+    own words, through their transcript units (a unit's context words count less, as in search)."""
     with db.connection() as conn:
         rows = conn.execute(
             """WITH q AS (
                    SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS tsq
                    FROM unnest(tsvector_to_array(to_tsvector('english', %s))) AS lexeme)
-               SELECT sm.id, sm.role, sm.content, sm.created_at, ts_rank(sm.search_tsv, q.tsq) AS score
-               FROM session_messages sm, q
-               WHERE sm.tenant_id = %s AND sm.user_id = %s AND sm.session_id = %s AND q.tsq IS NOT NULL
-                 AND sm.search_tsv @@ q.tsq AND sm.role IN ('user', 'assistant')
+               SELECT sm.id, sm.role, sm.content, sm.created_at, ts_rank(%s::float4[], c.search_tsv, q.tsq) AS score
+               FROM memory_chunks c JOIN session_messages sm ON sm.id = c.message_id, q
+               WHERE c.tenant_id = %s AND c.user_id = %s AND c.session_id = %s AND c.message_id IS NOT NULL
+                 AND q.tsq IS NOT NULL AND c.search_tsv @@ q.tsq
                ORDER BY score DESC, sm.id DESC LIMIT %s""",
-            (args["query"], ctx.tenant_id, ctx.user_id, ctx.session_id, args.get("limit", 5)),
+            (args["query"], list(TERM_WEIGHTS), ctx.tenant_id, ctx.user_id, ctx.session_id, args.get("limit", 5)),
         ).fetchall()
     if not rows:
         return "no matching messages in this conversation"

@@ -85,7 +85,9 @@ def test_ingested_messages_are_extracted_once_after_the_debounce(
     packed = api.post(
         "/v1/users/alice/context", json={"query": "tea in Lisbon", "session_key": "outside", "max_tokens": 300}
     ).json()
-    assert "Prefers green tea" in packed["context"] and "Lives in Lisbon" in packed["context"]
+    # Each fact, or the message it was taken from (never both).
+    for fact, said in (("Prefers green tea", "I prefer green tea."), ("Lives in Lisbon", "I live in Lisbon.")):
+        assert (fact in packed["context"]) != (said in packed["context"]), packed["context"]
     assert packed["tokens"] <= 300
 
 
@@ -122,7 +124,7 @@ def compacting(celery_stack: CeleryStack, clean_state: Any, fake_llm: FakeLLM) -
     get_settings.cache_clear()
 
 
-def test_memory_status_is_idle_only_once_a_due_compaction_and_its_transcript_indexing_are_done(
+def test_memory_status_is_idle_only_once_a_due_compaction_and_every_transcript_vector_are_done(
     api: httpx.Client, compacting: CeleryStack
 ) -> None:
     said = [
@@ -134,10 +136,12 @@ def test_memory_status_is_idle_only_once_a_due_compaction_and_its_transcript_ind
     done = wait_idle(api, "long")
     assert done["compaction_count"] >= 1 and done["compaction_due"] is False
     assert done["transcript_pending_messages"] == 0 and done["pending_messages"] == 0
-    # Idle means the compacted text is searchable as transcript: its blocks are in the index.
+    # Idle means every message is searchable by meaning too: each has its transcript unit with a vector,
+    # compacted or not (compaction indexes nothing: the units were there from the start).
     with db.connection() as conn:
-        blocks = conn.execute(
-            "SELECT count(*) AS n FROM memory_chunks WHERE session_id = %s AND embedding IS NOT NULL",
+        units = conn.execute(
+            """SELECT count(*) AS n, count(*) FILTER (WHERE embedding IS NOT NULL) AS embedded
+               FROM memory_chunks WHERE session_id = %s AND message_id IS NOT NULL""",
             (accepted["session_id"],),
         ).fetchone()
-    assert blocks is not None and blocks["n"] > 0
+    assert units is not None and units["n"] == units["embedded"] == len(said)

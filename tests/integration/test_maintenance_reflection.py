@@ -157,7 +157,7 @@ def test_a_deleted_fact_is_found_by_no_search_leg_and_shown_in_no_prompt_section
     def found_by(leg: str) -> bool:
         with db.connection() as conn:
             vector = embed_texts(conn, embedder, [query], 8)[0] if leg == "vector" else None
-            options = SearchOptions(legs=(leg,), min_score=0.0)  # type: ignore[arg-type]
+            options = SearchOptions(legs=(leg,), relative_floor=0.0)  # type: ignore[arg-type]
             results = search(conn, alice, query, query_vector=vector, options=options)
         return any("theremin" in r.value for r in results)
 

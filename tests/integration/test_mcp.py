@@ -18,6 +18,7 @@ from mcp import types as mcp_types
 from mcp.client.streamable_http import streamable_http_client
 
 from shared import db
+from shared.memory.store import MemoryInput, Scope, store_memory
 from tests.conftest import Gateway
 
 pytestmark = pytest.mark.integration
@@ -31,6 +32,7 @@ TOOLS = {
     "memory_delete",
     "memory_correct",
     "memory_context",
+    "memory_sources",
     "conversation_ingest",
 }
 
@@ -212,6 +214,44 @@ def test_conversation_ingest_stores_the_messages_in_order(gateway: Gateway, api_
     with httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {api_key}"}) as http:
         history = http.get("/v1/sessions/outside-1/messages", params={"user_id": "alice"}).json()["messages"]
     assert [(m["role"], m["content"]) for m in history] == [(m["role"], m["content"]) for m in messages]
+
+
+def test_the_tools_find_what_was_said_and_where_a_memory_came_from(gateway: Gateway, api_key: str) -> None:
+    messages = [{"role": "user", "content": "I moved to Berlin last spring.", "created_at": "2023-05-08T10:00:00Z"}]
+
+    async def ingest() -> Any:
+        async with http_client(gateway, api_key, "alice") as alice:
+            return payload(
+                await alice.call_tool("conversation_ingest", {"session_key": "outside-2", "messages": messages})
+            )
+
+    (message_id,) = run(ingest)["message_ids"]
+    with db.connection() as conn:  # a fact learned from that message, as extraction stores one
+        owner = conn.execute("SELECT tenant_id, user_id FROM session_messages WHERE id = %s", (message_id,)).fetchone()
+        assert owner is not None
+        memory = store_memory(
+            conn,
+            Scope(owner["tenant_id"], owner["user_id"]),
+            MemoryInput(key="user/location", value="User moved to Berlin", source_message_ids=[message_id]),
+            "extraction",
+        ).memory
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        async with http_client(gateway, api_key, "alice") as alice:
+            found = payload(await alice.call_tool("memory_search", {"query": "moved to Berlin"}))
+            sources = payload(await alice.call_tool("memory_sources", {"id": memory["id"], "excerpts": True}))
+            bare = payload(await alice.call_tool("memory_sources", {"id": memory["id"]}))
+            return found, sources, bare
+
+    found, sources, bare = run(scenario)
+    (said,) = [r for r in found["results"] if r["source"] == "transcript"]
+    assert said["value"] == "I moved to Berlin last spring." and said["speaker"] == "user"
+    assert said["session_key"] == "outside-2" and said["said_at"].startswith("2023-05-08T10:00")
+    (fact,) = [r for r in found["results"] if r["source"] == "memory"]
+    assert fact["source_message_ids"] == [message_id]
+    (source,) = sources["sources"]
+    assert source["excerpt"] == "I moved to Berlin last spring." and source["session_key"] == "outside-2"
+    assert bare["sources"][0]["excerpt"] is None
 
 
 def test_stdio_through_engram_mcp(gateway: Gateway, api_key: str) -> None:

@@ -170,3 +170,24 @@ def test_context_metadata_is_cleaned_and_bounded(conn: Conn) -> None:
         store_memory(conn, scope, MemoryInput(key="k", value="v", metadata={"context": ["a"]}), "api")
     with pytest.raises(MemoryRejected, match="the limit is"):
         store_memory(conn, scope, MemoryInput(key="k", value="v", metadata={"context": "x" * 5000}), "api")
+
+
+def test_a_fact_learned_again_keeps_every_message_it_came_from(conn: Conn) -> None:
+    scope = make_scope(conn)
+    first = store_memory(
+        conn, scope, MemoryInput(key="user/city", value="Lives in Lisbon", source_message_ids=[3]), "extraction"
+    )
+    again = store_memory(
+        conn, scope, MemoryInput(key="user/city", value="Lives in Lisbon", source_message_ids=[3, 9]), "extraction"
+    )
+    elsewhere = store_memory(
+        conn, scope, MemoryInput(key="home", value="lives in lisbon", source_message_ids=[12]), "extraction"
+    )
+    assert (again.action, elsewhere.action) == ("unchanged", "duplicate")
+    assert again.memory["id"] == elsewhere.memory["id"] == first.memory["id"]
+    assert list(elsewhere.memory["source_message_ids"]) == [3, 9, 12]
+    # A new value supersedes with its own sources.
+    moved = store_memory(
+        conn, scope, MemoryInput(key="user/city", value="Lives in Porto", source_message_ids=[20]), "extraction"
+    )
+    assert moved.action == "superseded" and list(moved.memory["source_message_ids"]) == [20]

@@ -98,12 +98,6 @@ def test_a_scrape_after_a_turn_shows_latency_llm_calls_and_queue_depth(
     # Queue depth: the turns queue is drained; the extraction the turn scheduled waits (no pool here takes it).
     assert sample(text, "engram_queue_depth", queue="turns") == 0
     assert sample(text, "engram_queue_depth", queue="extraction") == 1
-    # Bulk work waits in its queue's lowest-priority list, and the depth counts it (KEDA and dashboards).
-    from workers.dispatch import enqueue_transcript_indexing
-
-    get_redis().delete(*broker_keys("embeddings"))
-    enqueue_transcript_indexing(turn["session_id"])
-    assert sample(scrape(), "engram_queue_depth", queue="embeddings") == 1
 
 
 def test_the_exporter_needs_a_metrics_key(turns_pool: tuple[CeleryProcess, str]) -> None:

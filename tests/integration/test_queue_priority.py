@@ -1,14 +1,13 @@
-"""Bulk transcript indexing never holds up fact extraction in the process they share: with a backlog of
-indexing tasks queued first, a real worker (one pool process, as `engram up`'s `worker-background` on its
-queues) runs every queued extraction before any of them. The order is read from Postgres: the worker runs
-one task at a time, so the extraction's commit and the indexing commits are ordered as the tasks ran."""
+"""A transcript embedding backlog never holds up fact extraction in the process they share: the embedding drain
+is one task at a time (one model call per batch, the next batch queued behind whatever else is waiting), so a
+real worker (one pool process, as `engram up`'s `worker-background` on its queues) runs the queued extractions
+while hundreds of transcript units still wait for their vectors."""
 
 from __future__ import annotations
 
 import ast
 import json
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 import httpx
@@ -26,8 +25,9 @@ from workers.queues import BACKGROUND_QUEUES, broker_keys
 
 pytestmark = pytest.mark.integration
 
-BACKLOG = 4  # sessions whose compacted transcript waits to be indexed
-CHATS = 3  # sessions whose extraction is queued after that backlog
+BACKLOG = 4  # sessions whose transcript units wait for their vectors
+BACKLOG_MESSAGES = 150  # messages each
+CHATS = 3  # sessions whose extraction is queued with that backlog
 
 
 def _clear_background_queues() -> None:
@@ -52,37 +52,37 @@ def _session_id(key: str) -> int:
     return int(row["id"])
 
 
-def _compacted_session(api: httpx.Client, key: str) -> int:
-    """A session whose messages a compaction retired: transcript indexing has blocks to embed."""
-    said = [("user" if i % 2 == 0 else "assistant", f"{key}: note {i} about the garden irrigation.") for i in range(10)]
-    ingest(api, key, *said)
-    session_id = _session_id(key)
+def _count(sql: str, session_ids: list[int]) -> int:
     with db.connection() as conn:
-        conn.execute("UPDATE session_messages SET is_compacted = true WHERE session_id = %s", (session_id,))
-    return session_id
+        row = conn.execute(sql, (session_ids,)).fetchone()
+    return int(row["n"]) if row else -1
 
 
-def _times(sql: str, session_ids: list[int]) -> list[datetime]:
-    with db.connection() as conn:
-        rows = conn.execute(sql, (session_ids,)).fetchall()
-    return [row["at"] for row in rows]
-
-
-def test_extraction_queued_behind_a_transcript_indexing_backlog_runs_first(
+def test_extraction_runs_while_a_transcript_embedding_backlog_waits(
     api: httpx.Client, stopped_stack: CeleryStack
 ) -> None:
-    from workers.dispatch import enqueue_extraction, enqueue_transcript_indexing  # builds the app: services first
+    from workers.dispatch import enqueue_extraction, request_embedding_drain  # builds the app: services first
 
-    backlog = [_compacted_session(api, f"long-{i}") for i in range(BACKLOG)]
+    backlog = []
+    for i in range(BACKLOG):
+        said = [
+            ("user" if n % 2 == 0 else "assistant", f"long-{i}: note {n} on the irrigation.")
+            for n in range(BACKLOG_MESSAGES)
+        ]
+        ingest(api, f"long-{i}", *said)
+        backlog.append(_session_id(f"long-{i}"))
     chats = []
     for i in range(CHATS):
         ingest(api, f"chat-{i}", ("user", f"I live in Lisbon and I prefer green tea ({i})."))
         chats.append(_session_id(f"chat-{i}"))
+    pending_units = "SELECT count(*) AS n FROM memory_chunks WHERE session_id = ANY(%s) AND embedding IS NULL"
+    unmined = "SELECT count(*) AS n FROM session_messages WHERE session_id = ANY(%s) AND extracted_at IS NULL"
+    assert _count(pending_units, backlog) == BACKLOG * BACKLOG_MESSAGES
 
-    # The backlog is queued first, then the extractions (due at once), as when compactions finished just
+    # The drain is asked for first, then the extractions (due at once), as when a large import landed just
     # before a few sessions went quiet.
-    for session_id in backlog:
-        enqueue_transcript_indexing(session_id)
+    get_redis().delete("engram:embeddings:drain-queued")
+    request_embedding_drain()
     client = get_redis()
     for session_id in chats:
         plan = debounce.schedule(client, "extract", session_id, debounce=0, max_wait=0)
@@ -91,37 +91,22 @@ def test_extraction_queued_behind_a_transcript_indexing_backlog_runs_first(
     env = stopped_stack.env("anthropic", PIPELINE_ENV)
     background: CeleryProcess = worker("prio", env, stopped_stack.log_dir, concurrency=1, queues=BACKGROUND_QUEUES)
     background.start()
+    left_when_mined: list[int] = []
     try:
         background.wait_ready()
 
-        def not_yet(done_column: str, sessions: list[int]) -> int:
-            """Messages of `sessions` whose `done_column` (embedded_at, extracted_at) is still unset."""
-            with db.connection() as conn:
-                row = conn.execute(
-                    f"SELECT count(*) AS n FROM session_messages WHERE session_id = ANY(%s) AND {done_column} IS NULL",
-                    (sessions,),
-                ).fetchone()
-            return int(row["n"]) if row else -1
+        def mined() -> bool:
+            if _count(unmined, chats) != 0:
+                return False
+            left_when_mined.append(_count(pending_units, backlog))
+            return True
 
-        eventually(
-            lambda: not_yet("embedded_at", backlog) == 0 and not_yet("extracted_at", chats) == 0,
-            timeout=120,
-            message="the work did not finish",
-        )
+        eventually(mined, timeout=120, message="the extractions did not run")
+        eventually(lambda: _count(pending_units, backlog) == 0, timeout=240, message="the backlog was not embedded")
     finally:
         background.stop()
-
-    extracted = _times(
-        "SELECT max(extracted_at) AS at FROM session_messages WHERE session_id = ANY(%s) GROUP BY session_id",
-        chats,
-    )
-    indexed = _times(
-        "SELECT min(embedded_at) AS at FROM session_messages WHERE session_id = ANY(%s) GROUP BY session_id",
-        backlog,
-    )
-    assert len(extracted) == CHATS and len(indexed) == BACKLOG
-    # Every extraction committed before the first indexing task committed (one task at a time).
-    assert max(extracted) < min(indexed), (sorted(extracted), sorted(indexed))
+    # The extractions ran between the drain's batches, not after the whole backlog.
+    assert left_when_mined[0] > BACKLOG * BACKLOG_MESSAGES // 2, left_when_mined
     with db.connection() as conn:
         memories = conn.execute("SELECT count(*) AS n FROM memories WHERE valid_until IS NULL").fetchone()
     assert memories is not None and memories["n"] > 0  # the extractions found facts, not nothing

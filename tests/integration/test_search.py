@@ -81,7 +81,7 @@ def test_vector_only_fallback_and_legs_reported(conn: Conn, embedder: LocalEmbed
     # Nothing lexical matches "canine companion"; only the vector leg can answer.
     question = "canine companion"
     results = search(
-        conn, scope, question, query_vector=qvec(conn, embedder, question), options=SearchOptions(min_score=0.0)
+        conn, scope, question, query_vector=qvec(conn, embedder, question), options=SearchOptions(relative_floor=0.0)
     )
     assert keys(results)[0] == "pet"
     assert set(results[0].legs) == {"vector"}
@@ -145,7 +145,7 @@ def test_filters(conn: Conn, embedder: LocalEmbedder) -> None:
                 scope,
                 question,
                 filters=SearchFilters(**filters),  # type: ignore[arg-type]
-                options=SearchOptions(min_score=0.0),
+                options=SearchOptions(relative_floor=0.0),
             )
         )
 
@@ -158,35 +158,81 @@ def test_filters(conn: Conn, embedder: LocalEmbedder) -> None:
     assert sorted(run(include_superseded=True)) == ["tea", "tea", "tea-shop"]
 
 
-def test_transcript_chunks_take_part_in_the_vector_leg(conn: Conn, embedder: LocalEmbedder) -> None:
-    scope = seeded(conn, embedder)
+def say(
+    conn: Conn, scope: Scope, session_key: str, text: str, *, name: str | None = None, at: datetime | None = None
+) -> int:
+    """A message stored as any door stores one; its transcript unit comes with it (migration 0015)."""
     session = conn.execute(
-        "INSERT INTO sessions (tenant_id, user_id, session_key) VALUES (%s, %s, 'old') RETURNING id",
-        (scope.tenant_id, scope.user_id),
+        """INSERT INTO sessions (tenant_id, user_id, session_key) VALUES (%s, %s, %s)
+           ON CONFLICT (user_id, channel, session_key) DO UPDATE SET updated_at = now() RETURNING id""",
+        (scope.tenant_id, scope.user_id, session_key),
     ).fetchone()
     assert session is not None
-    text = "[user]: my brother Tom is getting married in Lisbon next June"
+    row = conn.execute(
+        """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content, name, created_at)
+           VALUES (%s, %s, %s, 'user', %s, %s, coalesce(%s, now())) RETURNING id""",
+        (scope.tenant_id, scope.user_id, session["id"], text, name, at),
+    ).fetchone()
+    assert row is not None
+    return int(row["id"])
+
+
+def embed_units(conn: Conn, embedder: LocalEmbedder) -> None:
+    """What the embedding drain does to units without a vector (in this test's own transaction)."""
     ensure_embedding_space(conn, embedder)
-    conn.execute(
-        """INSERT INTO memory_chunks (tenant_id, user_id, session_id, text, content_hash, embedding)
-           VALUES (%s, %s, %s, %s, 'h', %s)""",
-        (scope.tenant_id, scope.user_id, session["id"], text, Vector(qvec(conn, embedder, text))),
-    )
+    units = conn.execute(
+        "SELECT id, text FROM memory_chunks WHERE message_id IS NOT NULL AND embedding IS NULL"
+    ).fetchall()
+    for unit in units:
+        conn.execute(
+            "UPDATE memory_chunks SET embedding = %s WHERE id = %s",
+            (Vector(qvec(conn, embedder, unit["text"])), unit["id"]),
+        )
+
+
+def test_a_message_is_found_by_its_words_in_the_commit_that_stores_it(conn: Conn) -> None:
+    scope = seeded(conn, None)
+    message_id = say(conn, scope, "old", "my brother Tom is getting married in Lisbon next June", name="Alice")
+    results = search(conn, scope, "Tom wedding Lisbon", options=SearchOptions(legs=("text",)))
+    assert results[0].source == "transcript" and results[0].message_id == message_id
+    assert results[0].speaker == "Alice" and results[0].session_key == "old"
+    assert results[0].value == "my brother Tom is getting married in Lisbon next June"
+
+
+def test_transcript_units_take_part_in_the_vector_leg(conn: Conn, embedder: LocalEmbedder) -> None:
+    scope = seeded(conn, embedder)
+    message_id = say(conn, scope, "old", "my brother Tom is getting married in Lisbon next June")
+    embed_units(conn, embedder)
     question = "when is the wedding"
-    # Transcript blocks reach search through the vector leg only, so no minimum score here.
     results = search(
-        conn, scope, question, query_vector=qvec(conn, embedder, question), options=SearchOptions(min_score=0.0)
+        conn, scope, question, query_vector=qvec(conn, embedder, question), options=SearchOptions(legs=("vector",))
     )
-    assert results[0].source == "transcript" and results[0].session_id == session["id"]
+    assert results[0].source == "transcript" and results[0].message_id == message_id
+    session_id = results[0].session_id
     excluded = search(
         conn,
         scope,
         question,
         query_vector=qvec(conn, embedder, question),
-        filters=SearchFilters(exclude_session_id=session["id"]),
-        options=SearchOptions(min_score=0.0),
+        filters=SearchFilters(exclude_session_id=session_id),
+        options=SearchOptions(relative_floor=0.0),
     )
     assert all(r.source == "memory" for r in excluded)
+
+
+def test_a_reply_is_found_through_the_messages_that_led_to_it(conn: Conn) -> None:
+    scope = make_scope(conn)
+    say(conn, scope, "s1", "Have you ever been to the Glastonbury festival?", name="Ann")
+    reply = say(conn, scope, "s1", "Yes, twice! It was muddy both times.", name="Bob")
+    say(conn, scope, "s2", "What a lovely morning", name="Ann")
+    results = search(conn, scope, "Glastonbury festival", options=SearchOptions(legs=("text",), relative_floor=0.0))
+    assert reply in [r.message_id for r in results]
+    # Never across sessions: the first message of s2 has no context from s1.
+    unit = conn.execute(
+        "SELECT c.text FROM memory_chunks c JOIN session_messages m ON m.id = c.message_id WHERE m.content = %s",
+        ("What a lovely morning",),
+    ).fetchone()
+    assert unit is not None and unit["text"] == "Ann: What a lovely morning"
 
 
 def test_search_touch_counts_access(conn: Conn) -> None:
@@ -205,7 +251,11 @@ def test_users_never_see_each_others_results(conn: Conn, embedder: LocalEmbedder
     question = "volleyball"
     for scope, expected in ((alice, "sport"), (bob, "note")):
         results = search(
-            conn, scope, question, query_vector=qvec(conn, embedder, question), options=SearchOptions(min_score=0.0)
+            conn,
+            scope,
+            question,
+            query_vector=qvec(conn, embedder, question),
+            options=SearchOptions(relative_floor=0.0),
         )
         assert keys(results)[0] == expected
         ids = {r.id for r in results}
@@ -225,22 +275,28 @@ def test_vector_leg_returns_k_rows_when_the_user_owns_one_percent(conn: Conn, em
     sessions = {user_id: _session_for(conn, tenant_scope.tenant_id, user_id) for user_id in user_ids}
     vectors = rng.normal(size=(n_users * per_user, embedder.dimension)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    rows = [
-        (
-            tenant_scope.tenant_id,
-            user_ids[index % n_users],
-            sessions[user_ids[index % n_users]],
-            f"chunk {index}",
-            "h",
-            Vector(vector),
-        )
-        for index, vector in enumerate(vectors)
-    ]
+    # Messages, each with its transcript unit (migration 0015's trigger), then the unit's vector.
     with conn.cursor() as cur:
         cur.executemany(
-            """INSERT INTO memory_chunks (tenant_id, user_id, session_id, text, content_hash, embedding)
-               VALUES (%s, %s, %s, %s, %s, %s)""",
-            rows,
+            """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content)
+               VALUES (%s, %s, %s, 'user', %s)""",
+            [
+                (
+                    tenant_scope.tenant_id,
+                    user_ids[index % n_users],
+                    sessions[user_ids[index % n_users]],
+                    f"chunk {index}",
+                )
+                for index in range(len(vectors))
+            ],
+        )
+        cur.executemany(
+            """UPDATE memory_chunks c SET embedding = %s FROM session_messages m
+               WHERE m.id = c.message_id AND m.session_id = %s AND m.content = %s""",
+            [
+                (Vector(vector), sessions[user_ids[index % n_users]], f"chunk {index}")
+                for index, vector in enumerate(vectors)
+            ],
         )
     conn.execute("ANALYZE memory_chunks")
     query = rng.normal(size=embedder.dimension).astype(np.float32)
@@ -261,7 +317,7 @@ def test_vector_leg_returns_k_rows_when_the_user_owns_one_percent(conn: Conn, em
             tenant_scope,
             "zzzz",
             query_vector=query.tolist(),
-            options=SearchOptions(limit=10, min_score=-1.0, overfetch=1),
+            options=SearchOptions(limit=10, relative_floor=0.0, overfetch=1),
         )
         assert len(results) == 10
         assert all(r.source == "transcript" for r in results)
@@ -308,7 +364,7 @@ def test_a_memory_is_found_through_its_context_but_ranks_below_its_own_words(
         metadata={"context": "Bob: Have you ever been to Iceland?"},
     )
     direct = add(conn, scope, embedder, "iceland", "Iceland is on the list for next year", kind="episode")
-    results = search(conn, scope, "Iceland", options=SearchOptions(legs=("text",), min_score=0.0))
+    results = search(conn, scope, "Iceland", options=SearchOptions(legs=("text",), relative_floor=0.0))
     assert [r.id for r in results] == [direct, reply]  # context words weigh less than value words
     chunk = conn.execute("SELECT text FROM memory_chunks WHERE memory_id = %s", (reply,)).fetchone()
     # The chunk's text is what was embedded (reindex re-embeds it): the memory first, then its context.
@@ -333,7 +389,7 @@ def test_legs_option_runs_only_the_named_legs(conn: Conn, embedder: LocalEmbedde
     question = "Does Alice play volleyball?"
     vector = qvec(conn, embedder, question)
     only_vector = search(
-        conn, scope, question, query_vector=vector, options=SearchOptions(legs=("vector",), min_score=0.0)
+        conn, scope, question, query_vector=vector, options=SearchOptions(legs=("vector",), relative_floor=0.0)
     )
     assert only_vector and all(set(r.legs) == {"vector"} for r in only_vector)
     only_text = search(conn, scope, question, query_vector=vector, options=SearchOptions(legs=("text",)))
@@ -348,7 +404,7 @@ def test_weighted_fusion_scores_every_candidate_on_the_vector_leg(conn: Conn, em
     # (rank None: not among the vector leg's results) instead of 0.
     vector = qvec(conn, embedder, "kyoto temples")
     results = search(
-        conn, scope, question, query_vector=vector, options=SearchOptions(limit=2, overfetch=1, min_score=0.0)
+        conn, scope, question, query_vector=vector, options=SearchOptions(limit=2, overfetch=1, relative_floor=0.0)
     )
     sport = next(r for r in results if r.key == "sport")
     assert sport.legs["vector"]["rank"] is None and sport.chunk_id == sport.legs["vector"]["chunk_id"]
@@ -364,6 +420,6 @@ def test_an_entity_named_in_most_memories_barely_counts(conn: Conn) -> None:
     for day in range(6):
         add(conn, scope, None, f"day-{day}", f"Spent the afternoon with Maria at the market, day {day}")
     add(conn, scope, None, "visit", "Oliver Stone visited on Sunday")
-    results = search(conn, scope, "Maria and Oliver Stone", options=SearchOptions(min_score=0.0))
+    results = search(conn, scope, "Maria and Oliver Stone", options=SearchOptions(relative_floor=0.0))
     entity = {r.key: r.legs["entity"]["specificity"] for r in results if "entity" in r.legs}
     assert entity["visit"] > 0.5 > 0.25 > entity["day-0"]

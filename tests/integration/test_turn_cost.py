@@ -132,7 +132,11 @@ def test_a_turn_runs_in_five_transactions(transactions: list[str], monkeypatch: 
     transactions.clear()
     outcome = drain_session(session_id, turn_deps(after_turn=after_turn))
     assert outcome.processed == 1 and statuses(session_id) == ["done"]
-    assert [(name, kwargs["session_id"]) for name, kwargs in sent] == [("engram.extraction.extract", session_id)]
+    # The embedding drain for the turn's transcript units, then the debounced extraction.
+    assert [(name, kwargs.get("session_id")) for name, kwargs in sent] == [
+        ("engram.embeddings.embed_pending", None),
+        ("engram.extraction.extract", session_id),
+    ]
     transactions.pop()  # statuses()
     # claim; read the context; the model call's ledger row; the guarded write (which returns the session row
     # the memory work is planned from, and tells whether another turn is open); the look after the release.

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.memory.search import ENTITY_BONUS, SearchOptions, _fuse
+from shared.memory.search import ENTITY_BONUS, SPEAKER_BONUS, SearchOptions, _fuse
 
 ranks = st.one_of(st.none(), st.integers(min_value=1, max_value=500))
 unit = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
@@ -22,6 +22,7 @@ def row(
     specificity: float = 0.0,
     like_rank: int | None = None,
     like_score: float = 0.0,
+    speaker_named: bool = False,
 ) -> dict[str, Any]:
     return {
         "text_rank": text_rank,
@@ -37,6 +38,7 @@ def row(
         "entity_rank": entity_rank,
         "entity_matches": 1 if entity_rank else None,
         "entity_specificity": specificity,
+        "speaker_named": speaker_named,
     }
 
 
@@ -84,6 +86,14 @@ def test_weighted_is_a_convex_mix_plus_a_bounded_entity_bonus(
         True,
     )
     assert base - 1e-12 <= with_entity <= base + ENTITY_BONUS * 2 + 1e-9
+    # A message whose speaker the query names gets the speaker bonus on top, and shows it among its legs.
+    named, legs = _fuse(
+        row(text_rank=1, text_norm=text, vector_rank=1, similarity=similarity, speaker_named=True), options, True
+    )
+    assert abs(named - (base + SPEAKER_BONUS)) < 1e-9 and legs["speaker"] == {"rank": None, "named": True}
+    # RRF fuses ranks only: the speaker has none to add.
+    rrf, _ = _fuse(row(text_rank=3, speaker_named=True), SearchOptions(mode="rrf"), True)
+    assert rrf == _fuse(row(text_rank=3), SearchOptions(mode="rrf"), True)[0]
 
 
 @given(unit)
@@ -92,3 +102,10 @@ def test_without_vectors_the_lexical_score_carries_the_whole_weight(text: float)
     assert abs(score - text) < 1e-12
     like, _ = _fuse(row(like_rank=1, like_score=text), SearchOptions(mode="weighted"), False)
     assert abs(like - text) < 1e-12
+
+
+@given(unit, unit)
+def test_a_document_without_a_vector_yet_is_scored_on_the_legs_it_has(text: float, weight: float) -> None:
+    options = SearchOptions(mode="weighted", vector_weight=weight)
+    fresh, legs = _fuse(row(text_rank=1, text_norm=text), options, True)
+    assert "vector" not in legs and abs(fresh - text) < 1e-12

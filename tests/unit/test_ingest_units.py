@@ -83,3 +83,43 @@ def test_the_schema_names_every_context_section() -> None:
     from api.schemas.context import SectionName
 
     assert list(get_args(SectionName)) == list(SECTIONS)
+
+
+excerpts_and_facts = st.lists(
+    st.one_of(
+        st.builds(
+            lambda n, value: Item(
+                "transcript", f"message:{n}", "transcript", f"- Ann: said thing number {n}", value, message_ids=(n,)
+            ),
+            st.integers(1, 12),
+            st.floats(0, 100, allow_nan=False),
+        ),
+        st.builds(
+            lambda n, sources, value: Item(
+                "relevant_memories",
+                f"memory:{n}",
+                "fact",
+                f"- [tacit] k{n}: a fact taken from {sources}",
+                value,
+                message_ids=tuple(sources),
+            ),
+            st.integers(1, 1000),
+            st.lists(st.integers(1, 12), min_size=1, max_size=8, unique=True),
+            st.floats(0, 100, allow_nan=False),
+        ),
+    ),
+    max_size=25,
+    unique_by=lambda item: item.id,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(candidates=excerpts_and_facts, budget=st.integers(1, 1500))
+def test_no_fact_is_packed_beside_the_excerpt_it_was_taken_from(candidates: list[Item], budget: int) -> None:
+    packed = pack(candidates, budget, O200K)
+    assert packed.tokens == O200K.count(packed.context) <= budget
+    kept = {item["id"] for section in packed.sections for item in section["items"]}
+    shown = {item.message_ids[0] for item in candidates if item.id in kept and item.section == "transcript"}
+    for fact in (item for item in candidates if item.id in kept and item.section != "transcript"):
+        if len(fact.message_ids) <= 5:  # restates a few messages: none of them is shown too
+            assert not shown & set(fact.message_ids), (fact, shown)

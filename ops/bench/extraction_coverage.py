@@ -1,0 +1,134 @@
+"""How much of what people say about themselves the offline rules extractor catches, measured against LoCoMo's
+per-session `observation` facts (written by the dataset's authors, each with the turns it came from).
+
+    python -m ops.bench.extraction_coverage ../shared/bench/locomo-dev.json [--json]
+
+Every turn is read as a user message of its speaker, one turn at a time, by `offline_extract` (the offline
+provider's extraction; pure functions, no stack). An observation counts as covered when a fact extracted
+from one of its evidence turns shares a content word with it (not a stopword, not a speaker's name): the
+extractor noticed what that turn says, in its own words. Reported: observations, covered share, facts
+extracted, facts per turn, and the facts per category. It measures recall of the rules, not the
+truth of their facts: a fact a turn does not support would show as covered only if it happened to share a
+word with the observation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ops.bench.harness import BenchError, add_json_flag, emit, run_main
+from ops.bench.locomo_retrieval import normalise_dia_id
+from shared.pipeline.extraction import TranscriptMessage
+from shared.pipeline.offline_extraction import offline_extract
+from shared.text import words
+
+_STOPWORDS = frozenset(
+    re.findall(
+        r"\S+",
+        """the and for with that this from have has had was were are you your user about they them their there then
+        than been being into over also just very really some what when where which who will would can could should
+        her his she him its our out not but all any one two new get got like likes loved love enjoys feel feels
+        felt time recently currently still after before during while because since about more most much many""",
+    )
+)
+_SESSION_OBSERVATION = re.compile(r"session_(\d+)_observation")
+
+
+def content_words(text: str, names: frozenset[str]) -> frozenset[str]:
+    return frozenset(w for w in words(text) if len(w) >= 3 and w not in _STOPWORDS and w not in names)
+
+
+def measure(data: list[dict[str, Any]]) -> dict[str, Any]:
+    observations = covered = facts_total = turns_total = 0
+    families: Counter[str] = Counter()
+    for sample in data:
+        body = sample.get("conversation") or {}
+        names = frozenset(w for key in ("speaker_a", "speaker_b") for w in words(str(body.get(key, ""))) if len(w) >= 2)
+        extracted: dict[str, list[str]] = {}  # dia_id → the facts its turn gave
+        for turns in body.values():
+            if not isinstance(turns, list):
+                continue
+            for turn in turns:
+                dia_id = normalise_dia_id(str(turn.get("dia_id", "")))
+                text = str(turn.get("text", "")).strip()
+                if dia_id is None or not text:
+                    continue
+                turns_total += 1
+                facts = offline_extract([TranscriptMessage(0, "user", text, str(turn.get("speaker") or ""))])
+                values = []
+                for category, fact_key, value in facts.items():
+                    families[category] += 1
+                    values.append(f"{fact_key} {value}")
+                facts_total += len(values)
+                extracted[dia_id] = values
+        for key, by_speaker in (sample.get("observation") or {}).items():
+            if not _SESSION_OBSERVATION.fullmatch(key) or not isinstance(by_speaker, dict):
+                continue
+            for entries in by_speaker.values():
+                for entry in entries:
+                    if not isinstance(entry, list) or len(entry) < 2:
+                        continue
+                    text, evidence = str(entry[0]), entry[1]
+                    sources = [
+                        normalise_dia_id(str(e)) for e in (evidence if isinstance(evidence, list) else [evidence])
+                    ]
+                    wanted = content_words(text, names)
+                    observations += 1
+                    found = [fact for source in sources if source for fact in extracted.get(source, [])]
+                    if any(wanted & content_words(fact, names) for fact in found):
+                        covered += 1
+    return {
+        "observations": observations,
+        "covered": covered,
+        "coverage": round(covered / observations, 4) if observations else None,
+        "turns": turns_total,
+        "facts": facts_total,
+        "facts_per_turn": round(facts_total / turns_total, 4) if turns_total else None,
+        "facts_by_category": dict(families.most_common()),
+    }
+
+
+def render(result: dict[str, Any]) -> str:
+    families = ", ".join(f"{name} {count}" for name, count in result["facts_by_category"].items()) or "-"
+    return "\n".join(
+        [
+            f"offline rules extraction on {result['turns']} turns: {result['facts']} facts "
+            f"({result['facts_per_turn']} per turn)",
+            f"LoCoMo observations covered: {result['covered']} of {result['observations']} ({result['coverage']})",
+            f"facts by category: {families}",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("file", help="LoCoMo-format JSON file")
+    add_json_flag(parser)
+    args = parser.parse_args(argv)
+
+    def bench() -> int:
+        path = Path(args.file)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise BenchError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        except ValueError as exc:
+            raise BenchError(f"{path}: not JSON ({exc})") from exc
+        if not isinstance(data, list):
+            raise BenchError(f"{path}: expected a JSON list of conversations")
+        result = measure(data)
+        emit(render(result), result, args.json)
+        return 0
+
+    return run_main(bench)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

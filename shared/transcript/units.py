@@ -1,0 +1,96 @@
+"""Transcript units: what the embedding drain does with them, and how far it has got.
+
+A unit (a `memory_chunks` row with `message_id` set) is written by the database itself, in the transaction
+that stores, edits or deletes its message (migration 0015's trigger): it is found by full text from that
+commit on. Its vector is the drain's work: `embed_pending_units` takes the oldest units without one, embeds
+their `text` in one model call and stores the vectors, unless the unit was rebuilt meanwhile (its
+`content_hash` no longer the one embedded: the new text waits for the next drain).
+
+Concurrent drains skip each other's units through transaction-scoped advisory locks, as memories do
+(shared/memory/indexing.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pgvector import Vector
+
+from shared import db
+from shared.db import Conn
+from shared.embeddings import Embedder, embed_texts, ensure_embedding_space, hold_space_for_write
+from shared.embeddings.cache import register_vector_types
+from shared.metrics import observe_embedding_lag
+
+# Candidates looked at per claim: more than a batch, so units another process holds are skipped over.
+_CLAIM_SCAN_FACTOR = 4
+
+
+@dataclass(frozen=True)
+class UnitBatch:
+    """What one `embed_pending_units` run did."""
+
+    units: int  # units whose vector was stored
+    more: bool  # units were left without a vector for another run
+
+
+def _claim(conn: Conn, limit: int) -> list[dict[str, Any]]:
+    return conn.execute(
+        """SELECT id, session_id, message_id, text, content_hash, created_at FROM memory_chunks WHERE id IN (
+               SELECT p.id FROM (
+                   SELECT id FROM memory_chunks WHERE message_id IS NOT NULL AND embedding IS NULL
+                   ORDER BY id LIMIT %(scan)s) p
+               WHERE pg_try_advisory_xact_lock(hashtextextended('embed-unit:' || p.id, 0))
+               LIMIT %(limit)s)
+           ORDER BY id""",
+        {"scan": limit * _CLAIM_SCAN_FACTOR, "limit": limit},
+    ).fetchall()
+
+
+def embed_pending_units(embedder: Embedder, batch_size: int) -> UnitBatch:
+    """Embed up to `batch_size` units that have no vector yet (one model call) and store their vectors."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    with db.connection() as conn:
+        ensure_embedding_space(conn, embedder)  # its own transaction: see index_pending_memories
+    with db.connection() as conn:
+        claimed = _claim(conn, batch_size)
+        if not claimed:
+            return UnitBatch(0, more=False)
+        register_vector_types(conn)
+        vectors = embed_texts(conn, embedder, [unit["text"] for unit in claimed], batch_size)
+        hold_space_for_write(conn, embedder)
+        with conn.cursor() as cur:
+            cur.executemany(
+                """UPDATE memory_chunks SET embedding = %s, embedded_at = now()
+                   WHERE id = %s AND content_hash = %s AND embedding IS NULL""",
+                [
+                    (Vector(vector), unit["id"], unit["content_hash"])
+                    for unit, vector in zip(claimed, vectors, strict=True)
+                ],
+            )
+        last: dict[int, int] = {}
+        for unit in claimed:
+            last[unit["session_id"]] = max(last.get(unit["session_id"], 0), unit["message_id"])
+        with conn.cursor() as cur:
+            cur.executemany(
+                """UPDATE sessions SET last_embedded_message_id = greatest(last_embedded_message_id, %s)
+                   WHERE id = %s""",
+                [(message_id, session_id) for session_id, message_id in sorted(last.items())],
+            )
+        now = datetime.now(UTC)
+        for unit in claimed:
+            observe_embedding_lag("transcript", (now - unit["created_at"]).total_seconds())
+        return UnitBatch(len(claimed), more=len(claimed) == batch_size)
+
+
+def pending_units(conn: Conn, limit: int = 1000) -> int:
+    """Units still without a vector (up to `limit`): the beat sweep requests a drain while there are any."""
+    row = conn.execute(
+        """SELECT count(*) AS n FROM (
+               SELECT 1 FROM memory_chunks WHERE message_id IS NOT NULL AND embedding IS NULL LIMIT %s) p""",
+        (limit,),
+    ).fetchone()
+    return int(row["n"]) if row else 0

@@ -1,0 +1,225 @@
+"""The transcript is memory from the moment it is stored (issue: recall by default).
+
+Units at the database level (migration 0015's trigger, in the writer's transaction), then the product end to
+end: messages ingested over REST come back through `/context` in their own words, with date and speaker,
+before any compaction and without a vector; real Celery workers embed them; extracted facts are dated when
+they were said and traced to their messages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from ops.fake_llm import FakeLLM
+from shared import db
+from shared.config import get_settings
+from shared.db import Conn
+from shared.memory.userdata import erase_user
+from tests.conftest import CeleryStack
+from tests.integration.test_ingest_pipeline import wait_idle
+from tests.integration.test_memory_store import make_scope
+from tests.integration.test_pipeline import PIPELINE_ENV, eventually
+
+pytestmark = pytest.mark.integration
+
+
+def _message(conn: Conn, session_id: int, scope: Any, content: str, name: str | None = None) -> int:
+    row = conn.execute(
+        """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content, name)
+           VALUES (%s, %s, %s, 'user', %s, %s) RETURNING id""",
+        (scope.tenant_id, scope.user_id, session_id, content, name),
+    ).fetchone()
+    assert row is not None
+    return int(row["id"])
+
+
+def _units(conn: Conn, session_id: int) -> dict[int, dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT message_id, text, embedding IS NOT NULL AS embedded FROM memory_chunks WHERE session_id = %s",
+        (session_id,),
+    ).fetchall()
+    return {row["message_id"]: row for row in rows}
+
+
+def test_units_follow_their_messages_in_the_writers_transaction(conn: Conn) -> None:
+    scope = make_scope(conn)
+    session = conn.execute(
+        "INSERT INTO sessions (tenant_id, user_id, session_key) VALUES (%s, %s, 's') RETURNING id",
+        (scope.tenant_id, scope.user_id),
+    ).fetchone()
+    assert session is not None
+    sid = session["id"]
+    a = _message(conn, sid, scope, "We adopted a puppy", "Ann")
+    b = _message(conn, sid, scope, "What breed?", "Bob")
+    c = _message(conn, sid, scope, "A beagle called Toast", "Ann")
+    d = _message(conn, sid, scope, "Lovely name", "Bob")
+    units = _units(conn, sid)
+    assert units[c]["text"] == "Ann: A beagle called Toast\n\nContext:\nAnn: We adopted a puppy\nBob: What breed?"
+    assert units[a]["text"] == "Ann: We adopted a puppy"
+    # A vector on every unit, as the drain leaves them.
+    dimension = conn.execute("SELECT coalesce((SELECT dimension FROM embedding_space), 3) AS n").fetchone()["n"]  # type: ignore[index]
+    conn.execute(
+        "UPDATE memory_chunks SET embedding = array_fill(0.1::real, ARRAY[%s])::vector WHERE session_id = %s",
+        (dimension, sid),
+    )
+
+    # Editing a message rebuilds its unit and the two that carry it as context; their vectors go (the drain
+    # embeds the new text), the others keep theirs.
+    conn.execute("UPDATE session_messages SET content = 'What breed is it?' WHERE id = %s", (b,))
+    units = _units(conn, sid)
+    assert "Bob: What breed is it?" in units[c]["text"] and "Bob: What breed is it?" in units[d]["text"]
+    assert [units[m]["embedded"] for m in (a, b, c, d)] == [True, False, False, False]
+
+    # Erasing a message removes its unit and vector, and it leaves the context of the units after it.
+    conn.execute("DELETE FROM session_messages WHERE id = %s", (b,))
+    units = _units(conn, sid)
+    assert b not in units
+    assert units[c]["text"] == "Ann: A beagle called Toast\n\nContext:\nAnn: We adopted a puppy"
+    assert all("breed" not in unit["text"] for unit in units.values())
+
+    # A message that is not conversation (a tool result, a steering hint, an empty text) has no unit.
+    tool = conn.execute(
+        """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content)
+           VALUES (%s, %s, %s, 'tool', '{"rows": 3}') RETURNING id""",
+        (scope.tenant_id, scope.user_id, sid),
+    ).fetchone()
+    steering = _message(conn, sid, scope, "<steering>be brief</steering>")
+    assert tool is not None and tool["id"] not in _units(conn, sid) and steering not in _units(conn, sid)
+
+    # Erasing the user takes every unit with it.
+    erase_user(conn, scope)
+    left = conn.execute("SELECT count(*) AS n FROM memory_chunks WHERE user_id = %s", (scope.user_id,)).fetchone()
+    assert left is not None and left["n"] == 0
+
+
+@pytest.fixture
+def recall_stack(celery_stack: CeleryStack, clean_state: Any, fake_llm: FakeLLM) -> Iterator[CeleryStack]:
+    """Offline model (rules extraction, local embeddings), the product's memory settings: a new user's setup."""
+    env = {**PIPELINE_ENV, "ENGRAM_LLM_PROVIDER": "offline"}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        get_settings.cache_clear()
+        celery_stack.ensure("offline", **env)
+        yield celery_stack
+    get_settings.cache_clear()
+
+
+def _ingest(api: httpx.Client, session: str, *messages: dict[str, Any]) -> dict[str, Any]:
+    response = api.post(f"/v1/users/alice/sessions/{session}/messages", json={"messages": list(messages)})
+    assert response.status_code == 202, response.text
+    accepted: dict[str, Any] = response.json()
+    return accepted
+
+
+def _context(api: httpx.Client, query: str, max_tokens: int = 1000, **extra: Any) -> dict[str, Any]:
+    response = api.post("/v1/users/alice/context", json={"query": query, "max_tokens": max_tokens, **extra})
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def test_ingested_messages_come_back_through_context_in_their_own_words(
+    api: httpx.Client, recall_stack: CeleryStack
+) -> None:
+    said = "I finally signed up for the pottery class at the community centre on Tuesdays"
+    _ingest(
+        api,
+        "chat-1",
+        {"role": "user", "content": said, "name": "Melanie", "created_at": "2023-05-08T13:56:00Z"},
+        {"role": "assistant", "content": "That sounds relaxing!", "created_at": "2023-05-08T13:57:00Z"},
+    )
+    # Before any vector and any compaction: full text finds it in the commit that stored it.
+    packed = _context(api, "What class did Melanie sign up for?")
+    assert said in packed["context"]
+    assert "[8 May 2023, conversation chat-1]" in packed["context"] and f"- Melanie: {said}" in packed["context"]
+    (item,) = [i for s in packed["sections"] if s["name"] == "transcript" for i in s["items"] if said in i["text"]]
+    assert item["source"]["speaker"] == "Melanie" and item["source"]["session_key"] == "chat-1"
+    assert item["source"]["said_at"].startswith("2023-05-08T13:56")
+    assert packed["tokens"] <= 1000
+    # Then the workers embed it: the session is idle only with every unit's vector stored.
+    done = wait_idle(api, "chat-1")
+    assert done["transcript_pending_messages"] == 0 and done["compaction_count"] == 0
+    found = api.post("/v1/users/alice/memories/search", json={"query": "ceramics lessons"}).json()["results"]
+    assert any(r["source"] == "transcript" and r["value"] == said for r in found)  # by meaning, no shared word
+
+
+def test_a_fact_is_dated_when_it_was_said_and_traced_to_its_message(
+    api: httpx.Client, recall_stack: CeleryStack
+) -> None:
+    accepted = _ingest(
+        api,
+        "chat-2",
+        {"role": "user", "content": "Hello there.", "created_at": "2023-05-08T09:00:00Z"},
+        {"role": "user", "content": "I live in Lisbon.", "created_at": "2023-05-08T09:01:00Z"},
+    )
+    wait_idle(api, "chat-2")
+    memories = api.get("/v1/users/alice/memories").json()
+    (fact,) = [m for m in memories if "Lisbon" in m["value"]]
+    assert fact["valid_from"].startswith("2023-05-08T09:01")
+    assert fact["source_message_ids"] == [accepted["message_ids"][1]]
+    detail = api.get(f"/v1/users/alice/memories/{fact['id']}", params={"excerpts": "true"}).json()
+    (source,) = detail["sources"]
+    assert source["session_key"] == "chat-2" and source["excerpt"] == "I live in Lisbon."
+    assert source["said_at"].startswith("2023-05-08T09:01") and source["speaker"] == "user"
+
+
+def test_a_time_the_question_names_brings_that_time_first(api: httpx.Client, recall_stack: CeleryStack) -> None:
+    _ingest(
+        api, "spring", {"role": "user", "content": "We went hiking near the lake", "created_at": "2023-05-20T10:00:00Z"}
+    )
+    _ingest(
+        api,
+        "summer",
+        {
+            "role": "user",
+            "content": "I told you about the hiking trip to the lake",
+            "created_at": "2023-06-20T10:00:00Z",
+        },
+    )
+    wait_idle(api, "spring")
+    wait_idle(api, "summer")
+    query = "What did I say about the hiking trip to the lake last May?"
+    packed = _context(api, query, as_of="2023-10-01T00:00:00Z")
+    (transcript,) = [s for s in packed["sections"] if s["name"] == "transcript"]
+    assert transcript["items"][0]["text"] == "- user: We went hiking near the lake"
+    # Without the time, the June message (closer in words) comes first.
+    plain = _context(api, "What did I say about the hiking trip to the lake?", as_of="2023-10-01T00:00:00Z")
+    (transcript,) = [s for s in plain["sections"] if s["name"] == "transcript"]
+    assert transcript["items"][0]["text"] == "- user: I told you about the hiking trip to the lake"
+
+
+def test_a_short_budget_holds_no_fact_beside_the_excerpt_it_came_from(
+    api: httpx.Client, recall_stack: CeleryStack
+) -> None:
+    _ingest(api, "chat-3", {"role": "user", "content": "I live in Lisbon.", "created_at": "2023-05-08T09:01:00Z"})
+    wait_idle(api, "chat-3")
+    for budget in (60, 90, 150, 400):
+        packed = _context(api, "Where do I live? Lisbon", max_tokens=budget)
+        texts = [i["text"] for s in packed["sections"] for i in s["items"]]
+        excerpts = [t for t in texts if t == "- user: I live in Lisbon."]
+        facts = [t for t in texts if "Lisbon" in t and t not in excerpts]
+        assert len(excerpts) + len(facts) <= 1, (budget, texts)
+        assert packed["tokens"] <= budget
+    assert excerpts or facts  # the largest budget holds one of them
+
+
+def test_the_units_of_a_long_session_are_found_by_the_drain_not_by_compaction(
+    recall_stack: CeleryStack, api: httpx.Client
+) -> None:
+    messages = [{"role": "user", "content": f"Message {n} about topic {n}"} for n in range(150)]
+    accepted = _ingest(api, "long", *messages)
+    eventually(
+        lambda: _pending(accepted["session_id"]) == 0, timeout=120, message="transcript units were not all embedded"
+    )
+
+
+def _pending(session_id: int) -> int:
+    with db.connection() as conn:
+        row = conn.execute(
+            "SELECT count(*) AS n FROM memory_chunks WHERE session_id = %s AND embedding IS NULL", (session_id,)
+        ).fetchone()
+    return int(row["n"]) if row else -1
