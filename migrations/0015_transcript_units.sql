@@ -168,5 +168,7 @@ CREATE TRIGGER session_messages_transcript_units
     AFTER INSERT OR DELETE OR UPDATE OF role, content, name, created_at, turn_id ON session_messages
     FOR EACH ROW EXECUTE FUNCTION engram_transcript_units_trigger();
 
--- Every message stored before this migration becomes a unit now (their vectors follow by the drain).
+-- Every message stored before this migration becomes a unit now, in this transaction (a fraction of a
+-- millisecond a message: minutes for millions); their vectors follow through the embedding drain, which the
+-- pending-work sweep requests while any unit has none.
 SELECT engram_build_transcript_unit(id) FROM session_messages ORDER BY id;

@@ -36,11 +36,12 @@ Reported:
 3. compaction duration (Celery task events: task start -> success, i.e. after its commit), its
    queue wait and the summary call's own duration;
 4. queue depths over time (LLEN of every Celery queue, plus the reserved/ETA messages, every 0.5 s);
-5. totals; then errors and warnings found in the processes' logs and Postgres's log.
+5. totals, with every message's wait for its transcript unit's vector (stored with the message -> vector
+   stored); then errors and warnings found in the processes' logs and Postgres's log.
 Then the same as one JSON line (alone with --json), whose top level also carries the headline figures
-`vector_searchable_lag_p50_s`, `vector_searchable_lag_p95_s`, `text_searchable_lag_p95_s` and
-`sustained_turns_per_s` (see `headline`). A POST answered 503 ("retry later") is retried with the same
-Idempotency-Key, as a client should, and counted.
+`vector_searchable_lag_p50_s`, `vector_searchable_lag_p95_s`, `transcript_vector_lag_p50_s`,
+`transcript_vector_lag_p95_s`, `text_searchable_lag_p95_s` and `sustained_turns_per_s` (see `headline`). A
+POST answered 503 ("retry later") is retried with the same Idempotency-Key, as a client should, and counted.
 """
 
 from __future__ import annotations
@@ -795,6 +796,13 @@ def fetch_db(database_url: str, user_prefix: str) -> dict[str, list[dict[str, An
                    WHERE u.external_id LIKE %(p)s AND c.memory_id IS NULL""",
                 p,
             ).fetchall(),
+            # Each message's transcript unit: stored with the message, its vector stored by the drain.
+            "unit_lags": conn.execute(
+                """SELECT extract(epoch FROM c.embedded_at - c.created_at) AS lag
+                   FROM memory_chunks c JOIN users u ON u.id = c.user_id
+                   WHERE u.external_id LIKE %(p)s AND c.message_id IS NOT NULL AND c.embedded_at IS NOT NULL""",
+                p,
+            ).fetchall(),
             "unmined": conn.execute(
                 """SELECT count(*) AS n FROM session_messages sm JOIN users u ON u.id = sm.user_id
                    WHERE u.external_id LIKE %(p)s AND sm.extracted_at IS NULL""",
@@ -1196,6 +1204,7 @@ def totals_section(run: RunData) -> dict[str, Any]:
         "compactions": sum(s["compaction_count"] for s in run.db["sessions"]),
         "transcript_chunks": int(chunks["n"]),
         "transcript_chunks_embedded": int(chunks["embedded"]),
+        "transcript_vector_lag_s": dist([float(row["lag"]) for row in run.db["unit_lags"]]),
         "messages_not_mined": int(run.db["unmined"][0]["n"]),
     }
 
@@ -1238,15 +1247,19 @@ def analyse(run: RunData, drain_state: str) -> dict[str, Any]:
 
 def headline(summary: dict[str, Any], run: RunData) -> dict[str, Any]:
     """The figures issue 13 tracks, lifted from the sections above (no second measurement):
-    vector-searchable lag = turn finished -> the first embedding of the memory traced to it; text-searchable
+    vector-searchable lag = turn finished -> the first embedding of the memory traced to it; transcript vector
+    lag = a message stored -> its transcript unit's vector stored (full text finds the unit at once); text-searchable
     lag = turn finished -> that memory stored (the full-text leg reads `memories.search_tsv`, written with the
     row); sustained turns/s = turns done over load plus drain, i.e. the rate at which turns went all the way
     through the pipeline (a backlog that outlasts the load lowers it)."""
     lag = summary["extraction_lag_s"]
     busy_s = run.load_s + run.drain_s
+    units = summary["totals"]["transcript_vector_lag_s"]
     return {
         "vector_searchable_lag_p50_s": lag["searchable"]["p50"],
         "vector_searchable_lag_p95_s": lag["searchable"]["p95"],
+        "transcript_vector_lag_p50_s": units["p50"],
+        "transcript_vector_lag_p95_s": units["p95"],
         "text_searchable_lag_p95_s": lag["stored"]["p95"],
         "sustained_turns_per_s": round(summary["turns_done"] / busy_s, 2) if busy_s else None,
     }
@@ -1346,8 +1359,9 @@ def render(summary: dict[str, Any], header: str) -> str:
         "5. totals",
         f"   turns/s {summary['turns_per_s']}; memories stored {totals['memories_active']} "
         f"({totals['memories_from_turns']} traced to a turn's token; by source {totals['memories_by_source']}); "
-        f"compactions {totals['compactions']}; transcript chunks {totals['transcript_chunks']} "
-        f"({totals['transcript_chunks_embedded']} embedded); messages never mined {totals['messages_not_mined']}",
+        f"compactions {totals['compactions']}; transcript units {totals['transcript_chunks']} "
+        f"({totals['transcript_chunks_embedded']} embedded; message stored -> its vector "
+        f"{_d(totals['transcript_vector_lag_s'])}); messages never mined {totals['messages_not_mined']}",
     ]
     if summary["turns_failed"]:
         lines.append(f"   FAILED TURNS: {summary['turns_failed']}")

@@ -270,7 +270,7 @@ def test_vector_leg_returns_k_rows_when_the_user_owns_one_percent(conn: Conn, em
     register_vector_types(conn)  # the rows below are inserted as pgvector values on this connection
     tenant_scope = make_scope(conn, "user-0")
     rng = np.random.default_rng(7)
-    n_users, per_user = 100, 60  # 6,000 chunks; our user owns 1%
+    n_users, per_user = 100, 30  # 3,000 units; our user owns 1%
     user_ids = [tenant_scope.user_id] + [make_scope(conn, f"user-{i}").user_id for i in range(1, n_users)]
     sessions = {user_id: _session_for(conn, tenant_scope.tenant_id, user_id) for user_id in user_ids}
     vectors = rng.normal(size=(n_users * per_user, embedder.dimension)).astype(np.float32)

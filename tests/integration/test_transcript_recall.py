@@ -17,6 +17,7 @@ from ops.fake_llm import FakeLLM
 from shared import db
 from shared.config import get_settings
 from shared.db import Conn
+from shared.embeddings import LocalEmbedder, ensure_embedding_space
 from shared.memory.userdata import erase_user
 from tests.conftest import CeleryStack
 from tests.integration.test_ingest_pipeline import wait_idle
@@ -60,7 +61,9 @@ def test_units_follow_their_messages_in_the_writers_transaction(conn: Conn) -> N
     assert units[c]["text"] == "Ann: A beagle called Toast\n\nContext:\nAnn: We adopted a puppy\nBob: What breed?"
     assert units[a]["text"] == "Ann: We adopted a puppy"
     # A vector on every unit, as the drain leaves them.
-    dimension = conn.execute("SELECT coalesce((SELECT dimension FROM embedding_space), 3) AS n").fetchone()["n"]  # type: ignore[index]
+    embedder = LocalEmbedder()  # the space a running system has: the column typed vector(n)
+    ensure_embedding_space(conn, embedder)
+    dimension = embedder.dimension
     conn.execute(
         "UPDATE memory_chunks SET embedding = array_fill(0.1::real, ARRAY[%s])::vector WHERE session_id = %s",
         (dimension, sid),

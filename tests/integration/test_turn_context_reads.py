@@ -143,3 +143,24 @@ def test_a_vector_search_sends_its_settings_with_the_statement(conn: Conn) -> No
     # The settings applied to that statement: they are the transaction's now (set_config's local scope).
     row = conn.execute("SELECT current_setting('hnsw.iterative_scan') AS scan").fetchone()
     assert row == {"scan": "relaxed_order"}
+
+
+def test_a_turn_recalls_what_was_said_in_another_conversation(conn: Conn) -> None:
+    """engram's own turns get the transcript too: a message of an earlier conversation, by its own words, with
+    its day, conversation and speaker, in the dynamic tail of a new conversation's turn (within the budget)."""
+    scope = make_scope(conn)
+    earlier = submit_turn(
+        conn,
+        tenant_id=scope.tenant_id,
+        session_key="s0",
+        user_external_id="alice",
+        text="My sister Ines is getting married in Porto next June",
+    )
+    deps = TurnDeps(provider=_Provider(), model="claude-sonnet-4-6", tools=default_registry(), redis=get_redis())  # type: ignore[arg-type]
+    turn = _claimed(conn, scope, "Where is Ines getting married?")
+    _history, context = read_turn_context(conn, turn, deps)
+    said = [m for m in context.dynamic.relevant if m["value"] == "My sister Ines is getting married in Porto next June"]
+    assert said and said[0]["key"] == "user" and said[0]["namespace"].endswith(", conversation s0")
+    assert earlier.turn["session_id"] != turn["session_id"]
+    # Nothing from the turn's own conversation: its history is in the prompt already.
+    assert all("Where is Ines" not in m["value"] for m in context.dynamic.relevant)
