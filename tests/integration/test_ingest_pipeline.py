@@ -4,6 +4,7 @@ session that mixes ingested batches with chat turns keeps the order they arrived
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -110,18 +111,24 @@ def test_a_session_mixing_batches_and_turns_keeps_arrival_order(
     assert "Later: I booked" not in sent
 
 
-@pytest.fixture
-def compacting(celery_stack: CeleryStack, clean_state: Any, fake_llm: FakeLLM) -> Iterator[CeleryStack]:
-    """A low compaction threshold, in the workers and in the in-process gateway (memory-status reads it)."""
-    env = {**PIPELINE_ENV, "ENGRAM_COMPACTION_THRESHOLD_TOKENS": "600"}
-    fake_llm.default = responder()
+@contextlib.contextmanager
+def configured(stack: CeleryStack, provider: str, env: dict[str, str]) -> Iterator[CeleryStack]:
+    """These settings in the workers and in the in-process gateway (memory-status and context read them)."""
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
         get_settings.cache_clear()
-        celery_stack.ensure("anthropic", **env)
-        yield celery_stack
+        stack.ensure(provider, **env)
+        yield stack
     get_settings.cache_clear()
+
+
+@pytest.fixture
+def compacting(celery_stack: CeleryStack, clean_state: Any, fake_llm: FakeLLM) -> Iterator[CeleryStack]:
+    """A low compaction threshold."""
+    fake_llm.default = responder()
+    with configured(celery_stack, "anthropic", {**PIPELINE_ENV, "ENGRAM_COMPACTION_THRESHOLD_TOKENS": "600"}) as stack:
+        yield stack
 
 
 def test_memory_status_is_idle_only_once_a_due_compaction_and_every_transcript_vector_are_done(

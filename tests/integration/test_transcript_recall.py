@@ -15,12 +15,11 @@ import pytest
 
 from ops.fake_llm import FakeLLM
 from shared import db
-from shared.config import get_settings
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, ensure_embedding_space
 from shared.memory.userdata import erase_user
 from tests.conftest import CeleryStack
-from tests.integration.test_ingest_pipeline import wait_idle
+from tests.integration.test_ingest_pipeline import configured, wait_idle
 from tests.integration.test_memory_store import make_scope
 from tests.integration.test_pipeline import PIPELINE_ENV, eventually
 
@@ -101,14 +100,8 @@ def test_units_follow_their_messages_in_the_writers_transaction(conn: Conn) -> N
 @pytest.fixture
 def recall_stack(celery_stack: CeleryStack, clean_state: Any, fake_llm: FakeLLM) -> Iterator[CeleryStack]:
     """Offline model (rules extraction, local embeddings), the product's memory settings: a new user's setup."""
-    env = {**PIPELINE_ENV, "ENGRAM_LLM_PROVIDER": "offline"}
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in env.items():
-            patch.setenv(name, value)
-        get_settings.cache_clear()
-        celery_stack.ensure("offline", **env)
-        yield celery_stack
-    get_settings.cache_clear()
+    with configured(celery_stack, "offline", {**PIPELINE_ENV, "ENGRAM_LLM_PROVIDER": "offline"}) as stack:
+        yield stack
 
 
 def _ingest(api: httpx.Client, session: str, *messages: dict[str, Any]) -> dict[str, Any]:
