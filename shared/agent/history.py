@@ -100,7 +100,7 @@ def relevant_memories(
     if not latest.strip():
         return []
     from shared.config import get_settings
-    from shared.context.packed import day
+    from shared.context.packed import excerpt_place
     from shared.memory.search import SearchFilters
     from shared.memory.service import search_memories
     from shared.memory.store import Scope
@@ -118,9 +118,8 @@ def relevant_memories(
     used = 0
     for r in results:
         if r.source == "transcript":
-            when = day(r.created_at) if r.created_at else "undated"
             item = {
-                "namespace": f"{when}, conversation {r.session_key}",
+                "namespace": excerpt_place(r.created_at, r.session_key),
                 "key": r.speaker or "someone",
                 "value": r.value,
             }

@@ -152,10 +152,15 @@ def day(moment: datetime) -> str:
     return f"{moment.day} {moment:%B %Y}"
 
 
+def excerpt_place(said_at: datetime | None, session_key: str | None) -> str:
+    """Where an excerpt stands: its day, and its conversation when known ("8 May 2023, conversation chat-1")."""
+    when = day(said_at) if said_at else "undated"
+    return f"{when}, conversation {session_key}" if session_key else when
+
+
 def excerpt_heading(item: Item) -> str:
     """The line excerpts of one day of one conversation are listed under."""
-    when = day(item.said_at) if item.said_at else "undated"
-    return f"[{when}, conversation {item.session_key}]" if item.session_key else f"[{when}]"
+    return f"[{excerpt_place(item.said_at, item.session_key)}]"
 
 
 def _excerpt_lines(items: Sequence[Item]) -> list[str]:
