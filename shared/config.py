@@ -76,7 +76,11 @@ class Settings(BaseSettings):
     embedding_dimensions: int | None = Field(None, ge=1, description="OpenAI text-embedding-3 `dimensions`")
     embedding_base_url: str | None = Field(None, description="OpenAI-compatible embeddings endpoint, with /v1")
     embedding_api_key: SecretStr | None = Field(None, description="Default: ENGRAM_OPENAI_API_KEY")
-    embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding call")
+    embedding_batch_size: int = Field(
+        64,
+        ge=1,
+        description="Texts per embedding call (memories; the transcript units' drain takes a quarter of it per task)",
+    )
     embedding_backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
         "auto",
         description="Local model runtime. auto = onnx-int8 for a new database, else the local space it "

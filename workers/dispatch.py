@@ -11,13 +11,14 @@ from shared import db
 from shared.channels.inbound import Accepted
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
-from shared.embeddings.drain import TOKEN_KEY, claim_request
+from shared.embeddings.drain import DrainKind, claim_request, token_key
 from shared.logging import get_logger
 from shared.memory.userdata import Erasure, drop_live_state
 from shared.pipeline import debounce
 from shared.pipeline.jobs import plan_after_turn
 from shared.redis_client import get_redis
 from workers.app import app
+from workers.queues import BULK_PRIORITY
 
 if TYPE_CHECKING:  # only for annotations
     from shared.pipeline.jobs import JobOutcome
@@ -52,17 +53,23 @@ def enqueue_drain(session_id: int) -> None:
 def enqueue_embed_memory(memory_id: int) -> None:
     """Ask for a committed memory's embedding. Postgres knows which memories are pending, and one drain task
     embeds them in batches, so this sends a drain only when none is queued (shared/embeddings/drain.py)."""
-    request_embedding_drain()
+    request_embedding_drain("memories")
 
 
-def request_embedding_drain() -> None:
+def request_embedding_drain(kind: DrainKind) -> None:
+    """Send a drain of `kind` unless one is queued. The transcript's goes at the bulk priority: a worker takes
+    any due memory job (extraction, flush, compaction, a memory's vector) before the next batch of units, which
+    full text already finds."""
     client = get_redis()
-    if not claim_request(client):
+    if not claim_request(client, kind):
         return
     try:
-        app.send_task("engram.embeddings.embed_pending", queue="embeddings")
+        if kind == "memories":
+            app.send_task("engram.embeddings.embed_pending", queue="embeddings")
+        else:
+            app.send_task("engram.embeddings.embed_transcript", queue="embeddings", priority=BULK_PRIORITY)
     except BaseException:
-        client.delete(TOKEN_KEY)  # nothing was queued: the next request must not wait for the token to expire
+        client.delete(token_key(kind))  # nothing was queued: the next request must not wait for the token to expire
         raise
 
 
@@ -98,7 +105,7 @@ def schedule_memory_work(session_id: int, session: dict[str, Any] | None = None)
     Best effort: the messages are already saved, and the pending-work sweeps catch anything lost here."""
     settings = get_settings()
     try:
-        request_embedding_drain()
+        request_embedding_drain("transcript")
         if not settings.auto_memory:
             return
         plan = debounce.schedule(

@@ -1,4 +1,5 @@
-"""Queue `embeddings`: embed what is pending (memories, then transcript units), in batches."""
+"""Queue `embeddings`: embed what is pending in batches: memories at the default priority, transcript units at
+the bulk one."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from shared import db
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.embeddings import EmbeddingError, SpaceChanged
-from shared.embeddings.drain import drain_started
+from shared.embeddings.drain import DrainKind, drain_started
 from shared.memory.indexing import index_pending_memories, unindexed_memory_ids
 from shared.memory.service import process_embedder
 from shared.redis_client import get_redis
-from shared.transcript.units import embed_pending_units, pending_units
+from shared.transcript.units import embed_pending_units, pending_units, transcript_batch_size
 from workers.base import engram_task
 from workers.dispatch import request_embedding_drain
 
@@ -29,29 +30,42 @@ _RETRIES: dict[str, Any] = {
 }
 
 
-def _drain() -> int:
-    """One model call for pending memories and one for pending transcript units, at most."""
+def _started(kind: DrainKind) -> None:
     with contextlib.suppress(RedisError):  # without Redis the token simply expires
-        drain_started(get_redis())
-    embedder, batch_size = process_embedder(), get_settings().embedding_batch_size
-    memories = index_pending_memories(embedder, batch_size)
-    units = embed_pending_units(embedder, batch_size)
-    if memories.more or units.more:
-        request_embedding_drain()
-    return memories.memories + units.units
+        drain_started(get_redis(), kind)
+
+
+def _drain_memories() -> int:
+    _started("memories")
+    batch = index_pending_memories(process_embedder(), get_settings().embedding_batch_size)
+    if batch.more:
+        request_embedding_drain("memories")
+    return batch.memories
 
 
 @engram_task("embeddings", **_RETRIES)
 def embed_pending() -> int:
-    """One batch of pending memories and one of pending transcript units (up to ENGRAM_EMBEDDING_BATCH_SIZE
-    texts each); queues the next drain if more are pending. Returns how many memories and units it embedded."""
-    return _drain()
+    """One batch of pending memories (up to ENGRAM_EMBEDDING_BATCH_SIZE, one model call); queues the next drain
+    if more are pending. Returns how many it embedded."""
+    return _drain_memories()
+
+
+@engram_task("embeddings", **_RETRIES)
+def embed_transcript() -> int:
+    """One batch of transcript units without a vector (a quarter of ENGRAM_EMBEDDING_BATCH_SIZE: see
+    transcript_batch_size; sent at the bulk priority, as are its retries: see request_embedding_drain); queues
+    the next if more are pending. Returns how many it embedded."""
+    _started("transcript")
+    batch = embed_pending_units(process_embedder(), transcript_batch_size(get_settings().embedding_batch_size))
+    if batch.more:
+        request_embedding_drain("transcript")
+    return batch.units
 
 
 @engram_task("embeddings", **_RETRIES)
 def embed_memory(memory_id: int) -> int:
     """Messages sent before embeddings were batched: the memory is pending in Postgres like any other."""
-    return _drain()
+    return _drain_memories()
 
 
 @engram_task("embeddings")
@@ -60,7 +74,9 @@ def index_missing_memories() -> int:
     restart, retries exhausted, a broker down when the memory was written). Returns how many are pending (up to
     1000 of each)."""
     with db.connection() as conn:
-        pending = len(unindexed_memory_ids(conn)) + pending_units(conn)
-    if pending:
-        request_embedding_drain()
-    return pending
+        memories, units = len(unindexed_memory_ids(conn)), pending_units(conn)
+    if memories:
+        request_embedding_drain("memories")
+    if units:
+        request_embedding_drain("transcript")
+    return memories + units

@@ -22,9 +22,16 @@ POOLS: dict[str, tuple[str, ...]] = {
     "maintenance": ("maintenance",),
 }
 
-# The Redis lists of a queue: kombu's default priority steps (0, 3, 6, 9); step 0 is the queue's own name. Every
-# task is sent at the default priority today; a depth still counts every list, so a message sent with another
-# priority is never missed.
+# Bulk work (the transcript units' vectors: every stored message through the embedding model) is sent with the
+# lowest message priority. kombu's Redis transport keeps such messages in a list of their own
+# ("embeddings\x06\x169") and a worker's BRPOP lists every queue's default-priority list first, so the same
+# process takes a due extraction, flush, compaction or memory embedding before the next batch of units, without
+# a process of its own (a worker with a local embedder costs ~0.5 GB). With Redis, 0 is the highest.
+BULK_PRIORITY = 9
+# Queues that receive bulk-priority messages: autoscalers must watch their bulk list too (ops/k8s/base/keda.yaml).
+BULK_QUEUES = ("embeddings",)
+# The Redis lists of a queue: kombu's default priority steps (0, 3, 6, 9); step 0 is the queue's own name. A
+# depth counts every list, so a message sent with another priority is never missed.
 _PRIORITY_SEP = "\x06\x16"
 _PRIORITY_STEPS = (0, 3, 6, 9)
 
@@ -36,6 +43,11 @@ def _list_name(queue: str, step: int) -> str:
 def broker_keys(queue: str) -> tuple[str, ...]:
     """Every Redis list that holds `queue`'s waiting messages (what a depth must add up)."""
     return tuple(_list_name(queue, step) for step in _PRIORITY_STEPS)
+
+
+def bulk_key(queue: str) -> str:
+    """The Redis list of `queue`'s bulk-priority (BULK_PRIORITY) messages."""
+    return _list_name(queue, BULK_PRIORITY)
 
 
 def queue_depths(client: redis.Redis, queues: Iterable[str]) -> dict[str, int]:

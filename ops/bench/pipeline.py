@@ -1012,7 +1012,11 @@ def task_section(run: RunData) -> dict[str, Any]:
 
 
 MINING_TASKS = ("engram.extraction.extract", "engram.flush.flush", "engram.compaction.compact")
-EMBEDDING_TASKS = ("engram.embeddings.embed_pending", "engram.embeddings.embed_memory")
+EMBEDDING_TASKS = (
+    "engram.embeddings.embed_pending",
+    "engram.embeddings.embed_transcript",
+    "engram.embeddings.embed_memory",
+)
 # Task-event stamps and Postgres transaction-start times come from different clocks' reads: this much slack.
 WINDOW_SLACK_S = 0.05
 

@@ -28,6 +28,13 @@ from shared.metrics import observe_embedding_lag
 _CLAIM_SCAN_FACTOR = 4
 
 
+def transcript_batch_size(embedding_batch_size: int) -> int:
+    """Units per drain task: a quarter of a memory batch. The units' drain is bulk work that yields to due memory
+    jobs only between tasks, and the worker process it holds is not running them meanwhile; a smaller batch
+    holds it for less (16 units of a long conversation: about half a second of the local model)."""
+    return max(1, embedding_batch_size // 4)
+
+
 @dataclass(frozen=True)
 class UnitBatch:
     """What one `embed_pending_units` run did."""

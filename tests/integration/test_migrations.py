@@ -65,3 +65,54 @@ def test_a_failing_migration_leaves_no_trace(fresh_db_url: str, monkeypatch: pyt
         assert conn.execute("SELECT to_regclass('half_done') AS t").fetchone() == {"t": None}
         versions = [r["version"] for r in conn.execute("SELECT version FROM schema_migrations")]
         assert 9999 not in versions and len(versions) == len(good)
+
+
+def test_an_upgrade_rewrites_what_units_embed_and_keeps_their_vectors(
+    fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0016 changes what a transcript unit's vector is made of; a database with units embedded under 0015 keeps
+    them searchable by meaning (no re-embedding of every message) and rebuilds later edits the new way."""
+    from shared import migrate
+
+    every = available_migrations()
+    monkeypatch.setattr(migrate, "available_migrations", lambda: [m for m in every if m.version <= 15])
+    with connect(fresh_db_url) as conn:
+        apply_migrations(conn)
+        tenant = conn.execute("INSERT INTO tenants (name) VALUES ('t') RETURNING id").fetchone()
+        assert tenant is not None
+        user = conn.execute(
+            "INSERT INTO users (tenant_id, external_id) VALUES (%s, 'u') RETURNING id", (tenant["id"],)
+        ).fetchone()
+        assert user is not None
+        ids = (tenant["id"], user["id"])
+        session = conn.execute(
+            "INSERT INTO sessions (tenant_id, user_id, session_key) VALUES (%s, %s, 's') RETURNING id", ids
+        ).fetchone()
+        assert session is not None
+        for content in ("Have you ever been to Iceland?", "Yes, twice"):
+            conn.execute(
+                """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content)
+                   VALUES (%s, %s, %s, 'user', %s)""",
+                (*ids, session["id"], content),
+            )
+        conn.execute("UPDATE memory_chunks SET embedding = '[0.1,0.2,0.3]', embedded_at = now()")
+        before = conn.execute("SELECT text FROM memory_chunks ORDER BY message_id").fetchall()
+        assert before[1]["text"] == "user: Yes, twice\n\nContext:\nuser: Have you ever been to Iceland?"
+
+    monkeypatch.setattr(migrate, "available_migrations", lambda: every)
+    with connect(fresh_db_url) as conn:
+        assert 16 in [m.version for m in apply_migrations(conn)]
+        after = conn.execute(
+            "SELECT message_id, text, embedding::text AS v, embedded_at FROM memory_chunks ORDER BY message_id"
+        ).fetchall()
+        assert [row["text"] for row in after] == [
+            "user: Have you ever been to Iceland?",
+            "user: Yes, twice\n\nContext: user: Have you ever been to Iceland?",
+        ]
+        assert all(row["v"] == "[0.1,0.2,0.3]" and row["embedded_at"] is not None for row in after)
+        # The new text is its hash: rebuilding an unchanged message keeps its vector.
+        conn.execute("UPDATE session_messages SET content = content WHERE id = %s", (after[1]["message_id"],))
+        kept = conn.execute(
+            "SELECT embedding::text AS v FROM memory_chunks WHERE message_id = %s", (after[1]["message_id"],)
+        ).fetchone()
+        assert kept == {"v": "[0.1,0.2,0.3]"}

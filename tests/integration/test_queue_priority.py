@@ -15,6 +15,7 @@ import pytest
 
 from ops.fake_llm import FakeLLM
 from shared import db
+from shared.embeddings.drain import token_key
 from shared.pipeline import debounce
 from shared.redis_client import get_redis
 from tests.conftest import CeleryStack
@@ -81,8 +82,8 @@ def test_extraction_runs_while_a_transcript_embedding_backlog_waits(
 
     # The drain is asked for first, then the extractions (due at once), as when a large import landed just
     # before a few sessions went quiet.
-    get_redis().delete("engram:embeddings:drain-queued")
-    request_embedding_drain()
+    get_redis().delete(token_key("transcript"))
+    request_embedding_drain("transcript")
     client = get_redis()
     for session_id in chats:
         plan = debounce.schedule(client, "extract", session_id, debounce=0, max_wait=0)

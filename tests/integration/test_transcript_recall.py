@@ -57,7 +57,8 @@ def test_units_follow_their_messages_in_the_writers_transaction(conn: Conn) -> N
     c = _message(conn, sid, scope, "A beagle called Toast", "Ann")
     d = _message(conn, sid, scope, "Lovely name", "Bob")
     units = _units(conn, sid)
-    assert units[c]["text"] == "Ann: A beagle called Toast\n\nContext:\nAnn: We adopted a puppy\nBob: What breed?"
+    # The text embedded: the message, then the last words said before it (the nearest message last).
+    assert units[c]["text"] == "Ann: A beagle called Toast\n\nContext: Ann: We adopted a puppy Bob: What breed?"
     assert units[a]["text"] == "Ann: We adopted a puppy"
     # A vector on every unit, as the drain leaves them.
     embedder = LocalEmbedder()  # the space a running system has: the column typed vector(n)
@@ -79,8 +80,29 @@ def test_units_follow_their_messages_in_the_writers_transaction(conn: Conn) -> N
     conn.execute("DELETE FROM session_messages WHERE id = %s", (b,))
     units = _units(conn, sid)
     assert b not in units
-    assert units[c]["text"] == "Ann: A beagle called Toast\n\nContext:\nAnn: We adopted a puppy"
+    assert units[c]["text"] == "Ann: A beagle called Toast\n\nContext: Ann: We adopted a puppy"
     assert all("breed" not in unit["text"] for unit in units.values())
+
+    # A long message before a reply: the reply's vector gets its last 30 words, its full text index all of them.
+    story = " ".join(f"word{n}" for n in range(40))
+    _message(conn, sid, scope, story, "Ann")
+    reply = _message(conn, sid, scope, "Indeed", "Bob")
+    text = _units(conn, sid)[reply]["text"]
+    assert text == "Bob: Indeed\n\nContext: " + " ".join(f"word{n}" for n in range(10, 40)), text
+    found = conn.execute(
+        "SELECT message_id FROM memory_chunks WHERE search_tsv @@ to_tsquery('english', 'word2') AND session_id = %s",
+        (sid,),
+    ).fetchall()
+    assert {row["message_id"] for row in found} >= {reply}
+    # A long message's vector is of its first 100 words; full text finds it by any of them.
+    long_one = _message(conn, sid, scope, " ".join(f"part{n}" for n in range(150)), "Ann")
+    text = _units(conn, sid)[long_one]["text"]
+    assert text.startswith("Ann: part0 part1 ") and "part98" in text and "part99" not in text, text
+    found = conn.execute(
+        "SELECT message_id FROM memory_chunks WHERE search_tsv @@ to_tsquery('english', 'part140') AND session_id = %s",
+        (sid,),
+    ).fetchall()
+    assert [row["message_id"] for row in found] == [long_one]
 
     # A message that is not conversation (a tool result, a steering hint, an empty text) has no unit.
     tool = conn.execute(

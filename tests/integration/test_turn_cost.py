@@ -134,7 +134,7 @@ def test_a_turn_runs_in_five_transactions(transactions: list[str], monkeypatch: 
     assert outcome.processed == 1 and statuses(session_id) == ["done"]
     # The embedding drain for the turn's transcript units, then the debounced extraction.
     assert [(name, kwargs.get("session_id")) for name, kwargs in sent] == [
-        ("engram.embeddings.embed_pending", None),
+        ("engram.embeddings.embed_transcript", None),
         ("engram.extraction.extract", session_id),
     ]
     transactions.pop()  # statuses()

@@ -17,7 +17,7 @@ import yaml
 from shared.config import Settings
 from tests.support.kustomize import load_documents, render
 from tests.unit.test_compose import COMPOSE_FILE, argv, engram_services, env
-from workers.queues import POOLS, QUEUES, broker_keys
+from workers.queues import BULK_QUEUES, POOLS, QUEUES, broker_keys, bulk_key
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "ops" / "k8s"
@@ -160,9 +160,10 @@ def test_keda_objects(rendered: list[dict[str, Any]]) -> None:
         }
         target = deployments[spec["scaleTargetRef"]["name"]]
         assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
-        # One trigger per queue of the pool, on that queue's Redis list.
+        # One trigger per queue of the pool, on that queue's Redis list, and one on the bulk-priority list of a
+        # queue that gets bulk work (a transcript-embedding backlog waits there, not in the queue's own list).
         pool = name.removeprefix("worker-")
-        expected = list(POOLS[pool])
+        expected = [*POOLS[pool], *(bulk_key(q) for q in POOLS[pool] if q in BULK_QUEUES)]
         assert [t["metadata"]["listName"] for t in spec["triggers"]] == expected
         env_names = {e["name"] for e in pod_spec(target)["containers"][0].get("env", [])}
         for trigger in spec["triggers"]:
