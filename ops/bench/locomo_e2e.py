@@ -59,8 +59,10 @@ from typing import Any, TextIO
 
 from engram.client import EngramAPIError, EngramClient
 from ops.bench.harness import BenchError, BenchRun, add_keep_flag, emit, percentile
-from ops.bench.locomo_retrieval import CATEGORIES, Conversation, Question
+from ops.bench.locomo_retrieval import CATEGORIES, Conversation, Question, said_text
+from ops.bench.locomo_turns import Script, play
 from ops.bench.stack import LocalStack, up_workers
+from ops.fake_llm import FakeLLM
 from shared.context.tokens import O200K, TokenCounter, counter_for
 
 DEFAULT_BUDGETS = (500, 1000, 2000)
@@ -107,8 +109,7 @@ def session_messages(conversation: Conversation) -> dict[int, list[dict[str, Any
     sessions: dict[int, list[dict[str, Any]]] = {}
     for turn in conversation.turns:
         messages = sessions.setdefault(turn.session, [])
-        content = turn.said.strip() + (f" [image: {turn.caption}]" if turn.caption else "")
-        message: dict[str, Any] = {"role": "user", "content": content, "idempotency_key": turn.dia_id}
+        message: dict[str, Any] = {"role": "user", "content": said_text(turn), "idempotency_key": turn.dia_id}
         if turn.speaker.strip():
             message["name"] = turn.speaker.strip()[:128]
         if turn.event_time is not None:
@@ -383,6 +384,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="an extra ENGRAM_ setting for the stack (repeatable), e.g. ENGRAM_SEARCH_RELATIVE_FLOOR=0.2",
     )
     group.add_argument("--wait-timeout", type=float, default=600.0, help="seconds for the memory pipeline to finish")
+    group.add_argument(
+        "--shape",
+        choices=("ingest", "turns"),
+        default="ingest",
+        help="how the conversations go in: the messages API (offline model), or played as engram's own chat "
+        "turns against a scripted fake model (ops/bench/locomo_turns.py)",
+    )
     add_keep_flag(group, "keep the stack's temporary directory (logs, data)")
     group.add_argument(
         "--dump", default=None, metavar="PATH", help="write every question's context and recall to PATH (JSON lines)"
@@ -427,11 +435,20 @@ def run(args: argparse.Namespace, conversations: list[Conversation]) -> int:
     run_id = uuid.uuid4().hex[:6]
     with BenchRun(keep=args.keep) as cleanup:
         workdir = cleanup.workdir("engram-bench-locomo-")
-        stack = LocalStack(workdir, 1, workers=up_workers(1, 1), env=env)
+        llm_url, script = None, None
+        if args.shape == "turns":
+            script = Script()
+            fake = FakeLLM()
+            fake.default = script
+            fake.start()
+            cleanup.callback(fake.stop)
+            env["ENGRAM_LLM_PROVIDER"] = "anthropic"
+            llm_url = fake.anthropic_base_url
+        stack = LocalStack(workdir, 1, llm_url=llm_url, workers=up_workers(1, 1), env=env)
         cleanup.callback(stack.stop)
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         try:
-            return ask_all(args, stack, stack.start(), conversations, budgets, compaction_tokens, env, run_id)
+            return ask_all(args, stack, stack.start(), conversations, budgets, compaction_tokens, env, run_id, script)
         except EngramAPIError as exc:
             raise BenchError(str(exc)) from exc  # BenchRun keeps the workdir: the logs say why
 
@@ -445,11 +462,17 @@ def ask_all(
     compaction_tokens: int | None,
     env: dict[str, str],
     run_id: str,
+    script: Script | None = None,
 ) -> int:
     users = [(f"{user_id_for(i, c)}-{run_id}", c) for i, c in enumerate(conversations)]
     with EngramClient(stack.url, api_key, timeout=120.0) as client:
-        print(f"ingesting {len(users)} conversations ...", file=sys.stderr, flush=True)
-        ingested = ingest_all(client, users)
+        if script is None:
+            print(f"ingesting {len(users)} conversations ...", file=sys.stderr, flush=True)
+            ingested = ingest_all(client, users)
+        else:
+            print(f"playing {len(users)} conversations as chat turns ...", file=sys.stderr, flush=True)
+            played = play(stack.url, api_key, users, script)
+            ingested = IngestReport(played.sessions, played.messages, played.seconds)
         settle_started = time.perf_counter()
         print(f"waiting for the memory pipeline on {len(ingested.sessions)} sessions ...", file=sys.stderr)
         memories = wait_idle(client, ingested.sessions, args.wait_timeout)
@@ -470,6 +493,7 @@ def ask_all(
                 print(f"  {conversation.sample_id}: {len(conversation.questions)} questions", file=sys.stderr)
     result = {
         "mode": "e2e",
+        "shape": args.shape,
         "file": str(args.file),
         "conversations": len(users),
         "sessions": len(ingested.sessions),
@@ -489,7 +513,7 @@ def ask_all(
         else None,
         "budgets": summarise(stats, questions),
         "config": {
-            "llm": "offline",
+            "llm": "offline" if script is None else "fake anthropic (scripted replies, nothing extracted)",
             "compaction_tokens": compaction_tokens,
             "debounce_s": args.debounce_s,
             "env": {

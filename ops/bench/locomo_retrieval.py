@@ -99,6 +99,11 @@ class Turn:
     caption: str = ""  # the caption of the image the turn shared, if any
 
 
+def said_text(turn: Turn) -> str:
+    """What a turn says as the e2e mode stores it: the dialogue text, plus the caption of an image it shared."""
+    return turn.said.strip() + (f" [image: {turn.caption}]" if turn.caption else "")
+
+
 @dataclass(frozen=True)
 class Question:
     text: str

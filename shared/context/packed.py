@@ -21,10 +21,12 @@ carry a prompt fence marker (both are neutralised in the item text).
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property, lru_cache
 from typing import Any, Final
 
 from shared.config import Settings
@@ -90,6 +92,8 @@ HEADER: Final = (
 )
 FOOTER: Final = f"</{FENCE_TAG}>"
 _FENCE_TAG_LIKE = re.compile(r"<\s*/?\s*memory-context", re.IGNORECASE)
+# Where an undated excerpt sorts: first (said_at values are aware; a naive minimum could not be compared).
+_NEVER: Final = datetime.min.replace(tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,12 @@ class Item:
     speaker: str | None = None
     session_key: str | None = None
     message_ids: tuple[int, ...] = ()
+
+    @cached_property
+    def heading(self) -> str:
+        """An excerpt's: the line the excerpts of one day of one conversation are listed under (weighed and
+        rendered many times per block, so made once)."""
+        return f"[{excerpt_place(self.said_at, self.session_key)}]"
 
     def source(self) -> dict[str, Any] | None:
         if self.said_at is None and not self.message_ids:
@@ -149,7 +159,12 @@ def defang(text: str) -> str:
 
 
 def day(moment: datetime) -> str:
-    return f"{moment.day} {moment:%B %Y}"
+    return _day(moment.date())
+
+
+@lru_cache(maxsize=4096)
+def _day(date: dt.date) -> str:
+    return f"{date.day} {date:%B %Y}"
 
 
 def excerpt_place(said_at: datetime | None, session_key: str | None) -> str:
@@ -158,17 +173,14 @@ def excerpt_place(said_at: datetime | None, session_key: str | None) -> str:
     return f"{when}, conversation {session_key}" if session_key else when
 
 
-def excerpt_heading(item: Item) -> str:
-    """The line excerpts of one day of one conversation are listed under."""
-    return f"[{excerpt_place(item.said_at, item.session_key)}]"
 
 
 def _excerpt_lines(items: Sequence[Item]) -> list[str]:
     """Excerpts in the order they were said, under a heading for each day of each conversation."""
     lines: list[str] = []
     current = None
-    for item in sorted(items, key=lambda i: (i.said_at or datetime.min, i.message_ids)):
-        heading = excerpt_heading(item)
+    for item in sorted(items, key=lambda i: (i.said_at or _NEVER, i.message_ids)):
+        heading = item.heading
         if heading != current:
             current = heading
             lines.append(heading)
@@ -216,7 +228,7 @@ def pack(candidates: Iterable[Item], max_tokens: int, counter: TokenCounter) -> 
         return takes_from_one(item) and bool(shown.intersection(item.message_ids))
 
     counts: dict[str, int] = {}  # a line's tokens, counted once however often an item is weighed
-    headings = {item.id: excerpt_heading(item) for item in ordered if item.section == "transcript"}
+    headings = {item.id: item.heading for item in ordered if item.section == "transcript"}
 
     def tokens_of(line: str) -> int:
         if line not in counts:
@@ -251,13 +263,14 @@ def pack(candidates: Iterable[Item], max_tokens: int, counter: TokenCounter) -> 
     tokens = counter.count(context)
     # The sum of the lines is an estimate: what the exact count leaves is offered to the items left out, once.
     if tokens < max_tokens:
-        room = max_tokens - tokens
+        room, before = max_tokens - tokens, len(chosen)
         for item in ordered:
             if item.id not in kept and not repeats(item) and (price := cost(item)) <= room:
                 keep(item)
                 room -= price
-        context = render(chosen)
-        tokens = counter.count(context)
+        if len(chosen) > before:
+            context = render(chosen)
+            tokens = counter.count(context)
     chosen.sort(key=lambda item: -item.value)
     while tokens > max_tokens:
         chosen.pop()

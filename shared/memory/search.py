@@ -67,9 +67,9 @@ SPEAKER_BONUS = 0.1
 # context words (D, metadata.context — migration 0005) count 0.4 of a value word: they say what the
 # memory is about, not what it says. C is unused.
 TERM_WEIGHTS = (0.2, 0.2, 0.5, 1.0)
-# Rows the statement returns beyond `limit` (at least; `limit` more when larger): it ranks by the same score
-# as `_fuse`, computed in SQL, and Python has the last word on the rows it gets, so the margin only has to
-# absorb rounding differences between the two at the cut.
+# Rows the statement returns beyond `limit` (at least; a tenth of `limit` when larger): it ranks by the same
+# score as `_fuse`, computed in SQL, and Python has the last word on the rows it gets, so the margin only has
+# to absorb rounding differences between the two at the cut.
 KEEP_MARGIN = 10
 MAX_FETCH = 320
 _WORD = re.compile(r"[\w'-]{3,}", re.UNICODE)
@@ -309,7 +309,10 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
     # in the GIN index or, for a user with few documents, by one join of their documents with the terms;
     # that gives both the term's document frequency (ft_terms) and its per-document rank. q_terms is
     # materialized: inlined, each term's tsquery was parsed again for every document it was tested against.
-    # The vector rows join the candidates on one key, so that join hashes instead of looping.
+    # The vector rows join the candidates on one key, so that join hashes instead of looping. Chunk rows are wide
+    # (their vectors), so they are never scanned whole: the corpus count is on the user alone (user ids are
+    # unique across tenants), which the units' (user_id, said_at) index answers by itself, and a unit
+    # candidate's speaker is looked up by its id (`named`).
     # Fusion is scored in SQL too, so only the best rows come back with their text (`kept`); `_fuse` stays
     # the authority on every returned row, and `keep` leaves a margin (see `KEEP_MARGIN`).
     floor_sql = "score >= %(floor)s * best - 1e-9" if options.mode == "weighted" else "true"
@@ -319,7 +322,8 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
         FROM unnest(tsvector_to_array(to_tsvector('english', %(query)s))) AS lexeme),
     corpus AS MATERIALIZED (
         SELECT (SELECT count(*) FROM memories m WHERE ({text_on} OR {entity_on}) AND {memory_filter})
-             + (SELECT count(*) FROM memory_chunks c WHERE {text_on} AND {units} AND {transcript_filter}) AS size),
+             + (SELECT count(*) FROM memory_chunks c WHERE {text_on} AND c.user_id = %(user)s AND {transcript_filter})
+               AS size),
     ft_hits AS MATERIALIZED (
         SELECT m.id AS doc, t.lexeme, ts_rank(%(term_weights)s::float4[], m.search_tsv, t.tsq) AS tf
         FROM q_terms t JOIN memories m ON m.search_tsv @@ t.tsq
@@ -368,6 +372,13 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
         UNION SELECT doc FROM like_ranked
         UNION SELECT doc FROM ent_ranked
         UNION SELECT doc FROM vec),
+    named AS (
+        -- A unit candidate whose speaker the query names: its row looked up by id (a scalar subquery, so the
+        -- planner cannot turn it into a scan of every chunk).
+        SELECT doc, doc < 0 AND cardinality(%(entities)s::text[]) > 0 AND coalesce(
+                   (SELECT lower(x.speaker) = ANY(%(entities)s) FROM memory_chunks x WHERE x.id = -doc), false)
+                   AS speaker_named
+        FROM candidates),
     {fill_cte},
     fused AS (
         SELECT cand.doc,
@@ -377,15 +388,14 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
                vec.rank AS vector_rank, vec.similarity AS vector_similarity, vec.chunk_id AS vector_chunk_id,
                ent_ranked.rank AS entity_rank, ent_ranked.matches AS entity_matches,
                ent_ranked.specificity AS entity_specificity,
-               coalesce(lower(said.speaker) = ANY(%(entities)s), false) AS speaker_named,
+               cand.speaker_named,
                {_score_sql(options, use_vector)} AS score
-        FROM candidates cand
+        FROM named cand
         LEFT JOIN ft_ranked ON ft_ranked.doc = cand.doc
         LEFT JOIN like_ranked ON like_ranked.doc = cand.doc
         LEFT JOIN ent_ranked ON ent_ranked.doc = cand.doc
         LEFT JOIN vec ON vec.doc = cand.doc
         LEFT JOIN vec_fill ON vec_fill.doc = cand.doc
-        LEFT JOIN memory_chunks said ON cand.doc < 0 AND said.id = -cand.doc
         WHERE cand.doc IS NOT NULL),
     kept AS (
         SELECT * FROM (SELECT *, max(score) OVER () AS best FROM fused) f WHERE {floor_sql}
@@ -429,7 +439,7 @@ def _score_sql(options: SearchOptions, use_vector: bool) -> str:
         score = vector
     else:
         score = text
-    speaker = f"(CASE WHEN coalesce(lower(said.speaker) = ANY(%(entities)s), false) THEN {SPEAKER_BONUS} ELSE 0.0 END)"
+    speaker = f"(CASE WHEN cand.speaker_named THEN {SPEAKER_BONUS} ELSE 0.0 END)"
     return f"{score} + {ENTITY_BONUS} * {entity_weight} + {speaker}"
 
 
@@ -518,7 +528,7 @@ def search_statement(
         "patterns": like_patterns(query),
         "entities": query_entity_names(query),
         "term_weights": list(TERM_WEIGHTS),
-        "keep": options.limit + max(options.limit, KEEP_MARGIN),
+        "keep": options.limit + max(KEEP_MARGIN, options.limit // 10),
         "floor": options.relative_floor,
         "vector_weight": options.vector_weight,
         "rrf_k": options.rrf_k,

@@ -235,6 +235,18 @@ def test_a_reply_is_found_through_the_messages_that_led_to_it(conn: Conn) -> Non
     assert unit is not None and unit["text"] == "Ann: What a lovely morning"
 
 
+def test_a_message_by_the_person_a_question_names_ranks_first(conn: Conn) -> None:
+    """Two messages that both name both people; the question names who said one of them."""
+    scope = make_scope(conn)
+    by_bob = say(conn, scope, "s1", "Ann and I went hiking in the Alps", name="Bob")
+    by_ann = say(conn, scope, "s2", "Bob and I went hiking in the Alps", name="Ann")
+    options = SearchOptions(legs=("text",), relative_floor=0.0)
+    for name, first, second in (("Ann", by_ann, by_bob), ("Bob", by_bob, by_ann)):
+        results = search(conn, scope, f"Where did {name} go hiking?", options=options)
+        assert [r.message_id for r in results] == [first, second], name
+        assert "speaker" in results[0].legs and "speaker" not in results[1].legs
+
+
 def test_search_touch_counts_access(conn: Conn) -> None:
     scope = seeded(conn, None)
     search(conn, scope, "volleyball", touch=True)
