@@ -173,8 +173,6 @@ def excerpt_place(said_at: datetime | None, session_key: str | None) -> str:
     return f"{when}, conversation {session_key}" if session_key else when
 
 
-
-
 def _excerpt_lines(items: Sequence[Item]) -> list[str]:
     """Excerpts in the order they were said, under a heading for each day of each conversation."""
     lines: list[str] = []
