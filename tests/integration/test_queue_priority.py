@@ -22,7 +22,7 @@ from tests.conftest import CeleryStack
 from tests.integration.test_ingest_pipeline import ingest
 from tests.integration.test_pipeline import PIPELINE_ENV, eventually, responder
 from tests.support.processes import CeleryProcess, worker
-from workers.queues import BACKGROUND_QUEUES, broker_keys
+from workers.queues import BACKGROUND_QUEUES, broker_keys, bulk_key
 
 pytestmark = pytest.mark.integration
 
@@ -158,3 +158,19 @@ def test_the_pending_extraction_sweep_sends_no_second_task_for_a_late_one(
     finally:
         sweeper.stop()
     assert _extraction_messages_by_session() == {sessions["late"]: 1, sessions["lost"]: 1}
+
+
+def test_the_transcripts_drain_waits_in_the_bulk_list_and_memories_in_the_queue(stopped_stack: CeleryStack) -> None:
+    """What the worker's BRPOP order and the KEDA scaler rely on: the units' drain is sent at the bulk
+    priority, a memory drain at the default one; a second request while one is queued sends nothing."""
+    from workers.dispatch import request_embedding_drain
+
+    client = get_redis()
+    client.delete(token_key("transcript"), token_key("memories"))
+    request_embedding_drain("transcript")
+    request_embedding_drain("transcript")
+    request_embedding_drain("memories")
+    bulk = [json.loads(raw)["headers"]["task"] for raw in client.lrange(bulk_key("embeddings"), 0, -1)]
+    default = [json.loads(raw)["headers"]["task"] for raw in client.lrange("embeddings", 0, -1)]
+    assert bulk == ["engram.embeddings.embed_transcript"]
+    assert default == ["engram.embeddings.embed_pending"]
