@@ -265,6 +265,26 @@ def fetch_together(conn: Conn, queries: Mapping[str, Query]) -> dict[str, list[D
     return {name: cursor.fetchall() for name, cursor in cursors.items()}
 
 
+# Candidates a claim looks at: more than it takes, so rows another transaction holds are skipped over.
+CLAIM_SCAN_FACTOR = 4
+
+
+def claim_unlocked(conn: Conn, *, table: str, fields: str, pending: str, lock: str, limit: int) -> list[DictRow]:
+    """Up to `limit` rows of `table` (its `fields`, by id) matching the SQL condition `pending` (alias m), the
+    oldest first, that no other transaction holds: each is taken with a transaction-scoped advisory lock on
+    "<lock>:<id>", so concurrent claimers skip each other's rows without row locks (a reader never waits) and
+    the locks go with the transaction. The outer LIMIT stops the scan once enough locks are taken."""
+    return conn.execute(
+        f"""SELECT {fields} FROM {table} WHERE id IN (
+                SELECT p.id FROM (
+                    SELECT id FROM {table} m WHERE {pending} ORDER BY id LIMIT %(scan)s) p
+                 WHERE pg_try_advisory_xact_lock(hashtextextended(%(lock)s::text || ':' || p.id, 0))
+                 LIMIT %(limit)s)
+            ORDER BY id""",
+        {"scan": limit * CLAIM_SCAN_FACTOR, "limit": limit, "lock": lock},
+    ).fetchall()
+
+
 def first(rows: Sequence[DictRow], column: str | None = None) -> Any:
     """A single-row read's row (or that row's `column`), None when it found nothing."""
     if not rows:

@@ -118,22 +118,13 @@ class PendingBatch:
 # migration 0013 serves the first two).
 _PENDING = """m.embedded_at IS NULL AND m.valid_until IS NULL
               AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.memory_id = m.id)"""
-# Candidates looked at per claim: more than a batch, so memories another process holds are skipped over.
-_CLAIM_SCAN_FACTOR = 4
 
 
 def _claim(conn: Conn, limit: int) -> list[dict[str, Any]]:
-    """The oldest pending memories no other transaction is embedding, locked (advisory, transaction-scoped)
-    for this one. The outer LIMIT stops the scan once enough locks are taken."""
-    return conn.execute(
-        f"""SELECT {_MEMORY_FIELDS} FROM memories WHERE id IN (
-                SELECT p.id FROM (
-                    SELECT id FROM memories m WHERE {_PENDING} ORDER BY id LIMIT %(scan)s) p
-                 WHERE pg_try_advisory_xact_lock(hashtextextended('embed-memory:' || p.id, 0))
-                 LIMIT %(limit)s)
-            ORDER BY id""",
-        {"scan": limit * _CLAIM_SCAN_FACTOR, "limit": limit},
-    ).fetchall()
+    """The oldest pending memories no other transaction is embedding, locked for this one."""
+    return db.claim_unlocked(
+        conn, table="memories", fields=_MEMORY_FIELDS, pending=_PENDING, lock="embed-memory", limit=limit
+    )
 
 
 def index_pending_memories(embedder: Embedder, batch_size: int) -> PendingBatch:

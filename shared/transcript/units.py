@@ -24,9 +24,6 @@ from shared.embeddings import Embedder, embed_texts, ensure_embedding_space, hol
 from shared.embeddings.cache import register_vector_types
 from shared.metrics import observe_embedding_lag
 
-# Candidates looked at per claim: more than a batch, so units another process holds are skipped over.
-_CLAIM_SCAN_FACTOR = 4
-
 
 def transcript_batch_size(embedding_batch_size: int) -> int:
     """Units per drain task: a quarter of a memory batch. The units' drain is bulk work that yields to due memory
@@ -44,16 +41,14 @@ class UnitBatch:
 
 
 def _claim(conn: Conn, limit: int) -> list[dict[str, Any]]:
-    return conn.execute(
-        """SELECT id, session_id, message_id, text, content_hash, created_at FROM memory_chunks WHERE id IN (
-               SELECT p.id FROM (
-                   SELECT id FROM memory_chunks WHERE message_id IS NOT NULL AND embedding IS NULL
-                   ORDER BY id LIMIT %(scan)s) p
-               WHERE pg_try_advisory_xact_lock(hashtextextended('embed-unit:' || p.id, 0))
-               LIMIT %(limit)s)
-           ORDER BY id""",
-        {"scan": limit * _CLAIM_SCAN_FACTOR, "limit": limit},
-    ).fetchall()
+    return db.claim_unlocked(
+        conn,
+        table="memory_chunks",
+        fields="id, session_id, message_id, text, content_hash, created_at",
+        pending="message_id IS NOT NULL AND embedding IS NULL",
+        lock="embed-unit",
+        limit=limit,
+    )
 
 
 def embed_pending_units(embedder: Embedder, batch_size: int) -> UnitBatch:
