@@ -17,7 +17,6 @@ from typing import Literal
 import redis
 
 DrainKind = Literal["memories", "transcript"]
-DRAIN_KINDS: tuple[DrainKind, ...] = ("memories", "transcript")
 
 # Longer than a drain normally waits in a busy queue (so a burst collapses), short enough that a lost
 # message costs little; after it a request sends another drain, which at worst finds nothing to do.
