@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from api.schemas.common import ID_PATTERN
+from api.schemas.common import ID_PATTERN, SpeakerName
 from shared.openai_compat import ClientCall, ClientMessage, CompletionRefused
 from shared.text import SafeText
 
@@ -42,7 +42,7 @@ class ToolCallIn(_Lenient):
 class MessageIn(_Lenient):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: SafeText | list[TextPart] | None = None
-    name: str | None = None
+    name: SpeakerName | None = None
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = Field(None, max_length=200)
 
@@ -69,7 +69,8 @@ class MessageIn(_Lenient):
             ClientCall(call.id, call.function.name, _arguments(call.function.arguments, index))
             for call in self.tool_calls or ()
         )
-        return ClientMessage(role, self.text(index), calls, self.tool_call_id if role == "tool" else None)
+        speaker = self.name if role in ("user", "assistant") else None
+        return ClientMessage(role, self.text(index), calls, self.tool_call_id if role == "tool" else None, speaker)
 
 
 def _arguments(raw: str, index: int) -> dict[str, Any]:

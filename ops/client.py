@@ -41,14 +41,15 @@ class EngramClient:
         return response.json()
 
     def submit_turn(
-        self, session_key: str, user_id: str, text: str, idempotency_key: str | None = None
+        self, session_key: str, user_id: str, text: str, idempotency_key: str | None = None, name: str | None = None
     ) -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
-        return self._check(
-            self.http.post(
-                f"/v1/sessions/{session_key}/turns", json={"user_id": user_id, "text": text}, headers=headers
-            )
-        )
+        body = {"user_id": user_id, "text": text} | ({"name": name} if name is not None else {})
+        return self._check(self.http.post(f"/v1/sessions/{session_key}/turns", json=body, headers=headers))
+
+    def update_agent_profile(self, **fields: Any) -> dict[str, Any]:
+        """Change the tenant's agent (name, personality, …): an admin key's call."""
+        return self._check(self.http.patch("/v1/agent-profile", json=fields))
 
     def get_turn(self, turn_id: int, wait: float = 0) -> dict[str, Any]:
         return self._check(self.http.get(f"/v1/turns/{turn_id}", params={"wait": wait}, timeout=wait + 30))

@@ -52,6 +52,7 @@ class ClientMessage:
     content: str
     tool_calls: tuple[ClientCall, ...] = ()
     tool_call_id: str | None = None
+    name: str | None = None  # the participant's name (OpenAI's `name`): the speaker it is stored under
 
     def key(self) -> tuple[Any, ...]:
         """What two messages must share to be the same message."""
@@ -179,10 +180,10 @@ class CompletionPlan:
 
 def _stored(message: ClientMessage, sent: Sequence[ClientMessage]) -> NewMessage:
     calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls]
-    name = None
     if message.role == "tool":
-        name = next((c.name for m in sent for c in m.tool_calls if c.id == message.tool_call_id), None)
-    return NewMessage(message.role, message.content, calls, message.tool_call_id, name)
+        tool = next((c.name for m in sent for c in m.tool_calls if c.id == message.tool_call_id), None)
+        return NewMessage(message.role, message.content, calls, message.tool_call_id, tool_name=tool)
+    return NewMessage(message.role, message.content, calls, name=message.name)
 
 
 def check_tool_results(sent: Sequence[ClientMessage]) -> None:

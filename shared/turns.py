@@ -38,6 +38,7 @@ class NewMessage:
     tool_calls: Sequence[dict[str, Any]] = ()  # assistant: [{"id", "name", "arguments"}]
     tool_call_id: str | None = None  # tool: the call it answers
     tool_name: str | None = None
+    name: str | None = None  # who said it, as the conversation names them (a user's or assistant's name)
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,9 @@ class TurnInput:
 TurnPlanner = Callable[[Conn, int], TurnInput | int]
 
 
-def _request_hash(session_key: str, user_external_id: str, text: str) -> str:
-    return hashlib.sha256(json.dumps([session_key, user_external_id, text]).encode()).hexdigest()
+def _request_hash(session_key: str, user_external_id: str, text: str, name: str | None = None) -> str:
+    parts = [session_key, user_external_id, text] + ([name] if name is not None else [])
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
 def ensure_user(conn: Conn, tenant_id: int, external_id: str) -> int:
@@ -111,6 +113,7 @@ def submit_turn(
     session_key: str,
     user_external_id: str,
     text: str = "",
+    name: str | None = None,
     idempotency_key: str | None = None,
     channel: str = "api",
     plan: TurnPlanner | None = None,
@@ -119,21 +122,22 @@ def submit_turn(
     """Persist the turn's input messages and a queued turn, atomically: in the caller's transaction, or (on
     an autocommit connection) in one statement or a transaction of its own.
 
-    The REST API passes `text` (one user message). The OpenAI-compatible endpoint passes `plan`, called
-    with the session locked, which decides the input (or names an open turn that already answers the
-    request) and a `fingerprint` of the request for the Idempotency-Key check.
+    The REST API passes `text` (one user message) and the speaker's `name` if the client gives one. The
+    OpenAI-compatible endpoint passes `plan`, called with the session locked, which decides the input (or
+    names an open turn that already answers the request) and a `fingerprint` of the request for the
+    Idempotency-Key check. A user message without a name is stored under the user's profile display_name.
 
     A repeated Idempotency-Key returns the original turn (and writes nothing); the unique index
     makes two concurrent requests with the same key agree on one turn.
     """
-    request_hash = _request_hash(session_key, user_external_id, text if fingerprint is None else fingerprint)
+    request_hash = _request_hash(session_key, user_external_id, text if fingerprint is None else fingerprint, name)
     # A user message (the REST API, a channel) in one round trip instead of seven or more. With a key, only
     # on an autocommit connection: losing the key's race fails the statement, which must not abort a
     # transaction of the caller's.
     if plan is None and (idempotency_key is None or conn.autocommit):
         try:
             row = _insert_user_turn(
-                conn, tenant_id, session_key, user_external_id, text, channel, idempotency_key, request_hash
+                conn, tenant_id, session_key, user_external_id, text, name, channel, idempotency_key, request_hash
             )
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != "turns_idempotency_idx":
@@ -146,7 +150,7 @@ def submit_turn(
             return SubmittedTurn(turn=row, replayed=False)
     with conn.transaction() if conn.autocommit else nullcontext():
         return _submit_step_by_step(
-            conn, tenant_id, session_key, user_external_id, text, idempotency_key, channel, plan, request_hash
+            conn, tenant_id, session_key, user_external_id, text, name, idempotency_key, channel, plan, request_hash
         )
 
 
@@ -178,8 +182,9 @@ t AS (
     SELECT %(tenant)s, user_id, id, %(key)s, %(hash)s FROM session
     RETURNING *),
 message AS (
-    INSERT INTO session_messages (tenant_id, user_id, session_id, turn_id, role, content, token_estimate)
-    SELECT %(tenant)s, t.user_id, t.session_id, t.id, 'user', %(text)s, %(tokens)s FROM t)
+    INSERT INTO session_messages (tenant_id, user_id, session_id, turn_id, role, content, name, token_estimate)
+    SELECT %(tenant)s, t.user_id, t.session_id, t.id, 'user', %(text)s,
+           coalesce(%(name)s::text, (SELECT display_name FROM users WHERE id = t.user_id)), %(tokens)s FROM t)
 SELECT {_TURN_COLUMNS}, t.request_hash, false AS replayed FROM t,
     (SELECT %(session_key)s::text AS session_key) s, (SELECT %(user)s::text AS external_id) u
 UNION ALL
@@ -193,6 +198,7 @@ def _insert_user_turn(
     session_key: str,
     user_external_id: str,
     text: str,
+    name: str | None,
     channel: str,
     idempotency_key: str | None,
     request_hash: str,
@@ -207,6 +213,7 @@ def _insert_user_turn(
             "key": idempotency_key,
             "hash": request_hash,
             "text": text,
+            "name": name,
             "tokens": estimate_tokens(text),
         },
     ).fetchone()
@@ -218,6 +225,7 @@ def _submit_step_by_step(
     session_key: str,
     user_external_id: str,
     text: str,
+    name: str | None,
     idempotency_key: str | None,
     channel: str,
     plan: TurnPlanner | None,
@@ -232,7 +240,7 @@ def _submit_step_by_step(
     # The upsert locks the session row until commit: concurrent submissions of one session (and their
     # `plan`s, which read its history) take their turns one after the other.
     session_id = ensure_session(conn, tenant_id, user_id, session_key, channel)
-    planned = TurnInput([NewMessage("user", text)]) if plan is None else plan(conn, session_id)
+    planned = TurnInput([NewMessage("user", text, name=name)]) if plan is None else plan(conn, session_id)
     if isinstance(planned, int):
         joined = get_turn(conn, tenant_id, planned)
         assert joined is not None
@@ -252,10 +260,15 @@ def _submit_step_by_step(
     turn_id = int(row["id"])
     with conn.cursor() as cur:
         cur.executemany(
-            """INSERT INTO session_messages
-                   (tenant_id, user_id, session_id, turn_id, role, content, tool_calls, tool_results, token_estimate)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)""",
-            [(tenant_id, user_id, session_id, turn_id, *_message_columns(m)) for m in planned.messages],
+            """INSERT INTO session_messages (tenant_id, user_id, session_id, turn_id, role, content, tool_calls,
+                                             tool_results, token_estimate, name)
+               SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s,
+                      coalesce(%s::text, CASE WHEN %s::text = 'user'
+                                              THEN (SELECT display_name FROM users WHERE id = %s) END)""",
+            [
+                (tenant_id, user_id, session_id, turn_id, *_message_columns(m), m.name, m.role, user_id)
+                for m in planned.messages
+            ],
         )
     turn = get_turn(conn, tenant_id, turn_id)
     assert turn is not None
@@ -312,7 +325,7 @@ def list_messages(
         return None
     rows = conn.execute(
         """SELECT * FROM (
-               SELECT id, turn_id, role, content, tool_calls, tool_results, is_compacted, created_at
+               SELECT id, turn_id, role, name, content, tool_calls, tool_results, is_compacted, created_at
                FROM session_messages WHERE session_id = %s AND tenant_id = %s
                ORDER BY turn_id DESC NULLS LAST, id DESC LIMIT %s) recent
            ORDER BY turn_id NULLS FIRST, id""",

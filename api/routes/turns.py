@@ -69,6 +69,7 @@ def post_turn(
                 session_key=session_key,
                 user_external_id=body.user_id,
                 text=body.text,
+                name=body.name,
                 idempotency_key=idempotency_key,
             )
     except IdempotencyConflict as exc:

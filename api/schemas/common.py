@@ -5,9 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, Field
+
+from shared.text import SAFE_TEXT
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@\-]{0,127}$"
+MAX_NAME_CHARS = 128
+# A speaker's name as a conversation gives it ("Alice", "Dr. Ng"): shown as the speaker of a message.
+SpeakerName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), SAFE_TEXT]
 
 
 def _iso_text_only(value: Any) -> Any:

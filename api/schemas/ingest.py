@@ -10,16 +10,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from api.schemas.common import Timestamp
+from api.schemas.common import SpeakerName, Timestamp
 from shared.text import SAFE_TEXT, SafeText, text_problem
 
-MAX_NAME_CHARS = 128
 MAX_MESSAGE_KEY_CHARS = 200
 MAX_METADATA_CHARS = 8_000
 MAX_METADATA_DEPTH = 8
 
 Role = Literal["user", "assistant", "system", "tool"]
-SpeakerName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), SAFE_TEXT]
 MessageKey = Annotated[str, Field(min_length=1, max_length=MAX_MESSAGE_KEY_CHARS), SAFE_TEXT]
 
 

@@ -12,6 +12,7 @@ class MessageOut(BaseModel):
     id: int
     turn_id: int | None
     role: str
+    name: str | None = None  # who said it, when the conversation named them (the speaker, or a tool's name)
     content: str
     tool_calls: list[dict[str, Any]] | None = None
     tool_results: dict[str, Any] | None = None

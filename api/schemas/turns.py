@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from api.schemas.common import ID_PATTERN
+from api.schemas.common import ID_PATTERN, SpeakerName
 from shared.text import SafeText
 
 TurnStatus = Literal["queued", "running", "done", "failed"]
@@ -21,6 +21,11 @@ class TurnIn(BaseModel):
         description="The user's message: not blank, no NUL, valid Unicode; at most ENGRAM_MAX_TURN_CHARS "
         "characters (longer is 413)",
         json_schema_extra={"minLength": 1, "pattern": r"\S"},
+    )
+    name: SpeakerName | None = Field(
+        None,
+        description="Who is speaking, as the conversation names them: the speaker of this message in transcript "
+        "excerpts and in what extraction reads (default: the user's profile display_name, else the role)",
     )
 
     @field_validator("text")

@@ -11,9 +11,10 @@ the reply (lines joined by newlines); a session that opens with the other speake
 `OPENING`, and one that ends on the user gets the reply `ACK`. Turns are played one at a time (the script
 is one queue of replies), each waited on until done.
 
-What differs from the ingest shape, as a user of engram's chat would have it: the messages are stored when
-the turns run (today), not at the session's LoCoMo date, and they carry roles, not the speakers' names (the
-turn API has no name for either side).
+Names, as a user of engram's chat would give them: each turn names its speaker (the turn API's `name`), and
+the agent profile is named after the other speaker before their conversation is played, so the replies are
+stored under that name. What differs from the ingest shape: the messages are stored when the turns run
+(today), not at the session's LoCoMo date.
 """
 
 from __future__ import annotations
@@ -45,9 +46,16 @@ class Exchange:
     reply: str  # what the model answers: the other speaker's lines that follow
 
 
+def speakers(conversation: Conversation) -> tuple[str, str]:
+    """The conversation's user (its first speaker) and the other speaker, whom the agent plays."""
+    user = conversation.turns[0].speaker if conversation.turns else ""
+    other = next((turn.speaker for turn in conversation.turns if turn.speaker != user), "")
+    return user, other
+
+
 def exchanges(conversation: Conversation) -> dict[int, list[Exchange]]:
     """Each LoCoMo session of the conversation as the turns that replay it, in order."""
-    user = conversation.turns[0].speaker if conversation.turns else ""
+    user, _ = speakers(conversation)
     sessions: dict[int, list[Exchange]] = {}
     for number, lines in itertools.groupby(conversation.turns, key=lambda turn: turn.session):
         played: list[Exchange] = []
@@ -107,11 +115,14 @@ def play(url: str, api_key: str, users: Sequence[tuple[str, Conversation]], scri
     client = EngramClient(url, api_key, timeout=60)
     try:
         for user, conversation in users:
+            speaker, agent = speakers(conversation)
+            if agent:
+                client.update_agent_profile(name=agent)
             for number, played in sorted(exchanges(conversation).items()):
                 key = f"session-{number}"
                 for index, exchange in enumerate(played):
                     script.expect(exchange.reply)
-                    _run_turn(client, key, user, exchange.text, f"{user}-{key}-{index}")
+                    _run_turn(client, key, user, exchange.text, f"{user}-{key}-{index}", speaker or None)
                     report.turns += 1
                 report.sessions.append((user, key))
             report.messages += len(conversation.turns)
@@ -124,8 +135,8 @@ def play(url: str, api_key: str, users: Sequence[tuple[str, Conversation]], scri
     return report
 
 
-def _run_turn(client: EngramClient, session_key: str, user: str, text: str, key: str) -> None:
-    accepted = client.submit_turn(session_key, user, text, idempotency_key=key)
+def _run_turn(client: EngramClient, session_key: str, user: str, text: str, key: str, name: str | None) -> None:
+    accepted = client.submit_turn(session_key, user, text, idempotency_key=key, name=name)
     deadline = time.monotonic() + TURN_TIMEOUT_S
     turn = accepted
     while turn["status"] not in ("done", "failed"):

@@ -233,7 +233,7 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
         delivery = None
         committed: dict[str, Any] | None = None  # the session row as this transaction leaves it
         if written:
-            _insert_messages(conn, turn, outcome.messages)
+            _insert_messages(conn, turn, outcome.messages, turn_context.agent_name)
             committed = _finish_session(conn, turn["session_id"], outcome.steering_fired)
             delivery = reply_ready(conn, turn["id"])
         more = _open_turn_exists(conn, turn["session_id"], other_than=turn["id"])
@@ -336,12 +336,13 @@ def _guarded_update(conn: Conn, turn: dict[str, Any], status: str, **fields: Any
     return row is not None
 
 
-def _insert_messages(conn: Conn, turn: dict[str, Any], messages: list[ChatMessage]) -> None:
+def _insert_messages(conn: Conn, turn: dict[str, Any], messages: list[ChatMessage], agent_name: str) -> None:
+    """The turn's new messages; the assistant's are said by the agent, under its name."""
     with conn.cursor() as cur:
         cur.executemany(
-            """INSERT INTO session_messages
-                   (tenant_id, user_id, session_id, turn_id, role, content, tool_calls, tool_results, token_estimate)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+            """INSERT INTO session_messages (tenant_id, user_id, session_id, turn_id, role, content, tool_calls,
+                                             tool_results, token_estimate, name)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
             [
                 (
                     turn["tenant_id"],
@@ -358,6 +359,7 @@ def _insert_messages(conn: Conn, turn: dict[str, Any], messages: list[ChatMessag
                     else None,
                     estimate_tokens(m.content)
                     + (estimate_tokens(json.dumps([c.arguments for c in m.tool_calls])) if m.tool_calls else 0),
+                    agent_name if m.role == "assistant" else None,
                 )
                 for m in messages
             ],

@@ -118,6 +118,7 @@ def submit_channel_turn(
         session_key=session_key(connection, message.conversation),
         user_external_id=identity.user_external_id,
         text=message.text,
+        name=message.display_name or identity.display_name,
         channel=connection.kind,
     )
     turn = submitted.turn

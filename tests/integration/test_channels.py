@@ -253,7 +253,13 @@ def test_slack_thread_is_one_session_and_the_person_one_user(
     with db.connection() as conn:
         sessions = conn.execute("SELECT session_key, channel FROM sessions ORDER BY session_key").fetchall()
         users = conn.execute("SELECT external_id, display_name FROM users").fetchall()
+        said = conn.execute("SELECT content, name FROM session_messages WHERE role = 'user' ORDER BY id").fetchall()
     assert [s["session_key"] for s in sessions] == ["slack:team:D100:1700000000.000001", "slack:team:D100:main"]
+    # Once the person's name is known, what they say is stored under it (the transcript's speaker).
+    assert [(m["content"], m["name"]) for m in said[1:]] == [
+        ("second in thread", "Person U100"),
+        ("main line", "Person U100"),
+    ]
     assert {s["channel"] for s in sessions} == {"slack"}
     assert users == [{"external_id": "slack:team:U100", "display_name": "Person U100"}]
     assert len(fake.slack.calls("users.info")) == 1  # the display name is fetched once, then kept

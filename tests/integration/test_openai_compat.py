@@ -68,7 +68,7 @@ def test_plain_reply_with_usage_and_the_turn_in_the_session(
 ) -> None:
     fake_llm.script(FakeReply(text="Hello Alice, nice to meet you."), match="hi, I am Alice")
     raw = client.chat.completions.with_raw_response.create(
-        model="engram", messages=[{"role": "user", "content": "hi, I am Alice"}], user="alice"
+        model="engram", messages=[{"role": "user", "content": "hi, I am Alice", "name": "Alice"}], user="alice"
     )
     completion = raw.parse()
     assert completion.object == "chat.completion" and completion.model == "engram"
@@ -82,6 +82,9 @@ def test_plain_reply_with_usage_and_the_turn_in_the_session(
     assert raw.headers["X-Engram-Session"] == "openai-engram"
     assert stored("openai-engram") == [("user", "hi, I am Alice"), ("assistant", "Hello Alice, nice to meet you.")]
     with db.connection() as conn:
+        # Who said what: the participant's `name`, and the agent's own name for its reply.
+        names = conn.execute("SELECT role, name FROM session_messages ORDER BY id").fetchall()
+        assert [(m["role"], m["name"]) for m in names] == [("user", "Alice"), ("assistant", "Engram")]
         turn = conn.execute("SELECT status, reply FROM turns WHERE id = %s", (int(raw.headers["X-Engram-Turn-Id"]),))
         assert turn.fetchone() == {"status": "done", "reply": "Hello Alice, nice to meet you."}
 

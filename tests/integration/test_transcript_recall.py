@@ -18,7 +18,7 @@ from shared import db
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, ensure_embedding_space
 from shared.memory.userdata import erase_user
-from tests.conftest import CeleryStack
+from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_ingest_pipeline import configured, wait_idle
 from tests.integration.test_memory_store import make_scope
 from tests.integration.test_pipeline import PIPELINE_ENV, eventually
@@ -163,6 +163,33 @@ def test_ingested_messages_come_back_through_context_in_their_own_words(
     assert done["transcript_pending_messages"] == 0 and done["compaction_count"] == 0
     found = api.post("/v1/users/alice/memories/search", json={"query": "ceramics lessons"}).json()["results"]
     assert any(r["source"] == "transcript" and r["value"] == said for r in found)  # by meaning, no shared word
+
+
+def test_chat_turns_come_back_under_the_names_of_who_said_them(api: httpx.Client, recall_stack: CeleryStack) -> None:
+    assert api.patch("/v1/agent-profile", json={"name": "Juno"}).status_code == 200
+    said = "My sister Rosa is moving to Porto next spring"
+    turn = api.post("/v1/sessions/chat-9/turns", json={"user_id": "alice", "text": said, "name": "Melanie"})
+    assert turn.status_code == 202, turn.text
+    assert wait_turn(api, turn.json()["turn_id"])["status"] == "done"
+    packed = _context(api, "Where is Melanie's sister moving?")
+    (item,) = [
+        i
+        for s in packed["sections"]
+        if s["name"] == "transcript"
+        for i in s["items"]
+        if i["text"] == f"- Melanie: {said}"
+    ]
+    assert item["source"]["speaker"] == "Melanie"
+    # The reply is the agent's, under its name; a turn that names nobody takes the user's profile name.
+    assert api.patch("/v1/users/alice/profile", json={"display_name": "Mel"}).status_code == 200
+    plain = "I bought a red bicycle for the commute"
+    turn = api.post("/v1/sessions/chat-9/turns", json={"user_id": "alice", "text": plain})
+    assert wait_turn(api, turn.json()["turn_id"])["status"] == "done"
+    history = api.get("/v1/sessions/chat-9/messages", params={"user_id": "alice"}).json()
+    speakers = [(m["role"], m["name"]) for m in history["messages"]]
+    assert speakers == [("user", "Melanie"), ("assistant", "Juno"), ("user", "Mel"), ("assistant", "Juno")], speakers
+    packed = _context(api, "What did Mel buy for the commute?")
+    assert f"- Mel: {plain}" in packed["context"]
 
 
 def test_a_fact_is_dated_when_it_was_said_and_traced_to_its_message(
