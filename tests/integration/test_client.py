@@ -1,5 +1,6 @@
 """engram.client against the real gateway: every operation sync and async, typed results, errors with
-engram's codes, and the README's flow (ingest → wait until idle → context) with real workers."""
+engram's codes, and the flow of docs/integrations/python-client.md (ingest → wait until idle → context) with
+real workers."""
 
 from __future__ import annotations
 

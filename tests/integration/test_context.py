@@ -233,7 +233,7 @@ def test_inspection_api_shows_sections_steering_and_pruning(
 def test_inspecting_a_session_before_its_first_message_shows_its_first_request(
     api: httpx.Client, gateway: Any, api_key: str
 ) -> None:
-    # As the README has it: `engram context alice cli-alice` right after start, before alice chatted.
+    # As getting-started.md has it: `engram context alice cli-alice` right after start, before alice chatted.
     stored = api.post(
         "/v1/users/alice/memories", json={"key": "drink", "value": "Prefers green tea", "kind": "preference"}
     )

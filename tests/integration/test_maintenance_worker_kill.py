@@ -1,6 +1,6 @@
 """A maintenance job in a real Celery worker, SIGKILLed while a page is in flight: a fresh worker takes
 the unacknowledged message back, the run resumes from the cursor its last page committed, and every
-effect happens exactly once (README "Crash safety" and "Maintenance jobs")."""
+effect happens exactly once (docs/concepts/turns.md "Crash safety", docs/concepts/maintenance.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ops/runbooks: the commands that can run here run (backup and restore with pg_dump/pg_restore/psql,
+"""docs/operations/runbooks: the commands that can run here run (backup and restore with pg_dump/pg_restore/psql,
 a user's export, key rotation and revocation), and every other command names something real: an
 `engram` command, a docker-compose service, a Kubernetes object, a queue, an API route."""
 
@@ -28,7 +28,7 @@ from workers.queues import QUEUES
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNBOOKS = ROOT / "ops" / "runbooks"
+RUNBOOKS = ROOT / "docs" / "operations" / "runbooks"
 COMPOSE_OPTIONS_WITH_VALUE = {"--profile", "-f", "--scale"}
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from ops.env_example import render
+from ops.env_example import plain, render
+from ops.settings_doc import MEANINGS
 from shared.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,11 +25,19 @@ def test_every_setting_is_in_env_example_and_nothing_else() -> None:
     assert names == [f"ENGRAM_{field.upper()}" for field in Settings.model_fields]
 
 
-def test_a_setting_missing_from_the_readme_stops_the_generator() -> None:
-    readme = (ROOT / "README.md").read_text()
-    without = "\n".join(line for line in readme.splitlines() if not line.startswith("| `ENGRAM_PORT` |"))
+def test_a_setting_without_a_meaning_stops_the_generator() -> None:
+    meanings = tomllib.loads(MEANINGS.read_text())
+    del meanings["ENGRAM_PORT"]
     with pytest.raises(SystemExit, match="ENGRAM_PORT"):
-        render(without)
+        render(meanings)
+
+
+def test_env_example_says_what_the_settings_page_says() -> None:
+    """Both are made from the same rows: each variable's meaning in `.env.example` is its row on the page."""
+    page = (ROOT / "docs" / "reference" / "settings.md").read_text()
+    example = (ROOT / ".env.example").read_text()
+    for name, meaning in re.findall(r"^\| `(ENGRAM_[A-Z0-9_]+)` \| .+? \| (.+) \|$", page, re.M):
+        assert f"# {plain(meaning)}" in example, name
 
 
 def test_compose_variables_are_in_env_example() -> None:
