@@ -130,6 +130,15 @@ def test_up_runs_demo_stops_cleanly_keeps_data_and_cleans_up_after_a_crash(up_en
     assert "green tea" in replies[-1].lower()
     assert "alice" in replies[-1].lower() and "lisbon" in replies[-1].lower(), replies[-1]
 
+    # The processes' start-up chatter is in their log files under the data dir, which the banner names; the
+    # terminal has the supervisor's lines and the banner only.
+    logs = data_dir / "run" / "logs"
+    assert f"logs      {logs}" in "".join(up.output)
+    assert not any(noise in "".join(up.output) for noise in ("[tasks]", "Inspect method", "SecurityWarning")), up.output
+    assert (
+        "ready." in (logs / "worker-turns.log").read_text() and "Uvicorn running" in (logs / "gateway.log").read_text()
+    )
+
     doctor = run_cli(up_env, "doctor")
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "pgvector: extension installed, version 0.8" in doctor.stdout
