@@ -11,6 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from api.body_limit import BodySizeLimit
 from api.deps import MetricsKey
+from api.docs import install_docs
 from api.errors import document_errors, install_error_handlers
 from api.mcp_server import McpEndpoint
 from api.metrics import EngramCollector, RequestMetrics
@@ -80,7 +81,10 @@ def create_app() -> FastAPI:
         version="0.1.0",
         description="Durable, automatic memory for chat agents. Authenticate with `Authorization: Bearer <api key>`.",
         lifespan=lifespan,
+        docs_url=None,  # api/docs.py serves /docs and /redoc without a CDN
+        redoc_url=None,
     )
+    install_docs(app)
 
     # Every error body is {"code", "detail"} (api/errors.py), and the OpenAPI schema says so.
     install_error_handlers(app)

@@ -43,6 +43,24 @@ STATUS_CODES: dict[int, str] = {
     500: "internal_error",
     503: "service_unavailable",
 }
+# Every code an error body can carry and its status: STATUS_CODES' defaults and the specific codes routes name.
+# README's "Error codes" table lists the same codes; tests/unit/test_error_codes.py checks both against the
+# codes the source raises, so a new code cannot go undocumented.
+ERROR_CODES: dict[str, int] = {
+    **{code: status for status, code in STATUS_CODES.items()},
+    "missing_user": 400,
+    "invalid_messages": 400,
+    "tool_name_taken": 400,
+    "missing_scope": 403,
+    "wrong_user": 403,
+    "memory_rejected": 422,
+    "unknown_preset": 422,
+    "token_budget_exceeded": 429,
+    "turn_failed": 500,
+    "database_unavailable": 503,
+    "service_not_configured": 503,
+    "timeout": 504,
+}
 # A 422 or 400 body echoes the offending input; never more than this of it (a 10 MB value came back
 # whole once), and at most this many issues per response.
 MAX_ECHO_CHARS = 200
@@ -96,20 +114,7 @@ class ErrorOut(BaseModel):
 
     code: str = Field(
         description="Stable machine-readable reason: "
-        + ", ".join(
-            sorted(
-                {
-                    *STATUS_CODES.values(),
-                    "memory_rejected",
-                    "missing_scope",
-                    "token_budget_exceeded",
-                    "wrong_user",
-                    "unknown_preset",
-                    "database_unavailable",
-                    "service_not_configured",
-                }
-            )
-        )
+        + ", ".join(f"{code} ({status})" for code, status in sorted(ERROR_CODES.items()))
         + " (more may be added; branch on the ones you handle)",
         examples=["validation_error"],
     )
@@ -179,12 +184,35 @@ def validation_issues(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return issues
 
 
+def _is_json(content_type: str) -> bool:
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    return media_type == "application/json" or media_type.endswith("+json")
+
+
+def explain_content_type(request: Request, errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Name the missing header when a JSON body was sent without `Content-Type: application/json`.
+
+    FastAPI parses a body as JSON only when the header says so; otherwise the JSON text arrives as a string
+    and pydantic's "Input should be a valid dictionary or object" says nothing about what to fix (curl -d
+    sends form encoding, and a removed header sends none)."""
+    content_type = request.headers.get("content-type", "")
+    if _is_json(content_type):
+        return errors
+    sent = f"this request sent Content-Type: {content_type}" if content_type else "this request sent no Content-Type"
+    msg = f"the body was not read as JSON: send the header Content-Type: application/json ({sent})"
+    return [{**error, "msg": msg} if _unparsed_body(error) else error for error in errors]
+
+
+def _unparsed_body(error: dict[str, Any]) -> bool:
+    """The whole body is the issue and it arrived as text: a model expected, JSON text not parsed."""
+    return tuple(error.get("loc", ())) == ("body",) and isinstance(error.get("input"), str | bytes)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(
-            {"code": "validation_error", "detail": validation_issues(list(exc.errors()))}, status_code=422
-        )
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        issues = validation_issues(explain_content_type(request, list(exc.errors())))
+        return JSONResponse({"code": "validation_error", "detail": issues}, status_code=422)
 
     @app.exception_handler(HTTPException)
     async def _http(_request: Request, exc: HTTPException) -> JSONResponse:

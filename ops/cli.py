@@ -244,6 +244,10 @@ def _connect_client(url: str | None, api_key: str | None) -> EngramClient:
     return client
 
 
+# Typed alone on a line, these end `engram chat` instead of being sent as a message.
+QUIT_COMMANDS = frozenset({"/exit", "/quit"})
+
+
 @app.command()
 def chat(
     user: Annotated[str, typer.Option(help="Your user id")],
@@ -251,17 +255,17 @@ def chat(
     url: UrlOpt = None,
     api_key: KeyOpt = None,
 ) -> None:
-    """Chat interactively with the running gateway (empty line or Ctrl-D to quit)."""
+    """Chat interactively with the running gateway (/exit, /quit, an empty line or Ctrl-D quits)."""
     client = _connect_client(url, api_key)
     session_key = session or f"cli-{user}"
-    typer.echo(f"chatting as {user} in session {session_key}; empty line or Ctrl-D quits")
+    typer.echo(f"chatting as {user} in session {session_key}; /exit, /quit, an empty line or Ctrl-D quits")
     while True:
         try:
             text = input("you> ")
         except (EOFError, KeyboardInterrupt):
             typer.echo("")
             break
-        if not text.strip():
+        if not text.strip() or text.strip().lower() in QUIT_COMMANDS:
             break
         _say(client, session_key, user, text)
 
@@ -286,22 +290,36 @@ def demo(
     typer.echo(f"demo: session {session_key} as user {user}")
     for index, text in enumerate(DEMO_SCRIPT):
         if index == len(DEMO_SCRIPT) - 1:
-            _wait_for_memories(client, user)
+            _wait_for_memories(client, user, session_key)
         typer.echo(f"you> {text}")
         _say(client, session_key, user, text)
 
 
-def _wait_for_memories(client: EngramClient, user: str, timeout: float = 30) -> None:
-    """Extraction runs in the background a few seconds after the last turn: give it a moment."""
+def _wait_for_memories(client: EngramClient, user: str, session_key: str, timeout: float = 60) -> None:
+    """Extraction runs in the background a few seconds after the last turn: wait until the session's memory
+    status says it is done (every message mined, every memory embedded), then count what the user has stored.
 
+    Counting as soon as the first memory appeared (and only the `tacit` ones) said "1 memories" while the
+    reply went on to list three: the user's name and city are stored under `entity/default`."""
     typer.secho("(waiting for background memory extraction…)", dim=True)
+    status_url = f"/v1/users/{user}/sessions/{session_key}/memory-status"
     deadline = time.monotonic() + timeout
+    status: dict[str, object] = {}
     while time.monotonic() < deadline:
-        response = client.http.get(f"/v1/users/{user}/memories", params={"namespace": "tacit"})
-        if response.status_code == 200 and response.json():
-            typer.secho(f"({len(response.json())} memories stored)", dim=True)
-            return
-        time.sleep(1)
+        response = client.http.get(status_url)
+        if response.status_code == 200:
+            status = response.json()
+            if status.get("idle"):
+                break
+        time.sleep(0.5)  # the status endpoint is polled (it has no long-poll); the condition is the real one
+    else:
+        typer.secho(f"(extraction not finished after {timeout:.0f}s; continuing)", dim=True)
+    stored = client.http.get(f"/v1/users/{user}/memories", params={"limit": 500})
+    if stored.status_code != 200:
+        return
+    total, created = len(stored.json()), status.get("memories_created", 0)
+    earlier = f", {created} of them from this conversation" if created != total else ""
+    typer.secho(f"({total} memories stored for {user}{earlier})", dim=True)
 
 
 @app.command()

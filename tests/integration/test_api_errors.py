@@ -46,6 +46,26 @@ def test_invalid_turn_bodies_are_refused(api: httpx.Client, body: bytes, status:
     assert written_rows() == NOTHING
 
 
+def test_a_json_body_without_its_content_type_is_told_which_header_to_send(api: httpx.Client) -> None:
+    body = b'{"user_id": "alice", "text": "hi"}'
+    for headers, sent in (
+        ({}, "sent no Content-Type"),
+        ({"Content-Type": "application/x-www-form-urlencoded"}, "sent Content-Type: application/x-www-form-urlencoded"),
+    ):
+        response = api.post("/v1/sessions/s1/turns", content=body, headers=headers)
+        assert response.status_code == 422
+        (issue,) = response.json()["detail"]
+        assert "send the header Content-Type: application/json" in issue["msg"] and sent in issue["msg"], issue
+    # The OpenAI-compatible route says the same in OpenAI's shape.
+    completion = api.post(
+        "/v1/chat/completions",
+        content=b'{"model": "engram", "user": "alice", "messages": [{"role": "user", "content": "hi"}]}',
+    )
+    assert completion.status_code == 400
+    assert "Content-Type: application/json" in completion.json()["error"]["message"]
+    assert written_rows() == NOTHING
+
+
 def test_text_over_the_limit_is_refused(api: httpx.Client) -> None:
     response = post_turn(api, "s1", "x" * 2001)  # ENGRAM_MAX_TURN_CHARS=2000 in tests
     assert response.status_code == 413

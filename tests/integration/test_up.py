@@ -124,9 +124,20 @@ def test_up_runs_demo_stops_cleanly_keeps_data_and_cleans_up_after_a_crash(up_en
     assert len(replies) == 4
     assert all("offline mode (no language model)" in reply for reply in replies)
     assert "current_time" in demo.stdout  # the tool loop ran for "What time is it?"
+    # Counted once extraction is done, every namespace: the name, the city and the preference the reply lists.
+    assert "(3 memories stored for demo-user)" in demo.stdout, demo.stdout
     # The background pipeline extracted the preference, the name and the city; recall lists them all.
     assert "green tea" in replies[-1].lower()
     assert "alice" in replies[-1].lower() and "lisbon" in replies[-1].lower(), replies[-1]
+
+    # The processes' start-up chatter is in their log files under the data dir, which the banner names; the
+    # terminal has the supervisor's lines and the banner only.
+    logs = data_dir / "run" / "logs"
+    assert f"logs      {logs}" in "".join(up.output)
+    assert not any(noise in "".join(up.output) for noise in ("[tasks]", "Inspect method", "SecurityWarning")), up.output
+    assert (
+        "ready." in (logs / "worker-turns.log").read_text() and "Uvicorn running" in (logs / "gateway.log").read_text()
+    )
 
     doctor = run_cli(up_env, "doctor")
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
