@@ -86,7 +86,9 @@ def read_context_files(directory: Path | None) -> dict[str, str]:
 
 
 def what_you_know(conn: Conn, tenant_id: int, user_id: int) -> list[dict[str, Any]]:
-    """Up to 50 tacit memories, at most 10 of them style observations, chosen by access_count.
+    """Up to 50 tacit memories and facts about the user themselves (`entity/default` keys `user/…`: name,
+    location, employer, allergies, as extraction stores them), at most 10 of them style observations, chosen
+    by access_count.
 
     Chosen by use, but listed by namespace and key: an access-count change that does not change the
     selection must not reorder the list (that would break the prompt cache for nothing)."""
@@ -103,7 +105,8 @@ def what_you_know_query(tenant_id: int, user_id: int) -> Query:
            UNION ALL
            (SELECT id, namespace, key, value, kind, access_count, false FROM memories
             WHERE tenant_id = %(t)s AND user_id = %(u)s AND valid_until IS NULL
-              AND (namespace = 'tacit' OR namespace LIKE 'tacit/%%')
+              AND (namespace = 'tacit' OR namespace LIKE 'tacit/%%'
+                   OR (namespace = 'entity/default' AND key LIKE 'user/%%'))
               AND NOT (namespace = 'tacit/personality' OR namespace LIKE 'tacit/personality/%%')
             ORDER BY access_count DESC, id LIMIT %(limit)s)""",
         {

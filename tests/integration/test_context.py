@@ -151,6 +151,18 @@ def test_what_you_know_caps_and_selection_by_access_count(conn: Conn) -> None:
     assert [m["key"] for m in chosen] == sorted(m["key"] for m in chosen)  # listed stably, not by count
 
 
+def test_what_you_know_lists_the_users_own_facts_but_not_other_entities(conn: Conn) -> None:
+    # Extraction stores the user's name, city, employer, allergies under entity/default `user/…`: a user who
+    # only said who they are had no memory in the prompt (`engram context alice cli-alice` showed none).
+    scope = make_scope(conn)
+    for key, value in (("user/name", "User's name is Alice"), ("user/allergy/peanuts", "User is allergic to peanuts")):
+        store_memory(conn, scope, MemoryInput(key=key, value=value, namespace="entity/default"), "api")
+    store_memory(conn, scope, MemoryInput(key="bob/job", value="Bob is a nurse", namespace="entity/default"), "api")
+    chosen = what_you_know(conn, scope.tenant_id, scope.user_id)
+    assert [m["key"] for m in chosen] == ["user/allergy/peanuts", "user/name"]
+    assert "User is allergic to peanuts" in prepare(conn, scope).static.text
+
+
 def test_fallback_chain_database_files_minimal(conn: Conn, tmp_path: Path) -> None:
     scope = make_scope(conn)
     assert prepare(conn, scope).static.source == "minimal"
