@@ -173,4 +173,6 @@ def _check_provider(settings: Settings) -> Check:
     detail = f"{name}: chat model {chat_model(settings)}, background model {cheap_model(settings)}"
     if name == "offline" and not problems:
         detail += " (offline rules, no language model: set ENGRAM_ANTHROPIC_API_KEY or ENGRAM_OPENAI_API_KEY for one)"
-    return Check("llm provider", not problems, detail if not problems else "; ".join(problems), "see README: Settings")
+    return Check(
+        "llm provider", not problems, detail if not problems else "; ".join(problems), "see docs/reference/settings.md"
+    )

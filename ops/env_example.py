@@ -1,7 +1,7 @@
 """Write `.env.example`: every setting of shared/config.py with its default and meaning.
 
-Names, order and defaults come from the settings object, meanings from ops/settings_meanings.toml: the
-same rows as the settings page of the docs (ops/settings_doc.py), so the two cannot drift apart.
+Names, order, defaults and meanings (each field's description) come from the settings object: the same
+rows as the settings page of the docs (ops/settings_doc.py), so the two cannot drift apart.
 tests/unit/test_env_example.py fails when the committed file differs from what this prints.
 
     python -m ops.env_example > .env.example
@@ -10,7 +10,9 @@ tests/unit/test_env_example.py fails when the committed file differs from what t
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
+
+from pydantic.fields import FieldInfo
 
 from ops.settings_doc import rows
 
@@ -35,9 +37,9 @@ def plain(markdown: str) -> str:
     return re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text).strip()
 
 
-def render(meanings: dict[str, Any] | None = None) -> str:
+def render(fields: Mapping[str, FieldInfo] | None = None) -> str:
     out = [HEADER]
-    for row in rows(meanings):
+    for row in rows(fields):
         default, meaning = plain(row.default), plain(row.meaning)
         if default != "unset" and " " not in default:  # a concrete value: show it as the assignment
             out.append(f"\n# {meaning}\n# {row.name}={default}\n")

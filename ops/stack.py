@@ -399,7 +399,11 @@ class Stack:
         from shared.llm.factory import chat_model, provider_name
 
         provider = provider_name(s)
-        note = "  (offline mode: no language model configured; see README)" if provider == "offline" else ""
+        note = (
+            "  (offline mode: no language model configured; see docs/reference/settings.md, Language model)"
+            if provider == "offline"
+            else ""
+        )
         return "\n".join(
             [
                 "engram is running",

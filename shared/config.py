@@ -1,5 +1,10 @@
 """The one settings object. Every field is read from an `ENGRAM_`-prefixed environment variable
-(or a `.env` file in the working directory) and is listed in the README with its default."""
+(or a `.env` file in the working directory) and documented here: its `description` is its meaning
+(markdown; links are relative to docs/reference/), and the `# --- … ---` comments are its sections.
+The Settings page of the docs (docs/reference/settings.md) and `.env.example` are generated from this
+class (`python -m ops.settings_doc`, `python -m ops.env_example`); a field without a description stops
+both. `json_schema_extra={"doc_default": …}` gives the default those files show where the object has
+none to show (unset, computed, generated) or spells one (it must parse to the object's default)."""
 
 from __future__ import annotations
 
@@ -22,238 +27,471 @@ class Settings(BaseSettings):
 
     # --- where state lives -------------------------------------------------------------------
     data_dir: Path = Field(
-        default_factory=_default_data_dir, description="Embedded servers' data, PID files, dev API key"
+        default_factory=_default_data_dir,
+        description="embedded servers' data, PID files, the dev API key",
+        json_schema_extra={"doc_default": "`~/.engram`"},
     )
-    database_url: str | None = Field(None, description="Postgres URL; unset = embedded Postgres in data_dir")
-    redis_url: str | None = Field(None, description="Redis URL; unset = embedded valkey in data_dir")
-    db_pool_size: int = Field(10, ge=1, description="Max connections per process pool")
+    database_url: str | None = Field(
+        None, description="Postgres URL (needs pgvector); unset = embedded Postgres in the data dir"
+    )
+    redis_url: str | None = Field(None, description="Redis URL; unset = embedded valkey in the data dir")
+    db_pool_size: int = Field(
+        10,
+        ge=1,
+        description="connections per process pool at most; the gateway opens all of them at start and keeps them "
+        "open (count gateways × this against Postgres' `max_connections`)",
+    )
 
     # --- gateway -----------------------------------------------------------------------------
-    host: str = "127.0.0.1"
-    port: int = 8000
-    flower_port: int = 5555
-    max_turn_chars: int = Field(16_000, ge=1, description="Longest accepted user message")
-    max_wait_seconds: float = Field(60.0, ge=0, description="Cap on ?wait= long polls")
+    host: str = Field("127.0.0.1", description="address the gateway binds to")
+    port: int = Field(8000, description="gateway port")
+    flower_port: int = Field(5555, description="Flower port")
+    max_turn_chars: int = Field(16_000, ge=1, description="longest accepted user message (longer is `413`)")
+    max_wait_seconds: float = Field(60.0, ge=0, description="cap on `?wait=` long polls")
     max_request_bytes: int = Field(
-        1_048_576, ge=1024, description="Largest accepted request body; larger is 413 before it is read"
+        1_048_576,
+        ge=1024,
+        description="largest accepted request body (1 MiB); a larger one is `413 payload_too_large`, refused from "
+        "its `Content-Length` before the body is read, or as soon as a streamed body passes the limit",
     )
     sse_max_seconds: float = Field(
-        300.0, gt=0, description="Longest an event stream stays open; clients resume with Last-Event-ID"
+        300.0,
+        gt=0,
+        description="longest a `/events` stream stays open; it ends earlier when the turn is done or failed, and "
+        "a client resumes with `Last-Event-ID`",
     )
     # Token buckets in Redis: a sustained rate and a burst, per API key and per tenant (0 = no limit).
-    rate_limit_key_per_second: float = Field(50.0, ge=0, description="Requests per second one API key may sustain")
-    rate_limit_key_burst: int = Field(100, ge=1, description="Requests one API key may send at once")
-    rate_limit_tenant_per_second: float = Field(200.0, ge=0, description="Requests per second per tenant")
-    rate_limit_tenant_burst: int = Field(400, ge=1, description="Requests one tenant may send at once")
+    rate_limit_key_per_second: float = Field(
+        50.0,
+        ge=0,
+        description="requests per second one API key may sustain (token bucket in Redis; `0` = no limit); over it "
+        "is `429 rate_limited` with `Retry-After`",
+    )
+    rate_limit_key_burst: int = Field(100, ge=1, description="requests one API key may send at once")
+    rate_limit_tenant_per_second: float = Field(
+        200.0, ge=0, description="requests per second all of a tenant's keys together may sustain (`0` = no limit)"
+    )
+    rate_limit_tenant_burst: int = Field(400, ge=1, description="requests a tenant may send at once")
     # Message ingest (outside conversations): bounds of one POST …/messages (over them is 413).
-    ingest_max_messages: int = Field(500, ge=1, description="Messages one ingest request may carry")
-    ingest_max_message_chars: int = Field(32_000, ge=1, description="Longest ingested message, in characters")
-    # A fixed key for the default tenant (e.g. in docker-compose); unset = one is generated once.
-    dev_api_key: SecretStr | None = None
+    ingest_max_messages: int = Field(
+        500,
+        ge=1,
+        description="messages one `POST …/sessions/{key}/messages` may carry (more is `413`, nothing written)",
+    )
+    ingest_max_message_chars: int = Field(
+        32_000, ge=1, description="longest ingested message in characters (longer is `413`, nothing written)"
+    )
+    dev_api_key: SecretStr | None = Field(
+        None,
+        description="fixed key for the `default` tenant (e.g. docker-compose); unset = generated once and kept in "
+        "the data dir",
+    )
 
     # --- language model ----------------------------------------------------------------------
-    llm_provider: ProviderName = Field("auto", description="auto picks anthropic/openai by key, else offline")
-    llm_model: str | None = Field(None, description="Chat model; default per provider")
-    llm_cheap_model: str | None = Field(None, description="Model for background work; default per provider")
-    anthropic_api_key: SecretStr | None = None
-    anthropic_base_url: str | None = None
-    openai_api_key: SecretStr | None = None
-    openai_base_url: str | None = Field(None, description="Any OpenAI-compatible endpoint (Ollama, vLLM), with /v1")
-    llm_timeout_seconds: float = 120.0
-    llm_max_attempts: int = Field(4, ge=1, description="Tries per LLM call on 429/5xx/timeouts")
-    llm_max_retry_wait_seconds: float = 30.0
-    max_output_tokens: int = 1024
+    llm_provider: ProviderName = Field(
+        "auto",
+        description="`auto`, `offline`, `anthropic` or `openai`; auto picks Anthropic when its key is set, then "
+        "OpenAI (key or base URL), else offline",
+    )
+    llm_model: str | None = Field(
+        None,
+        description="chat model (`claude-sonnet-4-6`, `gpt-4.1`, `offline-rules`)",
+        json_schema_extra={"doc_default": "per provider"},
+    )
+    llm_cheap_model: str | None = Field(
+        None,
+        description="model for background work (`claude-haiku-4-5`, `gpt-4.1-mini`); its calls send `temperature` "
+        "0, which Anthropic's pages say Claude Sonnet 5 refuses (400), so keep a 4.x Claude here (a "
+        "failed call falls back to the chat model)",
+        json_schema_extra={"doc_default": "per provider"},
+    )
+    anthropic_api_key: SecretStr | None = Field(None, description="Anthropic key")
+    anthropic_base_url: str | None = Field(None, description="Anthropic API base URL, without `/v1`")
+    openai_api_key: SecretStr | None = Field(None, description="OpenAI key (not needed for local compatible servers)")
+    openai_base_url: str | None = Field(
+        None, description="any OpenAI-compatible endpoint, with `/v1` (e.g. `http://127.0.0.1:11434/v1` for Ollama)"
+    )
+    llm_timeout_seconds: float = Field(120.0, description="timeout of one LLM request")
+    llm_max_attempts: int = Field(
+        4,
+        ge=1,
+        description="tries per LLM call; only 429, 5xx, timeouts and connection errors are retried, honouring "
+        "`Retry-After`",
+    )
+    llm_max_retry_wait_seconds: float = Field(30.0, description="longest wait between tries")
+    max_output_tokens: int = Field(1024, description="`max_tokens` of a chat call")
     llm_prices: dict[str, dict[str, float]] = Field(
         default_factory=dict,
-        description="US$ per million tokens by model and kind, for the cost metric (JSON); unset = no cost",
+        description='US$ per million tokens by model and kind, JSON, e.g. `{"claude-sonnet-4-6": {"input": 3, '
+        '"output": 15, "cache_read": 0.3, "cache_write": 3.75}}`; feeds `engram_llm_cost_usd_total` '
+        "(no built-in prices: they change)",
     )
 
     # --- embeddings ----------------------------------------------------------------------------
     embedding_provider: Literal["local", "openai"] = Field(
-        "local", description="local = bundled MiniLM (offline); openai = OpenAI or any compatible endpoint"
+        "local",
+        description="`local` = the bundled all-MiniLM-L6-v2 (384 dims, offline, CPU); `openai` = OpenAI or any "
+        "compatible endpoint",
     )
-    embedding_model: str | None = Field(None, description="Default: all-MiniLM-L6-v2 (local), text-embedding-3-small")
-    embedding_dimensions: int | None = Field(None, ge=1, description="OpenAI text-embedding-3 `dimensions`")
-    embedding_base_url: str | None = Field(None, description="OpenAI-compatible embeddings endpoint, with /v1")
-    embedding_api_key: SecretStr | None = Field(None, description="Default: ENGRAM_OPENAI_API_KEY")
+    embedding_model: str | None = Field(
+        None,
+        description="`all-MiniLM-L6-v2` (local), `text-embedding-3-small` (openai)",
+        json_schema_extra={"doc_default": "per provider"},
+    )
+    embedding_dimensions: int | None = Field(
+        None, ge=1, description="the `dimensions` parameter of OpenAI text-embedding-3 models"
+    )
+    embedding_base_url: str | None = Field(
+        None, description="OpenAI-compatible embeddings endpoint, with `/v1` (default: `ENGRAM_OPENAI_BASE_URL`)"
+    )
+    embedding_api_key: SecretStr | None = Field(
+        None, description="key for that endpoint (default: `ENGRAM_OPENAI_API_KEY`)"
+    )
     embedding_batch_size: int = Field(
         64,
         ge=1,
-        description="Texts per embedding call (memories; the transcript units' drain takes a quarter of it per task)",
+        description="texts per embedding call (memories; the transcript units' drain takes a quarter of it per task)",
     )
     embedding_backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
         "auto",
-        description="Local model runtime. auto = onnx-int8 for a new database, else the local space it "
-        "records (fp32 or int8: no reindex on upgrade); onnx = fp32 on onnxruntime; torch = the same fp32 "
-        "model and vectors on sentence-transformers; onnx-int8 = int8 weights (about 2x faster, its own "
-        "embedding space: switching an fp32 database to it needs engram reindex)",
+        description="runtime of the local model. `auto`: int8 weights on onnxruntime for a new database (about 2× "
+        "fp32's texts/s, hybrid recall@10 0.755 vs 0.759 on `locomo-dev.json`), and the fp32 model "
+        "for a database whose vectors fp32 made, so an upgrade needs no reindex (see "
+        "[Embeddings](../concepts/memory.md#embeddings)). `onnx` (fp32 on onnxruntime) or `torch` "
+        "(sentence-transformers): the same model and the same vectors (cosine ≥ 0.9999), so switching "
+        "between them needs no reindex; onnx has 2.2-4.0× the texts/s at 0.65× the peak RSS on 2 "
+        "cores and loads in under a second instead of 11-27 s (`python -m ops.bench.embedders`). "
+        "`onnx-int8`: the int8 model always (quantized once from the export, next to it); other "
+        "vectors (cosine ≥ 0.985 to fp32 on LoCoMo turns), so it is another embedding space and "
+        "switching an fp32 database to it needs `engram reindex`. Explicit backends never follow the "
+        "database",
     )
     embedding_onnx_path: Path | None = Field(
-        None, description="ONNX export of the local model; unset = the user's cache dir, exported on first use"
+        None,
+        description="ONNX export of the local model; unset = the user's cache "
+        "(`$XDG_CACHE_HOME/engram/models/all-MiniLM-L6-v2-<package versions>-opset17.onnx`, "
+        "`~/.cache/…` when unset), exported there on first use (needs torch, a few seconds; later "
+        "processes do not import torch). To export at build time: `python -m "
+        "shared.embeddings.providers export PATH` (the image does; it also writes the int8 model next "
+        "to it, `<PATH stem>-int8-onnxruntime-<version>.onnx`, which `auto` and `onnx-int8` load, "
+        "quantizing it there on first use when missing)",
     )
     embedding_space_check_seconds: float = Field(
-        60.0, ge=0, description="How long a process trusts its last check of the recorded embedding model"
+        60.0,
+        ge=0,
+        description="how long a process trusts its last check that the recorded embedding model is the configured one",
     )
 
     # --- search ------------------------------------------------------------------------------
-    search_fusion: Literal["weighted", "rrf"] = Field("weighted", description="How the search legs are fused")
-    search_rrf_k: int = Field(60, ge=1)
-    search_vector_weight: float = Field(0.7, ge=0, le=1)
+    search_fusion: Literal["weighted", "rrf"] = Field(
+        "weighted",
+        description="how search legs are fused: `weighted` or `rrf` (see [Search](../concepts/memory.md#search))",
+    )
+    search_rrf_k: int = Field(60, ge=1, description="the k of reciprocal rank fusion")
+    search_vector_weight: float = Field(
+        0.7, ge=0, le=1, description="weighted mode: weight of vector similarity (text gets the rest)"
+    )
     turn_recall_tokens: int = Field(
         500,
         ge=0,
-        description="Budget of a turn's relevant memory: facts and excerpts of the user's other conversations "
-        "for the latest message, in the dynamic context (0 = none)",
+        description="budget of a turn's relevant memory (facts and excerpts of the user's other conversations, in "
+        "the dynamic context); 0 = none",
     )
     search_relative_floor: float = Field(
         0.3,
         ge=0,
         le=1,
-        description="Weighted mode: drop results scoring under this share of the query's best result",
+        description="weighted mode: results scoring under this share of the query's best result are dropped",
     )
-    search_overfetch: int = Field(8, ge=1, description="Each leg fetches limit × this before fusion")
+    search_overfetch: int = Field(8, ge=1, description="each leg fetches limit × this many candidates before fusion")
 
     # --- context ---------------------------------------------------------------------------------
-    context_dir: Path | None = Field(None, description="SOUL.md / AGENTS.md / MEMORY.md fallback when no agent profile")
-    context_window_tokens: int | None = Field(None, ge=1000, description="Override the model's context window")
-    compaction_threshold_tokens: int | None = Field(
-        None, ge=200, description="Compact a session at this many tokens; default 60% of the context window"
+    context_dir: Path | None = Field(
+        None, description="directory with SOUL.md / AGENTS.md / MEMORY.md, used when the tenant has no agent profile"
     )
-    flush_ratio: float = Field(0.75, gt=0, lt=1, description="Memory flush at this share of the compaction threshold")
+    context_window_tokens: int | None = Field(
+        None,
+        ge=1000,
+        description="override the chat model's context window (pruning budget)",
+        json_schema_extra={"doc_default": "per model"},
+    )
+    compaction_threshold_tokens: int | None = Field(
+        None,
+        ge=200,
+        description="compact a session when its live messages reach this many tokens",
+        json_schema_extra={"doc_default": "60 % of the window"},
+    )
+    flush_ratio: float = Field(
+        0.75, gt=0, lt=1, description="memory flush when a session reaches this share of the compaction threshold"
+    )
     prompt_epoch_max_delta: int = Field(
-        10, ge=0, description="New memories shown in the dynamic tail before a session's What You Know is rebuilt"
+        10,
+        ge=0,
+        description='memories that joined "What You Know" since a session\'s prompt epoch, shown in the dynamic '
+        "tail; one more rebuilds the list (and changes the cached prefix once)",
     )
 
     # --- background memory pipeline -------------------------------------------------------------
-    auto_memory: bool = Field(True, description="Extract, flush and compact automatically after turns")
-    extraction_debounce_seconds: float = Field(5.0, ge=0, description="Extract this long after the last turn")
-    extraction_max_wait_seconds: float = Field(
-        60.0, ge=0, description="…but no later than this after the first pending turn (chatty sessions)"
+    auto_memory: bool = Field(True, description="extract, flush and compact automatically after turns")
+    extraction_debounce_seconds: float = Field(
+        5.0, ge=0, description="extract this long after the last turn of a session…"
     )
-    eta_task_limit: int = Field(1000, ge=1, description="Delayed (ETA) tasks a worker holds in memory at most")
+    extraction_max_wait_seconds: float = Field(
+        60.0, ge=0, description="…but no later than this after the first turn waiting for extraction"
+    )
+    eta_task_limit: int = Field(
+        1000, ge=1, description="delayed (countdown) tasks a worker holds in memory at most (`worker_eta_task_limit`)"
+    )
 
     # --- agent loop --------------------------------------------------------------------------
-    max_iterations: int = Field(8, ge=1, description="LLM calls per turn at most (tool loop)")
-    session_lock_ttl_seconds: int = Field(30, ge=5, description="Per-session lock TTL; heartbeat at a third")
-    turn_soft_time_limit: int = 300
-    turn_time_limit: int = 330
-    stalled_turn_seconds: int = Field(60, ge=5, description="Queued turns older than this are re-enqueued")
-    sweep_interval_seconds: float = Field(30.0, gt=0, description="How often beat looks for stalled turns")
+    max_iterations: int = Field(8, ge=1, description="LLM calls per turn at most (the tool loop)")
+    session_lock_ttl_seconds: int = Field(
+        30, ge=5, description="per-session lock TTL; the heartbeat extends it every third"
+    )
+    turn_soft_time_limit: int = Field(300, description="soft time limit of a task, seconds")
+    turn_time_limit: int = Field(330, description="hard time limit of a task, seconds")
+    stalled_turn_seconds: int = Field(
+        60, ge=5, description="open turns untouched this long (and unlocked) are re-enqueued"
+    )
+    sweep_interval_seconds: float = Field(30.0, gt=0, description="how often beat looks for stalled turns")
     broker_visibility_timeout: int = Field(
-        3600, ge=60, description="Seconds before an unacked task is redelivered; > any countdown or time limit"
+        3600,
+        ge=60,
+        description="seconds before an unacknowledged task is redelivered; must exceed the time limit plus any "
+        "task's longest retry backoff or countdown (checked at worker start)",
     )
 
     # --- processes started by `engram up` ------------------------------------------------------
-    turn_worker_concurrency: int = Field(2, ge=1, description="Processes consuming turns + channels")
-    background_worker_concurrency: int = Field(2, ge=1, description="Processes for the memory queues")
+    turn_worker_concurrency: int = Field(2, ge=1, description="processes of `worker-turns`")
+    background_worker_concurrency: int = Field(
+        2,
+        ge=1,
+        description="processes of `worker-background` (each loads the embedding model, ~0.5 GB peak RSS with "
+        "MiniLM on onnxruntime, ~0.8 GB on torch; one process fell behind the extraction backlog of "
+        "`ops/bench/pipeline` at its default load on 2 cores)",
+    )
     up_worker_metrics_port: int = Field(
         9808,
         ge=0,
         le=65535,
-        description="`engram up`: first port of the worker pools' exporters, one port per pool; 0 = any free ports",
+        description="`engram up`: port of the first worker process's metrics exporter; the other pools take the "
+        "next ports (listed at start); `0` = any free ports",
     )
 
     # --- worker pools: Celery --autoscale bounds (processes per pool instance; `engram worker POOL`) ---------
-    pool_turns_min_processes: int = Field(2, ge=1, description="Pool turns (turns, channels): processes at least")
-    pool_turns_max_processes: int = Field(4, ge=1, description="Pool turns: processes at most (grows with backlog)")
-    pool_memory_min_processes: int = Field(1, ge=1, description="Pool memory (extraction, flush, compaction): at least")
-    pool_memory_max_processes: int = Field(2, ge=1, description="Pool memory: processes at most")
-    pool_embeddings_min_processes: int = Field(1, ge=1, description="Pool embeddings: processes at least")
-    pool_embeddings_max_processes: int = Field(2, ge=1, description="Pool embeddings: processes at most")
-    pool_maintenance_min_processes: int = Field(1, ge=1, description="Pool maintenance: processes at least")
-    pool_maintenance_max_processes: int = Field(1, ge=1, description="Pool maintenance: processes at most")
+    pool_turns_min_processes: int = Field(
+        2,
+        ge=1,
+        description="pool `turns` (queues turns, channels): processes at least (Celery `--autoscale` lower bound, "
+        "`engram worker turns`, `engram up --cluster`)",
+    )
+    pool_turns_max_processes: int = Field(
+        4, ge=1, description="pool `turns`: processes at most; the autoscaler adds processes while turns wait"
+    )
+    pool_memory_min_processes: int = Field(
+        1, ge=1, description="pool `memory` (extraction, flush, compaction): processes at least"
+    )
+    pool_memory_max_processes: int = Field(2, ge=1, description="pool `memory`: processes at most")
+    pool_embeddings_min_processes: int = Field(1, ge=1, description="pool `embeddings`: processes at least")
+    pool_embeddings_max_processes: int = Field(
+        2,
+        ge=1,
+        description="pool `embeddings`: processes at most (local embeddings are CPU-bound: at most the cores you "
+        "give it)",
+    )
+    pool_maintenance_min_processes: int = Field(1, ge=1, description="pool `maintenance`: processes at least")
+    pool_maintenance_max_processes: int = Field(1, ge=1, description="pool `maintenance`: processes at most")
 
     # --- Flower (started by `engram up`) --------------------------------------------------------
-    flower_host: str = Field("127.0.0.1", description="Address Flower binds to (not ENGRAM_HOST: it can run tasks)")
-    flower_user: str = Field("engram", pattern=r"^[^:,]+$", description="Flower basic-auth user")
+    flower_host: str = Field(
+        "127.0.0.1",
+        description="address Flower binds to (it can run and revoke tasks, so it does not follow `ENGRAM_HOST`)",
+    )
+    flower_user: str = Field("engram", pattern=r"^[^:,]+$", description="Flower basic-auth user (no `:` or `,`)")
     flower_password: SecretStr | None = Field(
-        None, description="Flower basic-auth password; unset = generated once and kept in the data dir"
+        None,
+        description="Flower basic-auth password (no `,`); unset = generated once and kept in `<data "
+        "dir>/flower-password` (mode 600)",
     )
     # Celery task events (task-sent/received/started/succeeded): a Redis PUBLISH each, ~8 per turn, read by
     # nobody unless Flower runs, and Flower switches the workers' events on itself every few seconds.
     celery_task_events: bool = Field(
-        False, description="Workers send task events from start (Flower turns them on while it runs)"
+        False,
+        description="Celery task events from every worker and publisher from the start (a Redis `PUBLISH` per "
+        "task state, about 8 per turn). Off, Flower still shows tasks: it switches the workers' "
+        "events on every 5 s while it runs; only the `sent` state (published by the sender) needs "
+        "this on",
     )
 
     # --- maintenance jobs (beat) -----------------------------------------------------------------
     # Schedules are 5-field cron expressions (minute hour day-of-month month day-of-week; day of week
     # 0 = Sunday) in `jobs_timezone`. Defaults from the references: enrichment 02:00, consolidation
     # 03:00, decay 04:00, reflection Sunday 03:00, embedding-cache eviction daily.
-    jobs_timezone: str = Field("UTC", description="Time zone of the job schedules and of a run's period (its day)")
-    job_enrichment_schedule: str = Field("0 2 * * *", description="Cron schedule of entity enrichment")
-    job_enrichment_enabled: bool = True
-    job_consolidation_schedule: str = Field("0 3 * * *", description="Cron schedule of the consolidation sweep")
-    job_consolidation_enabled: bool = True
-    job_decay_schedule: str = Field("0 4 * * *", description="Cron schedule of decay")
-    job_decay_enabled: bool = True
-    job_reflection_schedule: str = Field("0 3 * * 0", description="Cron schedule of the weekly reflection")
-    job_reflection_enabled: bool = True
-    job_cache_eviction_schedule: str = Field("30 4 * * *", description="Cron schedule of embedding-cache eviction")
-    job_cache_eviction_enabled: bool = True
-    job_page_size: int = Field(200, ge=1, le=10_000, description="Memories (or sessions) per page; a page commits")
+    jobs_timezone: str = Field(
+        "UTC", description="time zone of the maintenance job schedules and of a run's period (its day)"
+    )
+    job_enrichment_schedule: str = Field(
+        "0 2 * * *",
+        description="cron schedule (minute hour day-of-month month day-of-week, 0 = Sunday) of entity enrichment",
+    )
+    job_enrichment_enabled: bool = Field(True, description="beat runs entity enrichment")
+    job_consolidation_schedule: str = Field("0 3 * * *", description="cron schedule of the nightly consolidation sweep")
+    job_consolidation_enabled: bool = Field(
+        True,
+        description="beat runs the consolidation sweep (and a new session queues the user's earlier ones, unless "
+        "`ENGRAM_AUTO_MEMORY=false`)",
+    )
+    job_decay_schedule: str = Field("0 4 * * *", description="cron schedule of decay")
+    job_decay_enabled: bool = Field(True, description="beat runs decay")
+    job_reflection_schedule: str = Field(
+        "0 3 * * 0", description="cron schedule of the weekly reflection (Sunday 03:00)"
+    )
+    job_reflection_enabled: bool = Field(True, description="beat runs the weekly reflection")
+    job_cache_eviction_schedule: str = Field("30 4 * * *", description="cron schedule of embedding-cache eviction")
+    job_cache_eviction_enabled: bool = Field(True, description="beat runs embedding-cache eviction")
+    job_page_size: int = Field(
+        200,
+        ge=1,
+        le=10_000,
+        description="memories (or sessions) a job handles per page; each page commits with the run's progress",
+    )
     job_slice_seconds: float = Field(
-        240.0, gt=0, description="A job task works this long, then sends itself on (resuming from its cursor)"
+        240.0,
+        gt=0,
+        description="a job task works this long, then sends itself on to resume from its cursor (below "
+        "`ENGRAM_TURN_SOFT_TIME_LIMIT`)",
     )
     beat_lock_timeout_seconds: int = Field(
-        30, ge=10, description="Beat leader lock TTL in Redis; a standby beat takes over within about this"
+        30,
+        ge=10,
+        description="TTL of the beat leader lock in Redis: a standby beat takes over within about this when the "
+        "leader dies",
     )
-    decay_threshold: float = Field(0.05, gt=0, lt=1, description="Decayed confidence below this soft-deletes")
+    decay_threshold: float = Field(
+        0.05, gt=0, lt=1, description="decay soft-deletes a memory whose confidence falls below this"
+    )
     maintenance_daily_token_budget: int = Field(
-        200_000, ge=0, description="Per tenant: LLM tokens a day for consolidation, enrichment, reflection (0 = none)"
+        200_000,
+        ge=0,
+        description="per tenant and UTC day: LLM tokens consolidation, enrichment and reflection may spend (`0` = "
+        "no cap); over it the job stops for that tenant and says so in its run",
     )
-    embedding_cache_max_idle_days: int = Field(30, ge=1, description="Cache entries unused this long are evicted")
+    embedding_cache_max_idle_days: int = Field(
+        30, ge=1, description="embedding-cache entries unused this long are evicted"
+    )
     consolidation_dedup_jaccard: float = Field(
-        0.75, gt=0, le=1, description="Word-overlap Jaccard at which a consolidated fact duplicates a stored one"
+        0.75,
+        gt=0,
+        le=1,
+        description="consolidation skips a new fact whose words overlap an active fact of the user (another key) "
+        "with at least this Jaccard (measured choice: see [Maintenance "
+        "jobs](../concepts/maintenance.md#dedup-measured))",
     )
 
     # --- chat channels (Slack, Telegram) --------------------------------------------------------
     # The environment shortcut: these create/update the connection `default` of the default tenant at start.
-    slack_signing_secret: SecretStr | None = None
-    slack_bot_token: SecretStr | None = None
-    telegram_bot_token: SecretStr | None = None
-    telegram_webhook_secret: SecretStr | None = None
-    slack_api_url: str = Field("https://slack.com/api/", description="Slack Web API base URL (tests: a fake)")
-    telegram_api_url: str = Field("https://api.telegram.org", description="Bot API host; methods at /bot<token>/<m>")
-    channel_http_timeout_seconds: float = Field(10.0, gt=0, description="Timeout of one platform API request")
-    channel_send_attempts: int = Field(5, ge=1, description="Tries per message part on 429, 5xx and network errors")
+    slack_signing_secret: SecretStr | None = Field(
+        None,
+        description="with `ENGRAM_SLACK_BOT_TOKEN`: the Slack connection `default` of the default tenant, created "
+        "or updated at start",
+    )
+    slack_bot_token: SecretStr | None = Field(
+        None, description="the Slack app's bot token (`xoxb-…`) for that connection"
+    )
+    telegram_bot_token: SecretStr | None = Field(
+        None,
+        description="BotFather's token: the Telegram connection `default` of the default tenant, created or "
+        "updated at start",
+    )
+    telegram_webhook_secret: SecretStr | None = Field(
+        None,
+        description="the webhook's `X-Telegram-Bot-Api-Secret-Token` for that connection (1-256 of `A-Za-z0-9_-`)",
+        json_schema_extra={"doc_default": "generated"},
+    )
+    slack_api_url: str = Field(
+        "https://slack.com/api/",
+        description="Slack Web API base URL (tests and air-gapped installs point it elsewhere)",
+    )
+    telegram_api_url: str = Field(
+        "https://api.telegram.org", description="Bot API host; methods are called at `/bot<token>/<method>`"
+    )
+    channel_http_timeout_seconds: float = Field(10.0, gt=0, description="timeout of one Slack or Telegram API request")
+    channel_send_attempts: int = Field(
+        5, ge=1, description="tries per message part on `429`, `5xx` and network errors before the delivery is `failed`"
+    )
     channel_retry_max_wait_seconds: float = Field(
-        30.0, ge=0, description="Longest wait between tries; a longer Retry-After reschedules the delivery"
+        30.0,
+        ge=0,
+        description="longest wait between tries (backoff, or the platform's `Retry-After`); a longer "
+        "`Retry-After` puts the delivery back for the sweep",
     )
     channel_stalled_delivery_seconds: float = Field(
-        60.0, gt=0, description="Deliveries pending this long (their task lost) are re-enqueued by the sweep"
+        60.0, gt=0, description="deliveries pending this long (their task lost) are re-sent by the beat sweep"
     )
 
     # --- OpenAI-compatible chat completions and MCP ---------------------------------------------
     chat_completions_wait_seconds: float = Field(
-        300.0, gt=0, description="How long /v1/chat/completions waits for its turn before answering 504"
+        300.0,
+        gt=0,
+        description="how long a `/v1/chat/completions` request waits for its turn (answered, or the stream ended) "
+        "before `504`; the same request again joins the turn",
     )
     chat_completions_max_messages: int = Field(
-        1000, ge=1, description="Messages one /v1/chat/completions request may carry"
+        1000, ge=1, description="messages one `/v1/chat/completions` request may carry (more is `413`)"
     )
 
     # --- logging -----------------------------------------------------------------------------
-    log_level: str = "INFO"
-    log_json: bool = Field(False, description="JSON log lines instead of console format")
+    log_level: str = Field("INFO", description="log level")
+    log_json: bool = Field(False, description="JSON log lines instead of the console format")
 
     # --- tracing (OpenTelemetry; shared/tracing.py) -------------------------------------------------
-    otel_enabled: bool = Field(False, description="Export OpenTelemetry traces (OTLP over HTTP)")
-    otel_endpoint: str | None = Field(
-        None, description="OTLP/HTTP collector base URL (spans go to <url>/v1/traces); unset = http://localhost:4318"
+    otel_enabled: bool = Field(
+        False,
+        description="export OpenTelemetry traces (gateway request → turn task → model call and SQL → follow-up "
+        "tasks) over OTLP/HTTP",
     )
-    otel_headers: SecretStr | None = Field(None, description="Extra OTLP request headers, `name=value,name=value`")
-    otel_service_name: str = Field("engram", description="service.name prefix; each process adds its role")
-    otel_sample_ratio: float = Field(1.0, ge=0, le=1, description="Share of new traces recorded (head sampling)")
+    otel_endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP collector base URL (spans go to `<url>/v1/traces`); unset = the exporter's default "
+        "(`OTEL_EXPORTER_OTLP_*`, else `http://localhost:4318`)",
+    )
+    otel_headers: SecretStr | None = Field(
+        None, description="extra OTLP request headers, `name=value,name=value` (a vendor's API key)"
+    )
+    otel_service_name: str = Field(
+        "engram", description="`service.name` prefix; each process adds its role (`engram-gateway`, `engram-worker`)"
+    )
+    otel_sample_ratio: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="share of new traces recorded (0–1); a task continues its sender's decision",
+        json_schema_extra={"doc_default": "`1.0`"},
+    )
 
     # --- metrics ---------------------------------------------------------------------------------
     worker_metrics_port: int | None = Field(
-        None, ge=0, le=65535, description="Port of a worker pool's Prometheus exporter; unset = none"
+        None,
+        ge=0,
+        le=65535,
+        description="port of a worker pool's Prometheus exporter (its main process serves all its pool "
+        "processes); unset = no exporter",
     )
-    worker_metrics_host: str = Field("127.0.0.1", description="Address the worker exporter binds to (key required)")
+    worker_metrics_host: str = Field(
+        "127.0.0.1",
+        description="address the worker exporter binds to; it always requires a key with the `metrics` scope",
+    )
     metrics_sql_interval_seconds: float = Field(
-        60.0, ge=0, description="Cross-tenant SQL aggregates in metrics are recomputed at most this often"
+        60.0,
+        ge=0,
+        description="cross-tenant SQL aggregates in metrics (turns by status, active memories, embedding backlog) "
+        "are recomputed at most this often per process",
     )
     metrics_api_key: SecretStr | None = Field(
-        None, description="A fixed key with only the metrics scope, registered by `engram migrate` (Prometheus)"
+        None,
+        description="a fixed key with the `metrics` scope only, registered for the default tenant by `engram "
+        "migrate` (what Prometheus uses in docker-compose and Kubernetes); a key registered earlier "
+        "keeps its scopes",
     )
 
     @field_validator(

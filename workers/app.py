@@ -1,6 +1,6 @@
 """The Celery application: queues, routing, reliability settings, beat schedule.
 
-Reliability choices (see README "Crash safety"):
+Reliability choices (see docs/concepts/turns.md, "Crash safety"):
 - acks_late + reject_on_worker_lost: a task is acknowledged only after it finished, and a task
   whose worker process died is put back, so a kill loses nothing; tasks are idempotent, so a
   redelivery duplicates nothing.

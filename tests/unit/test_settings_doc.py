@@ -1,22 +1,18 @@
 """docs/reference/settings.md is exactly what `python -m ops.settings_doc` generates from the settings
-object, and the generator refuses a setting without a meaning or a default that is not the object's."""
+object, and the generator refuses a setting without a description or a written-out default that is not
+the object's."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
-from typing import Any
 
 import pytest
+from pydantic import Field
 
-from ops.settings_doc import MEANINGS, render, rows, sections
+from ops.settings_doc import render, rows, sections
 from shared.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _meanings() -> dict[str, Any]:
-    return tomllib.loads(MEANINGS.read_text())
 
 
 def test_settings_page_is_generated_and_current() -> None:
@@ -32,33 +28,46 @@ def test_every_setting_is_in_a_section_of_the_class() -> None:
     assert set(sections()) == set(Settings.model_fields)
 
 
+def test_every_setting_has_a_description_and_it_is_the_rows_meaning() -> None:
+    meanings = {row.name: row.meaning for row in rows()}
+    for field, info in Settings.model_fields.items():
+        assert info.description and info.description.strip(), field
+        assert meanings[f"ENGRAM_{field.upper()}"] == info.description.strip()
+
+
 def test_defaults_come_from_the_settings_object() -> None:
     shown = {row.name: row.default for row in rows()}
     assert shown["ENGRAM_PORT"] == "`8000`"
     assert shown["ENGRAM_LOG_JSON"] == "`false`"
     assert shown["ENGRAM_MAX_WAIT_SECONDS"] == "`60`"
     assert shown["ENGRAM_DATABASE_URL"] == "unset"
+    assert shown["ENGRAM_DATA_DIR"] == "`~/.engram`"  # a default_factory: the field writes it out
+    assert shown["ENGRAM_OTEL_SAMPLE_RATIO"] == "`1.0`"  # a spelling of the object's 1.0
 
 
-def test_a_setting_without_a_meaning_stops_the_generator() -> None:
-    meanings = _meanings()
-    del meanings["ENGRAM_PORT"]
-    with pytest.raises(SystemExit, match="ENGRAM_PORT"):
-        render(meanings)
+class _NoDescription(Settings):
+    port: int = 8000  # a field as one might add it, without Field(description=...)
 
 
-def test_a_meaning_of_no_setting_stops_the_generator() -> None:
-    meanings = _meanings()
-    meanings["ENGRAM_NO_SUCH_SETTING"] = {"meaning": "gone"}
-    with pytest.raises(SystemExit, match="ENGRAM_NO_SUCH_SETTING"):
-        render(meanings)
+class _BlankDescription(Settings):
+    port: int = Field(8000, description="  ")
 
 
-def test_a_default_the_object_does_not_have_stops_the_generator() -> None:
-    meanings = _meanings()
-    meanings["ENGRAM_PORT"] = {"default": "`8080`", "meaning": "gateway port"}
-    with pytest.raises(SystemExit, match="ENGRAM_PORT"):
-        render(meanings)
-    meanings["ENGRAM_OTEL_SAMPLE_RATIO"] = {"default": "`1.0`", "meaning": "a spelling of the same value"}
-    meanings["ENGRAM_PORT"] = {"meaning": "gateway port"}
-    assert "| `ENGRAM_OTEL_SAMPLE_RATIO` | `1.0` |" in render(meanings)
+class _WrongDefault(Settings):
+    port: int = Field(8000, description="gateway port", json_schema_extra={"doc_default": "`8080`"})
+
+
+class _SpelledDefault(Settings):
+    port: int = Field(8000, description="gateway port", json_schema_extra={"doc_default": "`8000.0`"})
+
+
+@pytest.mark.parametrize("model", [_NoDescription, _BlankDescription])
+def test_a_setting_without_a_description_stops_the_generator(model: type[Settings]) -> None:
+    with pytest.raises(SystemExit, match="ENGRAM_PORT has no description"):
+        render(model.model_fields)
+
+
+def test_a_written_out_default_the_object_does_not_have_stops_the_generator() -> None:
+    with pytest.raises(SystemExit, match=r"ENGRAM_PORT.*`8080`.*`8000`"):
+        render(_WrongDefault.model_fields)
+    assert "| `ENGRAM_PORT` | `8000.0` | gateway port |" in render(_SpelledDefault.model_fields)
