@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from shared.db import Conn
+from shared.db import Conn, Query
 from shared.text import estimate_tokens
 
 TERMINAL_STATUSES = frozenset({"done", "failed"})
@@ -92,14 +92,18 @@ def find_user_id(conn: Conn, tenant_id: int, external_id: str) -> int | None:
     return int(row["id"]) if row else None
 
 
-def find_session(
-    conn: Conn, tenant_id: int, user_external_id: str, session_key: str, channel: str = "api"
-) -> dict[str, Any] | None:
-    return conn.execute(
+def session_query(tenant_id: int, user_external_id: str, session_key: str, channel: str = "api") -> Query:
+    return (
         """SELECT s.* FROM sessions s JOIN users u ON u.id = s.user_id
            WHERE s.tenant_id = %s AND u.external_id = %s AND s.session_key = %s AND s.channel = %s""",
         (tenant_id, user_external_id, session_key, channel),
-    ).fetchone()
+    )
+
+
+def find_session(
+    conn: Conn, tenant_id: int, user_external_id: str, session_key: str, channel: str = "api"
+) -> dict[str, Any] | None:
+    return conn.execute(*session_query(tenant_id, user_external_id, session_key, channel)).fetchone()
 
 
 _TURN_COLUMNS = """t.id AS turn_id, t.session_id, s.session_key, u.external_id AS user_id, t.status,

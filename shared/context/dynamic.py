@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from shared.context.data_fence import fence
 from shared.context.fences import strip_markers
 from shared.context.static_prompt import Section
-from shared.db import Conn, Query
+from shared.db import Query
 
 RELEVANT_LIMIT = 5
 
@@ -81,12 +81,7 @@ def build_dynamic_suffix(inputs: DynamicInputs) -> list[Section]:
 
 def reflection_query(tenant_id: int, user_id: int) -> Query:
     return (
-        """SELECT value FROM memories WHERE tenant_id = %s AND user_id = %s AND kind = 'reflection'
+        """SELECT id, value FROM memories WHERE tenant_id = %s AND user_id = %s AND kind = 'reflection'
            AND valid_until IS NULL ORDER BY created_at DESC, id DESC LIMIT 1""",
         (tenant_id, user_id),
     )
-
-
-def latest_reflection(conn: Conn, tenant_id: int, user_id: int) -> str | None:
-    row = conn.execute(*reflection_query(tenant_id, user_id)).fetchone()
-    return row["value"] if row else None

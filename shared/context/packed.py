@@ -23,24 +23,30 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property, lru_cache
 from typing import Any, Final
 
 from shared.config import Settings
-from shared.context.dynamic import latest_reflection
+from shared.context.dynamic import reflection_query
 from shared.context.fences import strip_markers
-from shared.context.profiles import get_user_profile
-from shared.context.static_prompt import memory_line, user_information_lines, what_you_know
-from shared.context.tokens import TokenCounter, counter_for
-from shared.db import Conn
+from shared.context.profiles import user_profile_query
+from shared.context.static_prompt import (
+    memory_line,
+    select_what_you_know,
+    user_information_lines,
+    what_you_know_query,
+)
+from shared.context.tokens import BpeTokenCounter, TokenCounter, counter_for
+from shared.db import Conn, Query, fetch_together, first
+from shared.embeddings import SPACE_QUERY
 from shared.llm.factory import chat_model
 from shared.memory.search import SearchFilters
 from shared.memory.service import search_memories
 from shared.memory.store import Scope
-from shared.turns import find_session, find_user_id
+from shared.turns import find_user_id, session_query
 
 # In rendering order; a request may ask for a subset.
 SECTIONS: Final[tuple[str, ...]] = (
@@ -252,9 +258,19 @@ def pack(candidates: Iterable[Item], max_tokens: int, counter: TokenCounter) -> 
         elif takes_from_one(item):
             restated.update(item.message_ids)
 
+    floor = _token_floor(counter)
+
+    def fits(item: Item, room: int) -> int | None:
+        """What the item adds if that fits in `room`. One whose words alone overflow it is not counted: once
+        the block is nearly full, most of the candidates left are, and counting them was most of the work."""
+        if floor(item.text) >= room:
+            return None
+        price = cost(item)
+        return price if price <= room else None
+
     room = max_tokens - (counter.count(HEADER) + counter.count(FOOTER) + 2)
     for item in ordered:
-        if not repeats(item) and (price := cost(item)) <= room:
+        if not repeats(item) and (price := fits(item, room)) is not None:
             keep(item)
             room -= price
     context = render(chosen)
@@ -263,7 +279,7 @@ def pack(candidates: Iterable[Item], max_tokens: int, counter: TokenCounter) -> 
     if tokens < max_tokens:
         room, before = max_tokens - tokens, len(chosen)
         for item in ordered:
-            if item.id not in kept and not repeats(item) and (price := cost(item)) <= room:
+            if item.id not in kept and not repeats(item) and (price := fits(item, room)) is not None:
                 keep(item)
                 room -= price
         if len(chosen) > before:
@@ -289,6 +305,15 @@ def pack(candidates: Iterable[Item], max_tokens: int, counter: TokenCounter) -> 
                 }
             )
     return PackedContext(context, tokens, max_tokens, counter.name, sections, len(ordered) - len(chosen))
+
+
+def _token_floor(counter: TokenCounter) -> Callable[[str], int]:
+    """A lower bound on `counter.count(text)` that costs next to nothing. An OpenAI encoding splits text at
+    word boundaries before it merges, so every whitespace-separated word is at least one token; the estimate
+    counter gives no such guarantee, so it gets no floor."""
+    if isinstance(counter, BpeTokenCounter):
+        return lambda text: len(text.split())
+    return lambda text: 0
 
 
 def context_counter(settings: Settings) -> TokenCounter:
@@ -322,9 +347,22 @@ def search_limit(max_tokens: int) -> int:
     return max(MIN_SEARCH_LIMIT, min(MAX_SEARCH_LIMIT, max_tokens // TOKENS_PER_RESULT))
 
 
-def _search_items(conn: Conn, scope: Scope, query: str, max_tokens: int, as_of: datetime | None) -> list[Item]:
+def _search_items(
+    conn: Conn,
+    scope: Scope,
+    query: str,
+    max_tokens: int,
+    as_of: datetime | None,
+    space_rows: Sequence[Mapping[str, Any]],
+) -> list[Item]:
     results = search_memories(
-        conn, scope, query[:2000], limit=search_limit(max_tokens), filters=SearchFilters(), as_of=as_of
+        conn,
+        scope,
+        query[:2000],
+        limit=search_limit(max_tokens),
+        filters=SearchFilters(),
+        as_of=as_of,
+        space_rows=space_rows,
     )
     best = max((r.score for r in results), default=0.0) or 1.0
     items = []
@@ -364,8 +402,8 @@ def _search_items(conn: Conn, scope: Scope, query: str, max_tokens: int, as_of: 
     return items
 
 
-def _known_items(conn: Conn, scope: Scope, seen: set[str]) -> list[Item]:
-    rows = sorted(what_you_know(conn, scope.tenant_id, scope.user_id), key=lambda r: (-r["access_count"], r["id"]))
+def _known_items(known: Sequence[dict[str, Any]], seen: set[str]) -> list[Item]:
+    rows = sorted(known, key=lambda r: (-r["access_count"], r["id"]))
     items = []
     for rank, row in enumerate(rows):
         item_id = f"memory:{row['id']}"
@@ -376,16 +414,10 @@ def _known_items(conn: Conn, scope: Scope, seen: set[str]) -> list[Item]:
     return items
 
 
-def _reflection_items(conn: Conn, scope: Scope) -> list[Item]:
-    row = conn.execute(
-        """SELECT id FROM memories WHERE tenant_id = %s AND user_id = %s AND kind = 'reflection'
-           AND valid_until IS NULL ORDER BY created_at DESC, id DESC LIMIT 1""",
-        (scope.tenant_id, scope.user_id),
-    ).fetchone()
-    text = latest_reflection(conn, scope.tenant_id, scope.user_id)
-    if row is None or not text:
+def _reflection_items(row: Mapping[str, Any] | None) -> list[Item]:
+    if row is None or not row["value"]:
         return []
-    return [Item("reflection", f"memory:{row['id']}", "reflection", defang(text), BASE_VALUE["reflection"])]
+    return [Item("reflection", f"memory:{row['id']}", "reflection", defang(row["value"]), BASE_VALUE["reflection"])]
 
 
 def compile_context(
@@ -409,18 +441,31 @@ def compile_context(
     if user_id is None:
         return pack([], max_tokens, counter)
     scope = Scope(tenant_id, user_id)
-    candidates: list[Item] = []
+    searching = bool(query and query.strip() and wanted & {"relevant_memories", "transcript"})
+    # The small reads in one round trip: on a busy machine each round trip is a trip through the scheduler.
+    queries: dict[str, Query] = {}
     if "profile" in wanted:
-        candidates += _profile_items(get_user_profile(conn, tenant_id, user_id))
+        queries["profile"] = user_profile_query(tenant_id, user_id)
     if session_key and wanted & {"active_task", "summary"}:
-        session = find_session(conn, tenant_id, user_external_id, session_key)
-        if session is not None:
-            candidates += [i for i in _session_items(session) if i.section in wanted]
-    if query and query.strip() and wanted & {"relevant_memories", "transcript"}:
-        candidates += [i for i in _search_items(conn, scope, query, max_tokens, as_of) if i.section in wanted]
+        queries["session"] = session_query(tenant_id, user_external_id, session_key)
+    if searching:
+        queries["space"] = SPACE_QUERY
     if "what_you_know" in wanted:
-        candidates += _known_items(conn, scope, {i.id for i in candidates})
+        queries["known"] = what_you_know_query(tenant_id, user_id)
     if "reflection" in wanted:
+        queries["reflection"] = reflection_query(tenant_id, user_id)
+    reads = fetch_together(conn, queries)
+    candidates: list[Item] = []
+    if "profile" in reads:
+        candidates += _profile_items(first(reads["profile"]))
+    if (session := first(reads.get("session", []))) is not None:
+        candidates += [i for i in _session_items(session) if i.section in wanted]
+    if searching and query:
+        found = _search_items(conn, scope, query, max_tokens, as_of, reads["space"])
+        candidates += [i for i in found if i.section in wanted]
+    if "known" in reads:
+        candidates += _known_items(select_what_you_know(reads["known"]), {i.id for i in candidates})
+    if "reflection" in reads:
         seen = {i.id for i in candidates}
-        candidates += [i for i in _reflection_items(conn, scope) if i.id not in seen]
+        candidates += [i for i in _reflection_items(first(reads["reflection"])) if i.id not in seen]
     return pack(candidates, max_tokens, counter)

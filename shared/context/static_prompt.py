@@ -12,7 +12,7 @@ MEMORY.md in the context directory → a minimal identity.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,7 +92,7 @@ def what_you_know(conn: Conn, tenant_id: int, user_id: int) -> list[dict[str, An
 
     Chosen by use, but listed by namespace and key: an access-count change that does not change the
     selection must not reorder the list (that would break the prompt cache for nothing)."""
-    return _selection(conn.execute(*what_you_know_query(tenant_id, user_id)).fetchall())
+    return select_what_you_know(conn.execute(*what_you_know_query(tenant_id, user_id)).fetchall())
 
 
 def what_you_know_query(tenant_id: int, user_id: int) -> Query:
@@ -120,7 +120,7 @@ def what_you_know_query(tenant_id: int, user_id: int) -> Query:
     )
 
 
-def _selection(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def select_what_you_know(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     personality = [r for r in rows if r["personality"]]
     others = [r for r in rows if not r["personality"]][: WHAT_YOU_KNOW_LIMIT - len(personality)]
     return sorted(personality + others, key=lambda r: (r["namespace"], r["key"], r["id"]))
@@ -173,7 +173,7 @@ def prompt_inputs(
         agent=agent,
         directive=first(rows["directive"], "value"),
         user=first(rows["user"]),
-        memories=_selection(rows["what_you_know"]),
+        memories=select_what_you_know(rows["what_you_know"]),
         file_rules=_clean(files.get("AGENTS.md")) if source == "files" else None,
         file_knowledge=_clean(files.get("MEMORY.md")) if files.get("MEMORY.md") else None,
         tools=tools,

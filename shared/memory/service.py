@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -28,7 +29,7 @@ from shared.embeddings.space import follow_recorded_space
 from shared.logging import get_logger
 from shared.memory.search import SearchFilters, SearchOptions, SearchResult, search
 from shared.memory.store import Scope, touch_accessed
-from shared.memory.time_window import time_window
+from shared.memory.time_window import TimeWindow, may_name_time, time_window
 from shared.metrics import observe_embedding_call
 
 log = get_logger(__name__)
@@ -151,9 +152,14 @@ def search_memories(
     if mode in ("weighted", "rrf"):
         options.mode = mode  # type: ignore[assignment]
     filters = filters or SearchFilters()
+    # Reading a time out of the query takes dateparser milliseconds of Python: it runs beside the query's
+    # embedding (onnx lets go of the GIL) and the search (a wait on Postgres) rather than before them.
+    resolving: Future[TimeWindow | None] | None = None
+    if filters.since is None and filters.until is None and may_name_time(query):
+        resolving = _time_reader().submit(time_window, query, as_of)
     vector = query_vector(conn, query, space_rows)
-    window = time_window(query, as_of) if filters.since is None and filters.until is None else None
     results = search(conn, scope, query, query_vector=vector, filters=filters, options=options)
+    window = resolving.result() if resolving is not None else None
     if window is not None:
         within = dataclasses.replace(filters, since=window.start, until=window.end)
         found = search(conn, scope, query, query_vector=vector, filters=within, options=options)
@@ -161,6 +167,11 @@ def search_memories(
     if touch:
         touch_accessed(conn, scope, [r.id for r in results if r.id is not None])
     return results
+
+
+@lru_cache(maxsize=1)
+def _time_reader() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="time-window")
 
 
 def rank_window_first(within: list[SearchResult], everything: list[SearchResult], limit: int) -> list[SearchResult]:

@@ -62,6 +62,14 @@ def test_packed_context_never_exceeds_the_budget(candidates: list[Item], budget:
         assert "⟦F:" not in packed.context
 
 
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(max_size=300) | st.from_regex(r"(\s{0,3}[\w'.,!?-]{1,12}){1,40}", fullmatch=True))
+def test_a_text_has_at_least_as_many_tokens_as_words(text: str) -> None:
+    # Packing skips counting an item whose words alone overflow the room left: sound only while an OpenAI
+    # encoding never gives fewer tokens than whitespace-separated words.
+    assert len(text.split()) <= O200K.count(text)
+
+
 def test_packing_is_greedy_by_value() -> None:
     big = Item("summary", "session:1:summary", "summary", "word " * 400, 60.0)
     small = [
