@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+from datetime import UTC, datetime
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
@@ -132,6 +134,52 @@ def migrate() -> None:
     except Exception as exc:
         _fail(f"migration failed: {exc}")
     typer.echo(f"applied {len(applied)} migration(s)" + "".join(f"\n  {m.version:04d}_{m.name}" for m in applied))
+
+
+# ----------------------------------------------------------------------------------- backup, restore
+
+
+@app.command()
+def backup(
+    file: Annotated[
+        Path | None, typer.Argument(help="Where to write it (default: engram-<UTC time>.backup here)")
+    ] = None,
+) -> None:
+    """Back up the whole database to one file, consistent while the stack runs (no stop needed)."""
+    from ops.backup import BackupError, database_for, write_backup
+
+    settings = _settings()
+    target = file or Path(f"engram-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.backup")
+    try:
+        with database_for(settings) as url:
+            manifest = write_backup(url, target)
+    except BackupError as exc:
+        _fail(str(exc))
+    rows = ", ".join(f"{n} {table}" for table, n in manifest.rows.items())
+    typer.echo(f"backed up to {target} ({manifest.dump_bytes / 1e6:.1f} MB; schema {manifest.schema_version}; {rows})")
+
+
+@app.command()
+def restore(
+    file: Annotated[Path, typer.Argument(help="A file `engram backup` wrote")],
+    force: Annotated[bool, typer.Option("--force", help="Replace a database that is not empty")] = False,
+) -> None:
+    """Restore a backup into an empty database (the data directory's, or ENGRAM_DATABASE_URL's)."""
+    from ops.backup import BackupError, database_for, restore_backup, running_stack_pid
+
+    settings = _settings()
+    if force and not settings.database_url and (pid := running_stack_pid(settings)) is not None:
+        _fail(f"engram up is running from {settings.data_dir} (pid {pid}): stop it before replacing its database")
+    try:
+        with database_for(settings) as url:
+            restored = restore_backup(url, file, force=force)
+    except BackupError as exc:
+        _fail(str(exc))
+    manifest = restored.manifest
+    rows = ", ".join(f"{n} {table}" for table, n in restored.rows.items())
+    typer.echo(f"restored {file} (taken {manifest.created_at} by engram {manifest.engram_version}; {rows})")
+    if restored.migrated:
+        typer.echo(f"migrated the restored schema from {manifest.schema_version} to {restored.migrated[-1]}")
 
 
 # ---------------------------------------------------------------------------------------- reindex
