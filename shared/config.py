@@ -10,6 +10,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.cron import parse_cron
+
 ProviderName = Literal["auto", "offline", "anthropic", "openai"]
 
 
@@ -265,8 +267,6 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _cron(cls, value: str) -> str:
-        from shared.maintenance.schedule import parse_cron
-
         parse_cron(value)  # ValueError with the reason
         return " ".join(value.split())
 
