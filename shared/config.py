@@ -318,7 +318,7 @@ class Settings(BaseSettings):
         return self
 
     def pool_processes(self, pool: str) -> tuple[int, int]:
-        """(min, max) processes of a worker pool (workers/queues.py POOLS), Celery's --autoscale bounds."""
+        """(min, max) processes of a worker pool (shared/queues.py POOLS), Celery's --autoscale bounds."""
         return int(getattr(self, f"pool_{pool}_min_processes")), int(getattr(self, f"pool_{pool}_max_processes"))
 
     @property

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Literal
 from zoneinfo import ZoneInfo
 
+from shared import task_names
 from shared.config import Settings
 from shared.cron import parse_cron
 
@@ -40,31 +41,31 @@ JOBS: dict[str, JobSpec] = {
         JobSpec(
             "enrichment",
             "daily",
-            "engram.maintenance.enrichment",
+            task_names.JOB_ENRICHMENT,
             "re-extract entities of memories with few of them with the accurate extractor",
         ),
         JobSpec(
             "consolidation",
             "daily",
-            "engram.maintenance.consolidation",
+            task_names.JOB_CONSOLIDATION,
             "turn unconsolidated sessions into durable facts, dedup and supersede contradictions",
         ),
         JobSpec(
             "decay",
             "daily",
-            "engram.maintenance.decay",
+            task_names.JOB_DECAY,
             "lower confidence of unused memories; soft-delete the faded; expire one-off style observations",
         ),
         JobSpec(
             "reflection",
             "weekly",
-            "engram.maintenance.reflection",
+            task_names.JOB_REFLECTION,
             "one weekly reflection per user with >= 3 new facts in 7 days",
         ),
         JobSpec(
             "cache-eviction",
             "daily",
-            "engram.maintenance.cache_eviction",
+            task_names.JOB_CACHE_EVICTION,
             "drop embedding-cache entries unused for ENGRAM_EMBEDDING_CACHE_MAX_IDLE_DAYS",
         ),
     )

@@ -20,10 +20,10 @@ from ops.cli import app as cli_app
 from shared import db
 from shared.auth import authenticate
 from shared.keys import IssuedKey, create_tenant_key
+from shared.queues import QUEUES
 from tests.conftest import Gateway
 from tests.support.kustomize import render
 from tests.support.services import TestServices
-from workers.queues import QUEUES
 
 pytestmark = pytest.mark.integration
 

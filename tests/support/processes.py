@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from workers.queues import QUEUES
+from shared.queues import QUEUES
 
 
 class CeleryProcess:
