@@ -267,7 +267,7 @@ class Stack:
                     py,
                     "-m",
                     "uvicorn",
-                    "api.app:create_app",
+                    "ops.gateway:create_app",
                     "--factory",
                     "--host",
                     s.host,

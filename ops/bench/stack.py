@@ -181,7 +181,7 @@ class LocalStack:
                 py,
                 "-m",
                 "uvicorn",
-                "api.app:create_app",
+                "ops.gateway:create_app",
                 "--factory",
                 "--host",
                 "127.0.0.1",

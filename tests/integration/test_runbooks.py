@@ -91,7 +91,7 @@ def _compose_services(tokens: list[str]) -> list[str]:
 def test_every_command_names_something_real() -> None:
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     k8s = {(o["kind"], o["metadata"]["name"]) for o in render(ROOT / "ops" / "k8s" / "overlays" / "production")}
-    from api.app import create_app
+    from ops.gateway import create_app
 
     routes = list(create_app().openapi()["paths"])
     checked = 0

@@ -130,7 +130,7 @@ def gateway(env: dict[str, str], log_dir: Path, port: int, name: str = "gateway"
         sys.executable,
         "-m",
         "uvicorn",
-        "api.app:create_app",
+        "ops.gateway:create_app",
         "--factory",
         "--host",
         "127.0.0.1",

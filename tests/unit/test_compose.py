@@ -173,7 +173,7 @@ def test_migrate_runs_once_before_the_stack(services: dict[str, dict[str, Any]])
 def test_gateway_command_and_healthcheck(services: dict[str, dict[str, Any]]) -> None:
     gateway = services["gateway"]
     args = argv(gateway)
-    assert args[:3] == ["uvicorn", "api.app:create_app", "--factory"]
+    assert args[:3] == ["uvicorn", "ops.gateway:create_app", "--factory"]
     assert args[args.index("--host") + 1] == "0.0.0.0"
     assert "/readyz" in " ".join(gateway["healthcheck"]["test"])
     # Two replicas, reached only through the proxy.
