@@ -1,4 +1,7 @@
-"""The HTTP gateway: routes only; the domain lives in shared/."""
+"""The HTTP gateway: routes only; the domain lives in shared/.
+
+Built by its composition root (ops/gateway.py), which hands it the dispatcher that reaches the queues:
+api/ imports shared/, never workers/."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from api.routes import admin, channel_admin, channels, context, health, ingest, 
 from api.routes import openai as openai_routes
 from shared import db
 from shared.config import get_settings
+from shared.dispatch import Dispatcher, get_dispatcher, set_dispatcher
 from shared.heap import freeze_startup_heap
 from shared.logging import configure_logging, get_logger
 from shared.memory.service import warm_query_embedder
@@ -44,11 +48,11 @@ async def _warm_database() -> None:
 
 
 async def _warm_broker() -> None:
-    from workers.dispatch import warm_publishers  # the Celery app reads settings: not at import time
-
+    dispatcher = get_dispatcher()
+    dispatcher.prepare()  # the broker not configured: the gateway does not start
     try:
         # On a timeout the thread goes on in the background and gives its producers back when it ends.
-        await asyncio.wait_for(asyncio.to_thread(warm_publishers), BROKER_WARM_TIMEOUT_SECONDS)
+        await asyncio.wait_for(asyncio.to_thread(dispatcher.warm_publishers), BROKER_WARM_TIMEOUT_SECONDS)
     except Exception as exc:  # the broker away: publishes connect on demand, as before
         log.warning("could not open broker connections at start", error=f"{type(exc).__name__}: {exc}")
 
@@ -73,7 +77,9 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     db.close_pool()
 
 
-def create_app() -> FastAPI:
+def create_app(dispatcher: Dispatcher) -> FastAPI:
+    """The gateway, sending its work through `dispatcher` (installed for the whole process: shared/dispatch.py)."""
+    set_dispatcher(dispatcher)
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_json)
     app = FastAPI(
@@ -95,10 +101,8 @@ def create_app() -> FastAPI:
     app.add_middleware(RequestMetrics, registry=registry)
     app.add_middleware(RequestContext)  # outermost: every line of the request carries its id
     if configure_tracing("gateway", settings):
-        from workers.tracing import install_publish_tracing
-
         instrument_fastapi(app)
-        install_publish_tracing()
+        dispatcher.install_publish_tracing()
 
     # Aggregates over every tenant: only for keys with the `metrics` (or `admin`) scope.
     @app.get("/metrics", include_in_schema=False)

@@ -38,6 +38,7 @@ from shared.config import get_settings
 from shared.context.packed import SECTIONS, compile_context
 from shared.context.profiles import get_user_profile
 from shared.context.static_prompt import what_you_know
+from shared.dispatch import get_dispatcher
 from shared.ingest import IngestMessage as StoredMessage
 from shared.ingest import ingest_messages
 from shared.logging import get_logger
@@ -157,10 +158,8 @@ def _found(result: SearchResult) -> dict[str, Any]:
 def _embed_later(result: WriteResult) -> None:
     if not result.changed:
         return
-    from workers.dispatch import enqueue_embed_memory
-
     try:
-        enqueue_embed_memory(result.memory["id"])
+        get_dispatcher().enqueue_embed_memory(result.memory["id"])
     except Exception as exc:  # broker down: the unindexed-memory sweep embeds it later
         log.warning("could not enqueue embedding", memory_id=result.memory["id"], error=str(exc))
 
@@ -391,9 +390,7 @@ def build_server() -> MCPServer:
             except (IdempotencyConflict, ValueError) as exc:
                 raise ToolError(str(exc)) from exc
             if result.written:
-                from workers.dispatch import schedule_memory_work  # the Celery app reads settings: load on use
-
-                schedule_memory_work(result.session_id)
+                get_dispatcher().schedule_memory_work(result.session_id)
             return {"session_key": session_key, "message_ids": result.message_ids, "status": "queued"}
 
         return await _run(caller, "memory:write", work)

@@ -21,8 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared import db
 from shared.logging import get_logger
+from shared.queues import QUEUES, queue_depths
 from shared.redis_client import get_redis
-from workers.queues import QUEUES, queue_depths
 
 log = get_logger(__name__)
 

@@ -1,6 +1,6 @@
 """Write docs/api/reference.md: every operation and schema of the gateway's OpenAPI document, as markdown.
 
-The document is the one the gateway serves at /openapi.json (api/app.py `create_app`), so the page cannot
+The document is the one the gateway serves at /openapi.json (ops/gateway.py `create_app`), so the page cannot
 say anything the gateway does not; the docs build stays offline (no schema viewer loaded from a CDN).
 tests/unit/test_api_doc.py fails when the committed page differs from what this prints.
 
@@ -29,7 +29,7 @@ METHODS = ("get", "post", "put", "patch", "delete")
 
 def openapi() -> dict[str, Any]:
     """The schema of a gateway built as `engram up` builds it (nothing is connected to make it)."""
-    from api.app import create_app
+    from ops.gateway import create_app
 
     schema: dict[str, Any] = create_app().openapi()
     return json.loads(json.dumps(schema))  # plain JSON values only, as served

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ops.channels_cli import channels_app, users_app
-from ops.cli_support import fail, load_settings
+from ops.cli_support import client_args, fail, load_settings
 from ops.import_cli import import_command
 from ops.jobs_cli import jobs_app
 from ops.keys_cli import keys_app
-from shared.config import Settings
 
 if TYPE_CHECKING:  # the HTTP client loads only for the commands that talk to the gateway
     from ops.client import EngramClient
@@ -240,19 +239,6 @@ def create_key_command(tenant: Annotated[str, typer.Option(help="Tenant the key 
     typer.echo(key)
 
 
-def _client_args(settings: Settings, url: str | None, api_key: str | None) -> tuple[str, str]:
-    base = url or os.environ.get("ENGRAM_URL") or f"http://{settings.host}:{settings.port}"
-    key = api_key or os.environ.get("ENGRAM_API_KEY")
-    if not key and settings.dev_key_file.exists():
-        key = settings.dev_key_file.read_text().strip()
-    if not key:
-        _fail(
-            "no API key: pass --api-key, set ENGRAM_API_KEY, or start the stack "
-            f"(`engram up` writes {settings.dev_key_file})"
-        )
-    return base, key
-
-
 UrlOpt = Annotated[str | None, typer.Option(help="Gateway URL (default http://ENGRAM_HOST:ENGRAM_PORT)")]
 KeyOpt = Annotated[str | None, typer.Option(help="API key (default ENGRAM_API_KEY or the dev key)")]
 
@@ -283,7 +269,7 @@ def _connect_client(url: str | None, api_key: str | None) -> EngramClient:
     from ops.client import EngramClient
 
     settings = _settings()
-    base, key = _client_args(settings, url, api_key)
+    base, key = client_args(settings, url, api_key)
     client = EngramClient(base, key)
     try:
         client.http.get("/healthz").raise_for_status()
@@ -425,7 +411,7 @@ def mcp(
     from ops.mcp_stdio import GatewayRefused, serve
 
     settings = _settings()
-    base, key = _client_args(settings, None, api_key)
+    base, key = client_args(settings, None, api_key)
     endpoint = url or f"{base.rstrip('/')}/mcp"
     user = user or os.environ.get("ENGRAM_USER")
     try:

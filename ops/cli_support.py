@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, NoReturn
@@ -54,3 +55,18 @@ def require_tenant(conn: Conn, tenant: str, create: bool = False) -> int:
     if found is None:
         fail(f"no tenant {tenant!r}")
     return found
+
+
+def client_args(settings: Settings, url: str | None, api_key: str | None) -> tuple[str, str]:
+    """The gateway's URL and the API key a command that talks to it uses: the options, else the environment,
+    else the local stack's (`engram up`) address and dev key."""
+    base = url or os.environ.get("ENGRAM_URL") or f"http://{settings.host}:{settings.port}"
+    key = api_key or os.environ.get("ENGRAM_API_KEY")
+    if not key and settings.dev_key_file.exists():
+        key = settings.dev_key_file.read_text().strip()
+    if not key:
+        fail(
+            "no API key: pass --api-key, set ENGRAM_API_KEY, or start the stack "
+            f"(`engram up` writes {settings.dev_key_file})"
+        )
+    return base, key

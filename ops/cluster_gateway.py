@@ -34,7 +34,7 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
 
 def main() -> None:
     settings = get_settings()
-    config = uvicorn.Config("api.app:create_app", factory=True, access_log=False)
+    config = uvicorn.Config("ops.gateway:create_app", factory=True, access_log=False)
     # Build the app first, join the port after: the kernel hands a bound socket its share of new
     # connections at once, and they would wait out the imports of a (re)starting gateway.
     config.load()

@@ -148,8 +148,8 @@ def _check_redis_and_workers(url: str) -> Iterator[Check]:
         yield Check("redis", False, f"cannot connect: {exc}", "check ENGRAM_REDIS_URL, or run `engram up`")
         return
     yield Check("redis", True, "reachable")
+    from shared.queues import QUEUES
     from workers.app import app
-    from workers.queues import QUEUES
 
     replies = app.control.inspect(timeout=2.0).active_queues() or {}
     consumed = {queue["name"] for queues in replies.values() for queue in queues}

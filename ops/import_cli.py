@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ops.cli_support import fail, load_settings
+from ops.cli_support import client_args, fail, load_settings
 from ops.import_file import ImportFileError, ImportPlan, read_import_file
 
 
@@ -68,8 +68,6 @@ def import_command(
     """Import conversations into engram (the memory pipeline mines them as if they were chat turns).
 
     Safe to run again: every message carries an idempotency key, so nothing is stored twice."""
-    from ops.cli import _client_args
-
     settings = load_settings()
     try:
         plan = read_import_file(file, user=user, session=session)
@@ -77,7 +75,7 @@ def import_command(
         fail(str(exc))
     if batch_size > settings.ingest_max_messages:
         batch_size = settings.ingest_max_messages
-    base, key = _client_args(settings, url, api_key)
+    base, key = client_args(settings, url, api_key)
     typer.echo(
         f"{file}: {plan.message_count} message(s) in {len(plan.conversations)} session(s)"
         + (f", {plan.memory_count} memories" if plan.memory_count and memories else "")

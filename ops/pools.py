@@ -1,4 +1,4 @@
-"""The command line of one worker pool (workers/queues.py POOLS), built from the settings.
+"""The command line of one worker pool (shared/queues.py POOLS), built from the settings.
 
 One builder for every way a pool runs: `engram up --cluster` spawns it, and `engram worker POOL` (the
 command of docker-compose.yml and ops/k8s) executes it, so the queues, the node name, the flags and
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from shared.config import Settings
-from workers.queues import POOLS
+from shared.queues import POOLS
 
 # Workers have nothing to learn from each other (mingle: revoked ids at start; gossip: peer events),
 # and both bootsteps reconnect badly after Redis restarts (a worker can stop consuming).

@@ -19,8 +19,8 @@ from ops.supervisor import ChildSpec, Supervisor
 from shared.config import Settings
 from shared.db import Conn
 from shared.logging import get_logger
+from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS
 from shared.services import read_services, services_file, write_services
-from workers.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS
 
 log = get_logger(__name__)
 
@@ -63,7 +63,7 @@ def ensure_flower_password(settings: Settings) -> str:
 
 _WORKER_FLAGS = WORKER_FLAGS  # see ops/pools.py
 
-# `engram up --cluster`: gateways and beats (workers: one process per pool of workers/queues.py POOLS).
+# `engram up --cluster`: gateways and beats (workers: one process per pool of shared/queues.py POOLS).
 CLUSTER_GATEWAYS = 2
 CLUSTER_BEATS = 2
 
@@ -271,7 +271,7 @@ class Stack:
                     py,
                     "-m",
                     "uvicorn",
-                    "api.app:create_app",
+                    "ops.gateway:create_app",
                     "--factory",
                     "--host",
                     s.host,

@@ -21,6 +21,8 @@ fi
 say "ruff, then mypy, then pytest"
 .venv-test/bin/ruff check .
 .venv-test/bin/mypy
+# The import contracts ([tool.importlinter] in pyproject.toml): dependencies point one way, no cycles.
+.venv-test/bin/lint-imports --no-cache
 # pytest keeps only the newest three temp directories under one root per user, so concurrent runs
 # on one machine delete each other's (servers' data directories included): each run gets its own.
 TEMP_ROOT="$(mktemp -d -t engram-tests-XXXXXX)"

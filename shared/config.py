@@ -15,6 +15,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.cron import parse_cron
+
 ProviderName = Literal["auto", "offline", "anthropic", "openai"]
 
 
@@ -503,8 +505,6 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _cron(cls, value: str) -> str:
-        from shared.maintenance.schedule import parse_cron
-
         parse_cron(value)  # ValueError with the reason
         return " ".join(value.split())
 
@@ -556,7 +556,7 @@ class Settings(BaseSettings):
         return self
 
     def pool_processes(self, pool: str) -> tuple[int, int]:
-        """(min, max) processes of a worker pool (workers/queues.py POOLS), Celery's --autoscale bounds."""
+        """(min, max) processes of a worker pool (shared/queues.py POOLS), Celery's --autoscale bounds."""
         return int(getattr(self, f"pool_{pool}_min_processes")), int(getattr(self, f"pool_{pool}_max_processes"))
 
     @property

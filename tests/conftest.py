@@ -185,7 +185,7 @@ def fake_llm(fake_llm_server: FakeLLM) -> FakeLLM:
 
 class Gateway:
     def __init__(self) -> None:
-        from api.app import create_app
+        from ops.gateway import create_app
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -23,16 +23,17 @@ from celery.signals import setup_logging, worker_init, worker_process_init
 from kombu import Exchange, Queue
 
 from shared import db
+from shared import task_names as names
 from shared.config import Settings, get_settings
 from shared.heap import freeze_startup_heap
 from shared.logging import configure_logging, get_logger
 from shared.maintenance.schedule import JOBS, cron_of, enabled
+from shared.queues import QUEUES
 from shared.redis_client import reset_redis
 from shared.services import resolve_redis_url
 from shared.tracing import configure_tracing, instrument_celery_worker
 from workers import metrics as _metric_signals  # noqa: F401  (task metrics, the pool's exporter)
 from workers import tracing as _publish_hooks  # noqa: F401  (connects the request-id publish hook)
-from workers.queues import QUEUES
 
 log = get_logger(__name__)
 
@@ -71,12 +72,12 @@ def maintenance_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         }
     if enabled(settings, "consolidation"):
         entries["queue-consolidations"] = {
-            "task": "engram.maintenance.queue_consolidations",
+            "task": names.QUEUE_CONSOLIDATIONS,
             "schedule": timedelta(seconds=settings.sweep_interval_seconds),
             "options": {"expires": settings.sweep_interval_seconds},
         }
     entries["resume-job-runs"] = {
-        "task": "engram.maintenance.resume_job_runs",
+        "task": names.RESUME_JOB_RUNS,
         "schedule": timedelta(seconds=max(settings.sweep_interval_seconds, 60)),
         "options": {"expires": 60},
     }
@@ -109,7 +110,7 @@ def create_celery() -> Celery:
         worker_eta_task_limit=settings.eta_task_limit,
         task_default_queue="maintenance",
         task_queues=[Queue(name, Exchange(name), routing_key=name) for name in QUEUES],
-        task_routes={f"engram.{name}.*": {"queue": name} for name in QUEUES},
+        task_routes={names.task_name(name, "*"): {"queue": name} for name in QUEUES},
         task_soft_time_limit=settings.turn_soft_time_limit,
         task_time_limit=settings.turn_time_limit,
         # A publish with Redis down must fail fast: the gateway has already stored the turn and
@@ -135,23 +136,23 @@ def create_celery() -> Celery:
         beat_schedule={
             **maintenance_schedule(settings),
             "redrive-stalled-turns": {
-                "task": "engram.maintenance.redrive_stalled_turns",
+                "task": names.REDRIVE_STALLED_TURNS,
                 "schedule": timedelta(seconds=settings.sweep_interval_seconds),
                 "options": {"expires": settings.sweep_interval_seconds},
             },
             "redrive-pending-extraction": {
-                "task": "engram.maintenance.redrive_pending_extraction",
+                "task": names.REDRIVE_PENDING_EXTRACTION,
                 "schedule": timedelta(seconds=settings.sweep_interval_seconds),
                 "options": {"expires": settings.sweep_interval_seconds},
             },
             "redrive-stalled-deliveries": {
-                "task": "engram.maintenance.redrive_stalled_deliveries",
+                "task": names.REDRIVE_STALLED_DELIVERIES,
                 "schedule": timedelta(seconds=settings.sweep_interval_seconds),
                 "options": {"expires": settings.sweep_interval_seconds},
             },
             # Cheap (one indexed query) and deduplicated by the drain token, so it runs at the sweep interval.
             "index-missing-memories": {
-                "task": "engram.embeddings.index_missing_memories",
+                "task": names.INDEX_MISSING_MEMORIES,
                 "schedule": timedelta(seconds=settings.sweep_interval_seconds),
                 "options": {"expires": settings.sweep_interval_seconds},
             },

@@ -1,7 +1,7 @@
 """The single task decorator every engram task uses (one place for routing and logging).
 
-`engram_task("turns")` registers `engram.turns.<function name>` on the `turns` queue and binds
-task id, queue and the task's keyword arguments (session_id, turn_id, …) to the structlog
+`engram_task("turns")` registers `engram.turns.<function name>` (listed in shared/task_names.py) on the
+`turns` queue and binds task id, queue and the task's keyword arguments (session_id, turn_id, …) to the structlog
 context for every line logged while it runs.
 """
 
@@ -15,9 +15,11 @@ import structlog
 from celery import Task
 
 from shared.config import Settings, get_settings
+from shared.queues import QUEUES
+from shared.task_names import ALL as TASK_NAMES
+from shared.task_names import task_name
 from workers.app import app
 from workers.limits import check_visibility_timeout
-from workers.queues import QUEUES
 from workers.tracing import REQUEST_ID_HEADER
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,7 +46,9 @@ def engram_task(queue: str, *, max_countdown: CountdownOf | None = None, **optio
         raise ValueError(f"unknown queue {queue!r}")
 
     def decorate(fn: F) -> Task:
-        name = f"engram.{queue}.{fn.__name__}"
+        name = task_name(queue, fn.__name__)
+        if name not in TASK_NAMES:  # senders use the constants: a name missing there is never sent
+            raise ValueError(f"task {name} is not listed in shared/task_names.py")
         settings = get_settings()
         check_visibility_timeout(name, options, settings, max_countdown(settings) if max_countdown else 0.0)
         DECLARED[name] = (dict(options), max_countdown)

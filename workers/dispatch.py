@@ -8,17 +8,19 @@ from kombu.exceptions import OperationalError as BrokerUnavailable
 from redis.exceptions import RedisError
 
 from shared import db
+from shared import task_names as names
 from shared.channels.inbound import Accepted
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.embeddings.drain import DrainKind, claim_request, token_key
 from shared.logging import get_logger
+from shared.maintenance.schedule import spec_of
 from shared.memory.userdata import Erasure, drop_live_state
 from shared.pipeline import debounce
 from shared.pipeline.jobs import plan_after_turn
+from shared.queues import BULK_PRIORITY
 from shared.redis_client import get_redis
 from workers.app import app
-from workers.queues import BULK_PRIORITY
 
 if TYPE_CHECKING:  # only for annotations
     from shared.pipeline.jobs import JobOutcome
@@ -47,7 +49,7 @@ def warm_publishers() -> int:
 
 
 def enqueue_drain(session_id: int) -> None:
-    app.send_task("engram.turns.drain", kwargs={"session_id": session_id}, queue="turns")
+    app.send_task(names.TURNS_DRAIN, kwargs={"session_id": session_id}, queue="turns")
 
 
 def enqueue_embed_memory(memory_id: int) -> None:
@@ -65,9 +67,9 @@ def request_embedding_drain(kind: DrainKind) -> None:
         return
     try:
         if kind == "memories":
-            app.send_task("engram.embeddings.embed_pending", queue="embeddings")
+            app.send_task(names.EMBED_PENDING, queue="embeddings")
         else:
-            app.send_task("engram.embeddings.embed_transcript", queue="embeddings", priority=BULK_PRIORITY)
+            app.send_task(names.EMBED_TRANSCRIPT, queue="embeddings", priority=BULK_PRIORITY)
     except BaseException:
         client.delete(token_key(kind))  # nothing was queued: the next request must not wait for the token to expire
         raise
@@ -75,7 +77,7 @@ def request_embedding_drain(kind: DrainKind) -> None:
 
 def enqueue_extraction(session_id: int, token: str, countdown: float) -> None:
     app.send_task(
-        "engram.extraction.extract",
+        names.EXTRACTION_EXTRACT,
         kwargs={"session_id": session_id, "token": token},
         queue="extraction",
         countdown=countdown,
@@ -83,17 +85,15 @@ def enqueue_extraction(session_id: int, token: str, countdown: float) -> None:
 
 
 def enqueue_synthesis(tenant_id: int, user_id: int) -> None:
-    app.send_task(
-        "engram.extraction.synthesize", kwargs={"tenant_id": tenant_id, "user_id": user_id}, queue="extraction"
-    )
+    app.send_task(names.EXTRACTION_SYNTHESIZE, kwargs={"tenant_id": tenant_id, "user_id": user_id}, queue="extraction")
 
 
 def enqueue_flush(session_id: int) -> None:
-    app.send_task("engram.flush.flush", kwargs={"session_id": session_id}, queue="flush")
+    app.send_task(names.FLUSH, kwargs={"session_id": session_id}, queue="flush")
 
 
 def enqueue_compaction(session_id: int) -> None:
-    app.send_task("engram.compaction.compact", kwargs={"session_id": session_id}, queue="compaction")
+    app.send_task(names.COMPACTION_COMPACT, kwargs={"session_id": session_id}, queue="compaction")
 
 
 def schedule_memory_work(session_id: int, session: dict[str, Any] | None = None) -> None:
@@ -144,20 +144,20 @@ def enqueue_follow_up(outcome: JobOutcome, tenant_id: int | None = None, user_id
 def enqueue_job(
     name: str, *, as_of: str | None = None, tenant_id: int | None = None, user_id: int | None = None
 ) -> None:
-    """A maintenance job's task (named like the job: cache-eviction → engram.maintenance.cache_eviction)."""
+    """A maintenance job's task (shared/maintenance/schedule.py JOBS)."""
     app.send_task(
-        f"engram.maintenance.{name.replace('-', '_')}",
+        spec_of(name).task,
         kwargs={"as_of": as_of, "tenant_id": tenant_id, "user_id": user_id},
         queue="maintenance",
     )
 
 
 def enqueue_consolidate_session(session_id: int) -> None:
-    app.send_task("engram.maintenance.consolidate_session", kwargs={"session_id": session_id}, queue="maintenance")
+    app.send_task(names.CONSOLIDATE_SESSION, kwargs={"session_id": session_id}, queue="maintenance")
 
 
 def enqueue_delivery(delivery_id: int) -> None:
-    app.send_task("engram.channels.deliver", kwargs={"delivery_id": delivery_id}, queue="channels")
+    app.send_task(names.CHANNELS_DELIVER, kwargs={"delivery_id": delivery_id}, queue="channels")
 
 
 def dispatch_accepted(accepted: Accepted) -> None:

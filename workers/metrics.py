@@ -40,13 +40,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from shared import db
+from shared import db, task_names
 from shared.auth import authenticate, hash_key
 from shared.config import get_settings
 from shared.logging import get_logger
 from shared.metrics import count_task_failure, count_task_retry, observe_task, preinitialize
+from shared.queues import QUEUES, queue_depths
 from shared.redis_client import get_redis
-from workers.queues import QUEUES, queue_depths
 
 log = get_logger(__name__)
 
@@ -224,7 +224,7 @@ def _start_exporter(sender: Any = None, **_: Any) -> None:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = _multiproc_dir
     values.ValueClass = values.MultiProcessValue()
     if sender is not None:
-        preinitialize(name for name in sender.app.tasks if name.startswith("engram."))
+        preinitialize(name for name in sender.app.tasks if name.startswith(task_names.PREFIX))
     queues = list(sender.app.amqp.queues.consume_from) if sender is not None else []
     registry = build_registry(queues, settings.metrics_sql_interval_seconds, _multiproc_dir)
     server = serve(registry, settings.worker_metrics_host, settings.worker_metrics_port, _KeyCheck())

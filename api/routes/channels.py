@@ -20,6 +20,7 @@ from shared.channels.connections import SLUG_PATTERN, Connection, get_connection
 from shared.channels.inbound import Accepted
 from shared.channels.receive import receive_slack_event, receive_telegram_update
 from shared.config import get_settings
+from shared.dispatch import get_dispatcher
 from shared.logging import get_logger
 
 router = APIRouter(prefix="/v1/channels", tags=["channels"])
@@ -55,9 +56,7 @@ def _json_object(body: bytes) -> dict[str, Any]:
 def _dispatch(accepted: Accepted | None) -> None:
     if accepted is None or accepted.duplicate:
         return
-    from workers.dispatch import dispatch_accepted  # the Celery app loads on first use
-
-    dispatch_accepted(accepted)
+    get_dispatcher().dispatch_accepted(accepted)
 
 
 @router.post("/slack/{slug}/events", responses=WEBHOOK_ERRORS)

@@ -12,6 +12,7 @@ from api.schemas.common import ID_PATTERN
 from api.schemas.ingest import IngestAccepted, IngestIn, MemoryStatusOut
 from shared import db
 from shared.config import get_settings
+from shared.dispatch import get_dispatcher
 from shared.ingest import IngestMessage, ingest_messages
 from shared.pipeline.status import session_memory_status
 from shared.turns import IdempotencyConflict
@@ -85,9 +86,7 @@ def post_messages(
     if result.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     elif result.written:
-        from workers.dispatch import schedule_memory_work  # the Celery app reads settings: load on first use
-
-        schedule_memory_work(result.session_id)
+        get_dispatcher().schedule_memory_work(result.session_id)
     return IngestAccepted(
         session_id=result.session_id, message_ids=result.message_ids, new_messages=result.written, status="queued"
     )

@@ -26,6 +26,7 @@ from api.schemas.memories import (
 from shared import db
 from shared.auth import Tenant
 from shared.db import Conn
+from shared.dispatch import get_dispatcher
 from shared.logging import get_logger
 from shared.memory.entities import entity_info, list_entities
 from shared.memory.keys import MemoryRejected
@@ -72,10 +73,8 @@ def _scope(conn: Conn, tenant: Tenant, user_id: str, *, create: bool = False) ->
 
 def _enqueue_embedding(result: WriteResult) -> None:
     if result.changed:
-        from workers.dispatch import enqueue_embed_memory
-
         try:
-            enqueue_embed_memory(result.memory["id"])
+            get_dispatcher().enqueue_embed_memory(result.memory["id"])
         except Exception as exc:  # broker down: the unindexed-memory sweep embeds it later
             log.warning("could not enqueue embedding", memory_id=result.memory["id"], error=str(exc))
 

@@ -29,6 +29,7 @@ from shared import db
 from shared.auth import Principal
 from shared.client_options import ClientOptions
 from shared.config import get_settings
+from shared.dispatch import get_dispatcher
 from shared.events import TERMINAL_EVENTS, follow_events
 from shared.llm.factory import chat_model
 from shared.llm.types import ToolSpec
@@ -177,9 +178,7 @@ async def chat_completions(
     submitted = await asyncio.to_thread(_submit, principal, session_key, user, plan, fingerprint, idempotency_key)
     turn = submitted.turn
     if not submitted.replayed:
-        from workers.dispatch import drain_soon  # the Celery app reads settings; load it on first use
-
-        drain_soon(turn["session_id"])
+        get_dispatcher().drain_soon(turn["session_id"])
     headers = {"X-Engram-Turn-Id": str(turn["turn_id"]), "X-Engram-Session": session_key}
     head = {
         "id": f"chatcmpl-engram-{turn['turn_id']}",

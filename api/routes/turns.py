@@ -18,6 +18,7 @@ from api.schemas.turns import TurnAccepted, TurnIn, TurnOut
 from shared import db
 from shared.auth import Principal
 from shared.config import get_settings
+from shared.dispatch import get_dispatcher
 from shared.events import TERMINAL_EVENTS
 from shared.events import follow_events as _events_until
 from shared.llm.ledger import calls_by_purpose
@@ -79,9 +80,7 @@ def post_turn(
     if submitted.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     else:
-        from workers.dispatch import drain_soon  # the Celery app reads settings; load it on first use
-
-        drain_soon(turn["session_id"])
+        get_dispatcher().drain_soon(turn["session_id"])
     return TurnAccepted(turn_id=turn["turn_id"], session_id=turn["session_id"], status=turn["status"])
 
 

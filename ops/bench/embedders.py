@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 
 from ops.bench.harness import BenchError, add_json_flag, emit, ratio, run_main
-from ops.bench.locomo_retrieval import Conversation, load_conversations, neighbour_context, recall_at
+from ops.bench.locomo_data import Conversation, load_conversations
+from ops.bench.locomo_retrieval import neighbour_context, recall_at
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 # Distributions each backend loads at run time (transformers/tokenizers/numpy are engram's anyway via

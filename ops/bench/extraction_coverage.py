@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.bench.harness import BenchError, add_json_flag, emit, run_main
-from ops.bench.locomo_retrieval import normalise_dia_id
+from ops.bench.locomo_data import normalise_dia_id
 from shared.pipeline.extraction import TranscriptMessage
 from shared.pipeline.offline_extraction import offline_extract
 from shared.text import words

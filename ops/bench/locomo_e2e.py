@@ -53,13 +53,12 @@ import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
 from engram.client import EngramAPIError, EngramClient
 from ops.bench.harness import BenchError, BenchRun, add_keep_flag, emit, percentile
-from ops.bench.locomo_retrieval import CATEGORIES, Conversation, Question, said_text
+from ops.bench.locomo_data import CATEGORIES, Conversation, Question, session_messages
 from ops.bench.locomo_turns import Script, play
 from ops.bench.stack import LocalStack, up_workers
 from ops.fake_llm import FakeLLM
@@ -102,20 +101,6 @@ def user_id_for(index: int, conversation: Conversation) -> str:
     """An engram user id (ID pattern: letters, digits, ._:@-) that keeps the sample id readable."""
     safe = _UNSAFE_ID.sub("-", conversation.sample_id).strip("-.:@")[:60] or "conversation"
     return f"locomo-{index:03d}-{safe}"
-
-
-def session_messages(conversation: Conversation) -> dict[int, list[dict[str, Any]]]:
-    """The messages of each LoCoMo session, in order, as the ingest API takes them."""
-    sessions: dict[int, list[dict[str, Any]]] = {}
-    for turn in conversation.turns:
-        messages = sessions.setdefault(turn.session, [])
-        message: dict[str, Any] = {"role": "user", "content": said_text(turn), "idempotency_key": turn.dia_id}
-        if turn.speaker.strip():
-            message["name"] = turn.speaker.strip()[:128]
-        if turn.event_time is not None:
-            message["created_at"] = turn.event_time + timedelta(seconds=len(messages))
-        messages.append(message)
-    return sessions
 
 
 @dataclass

@@ -42,9 +42,7 @@ again; its dia_id is then credited to the memory that holds the text.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import re
 import sys
 import time
 import uuid
@@ -52,11 +50,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from pgvector import Vector
 
 from ops.bench.harness import BenchError, BenchRun, add_json_flag, emit, percentile, run_main
+from ops.bench.locomo_data import CATEGORIES, Conversation, Turn, load_conversations, session_messages
 from shared.auth import ensure_tenant
 from shared.config import get_settings
 from shared.db import Conn, connect
@@ -74,126 +72,7 @@ from shared.turns import ensure_user
 K_VALUES = (5, 10)
 LIMIT = 10  # results asked of search: the deepest cut-off measured
 CONTEXT_BEFORE, CONTEXT_AFTER = 2, 1  # neighbouring turns stored as each episode's context
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-EXCLUDED_CATEGORIES = frozenset({5})  # adversarial: no evidence to retrieve
 MODES: dict[str, tuple[Leg, ...] | None] = {"text": ("text",), "vector": ("vector",), "hybrid": None}
-
-_DIA_ID = re.compile(r"D(\d+):(\d+)")
-_EVIDENCE_SPLIT = re.compile(r"[;,\s]+")
-_SESSION_KEY = re.compile(r"session_(\d+)")
-_SESSION_DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
-
-
-# ---------------------------------------------------------------------------------------------------
-# The dataset
-
-
-@dataclass(frozen=True)
-class Turn:
-    dia_id: str
-    session: int
-    speaker: str
-    text: str  # as stored: "<speaker>: <text>[ [image: <caption>]]"
-    event_time: datetime | None
-    said: str = ""  # the dialogue text alone: no speaker, no caption (the e2e mode looks for it in context)
-    caption: str = ""  # the caption of the image the turn shared, if any
-
-
-def said_text(turn: Turn) -> str:
-    """What a turn says as the e2e mode stores it: the dialogue text, plus the caption of an image it shared."""
-    return turn.said.strip() + (f" [image: {turn.caption}]" if turn.caption else "")
-
-
-@dataclass(frozen=True)
-class Question:
-    text: str
-    category: int
-    evidence: tuple[str, ...]
-
-
-@dataclass
-class Conversation:
-    sample_id: str
-    turns: list[Turn]
-    questions: list[Question]
-    skipped_questions: int = 0  # no usable evidence (adversarial, or every id unknown)
-
-
-def normalise_dia_id(raw: str) -> str | None:
-    """ "D30:05" → "D30:5"; None for anything that is not `D<session>:<turn>`."""
-    match = _DIA_ID.fullmatch(raw.strip())
-    return f"D{int(match.group(1))}:{int(match.group(2))}" if match else None
-
-
-def parse_evidence(items: Sequence[Any], known: set[str]) -> tuple[str, ...]:
-    """Evidence ids in order, deduplicated; a few entries pack several ids ("D8:6; D9:17")."""
-    found: list[str] = []
-    for item in items:
-        for part in _EVIDENCE_SPLIT.split(str(item)):
-            dia_id = normalise_dia_id(part) if part else None
-            if dia_id is not None and dia_id in known and dia_id not in found:
-                found.append(dia_id)
-    return tuple(found)
-
-
-def parse_session_date(raw: Any) -> datetime | None:
-    """Session dates are local times without a zone; they are read as UTC (only order and day matter)."""
-    if not isinstance(raw, str):
-        return None
-    try:
-        return datetime.strptime(" ".join(raw.split()), _SESSION_DATE_FORMAT).replace(tzinfo=UTC)
-    except ValueError:
-        return None
-
-
-def turn_text(turn: dict[str, Any]) -> str:
-    text = f"{turn.get('speaker', '')}: {turn.get('text', '')}"
-    caption = turn.get("blip_caption")
-    if caption:
-        text += f" [image: {caption}]"
-    return text
-
-
-def load_conversations(path: Path) -> list[Conversation]:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(data, list):
-        raise BenchError(f"{path}: expected a JSON list of conversations")
-    conversations = []
-    for index, sample in enumerate(data):
-        body = sample.get("conversation") or {}
-        sessions = sorted(
-            (int(m.group(1)), key) for key in body if (m := _SESSION_KEY.fullmatch(key)) and isinstance(body[key], list)
-        )
-        turns: list[Turn] = []
-        for number, key in sessions:
-            when = parse_session_date(body.get(f"{key}_date_time"))
-            for raw in body[key]:
-                dia_id = normalise_dia_id(str(raw.get("dia_id", "")))
-                if dia_id is None or not str(raw.get("text", "")).strip():
-                    continue
-                turns.append(
-                    Turn(
-                        dia_id,
-                        number,
-                        str(raw.get("speaker", "")),
-                        turn_text(raw),
-                        when,
-                        said=str(raw.get("text", "")),
-                        caption=str(raw.get("blip_caption") or ""),
-                    )
-                )
-        known = {turn.dia_id for turn in turns}
-        conversation = Conversation(str(sample.get("sample_id", f"conversation-{index}")), turns, [])
-        for qa in sample.get("qa") or []:
-            category = int(qa.get("category", 0))
-            evidence = parse_evidence(qa.get("evidence") or [], known)
-            if category in EXCLUDED_CATEGORIES or not evidence:
-                conversation.skipped_questions += 1
-                continue
-            conversation.questions.append(Question(str(qa.get("question", "")), category, evidence))
-        conversations.append(conversation)
-    return conversations
-
 
 # ---------------------------------------------------------------------------------------------------
 # Metrics
@@ -271,8 +150,6 @@ def ingest_units(
     conn: Conn, embedder: Embedder, tenant_id: int, conversation: Conversation, times: IngestTimes
 ) -> Ingested:
     """The conversation as messages, each a transcript unit, with the units' vectors stored."""
-    from ops.bench.locomo_e2e import session_messages
-
     started = time.perf_counter()
     user = conversation.sample_id
     ingested = Ingested(Scope(tenant_id, ensure_user(conn, tenant_id, user)), {})

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ops.bench.harness import BenchError
-from ops.bench.locomo_retrieval import Conversation, said_text
+from ops.bench.locomo_data import Conversation, said_text
 from ops.bench.pipeline import DIRECTIVE, SUMMARY, kind_of
 from ops.client import EngramAPIError, EngramClient
 from ops.fake_llm import FakeReply, Json

@@ -78,8 +78,9 @@ from ops.bench.harness import distribution, emit
 from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm, up_workers
 from ops.client import EngramAPIError, EngramClient
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
+from shared import task_names
 from shared.config import Settings
-from workers.queues import BACKGROUND_QUEUES, QUEUES
+from shared.queues import BACKGROUND_QUEUES, QUEUES
 
 TERMINAL = ("done", "failed")
 QUEUE_SAMPLE_S = 0.5
@@ -866,7 +867,7 @@ def split_extraction_calls(run: RunData) -> tuple[Counter[int], Counter[int]]:
     """Extraction calls per session: (by extraction tasks, by compaction tasks' mining pass)."""
     windows: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for task in run.tasks:
-        if task.name == "engram.compaction.compact" and task.started and task.succeeded:
+        if task.name == task_names.COMPACTION_COMPACT and task.started and task.succeeded:
             windows[int(task.kwargs.get("session_id", -1))].append((task.started - 0.05, task.succeeded + 0.05))
     by_task: Counter[int] = Counter()
     in_compaction: Counter[int] = Counter()
@@ -966,7 +967,7 @@ def task_section(run: RunData) -> dict[str, Any]:
     its ETA for delayed tasks, to its start) and run time; and how busy worker-background was."""
     by_name: dict[str, list[TaskRecord]] = defaultdict(list)
     for task in run.tasks:
-        by_name[task.name.removeprefix("engram.")].append(task)
+        by_name[task.name.removeprefix(task_names.PREFIX)].append(task)
     rows: list[dict[str, Any]] = []
     for name, tasks in sorted(by_name.items()):
         outcomes: Counter[str] = Counter()
@@ -1011,11 +1012,11 @@ def task_section(run: RunData) -> dict[str, Any]:
     }
 
 
-MINING_TASKS = ("engram.extraction.extract", "engram.flush.flush", "engram.compaction.compact")
+MINING_TASKS = (task_names.EXTRACTION_EXTRACT, task_names.FLUSH, task_names.COMPACTION_COMPACT)
 EMBEDDING_TASKS = (
-    "engram.embeddings.embed_pending",
-    "engram.embeddings.embed_transcript",
-    "engram.embeddings.embed_memory",
+    task_names.EMBED_PENDING,
+    task_names.EMBED_TRANSCRIPT,
+    task_names.EMBED_MEMORY,
 )
 # Task-event stamps and Postgres transaction-start times come from different clocks' reads: this much slack.
 WINDOW_SLACK_S = 0.05
@@ -1066,7 +1067,7 @@ def stage_section(run: RunData, traced: dict[str, dict[str, Any]]) -> dict[str, 
             untraced += 1
             continue
         due = max(miner.sent, miner.eta or miner.sent)
-        by_task[miner.name.removeprefix("engram.")] += 1
+        by_task[miner.name.removeprefix(task_names.PREFIX)] += 1
         stages["debounce"].append(due - finished)
         stages["mining_queue_wait"].append(miner.started - due)
         stages["mining_run_to_stored"].append(stored - miner.started)
@@ -1155,7 +1156,9 @@ def lag_section(run: RunData) -> dict[str, Any]:
 
 
 def compaction_section(run: RunData) -> dict[str, Any]:
-    done = [t for t in run.tasks if t.name == "engram.compaction.compact" and (t.result or "").startswith("'compacted")]
+    done = [
+        t for t in run.tasks if t.name == task_names.COMPACTION_COMPACT and (t.result or "").startswith("'compacted")
+    ]
     return {
         "method": "Celery task events of the engram.compaction.compact tasks that compacted: task-started -> "
         "task-succeeded (it returns right after its commit; runtime as Celery measured it); queue wait = "

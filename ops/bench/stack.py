@@ -28,7 +28,7 @@ import httpx
 
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, wait_for_port
 from shared.config import Settings
-from workers.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, QUEUES
+from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, QUEUES
 
 STOP_GRACE_S = 15.0
 
@@ -181,7 +181,7 @@ class LocalStack:
                 py,
                 "-m",
                 "uvicorn",
-                "api.app:create_app",
+                "ops.gateway:create_app",
                 "--factory",
                 "--host",
                 "127.0.0.1",

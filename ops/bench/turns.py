@@ -53,6 +53,7 @@ from ops.bench.harness import (
 from ops.bench.harness import percentile as percentile  # re-exported: other benchmarks import it from here
 from ops.bench.stack import BenchError, LocalStack
 from ops.client import EngramAPIError, EngramClient
+from shared import task_names
 from shared.diagnostics import new_reply_key, wait_for_pong
 
 TERMINAL = ("done", "failed")
@@ -266,7 +267,7 @@ def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: f
         for _ in range(per_session):
             key = new_reply_key()
             t0 = time.perf_counter()
-            app.send_task("engram.turns.ping", kwargs={"reply_to": key}, queue="turns")
+            app.send_task(task_names.TURNS_PING, kwargs={"reply_to": key}, queue="turns")
             answered = wait_for_pong(replies, key, timeout)
             with lock:
                 if answered:

@@ -5,19 +5,11 @@
 - model_loop.py: one turn's model calls and tool runs;
 - request.py: one model call's request from the compiled context (the wire layout per provider is in
   shared/llm/anthropic_layout.py and openai_layout.py);
-- history.py: what a turn reads first (live messages, relevant memories); deps.py: what it needs.
+- deps.py: what a turn needs; what it reads first (live messages, relevant memories) is
+  shared/context/history.py.
 """
 
 from shared.agent.deps import TurnDeps
-from shared.agent.history import (
-    UNANSWERED_CALL,
-    answer_unanswered_calls,
-    load_context,
-    relevant_memories,
-    row_to_message,
-    turn_start,
-    turn_start_queries,
-)
 from shared.agent.model_loop import TurnOutcome, run_agent_loop
 from shared.agent.turn_runner import (
     MAX_TURN_ATTEMPTS,
@@ -28,6 +20,15 @@ from shared.agent.turn_runner import (
     has_open_turns,
     run_claimed_turn,
     sessions_with_running_turns,
+)
+from shared.context.history import (
+    UNANSWERED_CALL,
+    answer_unanswered_calls,
+    load_context,
+    relevant_memories,
+    row_to_message,
+    turn_start,
+    turn_start_queries,
 )
 
 __all__ = [

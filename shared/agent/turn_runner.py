@@ -25,11 +25,11 @@ from psycopg.types.json import Jsonb
 
 from shared import db
 from shared.agent.deps import TurnDeps
-from shared.agent.history import relevant_memories, turn_start, turn_start_queries
 from shared.agent.model_loop import run_agent_loop
 from shared.channels.deliveries import reply_ready
 from shared.client_options import ClientOptions, merged_tools
 from shared.context.compiler import IntegrityViolation, TurnContext, context_queries, prepare_turn
+from shared.context.history import relevant_memories, turn_start, turn_start_queries
 from shared.db import Conn, fetch_together
 from shared.embeddings import SPACE_QUERY
 from shared.events import TurnEventPublisher

@@ -8,6 +8,7 @@ from typing import Any
 
 from shared.config import Settings
 from shared.context.compiler import compile_request, describe, prepare_turn
+from shared.context.history import load_context, relevant_memories
 from shared.db import Conn
 from shared.llm.factory import chat_model, provider_name
 from shared.tools import default_registry
@@ -37,8 +38,6 @@ def inspect_session(
 ) -> dict[str, Any]:
     """The view of the session's next request; for a session that does not exist yet, of its first one
     (`session_exists` false; the user's message is not known yet, so there are no messages)."""
-    from shared.agent import load_context, relevant_memories
-
     session = find_session(conn, tenant_id, user_external_id, session_key)
     exists = session is not None
     if session is None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from shared.db import Conn
 from shared.embeddings import forget_unused
-from shared.memory.store import MEMORY_COLUMNS, Scope, record_event
+from shared.memory.rows import MEMORY_COLUMNS, Scope, record_event
 
 
 def release_derived(

@@ -29,8 +29,10 @@ from typing import Any, Literal
 from psycopg.types.json import Jsonb
 
 from shared.db import Conn
+from shared.memory.derived import release_derived
 from shared.memory.entities import link_entities
 from shared.memory.keys import MemoryRejected, content_fingerprint, content_key, normalize_namespace, sanitize
+from shared.memory.rows import MEMORY_COLUMNS, Scope, record_event
 from shared.text import escape_like, text_problem
 
 KINDS = ("fact", "episode", "preference", "style", "directive", "artifact", "reflection", "summary", "document")
@@ -87,14 +89,6 @@ class MemoryNotActive(LookupError):
     """The memory is not an active memory of this scope (another user's, or superseded/deleted meanwhile)."""
 
 
-@dataclass(frozen=True)
-class Scope:
-    """Whose memory: every read and write is filtered by both ids."""
-
-    tenant_id: int
-    user_id: int
-
-
 @dataclass
 class MemoryInput:
     key: str
@@ -122,11 +116,6 @@ class WriteResult:
     def changed(self) -> bool:
         """True when the stored text changed, so the memory needs (re-)embedding."""
         return self.action in ("added", "superseded")
-
-
-MEMORY_COLUMNS = """id, namespace, key, value, kind, tags, metadata, confidence, decay_rate, access_count,
-    last_accessed_at, event_time, valid_from, valid_until, source, source_session_id, source_message_ids,
-    supersedes_id, created_at, updated_at"""
 
 
 def storable_real(name: str, value: float, maximum: float) -> float:
@@ -250,35 +239,6 @@ def check_writer(item: MemoryInput, actor: str) -> None:
             "style observations are learned from the user's own messages and cannot be stored by the agent; "
             "store it as a preference instead"
         )
-
-
-def record_event(
-    conn: Conn,
-    scope: Scope,
-    memory: dict[str, Any],
-    action: str,
-    actor: str,
-    old_value: str | None = None,
-    new_value: str | None = None,
-    details: dict[str, Any] | None = None,
-) -> None:
-    conn.execute(
-        """INSERT INTO memory_events (tenant_id, user_id, memory_id, action, namespace, key, old_value, new_value,
-                                      actor, details)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
-        (
-            scope.tenant_id,
-            scope.user_id,
-            memory["id"],
-            action,
-            memory["namespace"],
-            memory["key"],
-            old_value,
-            new_value,
-            actor,
-            Jsonb(details or {}),
-        ),
-    )
 
 
 _LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
@@ -601,8 +561,6 @@ def delete_memory(conn: Conn, scope: Scope, memory_id: int, actor: str) -> dict[
     ).fetchone()
     if row is not None:
         record_event(conn, scope, row, "delete", actor, old_value=row["value"])
-        from shared.memory.derived import release_derived  # derived.py builds on this module
-
         release_derived(conn, scope, [row["id"]], actor=actor, forgotten=True)
     return row
 

@@ -360,7 +360,7 @@ def test_long_polls_and_streams_share_one_redis_pool(
 def test_gateway_loads_the_embedding_model_before_it_serves_not_in_the_first_search(
     services: object, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
-    from api.app import create_app
+    from ops.gateway import create_app
     from shared.config import get_settings
     from shared.embeddings import embedder_from_settings, providers
     from shared.memory import service
@@ -385,7 +385,7 @@ def test_gateway_loads_the_embedding_model_before_it_serves_not_in_the_first_sea
 def test_gateway_opens_its_database_connections_before_it_serves(
     services: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from api.app import create_app
+    from ops.gateway import create_app
 
     db.close_pool()  # a fresh process: the pool opens at one connection and grows only under waits
     assert db.get_pool().get_stats()["pool_size"] <= 1
@@ -401,7 +401,7 @@ def test_gateway_start_opens_exactly_its_pool_size_when_no_pool_exists_yet(servi
     # As in a real process: nothing made the pool before the app starts. The embedder's warm-up reads
     # the recorded embedding space first; on a pooled connection, its checkout waited for the new pool's
     # first connection, which made the pool grow, and the warm-up's resize then opened one too many.
-    from api.app import create_app
+    from ops.gateway import create_app
 
     db.close_pool()
     with TestClient(create_app()) as client:
@@ -422,7 +422,7 @@ def test_gateway_opens_its_broker_connections_before_it_serves(
     it opens none (each new one cost its publish a connect and the declaration, 20 ms or more)."""
     from kombu import pools
 
-    from api.app import create_app
+    from ops.gateway import create_app
     from workers.app import app as celery_app
 
     monkeypatch.setattr(db, "close_pool", lambda: None)  # the lifespan's shutdown; other tests keep the pool

@@ -15,12 +15,12 @@ from ops.embedded import free_port
 from ops.fake_llm import FakeLLM
 from shared import db
 from shared.keys import create_tenant_key
+from shared.queues import INTERACTIVE_QUEUES, broker_keys
 from shared.redis_client import get_redis
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_pipeline import eventually, responder
 from tests.integration.test_turns import post_turn
 from tests.support.processes import CeleryProcess, worker
-from workers.queues import INTERACTIVE_QUEUES, broker_keys
 
 pytestmark = pytest.mark.integration
 

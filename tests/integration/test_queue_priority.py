@@ -17,12 +17,12 @@ from ops.fake_llm import FakeLLM
 from shared import db
 from shared.embeddings.drain import token_key
 from shared.pipeline import debounce
+from shared.queues import BACKGROUND_QUEUES, broker_keys, bulk_key
 from shared.redis_client import get_redis
 from tests.conftest import CeleryStack
 from tests.integration.test_ingest_pipeline import ingest
 from tests.integration.test_pipeline import PIPELINE_ENV, eventually, responder
 from tests.support.processes import CeleryProcess, worker
-from workers.queues import BACKGROUND_QUEUES, broker_keys, bulk_key
 
 pytestmark = pytest.mark.integration
 

@@ -20,10 +20,10 @@ from ops.cli import app as cli_app
 from shared import db
 from shared.auth import authenticate
 from shared.keys import IssuedKey, create_tenant_key
+from shared.queues import QUEUES
 from tests.conftest import Gateway
 from tests.support.kustomize import render
 from tests.support.services import TestServices
-from workers.queues import QUEUES
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +91,7 @@ def _compose_services(tokens: list[str]) -> list[str]:
 def test_every_command_names_something_real() -> None:
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     k8s = {(o["kind"], o["metadata"]["name"]) for o in render(ROOT / "ops" / "k8s" / "overlays" / "production")}
-    from api.app import create_app
+    from ops.gateway import create_app
 
     routes = list(create_app().openapi()["paths"])
     checked = 0

@@ -15,7 +15,7 @@ from tests.support.heap import walked_by_collections
 def test_gateway_freezes_its_startup_heap_before_it_serves(
     services: object, monkeypatch: pytest.MonkeyPatch, unfreeze_after: None
 ) -> None:
-    from api.app import create_app
+    from ops.gateway import create_app
 
     monkeypatch.setattr(db, "close_pool", lambda: None)  # the lifespan's shutdown; other tests keep the pool
     app = create_app()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from workers.queues import QUEUES
+from shared.queues import QUEUES
 
 
 class CeleryProcess:
@@ -130,7 +130,7 @@ def gateway(env: dict[str, str], log_dir: Path, port: int, name: str = "gateway"
         sys.executable,
         "-m",
         "uvicorn",
-        "api.app:create_app",
+        "ops.gateway:create_app",
         "--factory",
         "--host",
         "127.0.0.1",

@@ -74,7 +74,7 @@ def test_the_context_windows_are_what_ingest_embeds() -> None:
     """A window is the turn first, then its neighbours in the same session as its context, exactly the
     text the product's indexing embeds for such an episode."""
     from ops.bench.embedders import context_windows
-    from ops.bench.locomo_retrieval import Conversation, Turn
+    from ops.bench.locomo_data import Conversation, Turn
 
     said = ["Alice: I adopted a dog", "Bob: What is its name?", "Alice: Biscuit", "Bob: Cute!", "Alice: New day"]
     turns = [Turn(f"D{1 + (i == 4)}:{i + 1}", 1 + (i == 4), s.split(":")[0], s, None) for i, s in enumerate(said)]

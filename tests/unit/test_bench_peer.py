@@ -9,11 +9,12 @@ import pytest
 
 from ops.bench import locomo_retrieval as locomo
 from ops.bench import peer
+from ops.bench.locomo_data import Question
 
 
 def conversation(sample_id: str, questions: int) -> locomo.Conversation:
     turns = [locomo.Turn(f"D1:{i}", 1, "A", f"A: turn {i}", None) for i in range(1, 5)]
-    asked = [locomo.Question(f"q{i}", 4, ("D1:1", "D1:2")) for i in range(questions)]
+    asked = [Question(f"q{i}", 4, ("D1:1", "D1:2")) for i in range(questions)]
     return locomo.Conversation(sample_id, turns, asked)
 
 

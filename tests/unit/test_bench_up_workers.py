@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ops.bench.stack import up_workers
 from shared.config import Settings
-from workers.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES
+from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES
 
 
 def test_up_workers_default_to_engram_ups_processes() -> None:

@@ -1,6 +1,6 @@
 """docker-compose.yml describes the same stack as `engram up`: checked statically, no Docker needed.
 
-These tests catch drift: a queue added to workers/queues.py that no container consumes, a setting
+These tests catch drift: a queue added to shared/queues.py that no container consumes, a setting
 renamed in shared/config.py but still spelled the old way in the compose file, a port published
 on every interface.
 """
@@ -17,7 +17,7 @@ import yaml
 
 from ops.pools import pool_argv
 from shared.config import Settings
-from workers.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS, QUEUES
+from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS, QUEUES
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -113,7 +113,7 @@ def test_each_queue_group_has_its_own_worker(services: dict[str, dict[str, Any]]
     # behind a long extraction or compaction task.
     assert any(set(INTERACTIVE_QUEUES) <= queues for queues in groups)
     assert not any(queues & set(INTERACTIVE_QUEUES) and queues & set(BACKGROUND_QUEUES) for queues in groups)
-    # One pool per queue group of workers/queues.py, named after it.
+    # One pool per queue group of shared/queues.py, named after it.
     assert workers(services) == {f"worker-{pool}": set(queues) for pool, queues in POOLS.items()}
     for name in workers(services):
         pool = engram_worker_pool(services[name])
@@ -173,7 +173,7 @@ def test_migrate_runs_once_before_the_stack(services: dict[str, dict[str, Any]])
 def test_gateway_command_and_healthcheck(services: dict[str, dict[str, Any]]) -> None:
     gateway = services["gateway"]
     args = argv(gateway)
-    assert args[:3] == ["uvicorn", "api.app:create_app", "--factory"]
+    assert args[:3] == ["uvicorn", "ops.gateway:create_app", "--factory"]
     assert args[args.index("--host") + 1] == "0.0.0.0"
     assert "/readyz" in " ".join(gateway["healthcheck"]["test"])
     # Two replicas, reached only through the proxy.

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from shared.config import Settings
+from shared.queues import BULK_QUEUES, POOLS, QUEUES, broker_keys, bulk_key
 from tests.support.kustomize import load_documents, render
 from tests.unit.test_compose import COMPOSE_FILE, argv, engram_services, env
-from workers.queues import BULK_QUEUES, POOLS, QUEUES, broker_keys, bulk_key
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "ops" / "k8s"

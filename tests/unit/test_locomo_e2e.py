@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from ops.bench.locomo_e2e import evidence_recall, normalise, session_messages, user_id_for
-from ops.bench.locomo_retrieval import Conversation, load_conversations, main
+from ops.bench.locomo_data import Conversation, load_conversations, session_messages
+from ops.bench.locomo_e2e import evidence_recall, normalise, user_id_for
+from ops.bench.locomo_retrieval import main
 from ops.bench.locomo_turns import ACK, OPENING, Exchange, exchanges
 
 CONTEXT = (

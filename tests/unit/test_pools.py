@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from ops.cli import app
 from ops.pools import UnknownPool, pool_argv
 from shared.config import Settings
-from workers.queues import POOLS, QUEUES
+from shared.queues import POOLS, QUEUES
 
 
 def settings(**values: object) -> Settings:

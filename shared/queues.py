@@ -1,4 +1,5 @@
-"""Queue names (importable without building the Celery app)."""
+"""Queue names, worker pools and the broker lists of a queue: what senders, workers and deployments agree on
+(importable without building the Celery app)."""
 
 from __future__ import annotations
 
