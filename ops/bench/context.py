@@ -55,9 +55,9 @@ from ops.client import EngramAPIError, EngramClient
 # counts (and bills) a prompt; these are private to the fake because only benchmarks need them.
 from ops.fake_cache import AnthropicCache, PromptUsage, anthropic_parts, canonical, estimate_tokens, part_tokens
 from ops.fake_llm import FakeLLM, FakeReply, Json, RecordedRequest, echo_reply, last_user_text
+from shared.context.history import row_to_message
 from shared.context.tail import OPEN as TAIL_OPEN
 from shared.llm.anthropic_layout import build_messages
-from shared.llm.types import ChatMessage, ToolCall
 
 TERMINAL = ("done", "failed")
 PREFIX_TARGET = 0.95
@@ -437,22 +437,6 @@ def fetch_transcript(client: EngramClient, session_key: str, user_id: str) -> li
 # The naive baseline
 
 
-def _as_message(row: dict[str, Any]) -> ChatMessage:
-    if row["role"] == "assistant":
-        calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in row.get("tool_calls") or [])
-        return ChatMessage("assistant", row["content"], tool_calls=calls)
-    if row["role"] == "tool":
-        meta = row.get("tool_results") or {}
-        return ChatMessage(
-            "tool",
-            row["content"],
-            tool_call_id=meta.get("tool_call_id"),
-            tool_name=meta.get("name"),
-            is_error=bool(meta.get("is_error")),
-        )
-    return ChatMessage("user", row["content"])
-
-
 def baseline_bodies(records: list[TurnRecord], transcript: list[dict[str, Any]]) -> dict[int, list[Json]]:
     """Per turn number, the request a naive agent would send on each of the turn's calls, as a typical
     client lays it out: the same tools, the static system prompt with its cache breakpoint, the same
@@ -462,9 +446,9 @@ def baseline_bodies(records: list[TurnRecord], transcript: list[dict[str, Any]])
     rows = [r for r in transcript if r["role"] in ("user", "assistant", "tool")]
     out: dict[int, list[Json]] = {}
     for record in records:
-        earlier = [_as_message(r) for r in rows if r["turn_id"] is not None and r["turn_id"] < record.turn_id]
+        earlier = [row_to_message(r) for r in rows if r["turn_id"] is not None and r["turn_id"] < record.turn_id]
         own = [r for r in rows if r["turn_id"] == record.turn_id]
-        users = [_as_message(r) for r in own if r["role"] == "user"]
+        users = [row_to_message(r) for r in own if r["role"] == "user"]
         produced = [r for r in own if r["role"] != "user"]
         # Each call starts where an assistant message of this turn starts.
         starts = [i for i, r in enumerate(produced) if r["role"] == "assistant"]
@@ -475,7 +459,7 @@ def baseline_bodies(records: list[TurnRecord], transcript: list[dict[str, Any]])
             )
         bodies = []
         for call, start in zip(record.calls, starts, strict=True):
-            history = earlier + users + [_as_message(r) for r in produced[:start]]
+            history = earlier + users + [row_to_message(r) for r in produced[:start]]
             bodies.append(
                 {
                     "model": call.body.get("model"),
