@@ -27,6 +27,7 @@ from shared.dispatch import Dispatcher, get_dispatcher, set_dispatcher
 from shared.heap import freeze_startup_heap
 from shared.logging import configure_logging, get_logger
 from shared.memory.service import warm_query_embedder
+from shared.migrate import SchemaTooNew, check_schema_known
 from shared.redis_client import close_shared_async_redis
 from shared.services import ServiceNotConfigured
 from shared.tracing import configure_tracing, instrument_fastapi
@@ -45,6 +46,20 @@ async def _warm_database() -> None:
             log.warning("database connections not all open at start; the pool keeps trying")
     except Exception as exc:  # no database configured or reachable: start anyway; requests say why (503)
         log.warning("could not open database connections at start", error=f"{type(exc).__name__}: {exc}")
+        return
+    await asyncio.to_thread(_check_schema)
+
+
+def _check_schema() -> None:
+    """A schema a newer engram migrated may have moved what this code reads and writes: do not serve on it.
+    (Postgres away: start anyway, as above; the check is for a database that answers.)"""
+    try:
+        with db.connection() as conn:
+            check_schema_known(conn)
+    except SchemaTooNew:
+        raise
+    except Exception as exc:
+        log.warning("could not check the database schema at start", error=f"{type(exc).__name__}: {exc}")
 
 
 async def _warm_broker() -> None:

@@ -102,15 +102,39 @@ def worker(pool: Annotated[str, typer.Argument(help="The pool: turns, memory, em
 
 
 @app.command()
-def migrate() -> None:
+def migrate(
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check", help="Apply nothing: list the pending migrations; exit 1 if any, 2 if the schema is newer"
+        ),
+    ] = False,
+) -> None:
     """Apply pending database migrations (safe to run any time, from several processes)."""
     from shared.db import connect
-    from shared.migrate import apply_migrations
+    from shared.migrate import SchemaTooNew, apply_migrations, check_schema_known, pending_migrations
     from shared.services import ServiceNotConfigured
 
     settings = _settings()
+    if check:
+        try:
+            with connect() as conn:
+                check_schema_known(conn)
+                pending = pending_migrations(conn)
+        except ServiceNotConfigured as exc:
+            _fail(str(exc))
+        except SchemaTooNew as exc:
+            _fail(str(exc), 2)
+        except Exception as exc:
+            _fail(f"cannot read the schema: {exc}")
+        if not pending:
+            typer.echo("the database is up to date: nothing to migrate")
+            return
+        typer.echo(f"{len(pending)} migration(s) pending:" + "".join(f"\n  {m.version:04d}_{m.name}" for m in pending))
+        raise typer.Exit(1)
     try:
         with connect() as conn:
+            check_schema_known(conn)
             applied = apply_migrations(conn)
             if settings.dev_api_key is not None:
                 # Deployments (docker-compose) fix the default tenant's key through the environment.
@@ -130,6 +154,8 @@ def migrate() -> None:
                 conn.commit()
     except ServiceNotConfigured as exc:
         _fail(str(exc))
+    except SchemaTooNew as exc:
+        _fail(str(exc), 2)
     except Exception as exc:
         _fail(f"migration failed: {exc}")
     typer.echo(f"applied {len(applied)} migration(s)" + "".join(f"\n  {m.version:04d}_{m.name}" for m in applied))

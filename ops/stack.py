@@ -195,9 +195,13 @@ class Stack:
 
     def _prepare_database(self, database_url: str) -> str:
         from shared.db import connect
-        from shared.migrate import apply_migrations
+        from shared.migrate import SchemaTooNew, apply_migrations, check_schema_known
 
         with connect(database_url) as conn:
+            try:
+                check_schema_known(conn)
+            except SchemaTooNew as exc:
+                raise StackError(str(exc)) from exc
             applied = apply_migrations(conn)
             if applied:
                 log.info("migrations applied", versions=[m.version for m in applied])

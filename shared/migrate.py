@@ -96,3 +96,24 @@ def _table_exists(conn: Conn) -> bool:
 def pending_migrations(conn: Conn) -> list[Migration]:
     done = _applied_versions(conn)
     return [m for m in available_migrations() if m.version not in done]
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was migrated by a newer engram than this one: its code may not know the schema."""
+
+
+def unknown_versions(conn: Conn) -> list[int]:
+    """Migrations the database has applied that this engram does not ship (a newer release migrated it)."""
+    known = {m.version for m in available_migrations()}
+    return sorted(v for v in _applied_versions(conn) if v not in known)
+
+
+def check_schema_known(conn: Conn) -> None:
+    """Raise SchemaTooNew when the database's schema is newer than this engram's migrations."""
+    unknown = unknown_versions(conn)
+    if unknown:
+        newest = max(m.version for m in available_migrations())
+        raise SchemaTooNew(
+            f"the database's schema is newer than this engram knows: migrations {unknown} are applied, and the "
+            f"newest this engram ships is {newest:04d}. Run the engram release that migrated it (or a later one)"
+        )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import psycopg
@@ -116,3 +119,40 @@ def test_an_upgrade_rewrites_what_units_embed_and_keeps_their_vectors(
             "SELECT embedding::text AS v FROM memory_chunks WHERE message_id = %s", (after[1]["message_id"],)
         ).fetchone()
         assert kept == {"v": "[0.1,0.2,0.3]"}
+
+
+def _engram(*args: str, database_url: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ENGRAM_DATABASE_URL": database_url}
+    return subprocess.run(
+        [sys.executable, "-m", "ops.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_migrate_check_lists_what_is_pending_and_applies_nothing(fresh_db_url: str) -> None:
+    checked = _engram("migrate", "--check", database_url=fresh_db_url)
+    names = [f"{m.version:04d}_{m.name}" for m in available_migrations()]
+    assert checked.returncode == 1 and f"{len(names)} migration(s) pending" in checked.stdout
+    assert all(name in checked.stdout for name in names)
+    with connect(fresh_db_url) as conn:
+        assert len(pending_migrations(conn)) == len(names)  # nothing applied
+    assert _engram("migrate", database_url=fresh_db_url).returncode == 0
+    done = _engram("migrate", "--check", database_url=fresh_db_url)
+    assert done.returncode == 0 and "up to date" in done.stdout
+
+
+def test_a_schema_newer_than_this_engram_is_refused_by_migrate_and_the_gateway(fresh_db_url: str) -> None:
+    with connect(fresh_db_url) as conn:
+        apply_migrations(conn)
+        conn.execute("INSERT INTO schema_migrations (version, name, checksum) VALUES (9999, 'from_the_future', 'x')")
+    for args in (("migrate", "--check"), ("migrate",)):
+        refused = _engram(*args, database_url=fresh_db_url)
+        assert refused.returncode == 2 and "newer than this engram knows" in refused.stderr and "9999" in refused.stderr
+    # The gateway does not start on it: serving would read and write a schema its code may not know.
+    gateway = subprocess.run(
+        [sys.executable, "-m", "uvicorn", "ops.gateway:create_app", "--factory", "--port", "0"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ENGRAM_DATABASE_URL": fresh_db_url},
+        timeout=180,
+    )
+    assert gateway.returncode != 0 and "newer than this engram knows" in gateway.stderr
