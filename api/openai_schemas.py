@@ -65,6 +65,12 @@ class MessageIn(_Lenient):
             raise CompletionRefused(
                 f"messages[{index}]: a tool message needs tool_call_id", f"messages[{index}].tool_call_id"
             )
+        if role == "user" and not self.text(index).strip():
+            # As on every other door (REST turns, ingest, channels): a message of nothing is refused.
+            raise CompletionRefused(
+                f"messages[{index}]: a user message needs text (it is empty, or only invisible characters)",
+                f"messages[{index}].content",
+            )
         calls = tuple(
             ClientCall(call.id, call.function.name, _arguments(call.function.arguments, index))
             for call in self.tool_calls or ()

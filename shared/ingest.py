@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.db import Conn
-from shared.text import estimate_tokens
+from shared.text import clean_text, estimate_tokens
 from shared.turns import IdempotencyConflict, ensure_session, ensure_user, refresh_token_count
 
 ROLES = ("user", "assistant", "system", "tool")
@@ -130,8 +130,8 @@ def ingest_messages(
                 session_id,
                 batch_id,
                 message.role,
-                message.content,
-                message.name,
+                clean_text(message.content),
+                clean_text(message.name) if message.name is not None else None,
                 message.idempotency_key,
                 estimate_tokens(message.content),
                 _utc(message.created_at),

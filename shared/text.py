@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated
 
 from pydantic import AfterValidator
@@ -43,17 +44,38 @@ def text_problem(value: str) -> str | None:
     return f"is not valid Unicode: a lone surrogate (U+{ord(char):04X}) at position {found.start()}"
 
 
+# Characters that change nothing a reader sees but can change what a model or a comparison sees: format
+# controls that hide or reorder text (zero-width space, LRM/RLM, word joiner, BOM, bidi overrides and
+# isolates) and the tag block U+E0000-E007F, which renders as nothing and has carried invisible instructions
+# into prompts. ZWNJ/ZWJ (U+200C/U+200D) stay: some scripts and emoji sequences need them.
+INVISIBLE = dict.fromkeys(
+    [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200B, 0x200E, 0x200F, 0x2060, 0xFEFF, *range(0xE0000, 0xE0080)],
+    None,
+)
+
+
+def clean_text(value: str) -> str:
+    """The one form of text that looks the same: invisible characters removed, then NFC, so "café" typed
+    precomposed or as "e" + combining accent is one string. Every door applies it (request validation,
+    and the writers of turns, messages and memories for the doors that are not HTTP). Idempotent."""
+    if value.isascii():
+        return value
+    return unicodedata.normalize("NFC", value.translate(INVISIBLE))
+
+
 def valid_text(value: str) -> str:
-    """Pydantic validator: `value` unchanged, or a ValueError naming the first unstorable character."""
+    """Pydantic validator: `value` cleaned (`clean_text`), or a ValueError naming the first unstorable
+    character."""
     problem = text_problem(value)
     if problem is not None:
         raise ValueError(f"text {problem}")
-    return value
+    return clean_text(value)
 
 
 # The one check for request strings that end up in Postgres (bodies, query and path parameters):
 # `SafeText`, or `Annotated[str, Field(max_length=...), SAFE_TEXT]` with length limits — the limits go
-# before the check, so pydantic applies them as string limits ("at most N characters").
+# before the check, so pydantic applies them as string limits ("at most N characters"). Validators that
+# run after it (a blank check) see the cleaned text.
 SAFE_TEXT = AfterValidator(valid_text)
 SafeText = Annotated[str, SAFE_TEXT]
 

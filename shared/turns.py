@@ -13,7 +13,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from shared.db import Conn, Query
-from shared.text import estimate_tokens
+from shared.text import clean_text, estimate_tokens
 
 TERMINAL_STATUSES = frozenset({"done", "failed"})
 
@@ -134,6 +134,7 @@ def submit_turn(
     A repeated Idempotency-Key returns the original turn (and writes nothing); the unique index
     makes two concurrent requests with the same key agree on one turn.
     """
+    text, name = clean_text(text), (clean_text(name) if name is not None else None)
     request_hash = _request_hash(session_key, user_external_id, text if fingerprint is None else fingerprint, name)
     # A user message (the REST API, a channel) in one round trip instead of seven or more. With a key, only
     # on an autocommit connection: losing the key's race fails the statement, which must not abort a
@@ -270,13 +271,17 @@ def _submit_step_by_step(
                       coalesce(%s::text, CASE WHEN %s::text = 'user'
                                               THEN (SELECT display_name FROM users WHERE id = %s) END)""",
             [
-                (tenant_id, user_id, session_id, turn_id, *_message_columns(m), m.name, m.role, user_id)
+                (tenant_id, user_id, session_id, turn_id, *_message_columns(m), _name(m), m.role, user_id)
                 for m in planned.messages
             ],
         )
     turn = get_turn(conn, tenant_id, turn_id)
     assert turn is not None
     return SubmittedTurn(turn=turn, replayed=False)
+
+
+def _name(message: NewMessage) -> str | None:
+    return clean_text(message.name) if message.name is not None else None
 
 
 def _message_columns(message: NewMessage) -> tuple[Any, ...]:
@@ -287,7 +292,7 @@ def _message_columns(message: NewMessage) -> tuple[Any, ...]:
     tokens = estimate_tokens(message.content) + (estimate_tokens(json.dumps(calls)) if calls else 0)
     return (
         message.role,
-        message.content,
+        clean_text(message.content),
         Jsonb(calls) if calls else None,
         Jsonb(results) if results is not None else None,
         tokens,

@@ -26,6 +26,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
 from shared.channels.errors import PermanentSendError, RetryableSendError
+from shared.text import clean_text
 
 SIGNATURE_WINDOW_SECONDS = 300
 # Slack renders up to 40,000 characters but recommends at most 4,000 per message; parts stay under it
@@ -99,7 +100,7 @@ def read_event(payload: dict[str, Any]) -> SlackMessage | None:
         text = _MENTION.sub("", text)
     else:
         return None
-    text = text.strip()
+    text = clean_text(text).strip()
     if not text:
         return None
     return SlackMessage(

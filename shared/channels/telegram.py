@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from shared.channels.errors import FormattingRejected, PermanentSendError, RetryableSendError
+from shared.text import clean_text
 
 MESSAGE_UNITS = 4_096  # UTF-16 code units per message, after entity parsing
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
@@ -109,7 +110,7 @@ def read_update(update: dict[str, Any], bot_id: str, bot_username: str | None) -
         return None
     if command is None and bot_username:
         text = re.sub(rf"@{re.escape(bot_username)}\b", "", text, flags=re.IGNORECASE)
-    text = text.strip()
+    text = clean_text(text).strip()
     if not text:
         return None
     names = [sender.get("first_name"), sender.get("last_name")]

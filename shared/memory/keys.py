@@ -14,6 +14,7 @@ import unicodedata
 
 # Re-exported: writers and the pipeline import the detector from here.
 from shared.memory.injection import injection_category as injection_category
+from shared.text import clean_text
 
 MAX_KEY_CHARS = 128
 MAX_VALUE_CHARS = 2048
@@ -55,17 +56,10 @@ def normalize_namespace(namespace: str) -> str:
 
 # --------------------------------------------------------------------------- control characters
 
-# Bidirectional overrides/isolates can make stored text display differently from what it says,
-# and a few zero-width characters have no legitimate use inside a short fact; all are removed.
-# ZWNJ/ZWJ (U+200C/U+200D) stay: some scripts and emoji sequences need them.
-_INVISIBLE = dict.fromkeys(
-    [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200B, 0x200E, 0x200F, 0x2060, 0xFEFF], None
-)
-
-
 def _strip_controls(text: str, keep: str) -> str:
-    """Drop Unicode control characters (category Cc: C0, DEL, C1) except those in `keep`."""
-    text = text.translate(_INVISIBLE)
+    """The text in its one form (`clean_text`: invisible characters removed, NFC), without Unicode control
+    characters (category Cc: C0, DEL, C1) except those in `keep`."""
+    text = clean_text(text)
     return "".join(ch for ch in text if ch in keep or unicodedata.category(ch) != "Cc")
 
 

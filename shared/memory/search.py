@@ -38,6 +38,7 @@ The benchmark page of the docs has the figures (ops/bench/locomo_retrieval.py).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -48,7 +49,7 @@ from pgvector import Vector
 from shared.db import Conn, Query, fetch_together
 from shared.memory.entity_extraction import query_entity_names
 from shared.memory.store import Scope, namespace_prefix_sql, touch_accessed
-from shared.text import escape_like
+from shared.text import clean_text, escape_like
 
 FusionMode = Literal["weighted", "rrf"]
 # "text" is the lexical leg: full text, with the ILIKE fallback when full text finds nothing.
@@ -73,6 +74,9 @@ TERM_WEIGHTS = (0.2, 0.2, 0.5, 1.0)
 KEEP_MARGIN = 10
 MAX_FETCH = 320
 _WORD = re.compile(r"[\w'-]{3,}", re.UNICODE)
+# Runs of what is neither a word nor a space; those holding a symbol (category So: emoji, ©, ✓) are searched
+# for as they are, modifiers and joiners included.
+_SYMBOLS = re.compile(r"[^\w\s]+", re.UNICODE)
 _LIKE_STOPWORDS = frozenset(
     (
         "the",
@@ -198,7 +202,10 @@ class SearchResult:
 
 
 def like_patterns(query: str, limit: int = 8) -> list[str]:
-    words = [w.lower() for w in _WORD.findall(query) if w.lower() not in _LIKE_STOPWORDS]
+    """Substrings for the ILIKE fallback: the query's longer words, and its symbols (an emoji is no lexeme of
+    full text, but "🎻" in a memory is what a search for it means)."""
+    symbols = [run for run in _SYMBOLS.findall(query) if any(unicodedata.category(ch) == "So" for ch in run)]
+    words = [w.lower() for w in _WORD.findall(query) if w.lower() not in _LIKE_STOPWORDS] + symbols
     words = sorted(dict.fromkeys(words), key=len, reverse=True)[:limit]
     return ["%" + escape_like(w) + "%" for w in words]
 
@@ -517,6 +524,7 @@ def search_statement(
     options: SearchOptions | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The hybrid statement `search` runs and its parameters (also for EXPLAIN in tests and benches)."""
+    query = clean_text(query)
     filters = filters or SearchFilters()
     options = options or SearchOptions()
     use_vector = query_vector is not None and "vector" in options.legs

@@ -33,7 +33,7 @@ from shared.memory.derived import release_derived
 from shared.memory.entities import link_entities
 from shared.memory.keys import MemoryRejected, content_fingerprint, content_key, normalize_namespace, sanitize
 from shared.memory.rows import MEMORY_COLUMNS, Scope, record_event
-from shared.text import escape_like, text_problem
+from shared.text import clean_text, escape_like, text_problem
 
 KINDS = ("fact", "episode", "preference", "style", "directive", "artifact", "reflection", "summary", "document")
 
@@ -128,7 +128,7 @@ def storable_real(name: str, value: float, maximum: float) -> float:
 def _clean_tags(tags: Sequence[str]) -> list[str]:
     cleaned = []
     for tag in tags:
-        tag = " ".join(str(tag).split()).casefold()
+        tag = " ".join(clean_text(str(tag)).split()).casefold()
         if not tag:
             continue
         if len(tag) > MAX_TAG_CHARS:
@@ -182,7 +182,7 @@ def prepare(item: MemoryInput) -> MemoryInput:
         raise MemoryRejected(f"unknown kind {item.kind!r}; use one of {', '.join(KINDS)}")
     _check_storable(item)
     key, value = sanitize(item.key, item.value)
-    namespace = normalize_namespace(item.namespace or DEFAULT_NAMESPACE[item.kind])
+    namespace = normalize_namespace(clean_text(item.namespace or DEFAULT_NAMESPACE[item.kind]))
     if not namespace:
         raise MemoryRejected("namespace is empty after normalisation")
     if len(namespace) > MAX_NAMESPACE_CHARS:

@@ -264,6 +264,13 @@ def test_errors_have_openai_shape_and_status(
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="engram", messages=[], user="alice")
 
+    for nothing in ("", "  ", "\u200b\U000e0041"):  # empty, blank, or only invisible characters: as on REST
+        with pytest.raises(openai.BadRequestError) as empty:
+            client.chat.completions.create(
+                model="engram", messages=[{"role": "user", "content": nothing}], user="alice"
+            )
+        assert empty.value.body["param"] == "messages[0].content"  # type: ignore[index]
+
     bad = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="egm_not-a-key", max_retries=0)
     with bad, pytest.raises(openai.AuthenticationError) as unauthorized:
         bad.chat.completions.create(model="engram", messages=hello, user="alice")  # type: ignore[arg-type]
