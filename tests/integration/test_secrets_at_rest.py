@@ -299,3 +299,40 @@ def test_a_wrong_or_missing_key_is_a_clear_error(
     assert created.status_code == 503 and "no secret key" in created.json()["detail"]
     with db.connection() as conn:
         assert get_connection(conn, "slack", "other") is None
+
+
+def test_a_reply_whose_token_does_not_decrypt_waits_for_the_right_key(
+    api: httpx.Client, fake: FakeChannels, env: pytest.MonkeyPatch
+) -> None:
+    """A wrong key is the operator's to fix: the delivery is put back with the reason, not failed, and is
+    sent once the key is right again. `engram up` refuses to start on it."""
+    from ops.stack import Stack, StackError
+    from shared.channels.sending import deliver
+
+    connection = add_connection("slack")
+    with db.connection() as conn:
+        row = conn.execute(
+            """INSERT INTO channel_deliveries (tenant_id, connection_id, target, text, status)
+               VALUES (%s, %s, %s, 'kept for later', 'pending') RETURNING id""",
+            (connection.tenant_id, connection.id, Jsonb({"channel": "D1"})),
+        ).fetchone()
+    assert row is not None
+    env.setenv("ENGRAM_SLACK_API_URL", fake.slack_api_url)
+    env.setenv("ENGRAM_SECRET_KEY", generate_key())
+    get_settings.cache_clear()
+    assert deliver(row["id"], get_settings()) == "rescheduled"
+    with db.connection() as conn:
+        waiting = conn.execute("SELECT status, attempts, last_error FROM channel_deliveries").fetchone()
+        assert waiting is not None and waiting["status"] == "pending" and waiting["attempts"] == 0
+        assert "do not decrypt" in waiting["last_error"] and SLACK_TOKEN not in waiting["last_error"]
+        with pytest.raises(StackError, match="do not decrypt"):
+            Stack(get_settings())._seal_channel_secrets(conn)
+    assert fake.slack.calls("chat.postMessage") == []
+
+    env.delenv("ENGRAM_SECRET_KEY")  # the key file again
+    get_settings.cache_clear()
+    with db.connection() as conn:
+        conn.execute("UPDATE channel_deliveries SET next_attempt_at = now()")
+    deliver(row["id"], get_settings())
+    (sent,) = fake.slack.wait_for("chat.postMessage")
+    assert sent.token == SLACK_TOKEN and sent.body["text"] == "kept for later"
