@@ -147,10 +147,11 @@ def _sync_env_channels() -> None:
     `default` connections now. A failure is logged, not fatal: the gateway serves everything else."""
     from shared.channels.connections import ConnectionInvalid
     from shared.channels.setup import sync_env_connections
+    from shared.secretbox import SecretKeyError
 
     try:
         sync_env_connections(get_settings())
     except ConnectionInvalid as exc:
         log.error("channel settings in the environment are invalid", error=str(exc))
-    except (db.DatabaseUnavailable, ServiceNotConfigured) as exc:
+    except (db.DatabaseUnavailable, ServiceNotConfigured, SecretKeyError) as exc:
         log.error("could not store the channel connections from the environment", error=str(exc))

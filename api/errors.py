@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 
 from shared import db
 from shared.logging import get_logger
+from shared.secretbox import SecretKeyError
 from shared.services import ServiceNotConfigured
 from shared.text import printable
 
@@ -231,6 +232,12 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceNotConfigured)
     async def _not_configured(_request: Request, exc: ServiceNotConfigured) -> JSONResponse:
         return error_response(503, str(exc), "service_not_configured")
+
+    @app.exception_handler(SecretKeyError)
+    async def _secret_key(request: Request, exc: SecretKeyError) -> JSONResponse:
+        # A missing or wrong ENGRAM_SECRET_KEY: the operator's to fix, said without a traceback (no secret in it).
+        log.error("stored secrets cannot be used", path=request.url.path, error=str(exc))
+        return error_response(503, str(exc), "secret_key")
 
     @app.exception_handler(Exception)
     async def _crash(request: Request, exc: Exception) -> JSONResponse:

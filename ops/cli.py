@@ -17,9 +17,12 @@ from ops.cli_support import client_args, fail, load_settings
 from ops.import_cli import import_command
 from ops.jobs_cli import jobs_app
 from ops.keys_cli import keys_app
+from ops.secrets_cli import secrets_app
 
 if TYPE_CHECKING:  # the HTTP client loads only for the commands that talk to the gateway
     from ops.client import EngramClient
+    from shared.config import Settings
+    from shared.db import Conn
 
 app = typer.Typer(help="engram: durable, automatic memory for chat agents.", no_args_is_help=True, add_completion=False)
 app.add_typer(keys_app, name="keys")
@@ -27,6 +30,7 @@ app.command("import")(import_command)
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(channels_app, name="channels")
 app.add_typer(users_app, name="users")
+app.add_typer(secrets_app, name="secrets")
 
 
 _fail = fail
@@ -113,6 +117,7 @@ def migrate(
     """Apply pending database migrations (safe to run any time, from several processes)."""
     from shared.db import connect
     from shared.migrate import SchemaTooNew, apply_migrations, check_schema_known, pending_migrations
+    from shared.secretbox import SecretKeyError, key_file
     from shared.services import ServiceNotConfigured
 
     settings = _settings()
@@ -152,13 +157,42 @@ def migrate(
                 scraper_key = settings.metrics_api_key.get_secret_value()
                 register_key(conn, tenant_id, scraper_key, "metrics", scopes=["metrics"])
                 conn.commit()
+            sealed, unsealed = _seal_channel_secrets(conn, settings)
     except ServiceNotConfigured as exc:
         _fail(str(exc))
     except SchemaTooNew as exc:
         _fail(str(exc), 2)
+    except SecretKeyError as exc:
+        _fail(f"the migrations are applied, but {exc}")
     except Exception as exc:
         _fail(f"migration failed: {exc}")
     typer.echo(f"applied {len(applied)} migration(s)" + "".join(f"\n  {m.version:04d}_{m.name}" for m in applied))
+    if sealed:
+        typer.echo(f"encrypted the plain-text secrets of {sealed} channel connection(s)")
+    if unsealed:
+        typer.secho(
+            f"warning: {unsealed} channel connection(s) keep plain-text secrets: no key to encrypt them with. "
+            f"Set ENGRAM_SECRET_KEY (the same in every process; `engram secrets generate-key` prints one), or "
+            f"start with `engram up` (it generates {key_file(settings)}), then run `engram migrate` again",
+            fg=typer.colors.YELLOW,
+            err=True,
+        )
+
+
+def _seal_channel_secrets(conn: Conn, settings: Settings) -> tuple[int, int]:
+    """(connections sealed, connections left in plain text for want of a key). `engram migrate` does not
+    generate a key file: in a container its data dir may be thrown away, and the secrets with it."""
+    from shared.channels.connections import count_plain_secrets, seal_at_start
+    from shared.secretbox import SecretKeyMissing
+
+    conn.autocommit = False
+    try:
+        sealed = seal_at_start(conn, settings, create_key=False)
+    except SecretKeyMissing:
+        conn.rollback()
+        return 0, count_plain_secrets(conn)
+    conn.commit()
+    return sealed, 0
 
 
 # ----------------------------------------------------------------------------------- backup, restore

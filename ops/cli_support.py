@@ -35,6 +35,7 @@ def load_settings() -> Settings:
 def transaction() -> Iterator[Conn]:
     """One committed transaction for a command; unconfigured services are a message, not a traceback."""
     from shared.db import connect
+    from shared.secretbox import SecretKeyError
     from shared.services import ServiceNotConfigured
 
     load_settings()
@@ -42,7 +43,7 @@ def transaction() -> Iterator[Conn]:
         with connect() as conn:
             yield conn
             conn.commit()
-    except ServiceNotConfigured as exc:
+    except (ServiceNotConfigured, SecretKeyError) as exc:  # no key, or one that does not open the stored secrets
         fail(str(exc))
 
 

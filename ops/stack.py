@@ -208,8 +208,24 @@ class Stack:
             conn.autocommit = False
             key = ensure_dev_key(self.settings, conn)
             conn.commit()
+            self._seal_channel_secrets(conn)
             self._check_embedding_space(conn)
         return key
+
+    def _seal_channel_secrets(self, conn: Conn) -> None:
+        """Generate the secret key file on first start (unless ENGRAM_SECRET_KEY is set), encrypt channel
+        secrets stored in plain text before 0017, and refuse to start on keys that do not open them."""
+        from shared.channels.connections import seal_at_start
+        from shared.secretbox import SecretKeyError
+
+        try:
+            sealed = seal_at_start(conn, self.settings, create_key=True)
+            conn.commit()
+        except SecretKeyError as exc:
+            conn.rollback()
+            raise StackError(str(exc)) from exc
+        if sealed:
+            log.info("encrypted the channel secrets stored in plain text", connections=sealed)
 
     def _check_embedding_space(self, conn: Conn) -> None:
         """Refuse to start on vectors of another model: searches would compare incomparable vectors."""

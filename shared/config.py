@@ -88,6 +88,13 @@ class Settings(BaseSettings):
         description="fixed key for the `default` tenant (e.g. docker-compose); unset = generated once and kept in "
         "the data dir",
     )
+    secret_key: SecretStr | None = Field(
+        None,
+        description="Fernet key(s) that encrypt stored channel secrets, comma-separated: the first encrypts, all "
+        "decrypt (rotation: [Security](../concepts/security.md#secrets-at-rest)); unset = `<data dir>/secret-key`, "
+        "which `engram up` generates; set it (the same in every process) when processes do not share a data dir",
+        json_schema_extra={"doc_default": "generated"},
+    )
 
     # --- language model ----------------------------------------------------------------------
     llm_provider: ProviderName = Field(
@@ -534,6 +541,18 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"ENGRAM_LLM_PRICES[{model!r}]: unknown token kinds {sorted(unknown)}; use {sorted(kinds)}"
                 )
+        return value
+
+    @field_validator("secret_key")
+    @classmethod
+    def _secret_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            from shared.secretbox import SecretKeyError, parse_keys
+
+            try:
+                parse_keys(value.get_secret_value(), "ENGRAM_SECRET_KEY")
+            except SecretKeyError as exc:
+                raise ValueError(str(exc)) from None
         return value
 
     @field_validator("flower_password")

@@ -85,6 +85,10 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestServices]
 
     with connect() as conn:
         apply_migrations(conn)
+    from shared.config import get_settings
+    from shared.secretbox import keyring
+
+    keyring(get_settings(), create=True)  # the data dir's secret key file, as `engram up` makes on first start
     yield svc
     _reset_process_state()
     svc.close()

@@ -1,8 +1,14 @@
 """Channel connections: a tenant's Slack or Telegram bot, named by a slug.
 
-Secrets (Slack signing secret and bot token, Telegram bot token and webhook secret) are read from the
-row into `SecretStr`s, which print as `**********`; listings say which secrets are set, never their
-values, and every error text that could carry one goes through `redact` before it is logged or stored.
+Secrets (Slack signing secret and bot token, Telegram bot token and webhook secret) are stored encrypted
+(`secrets_encrypted`: name → Fernet token, shared/secretbox.py) and read from the row into `SecretStr`s,
+which print as `**********`; listings say which secrets are set, never their values, and every error
+text that could carry one goes through `redact` before it is logged or stored.
+
+The plain `secrets` column only holds rows written before migration 0017 (or by a previous release
+during a rolling upgrade): they are read as they are, and `seal_plain_secrets` (run by `engram up`,
+`engram migrate` and `engram secrets rotate`) encrypts them and empties the column. A row's plain
+secrets, when present, are the newest (every write of this code empties them).
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ from typing import Any, Literal
 from psycopg.types.json import Jsonb
 from pydantic import SecretStr
 
+from shared.config import Settings, get_settings
 from shared.db import Conn
+from shared.secretbox import InvalidToken, KeyRing, SecretKeyError, SecretKeyMissing, keyring
 
 Kind = Literal["slack", "telegram"]
 KINDS: tuple[Kind, ...] = ("slack", "telegram")
@@ -65,7 +73,29 @@ def redact(text: str, secret_values: list[str]) -> str:
     return text
 
 
-_COLUMNS = "id, tenant_id, kind, slug, bot_username, secrets"
+_COLUMNS = "id, tenant_id, kind, slug, bot_username, secrets, secrets_encrypted"
+
+
+def _undecryptable(kind: str, slug: str, ring: KeyRing) -> SecretKeyError:
+    return SecretKeyError(
+        f"the secrets of the {kind} connection {slug!r} do not decrypt with the keys of {ring.source}: the key "
+        "that encrypted them was changed or dropped (put it back, at least after the first key, then run "
+        "`engram secrets rotate`), or re-add the connection with its secrets"
+    )
+
+
+def _open_secrets(row: dict[str, Any]) -> dict[str, str]:
+    plain = row.get("secrets") or {}
+    if plain:  # written before secrets were encrypted (or by a previous release): sealed at the next start
+        return {name: str(value) for name, value in plain.items()}
+    sealed = row.get("secrets_encrypted") or {}
+    if not sealed:
+        return {}
+    ring = keyring(get_settings())
+    try:
+        return {name: ring.open(token) for name, token in sealed.items()}
+    except InvalidToken:
+        raise _undecryptable(row["kind"], row["slug"], ring) from None
 
 
 def _from_row(row: dict[str, Any]) -> Connection:
@@ -75,8 +105,12 @@ def _from_row(row: dict[str, Any]) -> Connection:
         kind=row["kind"],
         slug=row["slug"],
         bot_username=row["bot_username"],
-        secrets={name: SecretStr(str(value)) for name, value in (row["secrets"] or {}).items()},
+        secrets={name: SecretStr(value) for name, value in _open_secrets(row).items()},
     )
+
+
+def _secret_names(row: dict[str, Any]) -> list[str]:
+    return sorted(set(row.get("secrets") or {}) | set(row.get("secrets_encrypted") or {}))
 
 
 def public(row: dict[str, Any] | Connection) -> dict[str, Any]:
@@ -94,7 +128,7 @@ def public(row: dict[str, Any] | Connection) -> dict[str, Any]:
         "kind": row["kind"],
         "slug": row["slug"],
         "bot_username": row["bot_username"],
-        "secrets_set": sorted(row["secrets"] or {}),
+        "secrets_set": _secret_names(row),
         "created_at": row["created_at"],
         "updated_at": row["updated_at"],
     }
@@ -156,16 +190,19 @@ def upsert_connection(
 
     Returns (connection, created). A slug another tenant uses is refused (the webhook URL has no tenant)."""
     cleaned = validate(kind, slug, secrets)
+    ring = keyring(get_settings())  # SecretKeyMissing before anything is written
+    sealed = {name: ring.seal(value) for name, value in cleaned.items()}
     row = conn.execute(
-        f"""INSERT INTO channel_connections (tenant_id, kind, slug, secrets, bot_username)
-            VALUES (%s, %s, %s, %s, %s)
+        f"""INSERT INTO channel_connections (tenant_id, kind, slug, secrets, secrets_encrypted, bot_username)
+            VALUES (%s, %s, %s, '{{}}', %s, %s)
             ON CONFLICT (kind, slug) DO UPDATE
-                SET secrets = EXCLUDED.secrets,
+                SET secrets = '{{}}',
+                    secrets_encrypted = EXCLUDED.secrets_encrypted,
                     bot_username = coalesce(EXCLUDED.bot_username, channel_connections.bot_username),
                     updated_at = now()
                 WHERE channel_connections.tenant_id = EXCLUDED.tenant_id
             RETURNING {_COLUMNS}, (xmax = 0) AS created""",
-        (tenant_id, kind, slug, Jsonb(cleaned), bot_username),
+        (tenant_id, kind, slug, Jsonb(sealed), bot_username),
     ).fetchone()
     if row is None:
         raise ConnectionInvalid(f"the {kind} name {slug!r} is taken by another tenant: choose another")
@@ -185,3 +222,68 @@ def delete_connection(conn: Conn, tenant_id: int, kind: str, slug: str) -> bool:
         (tenant_id, kind, slug),
     ).fetchone()
     return row is not None
+
+
+def count_plain_secrets(conn: Conn) -> int:
+    """Connections whose secrets are still stored in plain text."""
+    row = conn.execute("SELECT count(*) AS n FROM channel_connections WHERE secrets <> '{}'::jsonb").fetchone()
+    return int(row["n"]) if row else 0
+
+
+def seal_plain_secrets(conn: Conn, ring: KeyRing) -> int:
+    """Encrypt every connection's plain-text secrets and empty the plain column; the number sealed.
+
+    Idempotent and safe beside running processes (each row is locked while it is rewritten)."""
+    rows = conn.execute(
+        "SELECT id, secrets FROM channel_connections WHERE secrets <> '{}'::jsonb ORDER BY id FOR UPDATE"
+    ).fetchall()
+    for row in rows:
+        sealed = {name: ring.seal(str(value)) for name, value in row["secrets"].items()}
+        conn.execute(
+            "UPDATE channel_connections SET secrets = '{}', secrets_encrypted = %s WHERE id = %s",
+            (Jsonb(sealed), row["id"]),
+        )
+    return len(rows)
+
+
+def reseal_secrets(conn: Conn, ring: KeyRing, *, check_only: bool = False) -> int:
+    """Re-encrypt every connection's secrets under the first key (after sealing plain ones); the number of
+    connections. With `check_only`, write nothing: only prove every secret decrypts. SecretKeyError names
+    the first connection no key opens (nothing is then written)."""
+    sealed_now = 0 if check_only else seal_plain_secrets(conn, ring)
+    rows = conn.execute(
+        "SELECT id, kind, slug, secrets_encrypted FROM channel_connections "
+        "WHERE secrets_encrypted <> '{}'::jsonb ORDER BY id FOR UPDATE"
+    ).fetchall()
+    updates: list[tuple[int, dict[str, str]]] = []
+    for row in rows:
+        try:
+            if check_only:
+                for token in row["secrets_encrypted"].values():
+                    ring.open(token)
+                continue
+            updates.append((row["id"], {name: ring.reseal(t) for name, t in row["secrets_encrypted"].items()}))
+        except InvalidToken:
+            raise _undecryptable(row["kind"], row["slug"], ring) from None
+    for connection_id, resealed in updates:
+        conn.execute(
+            "UPDATE channel_connections SET secrets_encrypted = %s WHERE id = %s", (Jsonb(resealed), connection_id)
+        )
+    return len(rows) if check_only else max(len(rows), sealed_now)
+
+
+def seal_at_start(conn: Conn, settings: Settings, *, create_key: bool) -> int:
+    """What `engram up` and `engram migrate` do after the migrations: encrypt the plain secrets left from
+    before 0017 (idempotent) and prove the keys open every stored secret; the number of rows sealed.
+
+    Without any key (and none to create) nothing is sealed: SecretKeyMissing only when plain rows wait.
+    SecretKeyError when a stored secret does not decrypt (a wrong or dropped key)."""
+    try:
+        ring = keyring(settings, create=create_key)
+    except SecretKeyMissing:
+        if count_plain_secrets(conn):
+            raise
+        return 0
+    sealed = seal_plain_secrets(conn, ring)
+    reseal_secrets(conn, ring, check_only=True)
+    return sealed

@@ -29,6 +29,7 @@ from shared.channels.telegram import MESSAGE_UNITS as TELEGRAM_MESSAGE_UNITS
 from shared.channels.telegram import TelegramClient
 from shared.config import Settings
 from shared.logging import get_logger
+from shared.secretbox import SecretKeyError
 
 log = get_logger(__name__)
 
@@ -168,11 +169,22 @@ def _sender(platform: Platform, target: dict[str, Any], part: str) -> Callable[[
     return lambda: platform.send(target, part)
 
 
+_KEY_RETRY_SECONDS = 60.0
+
+
 def deliver(delivery_id: int, settings: Settings, sleep: Callable[[float], None] = time.sleep) -> str:
     """Post one delivery; returns what happened: sent, failed, rescheduled or skipped (not ours to send)."""
     with db.connection() as conn:
         delivery = deliveries.claim(conn, delivery_id, lease_seconds=float(settings.turn_time_limit))
-        connection = get_connection_by_id(conn, delivery["connection_id"]) if delivery else None
+        try:
+            connection = get_connection_by_id(conn, delivery["connection_id"]) if delivery else None
+        except SecretKeyError as exc:
+            # The operator's to fix (a wrong or missing ENGRAM_SECRET_KEY): keep the reply, try again later.
+            deliveries.reschedule(conn, delivery_id, 0, _KEY_RETRY_SECONDS, str(exc))
+            log.error(
+                "delivery waits: its connection's secrets do not decrypt", delivery_id=delivery_id, error=str(exc)
+            )
+            return "rescheduled"
     if delivery is None or connection is None:
         return "skipped"
     bound = log.bind(delivery_id=delivery_id, channel=connection.kind, connection=connection.slug)

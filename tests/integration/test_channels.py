@@ -22,7 +22,7 @@ from ops.fake_llm import FakeLLM, FakeReply
 from shared import db
 from shared.auth import ensure_tenant
 from shared.channels import slack
-from shared.channels.connections import Connection, ConnectionInvalid, upsert_connection
+from shared.channels.connections import Connection, ConnectionInvalid, get_connection, upsert_connection
 from shared.channels.deliveries import FAILED_TURN_TEXT
 from shared.channels.receive import receive_slack_event
 from shared.channels.setup import sync_env_connections
@@ -597,9 +597,10 @@ def env_settings(fake: FakeChannels, **secrets: str) -> Settings:
 
 
 def default_connections() -> dict[str, dict[str, Any]]:
+    """The `default` connections' secrets, decrypted (the stored ones are Fernet tokens)."""
     with db.connection() as conn:
-        rows = conn.execute("SELECT kind, secrets FROM channel_connections WHERE slug = 'default'").fetchall()
-    return {row["kind"]: row["secrets"] for row in rows}
+        found = {kind: get_connection(conn, kind, "default") for kind in ("slack", "telegram")}
+    return {kind: {n: v.get_secret_value() for n, v in c.secrets.items()} for kind, c in found.items() if c}
 
 
 def test_environment_shortcut_is_all_or_nothing(api: httpx.Client, fake: FakeChannels) -> None:
@@ -710,8 +711,8 @@ def test_cli_adds_connections_sets_the_webhook_polls_and_links(
         (call,) = fake.telegram.calls("setWebhook")
         assert call.body["url"] == "https://bot.example/v1/channels/telegram/tg/webhook"
         with db.connection() as conn:
-            secret = conn.execute("SELECT secrets FROM channel_connections WHERE slug = 'tg'").fetchone()
-        assert secret is not None and call.body["secret_token"] == secret["secrets"]["webhook_secret"]
+            stored = get_connection(conn, "telegram", "tg")
+        assert stored is not None and call.body["secret_token"] == stored.secret("webhook_secret")
 
         fake.push_update(tg_update(1301, "hello from polling"))
         polled = runner.invoke(app, ["channels", "telegram", "poll", "--name", "tg", "--tenant", "tenant-a",

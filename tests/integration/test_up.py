@@ -117,6 +117,7 @@ def test_up_runs_demo_stops_cleanly_keeps_data_and_cleans_up_after_a_crash(up_en
     assert (data_dir / "dev-api-key").read_text().strip() == key
     password_file = data_dir / "flower-password"
     assert password_file.read_text().strip() == flower_password and password_file.stat().st_mode & 0o777 == 0o600
+    assert (data_dir / "secret-key").stat().st_mode & 0o777 == 0o600  # generated: encrypts channel secrets
 
     demo = run_cli(up_env, "demo", "--user", "demo-user")
     assert demo.returncode == 0, demo.stderr
