@@ -60,6 +60,7 @@ ERROR_CODES: dict[str, int] = {
     "turn_failed": 500,
     "database_unavailable": 503,
     "service_not_configured": 503,
+    "secret_key": 503,
     "timeout": 504,
 }
 # A 422 or 400 body echoes the offending input; never more than this of it (a 10 MB value came back
