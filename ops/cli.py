@@ -92,7 +92,7 @@ def up(
 @app.command()
 def worker(pool: Annotated[str, typer.Argument(help="The pool: turns, memory, embeddings or maintenance")]) -> None:
     """Run one worker pool (its queues, ENGRAM_POOL_<POOL>_MIN/MAX_PROCESSES as Celery --autoscale bounds)."""
-    from ops.pools import UnknownPool, pool_argv
+    from ops.process_commands import UnknownPool, pool_argv
 
     settings = _settings()
     try:

@@ -15,20 +15,19 @@ import argparse
 import asyncio
 import itertools
 import json
-import socket
 import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qsl
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from ops.fake_server import FakeServer
 
 Json = dict[str, Any]
 
@@ -111,12 +110,12 @@ async def _body(request: Request) -> Json:
     return body
 
 
-class FakeChannels:
+class FakeChannels(FakeServer):
     """Both fakes on one server: Slack at /api/<method>, Telegram at /bot<token>/<method>."""
 
+    label = "fake channels"
+
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.0) -> None:
-        self.host = host
-        self.port = port
         self.latency_s = latency_s
         self.slack = _Recorder()
         self.telegram = _Recorder()
@@ -127,20 +126,13 @@ class FakeChannels:
         self._message_ids = itertools.count(1)
         self._updates: list[Json] = []
         self._updates_lock = threading.Lock()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self.app = Starlette(
-            routes=[
-                Route("/api/{method}", self._slack, methods=["GET", "POST"]),
-                Route("/bot{token}/{method}", self._telegram, methods=["GET", "POST"]),
-            ]
-        )
+        routes = [
+            Route("/api/{method}", self._slack, methods=["GET", "POST"]),
+            Route("/bot{token}/{method}", self._telegram, methods=["GET", "POST"]),
+        ]
+        super().__init__(Starlette(routes=routes), host=host, port=port)
 
     # -- addresses ------------------------------------------------------------------------------
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     @property
     def slack_api_url(self) -> str:
@@ -258,48 +250,8 @@ class FakeChannels:
                 return ready
             await asyncio.sleep(0.05)
 
-    # -- lifecycle (as ops/fake_llm.py) ---------------------------------------------------------
-
-    def start(self, timeout_s: float = 10.0) -> FakeChannels:
-        sock = self._bind()
-        self._server = uvicorn.Server(self._config())
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="fake-channels", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("fake channels server did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> FakeChannels:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    def _bind(self) -> socket.socket:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        return sock
-
-    def _config(self) -> uvicorn.Config:
-        return uvicorn.Config(
-            self.app, log_level="critical", access_log=False, lifespan="off", timeout_graceful_shutdown=1
-        )
+    def listening_message(self) -> str:
+        return f"fake Slack at {self.slack_api_url}, fake Telegram at {self.telegram_api_url}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -310,9 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     fake = FakeChannels(host=args.host, port=args.port, latency_s=args.latency_ms / 1000)
     fake.print_calls = True
-    sock = fake._bind()
-    print(f"fake Slack at {fake.slack_api_url}, fake Telegram at {fake.telegram_api_url}", flush=True)
-    uvicorn.Server(fake._config()).run(sockets=[sock])
+    fake.serve_forever()
 
 
 if __name__ == "__main__":

@@ -28,17 +28,14 @@ import hashlib
 import itertools
 import json
 import re
-import socket
 import struct
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field, replace
-from types import TracebackType
 from typing import Any, Literal
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -53,6 +50,7 @@ from ops.fake_cache import (
     content_text,
     estimate_tokens,
 )
+from ops.fake_server import FakeServer
 
 WireFormat = Literal["openai", "anthropic"]
 Json = dict[str, Any]
@@ -397,7 +395,9 @@ def openai_embeddings_json(body: Json, texts: list[str]) -> Json:
 # Server
 
 
-class FakeLLM:
+class FakeLLM(FakeServer):
+    label = "fake LLM"
+
     def __init__(
         self,
         *,
@@ -410,8 +410,6 @@ class FakeLLM:
     ) -> None:
         """`anthropic_cache_min_tokens` None: the model family's minimum (fake_cache.min_cacheable_tokens).
         `clock` drives the caches' TTL; tests pass a settable one."""
-        self.host = host
-        self.port = port
         self.latency_s = latency_s  # added to every reply, for benchmarks
         self.default: Callable[[Json], FakeReply] = echo_reply
         self._lock = threading.Lock()
@@ -422,16 +420,13 @@ class FakeLLM:
         self.clock = clock
         self._anthropic_cache = AnthropicCache(anthropic_cache_min_tokens, clock=clock)
         self._openai_cache = OpenAICache(openai_cache_min_tokens, clock=clock)
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self.app = Starlette(
-            routes=[
-                Route("/v1/chat/completions", self._openai, methods=["POST"]),
-                Route("/v1/messages", self._anthropic, methods=["POST"]),
-                Route("/v1/embeddings", self._embeddings, methods=["POST"]),
-                Route("/healthz", self._healthz, methods=["GET"]),
-            ]
-        )
+        routes = [
+            Route("/v1/chat/completions", self._openai, methods=["POST"]),
+            Route("/v1/messages", self._anthropic, methods=["POST"]),
+            Route("/v1/embeddings", self._embeddings, methods=["POST"]),
+            Route("/healthz", self._healthz, methods=["GET"]),
+        ]
+        super().__init__(Starlette(routes=routes), host=host, port=port)
 
     # -- scripting ------------------------------------------------------------------------------
 
@@ -469,10 +464,6 @@ class FakeLLM:
     # -- lifecycle ------------------------------------------------------------------------------
 
     @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
     def openai_base_url(self) -> str:
         return f"{self.base_url}/v1"
 
@@ -480,54 +471,8 @@ class FakeLLM:
     def anthropic_base_url(self) -> str:
         return self.base_url  # the Anthropic SDK adds /v1 itself
 
-    def start(self, timeout_s: float = 10.0) -> FakeLLM:
-        """Serve on a background thread; returns once the socket is accepting connections."""
-        sock = self._bind()
-        self._server = uvicorn.Server(self._config())
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="fake-llm", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("fake LLM server did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
-        self._server = None
-        self._thread = None
-
-    def serve_forever(self) -> None:
-        """Run in the foreground (the CLI); Ctrl-C stops it."""
-        sock = self._bind()
-        print(f"fake LLM listening on {self.base_url} (OpenAI: {self.openai_base_url})", flush=True)
-        uvicorn.Server(self._config()).run(sockets=[sock])
-
-    def __enter__(self) -> FakeLLM:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    def _bind(self) -> socket.socket:
-        # Binding here, not in uvicorn, lets port 0 resolve to a free port before the thread starts.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        return sock
-
-    def _config(self) -> uvicorn.Config:
-        return uvicorn.Config(
-            self.app, log_level="critical", access_log=False, lifespan="off", timeout_graceful_shutdown=1
-        )
+    def listening_message(self) -> str:
+        return f"fake LLM listening on {self.base_url} (OpenAI: {self.openai_base_url})"
 
     # -- request handling -----------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, EmbeddedServiceError, free_port, wait_for_port
-from ops.pools import WORKER_FLAGS, pool_argv
+from ops.process_commands import beat_argv, flower_argv, flower_env, gateway_argv, pool_argv, worker_argv
 from ops.supervisor import ChildSpec, Supervisor
 from shared.config import Settings
 from shared.db import Conn
@@ -60,8 +60,6 @@ def ensure_flower_password(settings: Settings) -> str:
     path.chmod(0o600)
     return password
 
-
-_WORKER_FLAGS = WORKER_FLAGS  # see ops/pools.py
 
 # `engram up --cluster`: gateways and beats (workers: one process per pool of shared/queues.py POOLS).
 CLUSTER_GATEWAYS = 2
@@ -268,79 +266,23 @@ class Stack:
 
     def _spawn_processes(self, database_url: str, redis_url: str, flower_password: str) -> None:
         s = self.settings
-        env = {
-            "ENGRAM_DATABASE_URL": database_url,
-            "ENGRAM_REDIS_URL": redis_url,
-            "ENGRAM_DATA_DIR": str(s.data_dir),
-            "PYTHONUNBUFFERED": "1",
-        }
-        # Flower's API can run and revoke tasks: a login is required (through the environment, so the
-        # password is not on a command line for `ps` to show), and an unauthenticated API set in the
-        # caller's environment is switched off.
-        flower_env = {
-            **env,
-            "FLOWER_BASIC_AUTH": f"{s.flower_user}:{flower_password}",
-            "FLOWER_UNAUTHENTICATED_API": "false",
-        }
-        py = sys.executable
-        celery = [py, "-m", "celery", "-A", "workers.app"]
+        env = self._child_env(database_url, redis_url)
         for spec in (
-            ChildSpec(
-                "gateway",
-                [
-                    py,
-                    "-m",
-                    "uvicorn",
-                    "ops.gateway:create_app",
-                    "--factory",
-                    "--host",
-                    s.host,
-                    "--port",
-                    str(s.port),
-                    "--no-access-log",
-                ],
-                env,
-            ),
+            ChildSpec("gateway", gateway_argv(s.host, s.port), env),
             ChildSpec(
                 "worker-turns",
-                [
-                    *celery,
-                    "worker",
-                    "-Q",
-                    ",".join(INTERACTIVE_QUEUES),
-                    "-n",
-                    "turns@%h",
-                    "-c",
-                    str(s.turn_worker_concurrency),
-                    "--loglevel",
-                    s.log_level,
-                    *_WORKER_FLAGS,
-                ],
+                worker_argv(INTERACTIVE_QUEUES, "turns", concurrency=s.turn_worker_concurrency, log_level=s.log_level),
                 {**env, "ENGRAM_WORKER_METRICS_PORT": str(self.metrics_ports["worker-turns"])},
             ),
             ChildSpec(
                 "worker-background",
-                [
-                    *celery,
-                    "worker",
-                    "-Q",
-                    ",".join(BACKGROUND_QUEUES),
-                    "-n",
-                    "background@%h",
-                    "-c",
-                    str(s.background_worker_concurrency),
-                    "--loglevel",
-                    s.log_level,
-                    *_WORKER_FLAGS,
-                ],
+                worker_argv(
+                    BACKGROUND_QUEUES, "background", concurrency=s.background_worker_concurrency, log_level=s.log_level
+                ),
                 {**env, "ENGRAM_WORKER_METRICS_PORT": str(self.metrics_ports["worker-background"])},
             ),
-            ChildSpec(
-                "beat", [*celery, "beat", "-s", str(s.run_dir / "celerybeat-schedule"), "--loglevel", s.log_level], env
-            ),
-            ChildSpec(
-                "flower", [*celery, "flower", f"--address={s.flower_host}", f"--port={s.flower_port}"], flower_env
-            ),
+            ChildSpec("beat", beat_argv(s.log_level), env),
+            ChildSpec("flower", flower_argv(s.flower_host, s.flower_port), self._flower_env(env, flower_password)),
         ):
             # Their start-up chatter (Celery's banners and root warning, Flower's inspect retries) goes to a
             # file per process; the terminal keeps the banner and the supervisor's one line per event.
@@ -355,33 +297,29 @@ class Stack:
             "PYTHONUNBUFFERED": "1",
         }
 
+    def _flower_env(self, env: dict[str, str], flower_password: str) -> dict[str, str]:
+        # Through the environment, so the password is not on a command line for `ps` to show.
+        return {**env, **flower_env(self.settings.flower_user, flower_password)}
+
     def _spawn_cluster(self, database_url: str, redis_url: str, flower_password: str) -> None:
         """Every process of a cluster deployment on this machine, each logging to <run_dir>/logs/<name>.log."""
         s = self.settings
         env = self._child_env(database_url, redis_url)
-        py = sys.executable
-        celery = [py, "-m", "celery", "-A", "workers.app"]
         specs: list[ChildSpec] = []
         # Gateways on SO_REUSEPORT sockets of one port; ops/cluster_gateway.py says why (not a shared
         # socket, uvicorn --workers or a proxy).
         for index in range(1, CLUSTER_GATEWAYS + 1):
-            specs.append(ChildSpec(f"gateway-{index}", [py, "-m", "ops.cluster_gateway"], env))
+            specs.append(ChildSpec(f"gateway-{index}", [sys.executable, "-m", "ops.cluster_gateway"], env))
         for pool in POOLS:
             name = f"worker-{pool}"
             metrics = {"ENGRAM_WORKER_METRICS_PORT": str(self.metrics_ports[name])}
-            specs.append(ChildSpec(name, pool_argv(s, pool, py), {**env, **metrics}))
+            specs.append(ChildSpec(name, pool_argv(s, pool), {**env, **metrics}))
         # RedBeat (workers/app.py): the beats share a leader lock in Redis; the other one stands by and takes
         # over within ENGRAM_BEAT_LOCK_TIMEOUT_SECONDS of the leader's death.
         for index in range(1, CLUSTER_BEATS + 1):
-            argv = [*celery, "beat", "-S", "redbeat.RedBeatScheduler", "--loglevel", s.log_level]
-            specs.append(ChildSpec(f"beat-{index}", argv, env))
-        flower_env = {
-            **env,
-            "FLOWER_BASIC_AUTH": f"{s.flower_user}:{flower_password}",
-            "FLOWER_UNAUTHENTICATED_API": "false",
-        }
-        flower = [*celery, "flower", f"--address={s.flower_host}", f"--port={s.flower_port}"]
-        specs.append(ChildSpec("flower", flower, flower_env))
+            specs.append(ChildSpec(f"beat-{index}", beat_argv(s.log_level), env))
+        flower = flower_argv(s.flower_host, s.flower_port)
+        specs.append(ChildSpec("flower", flower, self._flower_env(env, flower_password)))
         for spec in specs:
             spec.log_file = self.log_dir / f"{spec.name}.log"
             self.supervisor.spawn(spec)

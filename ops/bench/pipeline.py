@@ -8,7 +8,7 @@ Starts a private stack (ops/bench/stack.py) with ENGRAM_AUTO_MEMORY=true, a 5 s 
 threshold, so every session compacts a few times. The debounce must clearly exceed a turn's own
 latency: a 2 s debounce on a small machine, where a turn alone takes 1-2 s, turns a user who keeps
 chatting into a string of "idle" gaps. The workers a default `engram up` starts (ops/stack.py; `--cluster`
-runs the pools of ops/pools.py instead): `worker-turns` (turns, channels; ENGRAM_TURN_WORKER_CONCURRENCY's
+runs the pools of ops/process_commands.py instead): `worker-turns` (turns, channels; ENGRAM_TURN_WORKER_CONCURRENCY's
 default, 2 processes) and `worker-background` (extraction, flush, compaction, embeddings, maintenance;
 ENGRAM_BACKGROUND_WORKER_CONCURRENCY's default, 2 processes), plus beat, so the memory jobs queue behind each
 other as they do in production. --embedding-backend (default: the caller's ENGRAM_EMBEDDING_BACKEND, else the setting's

@@ -27,6 +27,7 @@ from types import FrameType
 import httpx
 
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, wait_for_port
+from ops.process_commands import beat_argv, gateway_argv, worker_argv
 from shared.config import Settings
 from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, QUEUES
 
@@ -169,63 +170,19 @@ class LocalStack:
         redis_url = self.redis_url = self.redis.start()
         api_key = prepare_database(database_url)
 
-        py = sys.executable
         llm_url = self.llm_url or self._start_fake_llm()
         env = child_env(database_url, redis_url, self.workdir / "data", llm_url)
         env.update(self.extra_env)
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        self.gateway = self._spawn(
-            "gateway",
-            [
-                py,
-                "-m",
-                "uvicorn",
-                "ops.gateway:create_app",
-                "--factory",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--no-access-log",
-                "--log-level",
-                "warning",
-            ],
-            env,
-        )
+        # Warnings and errors only (as ENGRAM_LOG_LEVEL in child_env): log I/O would add to every measurement.
+        self.gateway = self._spawn("gateway", gateway_argv("127.0.0.1", port, log_level="warning"), env)
         for spec in self.worker_specs:
-            worker = self._spawn(
-                spec.name,
-                [
-                    py,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "workers.app",
-                    "worker",
-                    "-Q",
-                    ",".join(spec.queues),
-                    "-n",
-                    f"{spec.name}@%h",
-                    "-c",
-                    str(spec.concurrency),
-                    "--loglevel",
-                    "WARNING",
-                    # Peers have nothing to sync or gossip about in a benchmark: skip the start-up delay.
-                    "--without-mingle",
-                    "--without-gossip",
-                ],
-                env,
-            )
-            self.workers.append(worker)
+            argv = worker_argv(spec.queues, spec.name, concurrency=spec.concurrency, log_level="WARNING")
+            self.workers.append(self._spawn(spec.name, argv, env))
         self.worker = self.workers[0] if self.workers else None
         if self.beat:
-            schedule = self.workdir / "celerybeat-schedule"
-            self._spawn(
-                "beat",
-                [py, "-m", "celery", "-A", "workers.app", "beat", "-s", str(schedule), "--loglevel", "WARNING"],
-                env,
-            )
+            self._spawn("beat", beat_argv("WARNING"), env)
         self._wait_ready()
         return api_key
 

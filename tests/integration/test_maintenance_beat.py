@@ -4,7 +4,6 @@ that resume from its cursor."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,7 +14,7 @@ import pytest
 
 from shared import db
 from tests.conftest import CeleryStack
-from tests.support.processes import CeleryProcess, worker
+from tests.support.processes import CeleryProcess, beat, worker
 
 pytestmark = pytest.mark.integration
 
@@ -28,11 +27,6 @@ BEAT_ENV = {
     "ENGRAM_JOB_CACHE_EVICTION_ENABLED": "false",
     "ENGRAM_BEAT_LOCK_TIMEOUT_SECONDS": "12",
 }
-
-
-def beat_process(name: str, env: dict[str, str], log_dir: Path) -> CeleryProcess:
-    argv = [sys.executable, "-m", "celery", "-A", "workers.app", "beat", "--loglevel", "INFO"]
-    return CeleryProcess(name, argv, env, log_dir)
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -76,9 +70,9 @@ def test_two_beats_one_leader_one_run_per_period_and_the_standby_takes_over(
 ) -> None:
     background = maintenance_worker()
     env = celery_stack.env("offline", BEAT_ENV)
-    first = beat_process("beat-a", env, tmp_path).start()
+    first = beat(env, tmp_path, name="beat-a").start()
     first.wait_ready("beat: Acquired lock")
-    second = beat_process("beat-b", env, tmp_path).start()
+    second = beat(env, tmp_path, name="beat-b").start()
     try:
         second.wait_ready("beat: Starting...")
         # Beat fires decay at the next minute; the run's period is the day.

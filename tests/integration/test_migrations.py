@@ -10,6 +10,7 @@ import threading
 import psycopg
 import pytest
 
+from ops.process_commands import gateway_argv
 from shared.db import connect
 from shared.migrate import apply_migrations, available_migrations, pending_migrations
 
@@ -149,7 +150,7 @@ def test_a_schema_newer_than_this_engram_is_refused_by_migrate_and_the_gateway(f
         assert refused.returncode == 2 and "newer than this engram knows" in refused.stderr and "9999" in refused.stderr
     # The gateway does not start on it: serving would read and write a schema its code may not know.
     gateway = subprocess.run(
-        [sys.executable, "-m", "uvicorn", "ops.gateway:create_app", "--factory", "--port", "0"],
+        gateway_argv("127.0.0.1", 0),
         capture_output=True,
         text=True,
         env={**os.environ, "ENGRAM_DATABASE_URL": fresh_db_url},

@@ -6,12 +6,12 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 
+from ops.process_commands import beat_argv, gateway_argv, worker_argv
 from shared.queues import QUEUES
 
 
@@ -87,58 +87,17 @@ class CeleryProcess:
 def worker(
     name: str, env: dict[str, str], log_dir: Path, concurrency: int = 2, queues: tuple[str, ...] = QUEUES
 ) -> CeleryProcess:
-    argv = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "workers.app",
-        "worker",
-        "-Q",
-        ",".join(queues),
-        "-n",
-        f"{name}@%h",
-        "-c",
-        str(concurrency),
-        "--loglevel",
-        "INFO",
-        "--without-mingle",
-        "--without-gossip",
-    ]
+    argv = worker_argv(queues, name, concurrency=concurrency, log_level="INFO")
     return CeleryProcess(name, argv, env, log_dir)
 
 
-def beat(env: dict[str, str], log_dir: Path) -> CeleryProcess:
-    argv = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "workers.app",
-        "beat",
-        "-s",
-        str(log_dir / "beat-schedule"),
-        "--loglevel",
-        "INFO",
-    ]
-    return CeleryProcess("beat", argv, env, log_dir)
+def beat(env: dict[str, str], log_dir: Path, name: str = "beat") -> CeleryProcess:
+    return CeleryProcess(name, beat_argv("INFO"), env, log_dir)
 
 
 def gateway(env: dict[str, str], log_dir: Path, port: int, name: str = "gateway") -> CeleryProcess:
     """The gateway as deployed: uvicorn with the app factory in its own process (wait with `wait_http`)."""
-    argv = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "ops.gateway:create_app",
-        "--factory",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--no-access-log",
-    ]
-    return CeleryProcess(name, argv, env, log_dir)
+    return CeleryProcess(name, gateway_argv("127.0.0.1", port), env, log_dir)
 
 
 def wait_http(process: CeleryProcess, url: str, timeout: float = 60) -> None:

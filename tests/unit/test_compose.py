@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ops.pools import pool_argv
+from ops.process_commands import beat_argv, flower_argv, gateway_argv, pool_argv
 from shared.config import Settings
 from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS, QUEUES
 
@@ -59,7 +59,7 @@ def engram_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, 
 
 
 def engram_worker_pool(service: dict[str, Any]) -> str | None:
-    """The pool of an `engram worker POOL` command (ops/pools.py builds its Celery command line)."""
+    """The pool of an `engram worker POOL` command (ops/process_commands.py builds its Celery command line)."""
     args = argv(service)
     return args[2] if args[:2] == ["engram", "worker"] and len(args) == 3 else None
 
@@ -128,6 +128,16 @@ def test_two_beats_share_the_redbeat_lock(services: dict[str, dict[str, Any]]) -
     args = argv(services["beat"])
     assert args[args.index("-S") + 1] == "redbeat.RedBeatScheduler"
     assert services["beat"]["deploy"]["replicas"] == 2
+
+
+def test_the_commands_are_the_ones_engram_builds(services: dict[str, dict[str, Any]]) -> None:
+    """ops/process_commands.py builds every process's command line (`engram up` and the tests run it); the YAML
+    cannot call it, so it spells the same commands, with the console scripts where the builder runs `python -m`."""
+    assert argv(services["gateway"]) == gateway_argv("0.0.0.0", 8000)[2:]
+    assert argv(services["beat"]) == beat_argv("INFO")[2:]
+    assert argv(services["flower"]) == flower_argv("0.0.0.0", 5555, db="/var/lib/flower/flower.db")[2:]
+    for pool in POOLS:
+        assert argv(services[f"worker-{pool}"]) == ["engram", "worker", pool]  # executes pool_argv
 
 
 def test_engram_services_reach_postgres_and_redis(services: dict[str, dict[str, Any]]) -> None:

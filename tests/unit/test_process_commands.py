@@ -1,4 +1,4 @@
-"""`engram worker POOL`: the command line of a worker pool, its autoscale bounds from the settings."""
+"""ops/process_commands.py: every process's command line; `engram worker POOL` with its autoscale bounds."""
 
 from __future__ import annotations
 
@@ -10,9 +10,17 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from ops.cli import app
-from ops.pools import UnknownPool, pool_argv
+from ops.process_commands import (
+    UnknownPool,
+    beat_argv,
+    flower_argv,
+    flower_env,
+    gateway_argv,
+    pool_argv,
+    worker_argv,
+)
 from shared.config import Settings
-from shared.queues import POOLS, QUEUES
+from shared.queues import INTERACTIVE_QUEUES, POOLS, QUEUES
 
 
 def settings(**values: object) -> Settings:
@@ -30,6 +38,35 @@ def test_each_pool_consumes_its_queues_with_its_autoscale_bounds(pool: str) -> N
     assert not {"-c", "--concurrency"} & set(argv)  # the autoscaler sets the process count
     assert {"--without-mingle", "--without-gossip"} <= set(argv)
     assert argv[argv.index("--loglevel") + 1] == "WARNING"
+
+
+def test_a_worker_has_a_fixed_pool_or_autoscale_bounds_not_both() -> None:
+    argv = worker_argv(INTERACTIVE_QUEUES, "worker-turns", concurrency=3, log_level="INFO", python="/py")
+    assert argv == [
+        *("/py", "-m", "celery", "-A", "workers.app", "worker", "-Q", ",".join(INTERACTIVE_QUEUES)),
+        *("-n", "worker-turns@%h", "-c", "3", "--loglevel", "INFO", "--without-mingle", "--without-gossip"),
+    ]
+    for size in ({}, {"concurrency": 2, "autoscale": (1, 2)}):
+        with pytest.raises(ValueError, match="either concurrency or autoscale"):
+            worker_argv(QUEUES, "w", log_level="INFO", **size)  # type: ignore[arg-type]
+
+
+def test_the_gateway_runs_the_app_factory_under_uvicorn() -> None:
+    assert gateway_argv("127.0.0.1", 8000, python="/py") == [
+        *("/py", "-m", "uvicorn", "ops.gateway:create_app", "--factory"),
+        *("--host", "127.0.0.1", "--port", "8000", "--no-access-log"),
+    ]
+    assert gateway_argv("0.0.0.0", 1, log_level="warning")[-2:] == ["--log-level", "warning"]
+
+
+def test_beat_runs_redbeat_and_flower_logs_in_from_the_environment() -> None:
+    assert beat_argv("INFO", python="/py") == [
+        *("/py", "-m", "celery", "-A", "workers.app", "beat", "-S", "redbeat.RedBeatScheduler", "--loglevel", "INFO")
+    ]
+    flower = flower_argv("127.0.0.1", 5555, python="/py")
+    assert flower == ["/py", "-m", "celery", "-A", "workers.app", "flower", "--address=127.0.0.1", "--port=5555"]
+    assert flower_argv("0.0.0.0", 5555, db="/f.db")[-2:] == ["--persistent=True", "--db=/f.db"]
+    assert flower_env("engram", "pw") == {"FLOWER_BASIC_AUTH": "engram:pw", "FLOWER_UNAUTHENTICATED_API": "false"}
 
 
 def test_the_pools_cover_every_queue_once() -> None:
