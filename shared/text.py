@@ -80,6 +80,20 @@ SAFE_TEXT = AfterValidator(valid_text)
 SafeText = Annotated[str, SAFE_TEXT]
 
 
+
+def storable_text(value: str) -> str:
+    """Pydantic validator: `value` as sent, or a ValueError naming the first unstorable character."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise ValueError(f"text {problem}")
+    return value
+
+
+# For fields whose writer cleans them itself and must see them as sent: a memory's key and value are
+# scanned for instructions hidden in invisible characters before cleaning drops them (shared.memory.keys).
+STORABLE_TEXT = AfterValidator(storable_text)
+
+
 def printable(value: str) -> str:
     """`value` with lone surrogates replaced by U+FFFD, so it can be encoded (e.g. echoed in JSON)."""
     return _SURROGATE.sub("\ufffd", value)

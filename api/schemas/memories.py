@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.schemas.common import ID_PATTERN, Timestamp
 from shared.memory.keys import MAX_KEY_CHARS, MAX_VALUE_CHARS
 from shared.memory.store import KINDS, MAX_DECAY_RATE, MAX_NAMESPACE_CHARS, MAX_TAG_CHARS, MAX_TAGS
-from shared.text import SAFE_TEXT, SafeText
+from shared.text import SAFE_TEXT, STORABLE_TEXT, SafeText
 
 Kind = Literal["fact", "episode", "preference", "style", "directive", "artifact", "reflection", "summary", "document"]
 assert set(KINDS) == set(Kind.__args__)  # type: ignore[attr-defined]
@@ -24,8 +24,9 @@ class _Strict(BaseModel):
 # text, so a value that passes here can still be refused (422 memory_rejected), e.g. as an injection.
 # Keys are normalised (lowercase, `-` for spaces) and must be at most MAX_KEY_CHARS after that; the raw
 # key may be a little longer (collapsed separators).
-Key = Annotated[str, Field(min_length=1, max_length=2 * MAX_KEY_CHARS), SAFE_TEXT]
-Value = Annotated[str, Field(min_length=1, max_length=MAX_VALUE_CHARS), SAFE_TEXT]
+# The store cleans key and value (shared.memory.keys.sanitize) after scanning them as sent.
+Key = Annotated[str, Field(min_length=1, max_length=2 * MAX_KEY_CHARS), STORABLE_TEXT]
+Value = Annotated[str, Field(min_length=1, max_length=MAX_VALUE_CHARS), STORABLE_TEXT]
 Namespace = Annotated[str, Field(max_length=MAX_NAMESPACE_CHARS), SAFE_TEXT]
 Tag = Annotated[str, Field(max_length=MAX_TAG_CHARS), SAFE_TEXT]
 Confidence = Annotated[float, Field(ge=0, le=1, description="0..1, kept to 6 decimal places")]

@@ -99,7 +99,15 @@ def sanitize(key: str, value: str) -> tuple[str, str]:
     if len(clean_value) > MAX_VALUE_CHARS:
         raise MemoryRejected(f"value is {len(clean_value)} characters after cleaning; the limit is {MAX_VALUE_CHARS}")
     # Keys are scanned as given and with their separators read as spaces: "ignore_previous_instructions".
-    scans = (("key", re.sub(r"[-_/]+", " ", clean_key)), ("key", clean_key), ("value", clean_value))
+    # And as sent: cleaning drops hidden text (tag characters, zero-width), and hidden text that is an
+    # instruction makes the whole memory an attack, refused rather than stored without its payload.
+    scans = (
+        ("key", re.sub(r"[-_/]+", " ", clean_key)),
+        ("key", clean_key),
+        ("value", clean_value),
+        *((("key", key),) if key != clean_key else ()),
+        *((("value", value),) if value != clean_value else ()),
+    )
     for field, text in scans:
         category = injection_category(text)
         if category is not None:
