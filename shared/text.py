@@ -80,7 +80,6 @@ SAFE_TEXT = AfterValidator(valid_text)
 SafeText = Annotated[str, SAFE_TEXT]
 
 
-
 def storable_text(value: str) -> str:
     """Pydantic validator: `value` as sent, or a ValueError naming the first unstorable character."""
     problem = text_problem(value)

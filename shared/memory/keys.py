@@ -56,6 +56,7 @@ def normalize_namespace(namespace: str) -> str:
 
 # --------------------------------------------------------------------------- control characters
 
+
 def _strip_controls(text: str, keep: str) -> str:
     """The text in its one form (`clean_text`: invisible characters removed, NFC), without Unicode control
     characters (category Cc: C0, DEL, C1) except those in `keep`."""
