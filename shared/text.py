@@ -66,10 +66,7 @@ def clean_text(value: str) -> str:
 def valid_text(value: str) -> str:
     """Pydantic validator: `value` cleaned (`clean_text`), or a ValueError naming the first unstorable
     character."""
-    problem = text_problem(value)
-    if problem is not None:
-        raise ValueError(f"text {problem}")
-    return clean_text(value)
+    return clean_text(storable_text(value))
 
 
 # The one check for request strings that end up in Postgres (bodies, query and path parameters):
