@@ -1,0 +1,369 @@
+"""Soak: mixed load for a long time at half the sustainable turn rate, watching for what only time shows —
+memory that keeps growing, connections or file descriptors that leak, errors that start after an hour,
+latency that creeps up.
+
+    python -m ops.bench.soak                       # 30 minutes, 5-minute windows
+    python -m ops.bench.soak --minutes 10 --window-minutes 2 --json
+
+It starts a private stack (ops/bench/stack.py) laid out as `engram up` runs it (a turns worker, a background
+worker, beat) with every maintenance job scheduled every five minutes, so decay, consolidation, enrichment,
+reflection and cache eviction fire during the run. A round is a chat turn (sent, then waited for until done),
+a memory search and a context request. First it measures the sustainable rate: `--calibrate` seconds of
+closed-loop rounds from twice as many clients as the turn worker has processes. Then, open loop (an operation's
+latency counts from when it was due, so a stalled stack cannot hide behind a slow client), it sends half that
+many rounds per second, plus an ingest of 20 messages every 10 s and a memory write every 5 s, spread over
+`--users` users.
+
+Per window: errors (a non-2xx answer, a turn that failed, a client-side exception) and latency p95 per
+operation. Per process (gateway, workers, beat, fake model, Postgres, valkey; each with its children): RSS,
+open file descriptors and TCP connections at the end of the first window (warm-up) and at the end.
+
+Goals (issue 30): zero errors; RSS growth of engram's processes (gateway, workers, beat) ≤ 10 % after
+warm-up; every later window's p95 within 20 % of their median. The figures are in the docs' benchmark page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import psutil
+
+from ops.bench.harness import BenchRun, add_json_flag, add_keep_flag, distribution, emit, megabytes, run_main
+from ops.bench.stack import BenchError, LocalStack, up_workers
+
+JOBS = ("enrichment", "consolidation", "decay", "reflection", "cache_eviction")
+ENGRAM_PROCESSES = ("gateway", "worker-turns", "worker-background", "beat")
+TERMINAL = ("done", "failed")
+RSS_GROWTH_GOAL = 0.10
+P95_FLAT_GOAL = 0.20
+TOPICS = ("hiking in the Alps", "a sourdough starter", "learning Japanese", "the new job", "a cat named Miso")
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float  # seconds since the soak started, when the operation was due
+    op: str
+    ms: float
+    ok: bool
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.samples: list[Sample] = []
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+
+    def add(self, sample: Sample, error: str | None = None) -> None:
+        with self._lock:
+            self.samples.append(sample)
+            if error is not None and len(self.errors) < 20:
+                self.errors.append(f"{sample.op}: {error}")
+
+
+class Load:
+    """The operations, each one HTTP exchange (a turn: its POST and the long poll until it is done)."""
+
+    def __init__(self, url: str, api_key: str, users: int) -> None:
+        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {api_key}"}, timeout=120)
+        self.users = [f"soak-user-{i}" for i in range(users)]
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def prepare(self) -> None:
+        """Every user exists (a search for a user engram has never seen is a 404) and has something to find."""
+        for user in self.users:
+            self.remember_for(user, 0)
+
+    def _next(self) -> tuple[int, str]:
+        with self._lock:
+            self._count += 1
+            return self._count, self.users[self._count % len(self.users)]
+
+    def _ok(self, response: httpx.Response) -> None:
+        if response.status_code >= 300:
+            raise BenchError(f"{response.status_code} {response.text[:200]}")
+
+    def turn(self) -> None:
+        n, user = self._next()
+        body = {"user_id": user, "text": f"Tell me more about {TOPICS[n % len(TOPICS)]}, please ({n})."}
+        response = self.http.post(
+            f"/v1/sessions/{user}-chat/turns", json=body, headers={"Idempotency-Key": uuid.uuid4().hex}
+        )
+        self._ok(response)
+        turn_id = response.json()["turn_id"]
+        while True:
+            polled = self.http.get(f"/v1/turns/{turn_id}", params={"wait": 30})
+            self._ok(polled)
+            status = polled.json()["status"]
+            if status == "failed":
+                raise BenchError(f"turn {turn_id} failed: {polled.json().get('error')}")
+            if status in TERMINAL:
+                return
+
+    def search(self) -> None:
+        n, user = self._next()
+        self._ok(self.http.post(f"/v1/users/{user}/memories/search", json={"query": TOPICS[n % len(TOPICS)]}))
+
+    def context(self) -> None:
+        n, user = self._next()
+        body = {"query": f"What do I think about {TOPICS[n % len(TOPICS)]}?", "max_tokens": 1000}
+        self._ok(self.http.post(f"/v1/users/{user}/context", json=body))
+
+    def ingest(self) -> None:
+        n, user = self._next()
+        messages = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"Message {i} of batch {n}: {TOPICS[i % 5]}."}
+            for i in range(20)
+        ]
+        self._ok(self.http.post(f"/v1/users/{user}/sessions/{user}-import/messages", json={"messages": messages}))
+
+    def remember(self) -> None:
+        n, user = self._next()
+        self.remember_for(user, n)
+
+    def remember_for(self, user: str, n: int) -> None:
+        body = {"key": f"note {n % 50}", "value": f"The user mentioned {TOPICS[n % len(TOPICS)]} (note {n})."}
+        self._ok(self.http.post(f"/v1/users/{user}/memories", json=body))
+
+
+def calibrate(load: Load, sessions: int, seconds: float) -> float:
+    """Rounds per second the stack sustains, a round being what the soak sends per turn (a turn, a search and a
+    context request), from `sessions` clients each starting its next round when the last is done."""
+    deadline = time.monotonic() + seconds
+    done = [0] * sessions
+
+    def client(index: int) -> None:
+        while time.monotonic() < deadline:
+            load.turn()
+            load.search()
+            load.context()
+            done[index] += 1
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(sessions) as pool:
+        for future in [pool.submit(client, i) for i in range(sessions)]:
+            future.result()
+    return sum(done) / (time.monotonic() - started)
+
+
+def run_open_loop(
+    load: Load, rate: float, seconds: float, recorder: Recorder, on_window: Callable[[], None], window_s: float
+) -> None:
+    """Every operation due at its time, on a pool large enough that the client is never the bottleneck."""
+    schedule: list[tuple[float, str, Callable[[], None]]] = []
+    for op, every in (
+        ("turn", 1 / rate),
+        ("search", 1 / rate),
+        ("context", 1 / rate),
+        ("ingest", 10.0),
+        ("memory_write", 5.0),
+    ):
+        fn = {
+            "turn": load.turn,
+            "search": load.search,
+            "context": load.context,
+            "ingest": load.ingest,
+            "memory_write": load.remember,
+        }[op]
+        at = 0.0
+        while at < seconds:
+            schedule.append((at, op, fn))
+            at += every
+    schedule.sort(key=lambda item: item[0])
+
+    def run(due: float, op: str, fn: Callable[[], None], origin: float) -> None:
+        error: str | None = None
+        try:
+            fn()
+        except Exception as exc:  # counted, not raised: the soak goes on
+            error = f"{type(exc).__name__}: {exc}"
+        ms = (time.monotonic() - origin - due) * 1000
+        recorder.add(Sample(due, op, ms, error is None), error)
+
+    origin = time.monotonic()
+    next_window = window_s
+    with ThreadPoolExecutor(max_workers=64, thread_name_prefix="soak") as pool:
+        for due, op, fn in schedule:
+            while (now := time.monotonic() - origin) < due:
+                if now >= next_window:
+                    on_window()
+                    next_window += window_s
+                time.sleep(min(0.05, due - now))
+            pool.submit(run, due, op, fn, origin)
+        while time.monotonic() - origin < seconds:
+            time.sleep(0.1)
+    on_window()
+
+
+def process_figures(roots: Mapping[str, int]) -> dict[str, dict[str, float | int | None]]:
+    """RSS (MB), file descriptors and TCP connections of each process with its children."""
+    out: dict[str, dict[str, float | int | None]] = {}
+    for name, pid in roots.items():
+        rss = fds = conns = 0
+        # Postgres serves on a Unix socket; its processes (one per connection) say what TCP cannot.
+        try:
+            tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        except psutil.Error:
+            tree = []
+        for proc in tree:
+            try:
+                rss += proc.memory_info().rss
+                fds += proc.num_fds()
+                conns += len(proc.net_connections(kind="tcp"))
+            except psutil.Error:
+                continue
+        out[name] = {"rss_mb": megabytes(rss), "fds": fds, "connections": conns, "processes": len(tree)}
+    return out
+
+
+def windows(samples: list[Sample], window_s: float, count: int) -> list[dict[str, Any]]:
+    out = []
+    for index in range(count):
+        inside = [s for s in samples if index * window_s <= s.at < (index + 1) * window_s]
+        by_op: dict[str, list[float]] = defaultdict(list)
+        for sample in inside:
+            by_op[sample.op].append(sample.ms)
+        out.append(
+            {
+                "window": index + 1,
+                "operations": len(inside),
+                "errors": sum(not s.ok for s in inside),
+                "p95_ms": {op: distribution(values, (95,))["p95"] for op, values in sorted(by_op.items())},
+            }
+        )
+    return out
+
+
+def flatness(later: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Per operation, the largest distance of a window's p95 from the median of the windows' p95 (0.1 = 10 %);
+    None with fewer than two windows to compare."""
+    out: dict[str, float | None] = {}
+    if len(later) < 2:
+        return {op: None for window in later for op in window["p95_ms"]}
+    for op in sorted({op for window in later for op in window["p95_ms"]}):
+        values = [w["p95_ms"][op] for w in later if w["p95_ms"].get(op) is not None]
+        middle = statistics.median(values) if values else None
+        out[op] = round(max(abs(v - middle) / middle for v in values), 3) if middle else None
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="python -m ops.bench.soak")
+    parser.add_argument("--minutes", type=float, default=30.0, help="length of the soak (default 30)")
+    parser.add_argument("--window-minutes", type=float, default=5.0, help="report window; the first is warm-up")
+    parser.add_argument("--rate", type=float, help="rounds per second (default: half the measured sustainable rate)")
+    parser.add_argument("--calibrate", type=float, default=60.0, help="seconds of closed-loop turns to measure it")
+    parser.add_argument("--users", type=int, default=20)
+    parser.add_argument("--llm-latency-ms", type=float, default=0.0)
+    add_json_flag(parser)
+    add_keep_flag(parser)
+    args = parser.parse_args()
+    window_s, seconds = args.window_minutes * 60, args.minutes * 60
+    if window_s <= 0 or seconds < 2 * window_s:
+        parser.error("--minutes must be at least two windows (--window-minutes): the first is warm-up")
+
+    schedules = {f"ENGRAM_JOB_{job.upper()}_SCHEDULE": f"{i}-59/5 * * * *" for i, job in enumerate(JOBS)}
+    with BenchRun(keep=args.keep) as run:
+        workers = up_workers()
+        stack = LocalStack(
+            run.workdir("engram-soak-"),
+            workers[0].concurrency,
+            args.llm_latency_ms,
+            workers=workers,
+            beat=True,
+            env=schedules,
+        )
+        run.callback(stack.stop)
+        api_key = stack.start()
+        load = Load(stack.url, api_key, args.users)
+        run.callback(load.http.close)
+        load.prepare()
+        rate = args.rate
+        if rate is None:
+            sustainable = calibrate(load, workers[0].concurrency * 2, args.calibrate)
+            rate = sustainable / 2
+            print(
+                f"sustainable: {sustainable:.2f} rounds/s (turn + search + context); soaking at {rate:.2f}", flush=True
+            )
+        else:
+            sustainable = None
+        if rate <= 0:
+            raise BenchError("the stack completed no turn while calibrating")
+        roots = {child.name: child.pid for child in stack.children}
+        if stack.postgres is not None and stack.postgres.pid is not None:
+            roots["postgres"] = stack.postgres.pid
+        if stack.redis is not None and stack.redis.proc is not None:
+            roots["valkey"] = stack.redis.proc.pid
+
+        recorder = Recorder()
+        snapshots: list[dict[str, dict[str, float | int | None]]] = []
+
+        def on_window() -> None:
+            stack.check_alive()
+            snapshots.append(process_figures(roots))
+            print(
+                f"window {len(snapshots)}: {len(recorder.samples)} operations, "
+                f"{sum(not s.ok for s in recorder.samples)} errors",
+                flush=True,
+            )
+
+        run_open_loop(load, rate, seconds, recorder, on_window, window_s)
+
+    count = int(seconds // window_s)
+    table = windows(recorder.samples, window_s, count)
+    warm, end = snapshots[0], snapshots[-1]
+    growth = {
+        name: round((end[name]["rss_mb"] or 0) / warm[name]["rss_mb"] - 1, 3)  # type: ignore[operator]
+        for name in ENGRAM_PROCESSES
+        if name in warm and warm[name]["rss_mb"]
+    }
+    flat = flatness(table[1:])
+    errors = sum(not s.ok for s in recorder.samples)
+    summary = {
+        "minutes": args.minutes,
+        "sustainable_rounds_per_s": None if sustainable is None else round(sustainable, 2),
+        "rounds_per_s": round(rate, 2),
+        "operations": len(recorder.samples),
+        "errors": errors,
+        "error_examples": recorder.errors,
+        "windows": table,
+        "processes": {name: {"warm": warm[name], "end": end[name]} for name in warm},
+        "rss_growth": growth,
+        "p95_flatness": flat,
+        "goals": {
+            "zero_errors": errors == 0,
+            "rss_growth_le_10pct": all(g <= RSS_GROWTH_GOAL for g in growth.values()),
+            "p95_flat_within_20pct": all(f is not None and f <= P95_FLAT_GOAL for f in flat.values()),
+        },
+    }
+    lines = [f"{len(recorder.samples)} operations at {rate:.2f} rounds/s, {errors} errors"]
+    lines += [
+        f"  window {w['window']}: {w['operations']} ops, {w['errors']} errors, p95 ms {w['p95_ms']}" for w in table
+    ]
+    lines += [
+        f"  {name}: rss {warm[name]['rss_mb']} -> {end[name]['rss_mb']} MB, fds {warm[name]['fds']} -> "
+        f"{end[name]['fds']}, connections {warm[name]['connections']} -> {end[name]['connections']}, "
+        f"processes {warm[name]['processes']} -> {end[name]['processes']}"
+        for name in warm
+    ]
+    lines += [
+        f"rss growth after warm-up: {growth}",
+        f"p95 distance from the windows' median: {flat}",
+        f"goals: {summary['goals']}",
+    ]
+    emit("\n".join(lines), summary, args.json)
+    return 0 if all(summary["goals"].values()) else 1  # type: ignore[union-attr]
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_main(main))
