@@ -22,6 +22,7 @@ from api.request_context import RequestContext
 from api.routes import admin, channel_admin, channels, context, health, ingest, memories, profiles, sessions, turns
 from api.routes import openai as openai_routes
 from shared import db
+from shared.channels.connections import check_stored_secrets
 from shared.config import get_settings
 from shared.dispatch import Dispatcher, get_dispatcher, set_dispatcher
 from shared.heap import freeze_startup_heap
@@ -29,6 +30,7 @@ from shared.logging import configure_logging, get_logger
 from shared.memory.service import warm_query_embedder
 from shared.migrate import SchemaTooNew, check_schema_known
 from shared.redis_client import close_shared_async_redis
+from shared.secretbox import SecretKeyError
 from shared.services import ServiceNotConfigured
 from shared.tracing import configure_tracing, instrument_fastapi
 
@@ -52,11 +54,13 @@ async def _warm_database() -> None:
 
 def _check_schema() -> None:
     """A schema a newer engram migrated may have moved what this code reads and writes: do not serve on it.
+    Nor without the keys to the stored channel secrets: every Slack or Telegram webhook would be refused.
     (Postgres away: start anyway, as above; the check is for a database that answers.)"""
     try:
         with db.connection() as conn:
             check_schema_known(conn)
-    except SchemaTooNew:
+            check_stored_secrets(conn, get_settings())
+    except (SchemaTooNew, SecretKeyError):
         raise
     except Exception as exc:
         log.warning("could not check the database schema at start", error=f"{type(exc).__name__}: {exc}")

@@ -96,6 +96,7 @@ def _check_postgres(url: str) -> Iterator[Check]:
                     else "use a Postgres with pgvector (e.g. pgvector/pgvector image)",
                 )
             yield _check_embeddings(conn)
+            yield _check_secret_keys(conn)
             pending = pending_migrations(conn)
             yield Check(
                 "migrations",
@@ -105,6 +106,36 @@ def _check_postgres(url: str) -> Iterator[Check]:
             )
     except Exception as exc:
         yield Check("postgres", False, f"cannot connect: {exc}", "check ENGRAM_DATABASE_URL, or run `engram up`")
+
+
+def _check_secret_keys(conn: Conn) -> Check:
+    """Where the secret keys come from and whether they open every stored channel secret."""
+    from shared.channels.connections import check_stored_secrets
+    from shared.config import get_settings
+    from shared.secretbox import ENV_NAME, SecretKeyError, SecretKeyMissing
+
+    try:
+        found = check_stored_secrets(conn, get_settings())
+    except SecretKeyMissing as exc:
+        return Check("secret key", False, str(exc), f"set {ENV_NAME} to the key the secrets were sealed with")
+    except SecretKeyError as exc:
+        runbook = "docs/operations/runbooks/rotate-keys.md"
+        return Check("secret key", False, str(exc), f"see the rotate-keys runbook ({runbook})")
+    except Exception:  # tables not created yet: the migrations check reports that
+        return Check("secret key", True, "no channel tables yet")
+    finally:
+        conn.rollback()
+    if found.key_source is None:
+        detail = f"none yet (no channel secrets stored); `engram up` makes one, or set {ENV_NAME}"
+        return Check("secret key", True, detail)
+    plain = ""
+    if found.plain:
+        plain = f"; {found.plain} still in plain text (sealed at the next `engram up` or `engram migrate`)"
+    return Check(
+        "secret key",
+        True,
+        f"{found.keys} key(s) from {found.key_source}; they open the secrets of {found.sealed} connection(s){plain}",
+    )
 
 
 def _check_embeddings(conn: Conn) -> Check:

@@ -407,15 +407,17 @@ class FakeLLM(FakeServer):
         openai_cache_min_tokens: int = 1024,
         anthropic_cache_min_tokens: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        keep_requests: int | None = None,
     ) -> None:
         """`anthropic_cache_min_tokens` None: the model family's minimum (fake_cache.min_cacheable_tokens).
-        `clock` drives the caches' TTL; tests pass a settable one."""
+        `clock` drives the caches' TTL; tests pass a settable one. `keep_requests`: how many of the latest
+        requests `requests` holds (None: all, for tests; a long benchmark would grow without bound)."""
         self.latency_s = latency_s  # added to every reply, for benchmarks
         self.default: Callable[[Json], FakeReply] = echo_reply
         self._lock = threading.Lock()
         self._script: deque[FakeReply] = deque()
         self._embedding_script: deque[FakeReply] = deque()
-        self._requests: list[RecordedRequest] = []
+        self._requests: deque[RecordedRequest] = deque(maxlen=keep_requests)
         self._serials = itertools.count(1)
         self.clock = clock
         self._anthropic_cache = AnthropicCache(anthropic_cache_min_tokens, clock=clock)
@@ -572,12 +574,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8999)
     parser.add_argument("--latency-ms", type=float, default=0.0, help="delay before every reply")
     parser.add_argument("--openai-cache-min-tokens", type=int, default=1024)
+    # As a process of its own nothing reads the recorded requests: keep only a few, so a long run stays flat.
+    parser.add_argument("--keep-requests", type=int, default=100, help="latest requests kept in memory")
     args = parser.parse_args(argv)
     FakeLLM(
         host=args.host,
         port=args.port,
         latency_s=args.latency_ms / 1000.0,
         openai_cache_min_tokens=args.openai_cache_min_tokens,
+        keep_requests=args.keep_requests,
     ).serve_forever()
 
 

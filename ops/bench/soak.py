@@ -8,7 +8,8 @@ latency that creeps up.
 It starts a private stack (ops/bench/stack.py) laid out as `engram up` runs it (a turns worker, a background
 worker, beat) with every maintenance job scheduled every five minutes, so decay, consolidation, enrichment,
 reflection and cache eviction fire during the run. A round is a chat turn (sent, then waited for until done),
-a memory search and a context request. First it measures the sustainable rate: `--calibrate` seconds of
+a memory search and a context request (a user's chat starts a new session every TURNS_PER_SESSION turns,
+as people start new conversations). First it measures the sustainable rate: `--calibrate` seconds of
 closed-loop rounds from twice as many clients as the turn worker has processes. Then, open loop (an operation's
 latency counts from when it was due, so a stalled stack cannot hide behind a slow client), it sends half that
 many rounds per second, plus an ingest of 20 messages every 10 s and a memory write every 5 s, spread over
@@ -46,6 +47,9 @@ ENGRAM_PROCESSES = ("gateway", "worker-turns", "worker-background", "beat")
 TERMINAL = ("done", "failed")
 RSS_GROWTH_GOAL = 0.10
 P95_FLAT_GOAL = 0.20
+# A user's chat moves to a new session after this many turns, as people start new conversations: one session
+# growing for the whole soak would measure compaction of ever longer histories, not steady load.
+TURNS_PER_SESSION = 30
 TOPICS = ("hiking in the Alps", "a sourdough starter", "learning Japanese", "the new job", "a cat named Miso")
 
 
@@ -77,6 +81,7 @@ class Load:
         self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {api_key}"}, timeout=120)
         self.users = [f"soak-user-{i}" for i in range(users)]
         self._count = 0
+        self._turns: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
 
     def prepare(self) -> None:
@@ -95,9 +100,12 @@ class Load:
 
     def turn(self) -> None:
         n, user = self._next()
+        with self._lock:
+            session = f"{user}-chat-{self._turns[user] // TURNS_PER_SESSION}"
+            self._turns[user] += 1
         body = {"user_id": user, "text": f"Tell me more about {TOPICS[n % len(TOPICS)]}, please ({n})."}
         response = self.http.post(
-            f"/v1/sessions/{user}-chat/turns", json=body, headers={"Idempotency-Key": uuid.uuid4().hex}
+            f"/v1/sessions/{session}/turns", json=body, headers={"Idempotency-Key": uuid.uuid4().hex}
         )
         self._ok(response)
         turn_id = response.json()["turn_id"]

@@ -251,9 +251,11 @@ def reseal_secrets(conn: Conn, ring: KeyRing, *, check_only: bool = False) -> in
     connections. With `check_only`, write nothing: only prove every secret decrypts. SecretKeyError names
     the first connection no key opens (nothing is then written)."""
     sealed_now = 0 if check_only else seal_plain_secrets(conn, ring)
+    # A check only reads: it must not queue behind (or block) a connection being written.
+    lock = "" if check_only else " FOR UPDATE"
     rows = conn.execute(
         "SELECT id, kind, slug, secrets_encrypted FROM channel_connections "
-        "WHERE secrets_encrypted <> '{}'::jsonb ORDER BY id FOR UPDATE"
+        f"WHERE secrets_encrypted <> '{{}}'::jsonb ORDER BY id{lock}"
     ).fetchall()
     updates: list[tuple[int, dict[str, str]]] = []
     for row in rows:
@@ -270,6 +272,36 @@ def reseal_secrets(conn: Conn, ring: KeyRing, *, check_only: bool = False) -> in
             "UPDATE channel_connections SET secrets_encrypted = %s WHERE id = %s", (Jsonb(resealed), connection_id)
         )
     return len(rows) if check_only else max(len(rows), sealed_now)
+
+
+@dataclass(frozen=True)
+class StoredSecrets:
+    """What `check_stored_secrets` found: where the keys come from and how many connections hold secrets."""
+
+    key_source: str | None  # ENGRAM_SECRET_KEY or the key file's path; None: no key (and nothing needs one)
+    keys: int
+    sealed: int  # connections whose encrypted secrets every one decrypted
+    plain: int  # connections still in plain text (a previous release wrote them; sealed at the next start)
+
+
+def check_stored_secrets(conn: Conn, settings: Settings) -> StoredSecrets:
+    """Prove the keys open every stored secret, writing nothing: what `engram doctor` reports and what a gateway
+    checks before it serves (a webhook whose secret does not decrypt would be refused, every time).
+
+    SecretKeyMissing when secrets are stored and there is no key; SecretKeyError when one does not decrypt or a
+    key is malformed."""
+    plain = count_plain_secrets(conn)
+    try:
+        ring = keyring(settings)
+    except SecretKeyMissing:
+        row = conn.execute(
+            "SELECT count(*) AS n FROM channel_connections WHERE secrets_encrypted <> '{}'::jsonb"
+        ).fetchone()
+        if plain or (row is not None and row["n"]):
+            raise
+        return StoredSecrets(None, 0, 0, 0)
+    sealed = reseal_secrets(conn, ring, check_only=True)
+    return StoredSecrets(ring.source, len(ring.keys), sealed, plain)
 
 
 def seal_at_start(conn: Conn, settings: Settings, *, create_key: bool) -> int:

@@ -18,6 +18,7 @@ from typer.testing import CliRunner, Result
 from ops.cli import app
 from ops.fake_channels import FakeChannels
 from ops.fake_llm import FakeLLM, FakeReply
+from ops.process_commands import gateway_argv
 from shared import db
 from shared.auth import ensure_tenant
 from shared.channels.connections import get_connection
@@ -336,3 +337,42 @@ def test_a_reply_whose_token_does_not_decrypt_waits_for_the_right_key(
     deliver(row["id"], get_settings())
     (sent,) = fake.slack.wait_for("chat.postMessage")
     assert sent.token == SLACK_TOKEN and sent.body["text"] == "kept for later"
+
+
+def test_doctor_reports_the_key_and_a_gateway_without_it_does_not_start(fresh_db_url: str, tmp_path: Path) -> None:
+    """`engram doctor` says where the key comes from and that it opens every stored secret, or why not; a
+    gateway whose key does not open them refuses to start (every webhook would be refused) and says why."""
+    right, wrong = generate_key(), generate_key()
+    base = {k: v for k, v in os.environ.items() if k != "ENGRAM_SECRET_KEY"}
+    base |= {"ENGRAM_DATABASE_URL": fresh_db_url, "ENGRAM_DATA_DIR": str(tmp_path)}
+
+    def engram(*args: str, key: str) -> subprocess.CompletedProcess[str]:
+        env = base | {"ENGRAM_SECRET_KEY": key}
+        return subprocess.run(
+            [sys.executable, "-m", "ops.cli", *args], capture_output=True, text=True, env=env, timeout=120
+        )
+
+    assert engram("migrate", key=right).returncode == 0
+    added = engram("channels", "add", "slack", "--tenant", "tenant-a", "--name", "team",
+                   "--signing-secret", SIGNING_SECRET, "--bot-token", SLACK_TOKEN, key=right)  # fmt: skip
+    assert added.returncode == 0, added.stdout + added.stderr
+
+    healthy = engram("doctor", key=right)
+    line = next(line for line in healthy.stdout.splitlines() if "secret key:" in line)
+    assert line.startswith("ok") and "from ENGRAM_SECRET_KEY" in line and "secrets of 1 connection" in line
+
+    broken = engram("doctor", key=wrong)
+    line = next(line for line in broken.stdout.splitlines() if "secret key:" in line)
+    assert line.startswith("FAIL") and "do not decrypt" in line and broken.returncode == 1
+    assert "Traceback" not in broken.stdout + broken.stderr
+    assert not [secret for secret in PLAIN if secret in broken.stdout + broken.stderr]
+
+    gateway = subprocess.run(
+        gateway_argv("127.0.0.1", 0),
+        capture_output=True,
+        text=True,
+        env=base | {"ENGRAM_SECRET_KEY": wrong},
+        timeout=180,
+    )
+    assert gateway.returncode != 0 and "do not decrypt" in gateway.stderr
+    assert not [secret for secret in PLAIN if secret in gateway.stderr]
