@@ -102,7 +102,7 @@ def served(upgraded: tuple[str, World, str], tmp_path_factory: pytest.TempPathFa
     ).start()
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_http(process, f"{base}/healthz")
+        wait_http(process, f"{base}/healthz", timeout=240)  # a loaded machine starts it slowly
         yield base
     finally:
         process.stop()
