@@ -85,7 +85,8 @@ def test_a_worker_of_the_previous_release_runs_turns_on_the_new_schema(
             "ENGRAM_POOL_EMBEDDINGS_MAX_PROCESSES": "1",
         },
     )
-    previous_env = {**env, "PYTHONPATH": str(previous_release.tree)}
+    # Unbuffered: their logs are read while they run.
+    previous_env = {**env, "PYTHONPATH": str(previous_release.tree), "PYTHONUNBUFFERED": "1"}
     # The previous release's code is what its processes import (`python -m` puts their working directory first).
     imported = _run_previous(previous_release, previous_env, "-c", "import shared; print(shared.__file__)")
     assert Path(imported).is_relative_to(previous_release.tree), imported
@@ -115,11 +116,12 @@ def test_a_worker_of_the_previous_release_runs_turns_on_the_new_schema(
         with connect(fresh_db_url) as conn:
             key = create_key(conn, "acme", "deploy")
         _exercise(base, key, fake_llm, fresh_db_url)
+        # Read before stopping them: what a warm shutdown logs is not the previous release failing on the schema.
+        worker_logs = "".join(process.tail(200_000) for process in old_workers)
+        assert "Traceback" not in worker_logs, worker_logs[-4000:]
     finally:
         for process in (new_gateway, *old_workers):
             process.stop()
-    worker_logs = "".join(process.tail(200_000) for process in old_workers)
-    assert "Traceback" not in worker_logs, worker_logs[-4000:]
 
 
 def _exercise(base: str, key: str, fake_llm: FakeLLM, database_url: str) -> None:
