@@ -193,3 +193,28 @@ def test_keys_keep_the_access_they_had(upgraded: tuple[str, World, str], served:
         embedded = conn.execute("SELECT embedded_at FROM memories WHERE id = %s", (world.ids["memory_pet"],)).fetchone()
     # 0013: a memory with chunks counts as embedded; one without is still on the embeddings' work list.
     assert pending == {"embedded_at": None} and embedded is not None and embedded["embedded_at"] is not None
+
+
+def test_tenant_settings_ledger_and_job_runs_read_as_they_were_written(
+    upgraded: tuple[str, World, str], served: str
+) -> None:
+    world = upgraded[1]
+    with _client(served, world.keys["first"]) as api:
+        # 0006 gave the keys that predate scopes every scope but metrics: admin included.
+        tenant = api.get("/v1/admin/tenant")
+        assert tenant.status_code == 200, tenant.text
+        # The budget of 0003 and the two model calls of 0004 (1,200 in and 40 out each).
+        assert tenant.json()["monthly_token_budget"] == 5_000_000
+        assert tenant.json()["tokens_used_this_month"] == 2 * (1200 + 40)
+        keys = {k["name"]: (k["scopes"], k["user_id"]) for k in api.get("/v1/admin/keys").json()}
+        assert keys == {
+            "first": (["chat", "memory:read", "memory:write", "admin"], None),
+            "alice-read": (["memory:read"], "alice"),
+        }
+        jobs = {job["name"]: job["last_run"] for job in api.get("/v1/admin/jobs").json()}
+        assert jobs["decay"] is not None and (jobs["decay"]["period"], jobs["decay"]["status"]) == (
+            "2026-03-05",
+            "done",
+        )
+        profile = api.get("/v1/agent-profile").json()
+        assert (profile["configured"], profile["name"], profile["personality_preset"]) == (True, "Ada", "professional")
