@@ -31,20 +31,25 @@ class PreviousRelease:
     tree: Path
 
 
-def _git(*args: str) -> str:
-    done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=60)
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         raise HistoryMissing(f"git {' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout.strip()
 
 
-def previous_release_commit() -> tuple[str, str]:
-    """(commit of the previous release, path of the newest migration, which it lacks)."""
+def newest_migration_path() -> str:
     newest = max(available_migrations(), key=lambda m: m.version)
-    path = f"migrations/{newest.version:04d}_{newest.name}.sql"
-    if subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"HEAD:{path}"], capture_output=True).returncode:
-        return _git("rev-parse", "HEAD"), path  # the newest migration is not committed: HEAD is the release before
+    return f"migrations/{newest.version:04d}_{newest.name}.sql"
+
+
+def previous_release_commit(repo: Path = REPO, path: str | None = None) -> tuple[str, str]:
+    """(commit of the previous release, `path`: the newest migration, which that release lacks)."""
+    path = path or newest_migration_path()
+    if subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"HEAD:{path}"], capture_output=True).returncode:
+        return _git(repo, "rev-parse", "HEAD"), path  # the newest migration is not committed: HEAD is before it
     added = _git(
+        repo,
         "log",
         "--first-parent",
         "--diff-merges=first-parent",
@@ -56,11 +61,11 @@ def previous_release_commit() -> tuple[str, str]:
         "--",
         path,
     )
-    shallow = _git("rev-parse", "--is-shallow-repository") == "true"
+    shallow = _git(repo, "rev-parse", "--is-shallow-repository") == "true"
     try:
         if not added:
             raise HistoryMissing(f"no commit on HEAD's first-parent line adds {path}")
-        return _git("rev-parse", "--verify", f"{added}^1"), path
+        return _git(repo, "rev-parse", "--verify", f"{added}^1"), path
     except HistoryMissing as exc:
         hint = " (this clone is shallow: run `git fetch --unshallow`)" if shallow else ""
         raise HistoryMissing(f"cannot find the release before {path}{hint}: {exc}") from exc
