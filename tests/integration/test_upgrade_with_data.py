@@ -42,18 +42,18 @@ def test_every_migration_has_its_seed() -> None:
     assert set(seeds()) <= {m.version for m in available_migrations()}
 
 
-def _assert_kept(before: Rows, after: Rows, version: int) -> None:
+def _assert_kept(before: Rows, after: Rows, step: str, version: int | None = None) -> None:
     for table, keys in before.items():
         if table in MIGRATION_BOOKKEEPING:
             continue
         missing = keys - after.get(table, set())
-        assert not missing, f"migration {version:04d} lost {len(missing)} row(s) of {table}: {sorted(missing)[:5]}"
-        if table not in FILLED_BY.get(version, set()):
-            assert len(after[table]) == len(keys), f"migration {version:04d} added rows to {table}"
+        assert not missing, f"{step} lost {len(missing)} row(s) of {table}: {sorted(missing)[:5]}"
+        if table not in FILLED_BY.get(version or 0, set()):
+            assert len(after[table]) == len(keys), f"{step} added rows to {table}"
 
 
 @pytest.fixture(scope="module")
-def upgraded(services: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, World, str]]:
+def upgraded(services: Any) -> Iterator[tuple[str, World, str]]:
     """(database URL, the seeded world, `engram migrate`'s output) of a database seeded at every schema."""
     import uuid
 
@@ -64,6 +64,16 @@ def upgraded(services: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     with psycopg.connect(services.database_url, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
     url = make_conninfo(services.database_url, dbname=name)
+    try:
+        world, output = _upgrade(url)
+        yield url, world, output
+    finally:
+        with psycopg.connect(services.database_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def _upgrade(url: str) -> tuple[World, str]:
+    """Each migration in turn, each followed by its seed; then `engram migrate`, as an operator runs it."""
     world = World(embedder=embedder_from_settings(get_settings()))
     by_version = seeds()
     with connect(url) as conn:
@@ -71,11 +81,11 @@ def upgraded(services: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         for migration in available_migrations():
             applied = apply_migrations(conn, up_to=migration.version)
             assert [m.version for m in applied] == [migration.version]
-            _assert_kept(before, rows_by_key(conn), migration.version)
+            _assert_kept(before, rows_by_key(conn), f"migration {migration.version:04d}", migration.version)
             with conn.transaction():
                 by_version[migration.version](conn, world)
             before = rows_by_key(conn)
-    # What an operator runs: nothing left to apply, and the plain secrets of 0008 are sealed.
+    # Nothing is left to apply; the plain secrets of 0008 are sealed.
     migrated = subprocess.run(
         [sys.executable, "-m", "ops.cli", "migrate"],
         capture_output=True,
@@ -85,11 +95,8 @@ def upgraded(services: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     )
     assert migrated.returncode == 0, migrated.stderr
     with connect(url) as conn:
-        after = rows_by_key(conn)
-    _assert_kept(before, after, 0)
-    yield url, world, migrated.stdout
-    with psycopg.connect(services.database_url, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        _assert_kept(before, rows_by_key(conn), "engram migrate")
+    return world, migrated.stdout
 
 
 @pytest.fixture(scope="module")
