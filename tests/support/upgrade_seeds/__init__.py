@@ -1,8 +1,9 @@
 """Rows written at the schema each migration was made for, to test that later migrations keep them.
 
 One module per migration, `v<NNNN>.py` with `seed(conn, world)`: it writes what a running engram of that
-release would have stored in the tables and columns the migration added, using only those columns and the
-ones before it (never the code of today, whose writers know later columns). A migration that adds nothing a
+release would have stored in the tables and columns the migration added, with SQL naming only those columns
+and the ones before it. Today's writers are not called (they know later columns); today's pure functions may
+make a value (a vector, a content key, a sealed secret). A migration that adds nothing a
 row could carry still has its module, saying so: tests/integration/test_upgrade_with_data.py fails for a
 migration without one, so each new migration brings its seed.
 
