@@ -46,8 +46,8 @@ def available_migrations() -> list[Migration]:
     return found
 
 
-def apply_migrations(conn: Conn) -> list[Migration]:
-    """Apply every pending migration; return the ones applied by this call.
+def apply_migrations(conn: Conn, up_to: int | None = None) -> list[Migration]:
+    """Apply every pending migration (or those numbered `up_to` and below); return the ones applied by this call.
 
     Runs in autocommit mode (each file brings its own transaction); a transaction the caller
     left open on `conn` is committed first."""
@@ -66,7 +66,7 @@ def apply_migrations(conn: Conn) -> list[Migration]:
         )
         done = _applied_versions(conn)
         for migration in available_migrations():
-            if migration.version in done:
+            if migration.version in done or (up_to is not None and migration.version > up_to):
                 continue
             with conn.transaction():
                 conn.execute(migration.sql.encode())

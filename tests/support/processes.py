@@ -18,10 +18,11 @@ from shared.queues import QUEUES
 class CeleryProcess:
     """A celery worker or beat in its own process group, with its output in a log file."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, cwd: Path | None = None) -> None:
         self.name = name
         self.argv = argv
         self.env = env
+        self.cwd = cwd  # `python -m` puts it first on sys.path: the source tree the process runs
         self.log_path = log_dir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -33,6 +34,7 @@ class CeleryProcess:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            cwd=self.cwd,
             start_new_session=True,
         )
         return self
