@@ -3,8 +3,8 @@
 There are no release tags: "the previous release" is the main line just before the newest migration landed,
 found from git history (the first-parent commit that added the newest migration file, then its first parent),
 and exported with `git archive` into a directory. When the newest migration is not committed yet, HEAD is the
-release before it. A clone without that history (shallow) fails the test with what to run: a test of the
-previous release that silently tested today's code would pass for nothing.
+release before it. A shallow clone fetches its history first; one that cannot fails the test with what to
+run: a test of the previous release that silently tested today's code would pass for nothing.
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ def newest_migration_path() -> str:
 def previous_release_commit(repo: Path = REPO, path: str | None = None) -> tuple[str, str]:
     """(commit of the previous release, `path`: the newest migration, which that release lacks)."""
     path = path or newest_migration_path()
+    if _git(repo, "rev-parse", "--is-shallow-repository") == "true":
+        # A shallow clone (CI's may be one) lacks the history; fetch it when the origin is reachable.
+        subprocess.run(["git", "-C", str(repo), "fetch", "--unshallow", "--quiet"], capture_output=True, timeout=300)
     if subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"HEAD:{path}"], capture_output=True).returncode:
         return _git(repo, "rev-parse", "HEAD"), path  # the newest migration is not committed: HEAD is before it
     added = _git(

@@ -58,8 +58,14 @@ def test_an_uncommitted_newest_migration_makes_head_the_previous_release(repo: P
     assert previous_release_commit(repo, "migrations/0003_not_committed.sql")[0] == git(repo, "rev-parse", "HEAD")
 
 
-def test_a_shallow_clone_fails_loudly(repo: Path, tmp_path: Path) -> None:
+def test_a_shallow_clone_fetches_its_history_or_fails_loudly(repo: Path, tmp_path: Path) -> None:
+    expected = previous_release_commit(repo, NEWEST)
     shallow = tmp_path / "shallow"
     subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow)], check=True)
+    assert previous_release_commit(shallow, NEWEST) == expected  # the origin was reachable: history fetched
+
+    cut_off = tmp_path / "cut-off"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo}", str(cut_off)], check=True)
+    git(cut_off, "remote", "remove", "origin")
     with pytest.raises(HistoryMissing, match="shallow: run `git fetch --unshallow`"):
-        previous_release_commit(shallow, NEWEST)
+        previous_release_commit(cut_off, NEWEST)
