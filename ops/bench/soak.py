@@ -290,6 +290,7 @@ def main() -> int:
             workers=workers,
             beat=True,
             env=schedules,
+            ready_timeout=300,
         )
         run.callback(stack.stop)
         api_key = stack.start()
