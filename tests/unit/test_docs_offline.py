@@ -47,3 +47,18 @@ def test_swagger_ui_is_served_in_a_version_that_renders_openapi_3_1(client: Test
 def test_docs_routes_stay_out_of_the_schema(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert not any(path.startswith(("/docs", "/redoc")) for path in paths)
+
+
+def test_the_docs_site_draws_its_diagram_without_a_cdn() -> None:
+    """Material would fetch mermaid.js from unpkg for a mermaid block: the site shows the README's diagram as an
+    SVG rendered from the same source, which must not drift from the README's."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readme = re.search(r"```mermaid\n(.*?)```", (root / "README.md").read_text(), re.S)
+    assert readme is not None
+    assert (root / "docs/assets/architecture.mmd").read_text() == readme.group(1)
+    assert (root / "docs/assets/architecture.svg").read_text().startswith("<svg")
+    assert "assets/architecture.svg" in (root / "docs/index.md").read_text()
+    assert not [page for page in (root / "docs").rglob("*.md") if "```mermaid" in page.read_text()]
+    assert "name: mermaid" not in (root / "mkdocs.yml").read_text()
