@@ -8,13 +8,15 @@ PYTHON="${PYTHON:-python3}"
 say() { echo "test.sh: $*" >&2; }
 # shellcheck source=ops/pip_progress.sh
 . ops/pip_progress.sh
-if [ ! -x .venv-test/bin/pytest ] || [ pyproject.toml -nt .venv-test/.installed ]; then
+if [ ! -x .venv-test/bin/pytest ] || [ pyproject.toml -nt .venv-test/.installed ] \
+  || [ clients/python/pyproject.toml -nt .venv-test/.installed ]; then
   say "installing engram and its test dependencies into .venv-test: a few minutes the first time;" \
     "later runs skip this. pip's output: .venv-test/install.log"
   "$PYTHON" -m venv .venv-test
   : >.venv-test/install.log
   pip_with_progress .venv-test/install.log .venv-test/bin/python -m pip install --upgrade pip
-  pip_with_progress .venv-test/install.log .venv-test/bin/python -m pip install -e ".[test]"
+  # The Python client is its own distribution (clients/python); `engram import` and the tests use it.
+  pip_with_progress .venv-test/install.log .venv-test/bin/python -m pip install -e ./clients/python -e ".[test]"
   touch .venv-test/.installed
   say "installed"
 fi
