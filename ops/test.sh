@@ -20,6 +20,13 @@ if [ ! -x .venv-test/bin/pytest ] || [ pyproject.toml -nt .venv-test/.installed 
   touch .venv-test/.installed
   say "installed"
 fi
+# Node.js runs the TypeScript client's tests (tests/integration/test_typescript_client.py fails without it):
+# installed from the distribution's packages when it is missing and this runs as root.
+if ! command -v node >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  say "installing Node.js (apt-get) for the TypeScript client's tests"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
+fi
 say "ruff, then mypy, then pytest"
 .venv-test/bin/ruff check .
 .venv-test/bin/mypy
