@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import engramhq_client
+import httpx
 from engramhq_client import EngramAPIError
 from engramhq_client.core import checked
 from httpx_sse import connect_sse
@@ -60,6 +61,6 @@ class EngramClient(engramhq_client.EngramClient):
         return _json(self.http.get(f"/v1/sessions/{session_key}/messages", params={"user_id": user_id}))
 
 
-def _json(response: Any) -> dict[str, Any]:
+def _json(response: httpx.Response) -> dict[str, Any]:
     body: dict[str, Any] = checked(response).json()
     return body
