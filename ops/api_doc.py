@@ -5,12 +5,14 @@ say anything the gateway does not; the docs build stays offline (no schema viewe
 tests/unit/test_api_doc.py fails when the committed page differs from what this prints.
 
     python -m ops.api_doc > docs/api/reference.md
+    python -m ops.api_doc --json > clients/typescript/openapi.json   # what the TypeScript client is generated from
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 HEADER = """\
@@ -162,5 +164,10 @@ def render(schema: dict[str, Any] | None = None) -> str:
     return "".join(out).rstrip("\n") + "\n"
 
 
+def as_json(schema: dict[str, Any] | None = None) -> str:
+    """The document as the clients' generators read it: stable key order, one trailing newline."""
+    return json.dumps(schema if schema is not None else openapi(), indent=2, ensure_ascii=False) + "\n"
+
+
 if __name__ == "__main__":
-    print(render(), end="")
+    print(as_json() if sys.argv[1:] == ["--json"] else render(), end="")

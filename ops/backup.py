@@ -247,7 +247,7 @@ def restore_backup(database_url: str, source: Path, *, force: bool = False) -> R
 
 def _engram_version() -> str:
     try:
-        return metadata.version("engram")
+        return metadata.version("engramhq")
     except metadata.PackageNotFoundError:
         return "unknown"
 

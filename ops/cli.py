@@ -429,7 +429,7 @@ def context(
 
     client = _connect_client(url, api_key)
     try:
-        view = client.context(session, user)
+        view = client.session_context(session, user)
     except EngramAPIError as exc:
         _fail(str(exc))
     if not view.get("session_exists", True):

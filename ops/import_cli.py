@@ -15,8 +15,7 @@ from ops.import_file import ImportFileError, ImportPlan, read_import_file
 def _send(plan: ImportPlan, url: str, key: str, batch_size: int, memories: bool) -> tuple[int, int, int, int]:
     """(messages written, messages already there, memories written, memories refused)."""
     import httpx
-
-    from engram.client import EngramAPIError, EngramClient
+    from engramhq_client import EngramAPIError, EngramClient
 
     written = known = memories_written = memories_refused = 0
     with EngramClient(url, key, timeout=120) as client:

@@ -8,15 +8,24 @@ PYTHON="${PYTHON:-python3}"
 say() { echo "test.sh: $*" >&2; }
 # shellcheck source=ops/pip_progress.sh
 . ops/pip_progress.sh
-if [ ! -x .venv-test/bin/pytest ] || [ pyproject.toml -nt .venv-test/.installed ]; then
+if [ ! -x .venv-test/bin/pytest ] || [ pyproject.toml -nt .venv-test/.installed ] \
+  || [ clients/python/pyproject.toml -nt .venv-test/.installed ]; then
   say "installing engram and its test dependencies into .venv-test: a few minutes the first time;" \
     "later runs skip this. pip's output: .venv-test/install.log"
   "$PYTHON" -m venv .venv-test
   : >.venv-test/install.log
   pip_with_progress .venv-test/install.log .venv-test/bin/python -m pip install --upgrade pip
-  pip_with_progress .venv-test/install.log .venv-test/bin/python -m pip install -e ".[test]"
+  # The Python client is its own distribution (clients/python); `engram import` and the tests use it.
+  pip_with_progress .venv-test/install.log .venv-test/bin/python -m pip install -e ./clients/python -e ".[test]"
   touch .venv-test/.installed
   say "installed"
+fi
+# Node.js runs the TypeScript client's tests (tests/integration/test_typescript_client.py fails without it):
+# installed from the distribution's packages when it is missing and this runs as root.
+if ! command -v node >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  say "installing Node.js (apt-get) for the TypeScript client's tests"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
 fi
 say "ruff, then mypy, then pytest"
 .venv-test/bin/ruff check .

@@ -6,7 +6,8 @@ PYTHON="${PYTHON:-python3}"
 say() { echo "up.sh: $*" >&2; }
 # shellcheck source=ops/pip_progress.sh
 . ops/pip_progress.sh
-if [ ! -x .venv/bin/engram ] || [ pyproject.toml -nt .venv/.installed ]; then
+if [ ! -x .venv/bin/engram ] || [ pyproject.toml -nt .venv/.installed ] \
+  || [ clients/python/pyproject.toml -nt .venv/.installed ]; then
   if [ -x .venv/bin/engram ]; then
     say "pyproject.toml changed: updating engram's dependencies in .venv…"
   else
@@ -16,7 +17,8 @@ if [ ! -x .venv/bin/engram ] || [ pyproject.toml -nt .venv/.installed ]; then
   "$PYTHON" -m venv .venv
   : >.venv/install.log
   pip_with_progress .venv/install.log .venv/bin/python -m pip install --upgrade pip
-  pip_with_progress .venv/install.log .venv/bin/python -m pip install -e .
+  # The Python client is its own distribution (clients/python); `engram import` and the tests use it.
+  pip_with_progress .venv/install.log .venv/bin/python -m pip install -e ./clients/python -e .
   touch .venv/.installed
   say "installed; starting engram (the first start also creates the embedded database)…"
 fi

@@ -10,8 +10,8 @@ It starts a private stack (ops/bench/stack.py: embedded Postgres and valkey, the
 rules, no language model) and the product's memory settings unless flags say otherwise. Then:
 
 1. Ingest. One engram user per conversation, one engram session per LoCoMo session (`session-<n>`), its
-   turns in order through `EngramClient.ingest` (engram/client.py): role `user` for both speakers (LoCoMo
-   is two people talking; neither is an assistant, and extraction mines user messages), the speaker as
+   turns in order through `EngramClient.ingest` (engramhq_client, clients/python): role `user` for both
+   speakers (LoCoMo is two people talking; neither is an assistant, and extraction mines user messages), the speaker as
    `name`, the dialogue text (plus " [image: <caption>]" when the turn shared an image) as content,
    `created_at` the session's date plus the turn's index in seconds (distinct, ordered times), the dia_id as
    the message's idempotency key. Every conversation is ingested before waiting, so the workers overlap.
@@ -56,7 +56,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from engram.client import EngramAPIError, EngramClient
+from engramhq_client import EngramAPIError, EngramClient
+
 from ops.bench.harness import BenchError, BenchRun, add_keep_flag, emit, percentile
 from ops.bench.locomo_data import CATEGORIES, Conversation, Question, session_messages
 from ops.bench.locomo_turns import Script, play

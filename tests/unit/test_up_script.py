@@ -64,7 +64,7 @@ def test_first_run_says_it_is_installing_and_keeps_pips_output_in_a_log_and_late
     # pip's chatter and setuptools' warnings are in the log, not on the terminal.
     assert not any("pip ran" in line or "BuildBackendWarning" in line for line in first), first
     log = (project / ".venv" / "install.log").read_text()
-    assert "pip ran: install -e ." in log and "BuildBackendWarning" in log
+    assert "pip ran: install -e ./clients/python -e ." in log and "BuildBackendWarning" in log
     assert first[-1] == "engram ran: up --flag"
 
     again = run_up(project, python)
