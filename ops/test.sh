@@ -18,6 +18,23 @@ if [ ! -x .venv-test/bin/pytest ] || [ pyproject.toml -nt .venv-test/.installed 
   touch .venv-test/.installed
   say "installed"
 fi
+# The console's browser tests (tests/integration/test_console.py) drive Debian's chromium through its own
+# chromedriver: installed here when missing, never downloaded by the tests.
+if [ ! -x /usr/bin/chromedriver ] || [ ! -x /usr/bin/chromium ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    say "installing chromium and chromium-driver with apt-get (the console's browser tests); log: .venv-test/apt.log"
+    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; } \
+      >.venv-test/apt.log 2>&1 || { say "apt-get failed: see .venv-test/apt.log"; exit 1; }
+  elif command -v apt-get >/dev/null; then
+    say "the console's browser tests need chromium and chromium-driver: run" \
+      "'sudo apt-get install -y chromium chromium-driver' (or run this script as root), then again"
+    exit 1
+  else
+    say "the console's browser tests need /usr/bin/chromium and /usr/bin/chromedriver (Debian's chromium and" \
+      "chromium-driver packages); this machine has no apt-get: install them, then run this script again"
+    exit 1
+  fi
+fi
 say "ruff, then mypy, then pytest"
 .venv-test/bin/ruff check .
 .venv-test/bin/mypy
