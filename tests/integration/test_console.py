@@ -151,6 +151,14 @@ def test_sign_in_with_a_key_shows_the_users_and_sign_out_ends_it(browser: WebDri
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     screenshot(browser, "users")
 
+    browser.set_window_size(390, 844)  # a phone: one column, nothing wider than the screen
+    try:
+        browser.get(f"{console.url}/console/users/alice/memories")
+        assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+        screenshot(browser, "memories-phone")
+    finally:
+        browser.set_window_size(1280, 900)
+
     browser.find_element(By.CSS_SELECTOR, ".sign-out button").click()
     WebDriverWait(browser, WAIT_S).until(ec.url_contains("/console/sign-in"))
     browser.get(f"{console.url}/console/users")
