@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, Response, status
@@ -62,12 +63,12 @@ def clear_cookies(response: Response) -> None:
         response.delete_cookie(name, path=COOKIE_PATH)
 
 
+@dataclass(frozen=True)
 class Signed:
     """The signed-in key's principal, and the CSRF token its forms carry."""
 
-    def __init__(self, principal: Principal, csrf: str) -> None:
-        self.principal = principal
-        self.csrf = csrf
+    principal: Principal
+    csrf: str
 
     def allows(self, scope: str) -> bool:
         return self.principal.allows(scope)

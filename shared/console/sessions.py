@@ -19,11 +19,15 @@ def list_sessions(conn: Conn, scope: Scope, *, page: int = 1) -> Page:
     """The user's sessions, most recently active first, with their message and turn counts."""
     limit, offset = page_bounds(page)
     rows = conn.execute(
+        # Turns counted by their messages (the session_messages (session_id, turn_id, id) index): the turns
+        # table has no index by session for finished turns.
         """SELECT s.id, s.session_key, s.channel, s.compaction_count, s.token_count, s.created_at, s.updated_at,
-                  (SELECT count(*) FROM session_messages m WHERE m.session_id = s.id) AS messages,
-                  (SELECT count(*) FROM turns t WHERE t.session_id = s.id AND t.kind = 'chat') AS turns
-           FROM sessions s WHERE s.tenant_id = %s AND s.user_id = %s
-           ORDER BY s.updated_at DESC, s.id DESC LIMIT %s OFFSET %s""",
+                  c.messages, c.turns
+           FROM (SELECT * FROM sessions WHERE tenant_id = %s AND user_id = %s
+                 ORDER BY updated_at DESC, id DESC LIMIT %s OFFSET %s) s
+           CROSS JOIN LATERAL (SELECT count(*) AS messages, count(DISTINCT turn_id) AS turns
+                               FROM session_messages WHERE session_id = s.id) c
+           ORDER BY s.updated_at DESC, s.id DESC""",
         (scope.tenant_id, scope.user_id, limit, offset),
     ).fetchall()
     return make_page(rows, page)

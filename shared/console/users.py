@@ -7,25 +7,26 @@ from shared.db import Conn
 
 
 def list_users(conn: Conn, tenant_id: int, *, search: str = "", only: str | None = None, page: int = 1) -> Page:
-    """Users whose id or display name contains `search` (case-insensitive), most recently active first.
-    `only` restricts the list to one external id (a key bound to a user sees that user alone)."""
+    """Users whose id or display name contains `search` (case-insensitive), in id order. `only` restricts the
+    list to one external id (a key bound to a user sees that user alone).
+
+    The page of users is chosen first (the (tenant, external id) index), then counted: a page costs its 25
+    users' rows, not the tenant's. Ordering by last activity would aggregate every memory of the tenant."""
     limit, offset = page_bounds(page)
     rows = conn.execute(
-        """SELECT u.external_id, u.display_name, u.created_at,
-                  (SELECT count(*) FROM memories m
-                   WHERE m.user_id = u.id AND m.tenant_id = u.tenant_id AND m.valid_until IS NULL) AS memories,
-                  (SELECT count(*) FROM sessions s WHERE s.user_id = u.id AND s.tenant_id = u.tenant_id) AS sessions,
-                  greatest(u.updated_at,
-                           (SELECT max(s.updated_at) FROM sessions s
-                            WHERE s.user_id = u.id AND s.tenant_id = u.tenant_id),
-                           (SELECT max(m.updated_at) FROM memories m
-                            WHERE m.user_id = u.id AND m.tenant_id = u.tenant_id)) AS last_active
-           FROM users u
-           WHERE u.tenant_id = %(tenant)s
-             AND (%(only)s::text IS NULL OR u.external_id = %(only)s)
-             AND (%(search)s = '' OR u.external_id ILIKE %(like)s OR coalesce(u.display_name, '') ILIKE %(like)s)
-           ORDER BY last_active DESC NULLS LAST, u.id DESC
-           LIMIT %(limit)s OFFSET %(offset)s""",
+        """SELECT u.external_id, u.display_name, u.created_at, m.memories, s.sessions,
+                  greatest(u.updated_at, s.last_session, m.last_memory) AS last_active
+           FROM (SELECT id, tenant_id, external_id, display_name, created_at, updated_at FROM users
+                 WHERE tenant_id = %(tenant)s
+                   AND (%(only)s::text IS NULL OR external_id = %(only)s)
+                   AND (%(search)s = '' OR external_id ILIKE %(like)s OR coalesce(display_name, '') ILIKE %(like)s)
+                 ORDER BY external_id LIMIT %(limit)s OFFSET %(offset)s) u
+           -- Active memories only: the partial (user_id, namespace) index holds exactly those.
+           CROSS JOIN LATERAL (SELECT count(*) AS memories, max(updated_at) AS last_memory FROM memories
+                               WHERE user_id = u.id AND tenant_id = u.tenant_id AND valid_until IS NULL) m
+           CROSS JOIN LATERAL (SELECT count(*) AS sessions, max(updated_at) AS last_session FROM sessions
+                               WHERE user_id = u.id AND tenant_id = u.tenant_id) s
+           ORDER BY u.external_id""",
         {
             "tenant": tenant_id,
             "only": only,
