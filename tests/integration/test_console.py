@@ -343,3 +343,37 @@ def test_charts_draw_from_postgres(browser: WebDriver, console: Console) -> None
     assert sum(turns["turns"]) == 1 and turns["p50_ms"][-1] > 0
     assert sum(memories["sources"]["api"]) >= 3
     assert sum(calls["purposes"]["chat"]["calls"]) >= 1
+
+
+def test_an_admin_creates_a_bound_read_only_key_sees_its_secret_once_and_revokes_it(
+    browser: WebDriver, console: Console
+) -> None:
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/keys")
+    browser.find_element(By.ID, "key-name").send_keys("alice-reader")
+    for box in browser.find_elements(By.CSS_SELECTOR, "#key-form input[name=scopes]"):
+        if box.is_selected() != (box.get_attribute("value") == "memory:read"):
+            box.click()
+    browser.find_element(By.ID, "key-user").send_keys("alice")
+    browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
+    secret = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "new-secret"))).text
+    assert secret.startswith("egm_")
+    screenshot(browser, "keys")
+    row = browser.find_element(By.XPATH, "//table[@id='keys']//tr[th[contains(., 'alice-reader')]]")
+    assert "memory:read" in row.text and "alice" in row.text
+
+    with httpx.Client(base_url=console.url, headers={"Authorization": f"Bearer {secret}"}) as api:
+        assert api.get("/v1/users/alice/memories").status_code == 200
+        assert api.get("/v1/users/bob/memories").status_code == 403
+        browser.get(f"{console.url}/console/keys")  # a reload: the secret is not shown again
+        assert secret not in browser.page_source
+        browser.find_element(
+            By.XPATH, "//tr[th[contains(., 'alice-reader')]]//form[contains(@action, '/revoke')]//button"
+        ).click()
+        WebDriverWait(browser, WAIT_S).until(ec.url_matches(r"/console/keys$"))
+        assert "alice-reader" not in browser.find_element(By.ID, "keys").text
+        assert api.get("/v1/users/alice/memories").status_code == 401
+
+    sign_in(browser, console, console.reader)
+    browser.get(f"{console.url}/console/keys")
+    assert "lacks the scope 'admin'" in text(browser)
