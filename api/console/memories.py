@@ -158,3 +158,16 @@ def delete_memory(user_id: UserId, memory_id: MemoryId, signed: MemoryWriter) ->
     except MemoryGone as exc:
         raise ConsoleError(status.HTTP_404_NOT_FOUND, f"no active memory {memory_id}") from exc
     return RedirectResponse(f"/console/users/{user_id}/memories", status.HTTP_303_SEE_OTHER)
+
+
+@router.post("/{memory_id}/restore")
+def restore_memory(user_id: UserId, memory_id: MemoryId, signed: MemoryWriter) -> Response:
+    try:
+        with db.connection() as conn:
+            result = memories.restore(conn, user_scope(conn, signed.principal.id, user_id), memory_id)
+    except MemoryRejected as exc:
+        raise ConsoleError(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
+    except MemoryGone as exc:
+        raise ConsoleError(status.HTTP_404_NOT_FOUND, f"no earlier version {memory_id} to restore") from exc
+    memories.index_later(result)
+    return RedirectResponse(f"/console/users/{user_id}/memories/{result.memory['id']}", status.HTTP_303_SEE_OTHER)

@@ -18,6 +18,7 @@ from shared.memory.store import (
     WriteResult,
     correct_memory,
     delete_memory,
+    find_active,
     get_memory,
     list_memories,
     memory_history,
@@ -141,6 +142,30 @@ def edit(conn: Conn, scope: Scope, memory_id: int, *, value: str, tags: list[str
 def remove(conn: Conn, scope: Scope, memory_id: int) -> None:
     if delete_memory(conn, scope, memory_id, ACTOR) is None:
         raise MemoryGone(memory_id)
+
+
+def restore(conn: Conn, scope: Scope, memory_id: int) -> WriteResult:
+    """Bring back an old version's value: it supersedes the active memory of its namespace and key, or, when
+    that was deleted, is stored again (with its kind, tags and sources). Its history records either."""
+    old = get_memory(conn, scope, memory_id)
+    if old is None or old["valid_until"] is None:  # unknown, or active already: nothing to restore
+        raise MemoryGone(memory_id)
+    active = find_active(conn, scope, old["namespace"], old["key"])
+    if active is not None:
+        result = correct_memory(conn, scope, active["id"], old["value"], ACTOR)
+        if result is None:
+            raise MemoryGone(memory_id)
+        return result
+    item = MemoryInput(
+        key=old["key"],
+        value=old["value"],
+        namespace=old["namespace"],
+        kind=old["kind"],
+        tags=list(old["tags"]),
+        source_session_id=old["source_session_id"],
+        source_message_ids=list(old["source_message_ids"]),
+    )
+    return store_memory(conn, scope, item, ACTOR)
 
 
 def index_later(result: WriteResult) -> None:

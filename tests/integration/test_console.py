@@ -232,6 +232,15 @@ def test_create_edit_and_delete_a_memory_in_the_browser(browser: WebDriver, cons
     assert "supersede" in history and "Grows tomatoes on the balcony" in history
     screenshot(browser, "memory-edited")
 
+    edited_url = browser.current_url
+    browser.find_element(By.ID, "replaces-link").click()  # the version the edit replaced
+    restore = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "restore-form")))
+    assert "not active" in text(browser)
+    restore.find_element(By.TAG_NAME, "button").click()
+    WebDriverWait(browser, WAIT_S).until(ec.text_to_be_present_in_element((By.ID, "memory-value"), "tomatoes"))
+    assert browser.current_url != edited_url
+    assert browser.find_element(By.ID, "history").text.count("supersede") == 2
+
     browser.find_element(By.CSS_SELECTOR, "#delete-form button").click()
     WebDriverWait(browser, WAIT_S).until(ec.url_matches(r"/console/users/alice/memories$"))
     assert "garden" not in browser.find_element(By.ID, "results").text
