@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from api.console import charts, keys, memories, operations, sessions, sign_in, users
+from api.console import charts, erase, keys, memories, operations, sessions, sign_in, users
 from api.console.render import page
 from api.console.session import ConsoleError, SignInRequired
 
@@ -20,7 +20,7 @@ STATIC = Path(__file__).parent / "static"
 
 def install_console(app: FastAPI) -> None:
     app.mount("/console/static", StaticFiles(directory=STATIC), name="console-static")
-    for module in (sign_in, users, memories, sessions, operations, charts, keys):
+    for module in (sign_in, users, memories, sessions, operations, charts, keys, erase):
         app.include_router(module.router)
 
     @app.exception_handler(SignInRequired)

@@ -26,9 +26,10 @@ def users(
     request: Request,
     signed: MemoryReader,
     q: Annotated[str, Query(max_length=200)] = "",
+    erased: Annotated[str, Query(max_length=200)] = "",
     page_number: Annotated[int, Query(alias="page", ge=1, le=400)] = 1,
 ) -> HTMLResponse:
     principal = signed.principal
     with db.connection() as conn:
         found = list_users(conn, principal.id, search=q.strip(), only=principal.user_external_id, page=page_number)
-    return page(request, "users.html", signed, {"users": found, "q": q, "query": {"q": q}})
+    return page(request, "users.html", signed, {"users": found, "q": q, "query": {"q": q}, "erased": erased})

@@ -268,6 +268,7 @@ def test_a_read_only_key_sees_no_edit_controls_and_its_posts_are_refused(browser
         f"/console/users/alice/memories/{memory_id('bike')}": {"value": "Changed"},
         f"/console/users/alice/memories/{memory_id('bike')}/delete": {},
         "/console/operations/run": {"job": "decay", "user_id": "alice"},
+        "/console/users/alice/erase": {"confirm": "alice"},
     }
     for path, fields in writes.items():
         assert post_from_page(browser, path, {**fields, "csrf_token": token}) == 403, path
@@ -386,3 +387,23 @@ def test_an_admin_creates_a_bound_read_only_key_sees_its_secret_once_and_revokes
     sign_in(browser, console, console.reader)
     browser.get(f"{console.url}/console/keys")
     assert "lacks the scope 'admin'" in text(browser)
+
+
+def test_erasing_a_user_needs_their_id_typed(browser: WebDriver, console: Console) -> None:
+    with httpx.Client(base_url=console.url, headers={"Authorization": f"Bearer {console.admin}"}) as api:
+        api.post("/v1/users/dora/memories", json={"key": "pet", "value": "Has a parrot"}).raise_for_status()
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/users/dora/memories")
+    browser.find_element(By.ID, "erase-link").click()
+    WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "confirm"))).send_keys("dor")
+    browser.find_element(By.CSS_SELECTOR, "#erase-form button").click()
+    assert "exactly" in browser.find_element(By.ID, "confirm-error").text  # nothing erased
+    with db.connection() as conn:
+        assert conn.execute("SELECT count(*) AS n FROM users WHERE external_id = 'dora'").fetchone()["n"] == 1
+
+    browser.find_element(By.ID, "confirm").send_keys("dora")
+    browser.find_element(By.CSS_SELECTOR, "#erase-form button").click()
+    notice = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.CSS_SELECTOR, ".notice")))
+    assert "Erased dora" in notice.text and "dora" not in browser.find_element(By.ID, "results").text
+    browser.get(f"{console.url}/console/users/dora/memories")
+    assert "no user 'dora'" in text(browser)
