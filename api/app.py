@@ -13,6 +13,7 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from api.body_limit import BodySizeLimit
+from api.console import install_console
 from api.deps import MetricsKey
 from api.docs import install_docs
 from api.errors import document_errors, install_error_handlers
@@ -143,6 +144,7 @@ def create_app(dispatcher: Dispatcher) -> FastAPI:
     # MCP over streamable HTTP (the official SDK), authenticated like every /v1 route.
     app.state.mcp = McpEndpoint()
     app.add_route("/mcp", app.state.mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    install_console(app)  # the web console at /console (api/console/)
     return app
 
 

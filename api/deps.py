@@ -44,11 +44,11 @@ def current_principal(
     for user_id in (request.path_params.get("user_id"), request.query_params.get("user_id")):
         if isinstance(user_id, str):
             check_user(principal, user_id)
-    _rate_limit(principal)
+    rate_limit(principal)
     return principal
 
 
-def _rate_limit(principal: Principal) -> None:
+def rate_limit(principal: Principal) -> None:
     settings = get_settings()
     limits = request_limits(
         principal.id,

@@ -366,6 +366,7 @@ class Stack:
             [
                 "engram is running",
                 f"  gateway   http://{s.host}:{s.port}   (OpenAPI: http://{s.host}:{s.port}/docs)",
+                f"  console   http://{s.host}:{s.port}/console   (sign in with the API key below)",
                 f"  flower    http://{s.flower_host}:{s.flower_port}   (login {s.flower_user} / {flower_password})",
                 *self._metrics_lines(),
                 f"  logs      {self.log_dir}   (gateway.log, worker-turns.log, worker-background.log, beat.log, "

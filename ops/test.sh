@@ -20,12 +20,27 @@ if [ ! -x .venv-test/bin/pytest ] || [ pyproject.toml -nt .venv-test/.installed 
   touch .venv-test/.installed
   say "installed"
 fi
-# Node.js runs the TypeScript client's tests (tests/integration/test_typescript_client.py fails without it):
-# installed from the distribution's packages when it is missing and this runs as root.
-if ! command -v node >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  say "installing Node.js (apt-get) for the TypeScript client's tests"
-  apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
+# System packages some tests drive, never downloaded by the tests themselves: Node.js (the TypeScript client's
+# tests, tests/integration/test_typescript_client.py) and Debian's chromium with its chromedriver (the console's
+# browser tests, tests/integration/test_console.py). Installed here when missing.
+missing=()
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+if [ "${#missing[@]}" -gt 0 ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    say "installing ${missing[*]} with apt-get (browser and TypeScript client tests); log: .venv-test/apt.log"
+    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"; } \
+      >.venv-test/apt.log 2>&1 || { say "apt-get failed: see .venv-test/apt.log"; exit 1; }
+  elif command -v apt-get >/dev/null; then
+    say "the tests need ${missing[*]}: run 'sudo apt-get install -y ${missing[*]}' (or run this script as root)," \
+      "then again"
+    exit 1
+  else
+    say "the tests need Node.js, /usr/bin/chromium and /usr/bin/chromedriver (Debian's nodejs, chromium and" \
+      "chromium-driver packages); this machine has no apt-get: install them, then run this script again"
+    exit 1
+  fi
 fi
 say "ruff, then mypy, then pytest"
 .venv-test/bin/ruff check .

@@ -47,6 +47,10 @@ class Dispatcher(Protocol):
         """Best effort, after a channel event is committed: its turn's drain or its answer's delivery."""
         ...
 
+    def enqueue_job(self, name: str, *, tenant_id: int, user_id: int) -> None:
+        """A maintenance job's run for one user, now (raises when the broker is away)."""
+        ...
+
 
 class NoDispatcher(RuntimeError):
     """Work was sent before a dispatcher was installed (a gateway built without its composition root)."""

@@ -20,7 +20,7 @@ from ops.fake_llm import FakeLLM
 from tests.support.processes import CeleryProcess, beat, worker
 from tests.support.services import TestServices, start_services
 
-pytest_plugins = ["tests.support.ci"]
+pytest_plugins = ["tests.support.ci", "tests.support.browser"]
 
 # Short timers so recovery paths run within a test; production defaults are in shared/config.py.
 TEST_ENV = {

@@ -49,3 +49,8 @@ class CeleryDispatcher:
         from workers import dispatch
 
         dispatch.dispatch_accepted(accepted)
+
+    def enqueue_job(self, name: str, *, tenant_id: int, user_id: int) -> None:
+        from workers import dispatch
+
+        dispatch.enqueue_job(name, tenant_id=tenant_id, user_id=user_id)

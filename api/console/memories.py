@@ -1,0 +1,173 @@
+"""A user's memories: the list and search (a stable, linkable URL), one memory's page, and the writes."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Path, Query, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from api.console.forms import check, split_tags
+from api.console.render import page
+from api.console.session import ConsoleError, MemoryReader, MemoryWriter, Signed
+from api.schemas.common import ID_PATTERN
+from api.schemas.memories import MemoryIn, MemoryPatch
+from shared import db
+from shared.console import memories
+from shared.console.memories import MemoryFilters, MemoryGone
+from shared.db import Conn
+from shared.memory.keys import MemoryRejected
+from shared.memory.store import KINDS, MemoryInput, Scope
+from shared.turns import ensure_user, find_user_id
+
+router = APIRouter(prefix="/console/users/{user_id}/memories", include_in_schema=False)
+
+UserId = Annotated[str, Path(pattern=ID_PATTERN)]
+MemoryId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+Text = Annotated[str, Form(max_length=100_000)]
+
+
+def user_scope(conn: Conn, tenant_id: int, user_id: str, *, create: bool = False) -> Scope:
+    internal = ensure_user(conn, tenant_id, user_id) if create else find_user_id(conn, tenant_id, user_id)
+    if internal is None:
+        raise ConsoleError(status.HTTP_404_NOT_FOUND, f"no user {user_id!r}")
+    return Scope(tenant_id, internal)
+
+
+@router.get("", response_class=HTMLResponse)
+def memory_list(
+    request: Request,
+    user_id: UserId,
+    signed: MemoryReader,
+    q: Annotated[str, Query(max_length=500)] = "",
+    kind: Annotated[str, Query(max_length=20)] = "",
+    namespace: Annotated[str, Query(max_length=200)] = "",
+    tag: Annotated[str, Query(max_length=100)] = "",
+    page_number: Annotated[int, Query(alias="page", ge=1, le=400)] = 1,
+) -> HTMLResponse:
+    if kind and kind not in KINDS:
+        raise ConsoleError(status.HTTP_400_BAD_REQUEST, f"unknown kind {kind!r}; kinds are {', '.join(KINDS)}")
+    filters = MemoryFilters(kind=kind or None, namespace=namespace.strip() or None, tag=tag.strip() or None)
+    with db.connection() as conn:
+        scope = user_scope(conn, signed.principal.id, user_id)
+        found = memories.memory_page(conn, scope, query=q.strip(), filters=filters, page=page_number)
+    query = {"q": q, "kind": kind, "namespace": namespace, "tag": tag}
+    return page(
+        request,
+        "memories.html",
+        signed,
+        {"user_id": user_id, "memories": found, "query": query, "kinds": KINDS, "searching": bool(q.strip())},
+    )
+
+
+def _form_page(
+    request: Request, signed: Signed, user_id: str, values: dict[str, Any], errors: dict[str, str], code: int
+) -> HTMLResponse:
+    return page(
+        request,
+        "memory_new.html",
+        signed,
+        {"user_id": user_id, "values": values, "errors": errors, "kinds": KINDS},
+        status_code=code,
+    )
+
+
+@router.get("/new", response_class=HTMLResponse)
+def new_memory_form(request: Request, user_id: UserId, signed: MemoryReader) -> HTMLResponse:
+    if not signed.allows("memory:write"):
+        raise ConsoleError(status.HTTP_403_FORBIDDEN, "this API key lacks the scope 'memory:write'")
+    return _form_page(request, signed, user_id, {"kind": "fact"}, {}, 200)
+
+
+@router.post("")
+def create_memory(
+    request: Request,
+    user_id: UserId,
+    signed: MemoryWriter,
+    key: Text = "",
+    value: Text = "",
+    kind: Text = "fact",
+    namespace: Text = "",
+    tags: Text = "",
+) -> Response:
+    values = {"key": key, "value": value, "kind": kind, "namespace": namespace, "tags": tags}
+    body, errors = check(
+        MemoryIn, {"key": key, "value": value, "kind": kind, "namespace": namespace or None, "tags": split_tags(tags)}
+    )
+    if body is None:
+        return _form_page(request, signed, user_id, values, errors, status.HTTP_422_UNPROCESSABLE_CONTENT)
+    item = MemoryInput(key=body.key, value=body.value, namespace=body.namespace, kind=body.kind, tags=body.tags)
+    try:
+        with db.connection() as conn:
+            result = memories.create(conn, user_scope(conn, signed.principal.id, user_id, create=True), item)
+    except MemoryRejected as exc:
+        return _form_page(request, signed, user_id, values, {"value": str(exc)}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+    memories.index_later(result)
+    return RedirectResponse(f"/console/users/{user_id}/memories/{result.memory['id']}", status.HTTP_303_SEE_OTHER)
+
+
+def _detail_page(
+    request: Request, signed: Signed, user_id: str, memory_id: int, errors: dict[str, str], code: int = 200
+) -> HTMLResponse:
+    with db.connection() as conn:
+        detail = memories.memory_detail(conn, user_scope(conn, signed.principal.id, user_id), memory_id)
+    if detail is None:
+        raise ConsoleError(status.HTTP_404_NOT_FOUND, f"user {user_id!r} has no memory {memory_id}")
+    return page(
+        request,
+        "memory.html",
+        signed,
+        {"user_id": user_id, "detail": detail, "m": detail.memory, "errors": errors},
+        status_code=code,
+    )
+
+
+@router.get("/{memory_id}", response_class=HTMLResponse)
+def memory_page(request: Request, user_id: UserId, memory_id: MemoryId, signed: MemoryReader) -> HTMLResponse:
+    return _detail_page(request, signed, user_id, memory_id, {})
+
+
+@router.post("/{memory_id}")
+def edit_memory(
+    request: Request, user_id: UserId, memory_id: MemoryId, signed: MemoryWriter, value: Text = "", tags: Text = ""
+) -> Response:
+    body, errors = check(MemoryPatch, {"value": value, "tags": split_tags(tags)})
+    if body is None or body.value is None:
+        return _detail_page(request, signed, user_id, memory_id, errors, status.HTTP_422_UNPROCESSABLE_CONTENT)
+    try:
+        with db.connection() as conn:
+            scope = user_scope(conn, signed.principal.id, user_id)
+            result = memories.edit(conn, scope, memory_id, value=body.value, tags=body.tags or [])
+    except MemoryRejected as exc:
+        return _detail_page(
+            request, signed, user_id, memory_id, {"value": str(exc)}, status.HTTP_422_UNPROCESSABLE_CONTENT
+        )
+    except MemoryGone as exc:
+        raise ConsoleError(
+            status.HTTP_409_CONFLICT, f"memory {memory_id} is no longer active; change its successor instead"
+        ) from exc
+    memories.index_later(result)
+    return RedirectResponse(f"/console/users/{user_id}/memories/{result.memory['id']}", status.HTTP_303_SEE_OTHER)
+
+
+@router.post("/{memory_id}/delete")
+def delete_memory(user_id: UserId, memory_id: MemoryId, signed: MemoryWriter) -> Response:
+    try:
+        with db.connection() as conn:
+            memories.remove(conn, user_scope(conn, signed.principal.id, user_id), memory_id)
+    except MemoryGone as exc:
+        raise ConsoleError(status.HTTP_404_NOT_FOUND, f"no active memory {memory_id}") from exc
+    return RedirectResponse(f"/console/users/{user_id}/memories", status.HTTP_303_SEE_OTHER)
+
+
+@router.post("/{memory_id}/restore")
+def restore_memory(user_id: UserId, memory_id: MemoryId, signed: MemoryWriter) -> Response:
+    try:
+        with db.connection() as conn:
+            result = memories.restore(conn, user_scope(conn, signed.principal.id, user_id), memory_id)
+    except MemoryRejected as exc:
+        raise ConsoleError(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
+    except MemoryGone as exc:
+        raise ConsoleError(status.HTTP_404_NOT_FOUND, f"no earlier version {memory_id} to restore") from exc
+    memories.index_later(result)
+    return RedirectResponse(f"/console/users/{user_id}/memories/{result.memory['id']}", status.HTTP_303_SEE_OTHER)

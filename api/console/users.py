@@ -1,0 +1,35 @@
+"""The users of the signed-in key's tenant."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from api.console.render import page
+from api.console.session import MemoryReader
+from shared import db
+from shared.console.users import list_users
+
+router = APIRouter(prefix="/console", include_in_schema=False)
+
+
+@router.get("")
+@router.get("/")
+def home() -> RedirectResponse:
+    return RedirectResponse("/console/users", status_code=303)
+
+
+@router.get("/users", response_class=HTMLResponse)
+def users(
+    request: Request,
+    signed: MemoryReader,
+    q: Annotated[str, Query(max_length=200)] = "",
+    erased: Annotated[str, Query(max_length=200)] = "",
+    page_number: Annotated[int, Query(alias="page", ge=1, le=400)] = 1,
+) -> HTMLResponse:
+    principal = signed.principal
+    with db.connection() as conn:
+        found = list_users(conn, principal.id, search=q.strip(), only=principal.user_external_id, page=page_number)
+    return page(request, "users.html", signed, {"users": found, "q": q, "query": {"q": q}, "erased": erased})

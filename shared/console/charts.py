@@ -1,0 +1,126 @@
+"""The console's chart series, straight from Postgres (llm_calls, turns, memories): one query a chart, days or
+hours with nothing in them included as zeros so every series lines up with its time axis (Unix seconds)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from shared.db import Conn
+
+MAX_DAYS = 90
+MAX_HOURS = 24 * 14
+
+
+def _days(conn: Conn, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    return conn.execute(sql, params).fetchall()
+
+
+def cache_share_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
+    """Input tokens per day and the prompt-cache share: cache_read / (input + cache_read + cache_write)."""
+    rows = _days(
+        conn,
+        """SELECT extract(epoch FROM d.day)::bigint AS t,
+                  coalesce(sum(c.input_tokens), 0) AS input, coalesce(sum(c.cache_read_tokens), 0) AS cache_read,
+                  coalesce(sum(c.cache_write_tokens), 0) AS cache_write
+           FROM generate_series(date_trunc('day', now()) - make_interval(days => %(days)s - 1),
+                                date_trunc('day', now()), interval '1 day') AS d(day)
+           LEFT JOIN llm_calls c ON c.tenant_id = %(tenant)s
+                AND c.created_at >= d.day AND c.created_at < d.day + interval '1 day'
+           GROUP BY d.day ORDER BY d.day""",
+        {"tenant": tenant_id, "days": _clamp(days, MAX_DAYS)},
+    )
+    share = []
+    for row in rows:
+        total = row["input"] + row["cache_read"] + row["cache_write"]
+        share.append(round(row["cache_read"] / total, 4) if total else None)
+    return {
+        "t": [row["t"] for row in rows],
+        "input_tokens": [int(row["input"]) for row in rows],
+        "cache_read_tokens": [int(row["cache_read"]) for row in rows],
+        "cache_write_tokens": [int(row["cache_write"]) for row in rows],
+        "cache_share": share,
+    }
+
+
+def calls_by_purpose_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
+    """LLM calls and tokens (input + output) per day for each purpose."""
+    days = _clamp(days, MAX_DAYS)
+    rows = _days(
+        conn,
+        """SELECT extract(epoch FROM date_trunc('day', created_at))::bigint AS t, purpose, count(*) AS calls,
+                  sum(input_tokens + output_tokens) AS tokens
+           FROM llm_calls
+           WHERE tenant_id = %(tenant)s AND created_at >= date_trunc('day', now()) - make_interval(days => %(days)s - 1)
+           GROUP BY 1, 2""",
+        {"tenant": tenant_id, "days": days},
+    )
+    axis = _day_axis(conn, days)
+    index = {t: i for i, t in enumerate(axis)}
+    purposes: dict[str, dict[str, list[int]]] = defaultdict(
+        lambda: {"calls": [0] * len(axis), "tokens": [0] * len(axis)}
+    )
+    for row in rows:
+        if row["t"] in index:
+            purposes[row["purpose"]]["calls"][index[row["t"]]] = int(row["calls"])
+            purposes[row["purpose"]]["tokens"][index[row["t"]]] = int(row["tokens"] or 0)
+    return {"t": axis, "purposes": dict(sorted(purposes.items()))}
+
+
+def turns_hourly(conn: Conn, tenant_id: int, hours: int) -> dict[str, Any]:
+    """Chat turns finished per hour with their latency (accepted to finished) p50 and p95, in milliseconds."""
+    rows = _days(
+        conn,
+        """SELECT extract(epoch FROM h.hour)::bigint AS t, count(t.id) AS turns,
+                  percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM t.finished_at - t.created_at))
+                      * 1000 AS p50,
+                  percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM t.finished_at - t.created_at))
+                      * 1000 AS p95
+           FROM generate_series(date_trunc('hour', now()) - make_interval(hours => %(hours)s - 1),
+                                date_trunc('hour', now()), interval '1 hour') AS h(hour)
+           LEFT JOIN turns t ON t.tenant_id = %(tenant)s AND t.kind = 'chat' AND t.status = 'done'
+                AND t.finished_at >= h.hour AND t.finished_at < h.hour + interval '1 hour'
+           GROUP BY h.hour ORDER BY h.hour""",
+        {"tenant": tenant_id, "hours": _clamp(hours, MAX_HOURS)},
+    )
+    return {
+        "t": [row["t"] for row in rows],
+        "turns": [int(row["turns"]) for row in rows],
+        "p50_ms": [None if row["p50"] is None else round(row["p50"], 1) for row in rows],
+        "p95_ms": [None if row["p95"] is None else round(row["p95"], 1) for row in rows],
+    }
+
+
+def memories_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
+    """Memories written per day (every version counts: a correction is a new memory) by source."""
+    days = _clamp(days, MAX_DAYS)
+    rows = _days(
+        conn,
+        """SELECT extract(epoch FROM date_trunc('day', created_at))::bigint AS t, source, count(*) AS n
+           FROM memories
+           WHERE tenant_id = %(tenant)s AND created_at >= date_trunc('day', now()) - make_interval(days => %(days)s - 1)
+           GROUP BY 1, 2""",
+        {"tenant": tenant_id, "days": days},
+    )
+    axis = _day_axis(conn, days)
+    index = {t: i for i, t in enumerate(axis)}
+    sources: dict[str, list[int]] = defaultdict(lambda: [0] * len(axis))
+    for row in rows:
+        if row["t"] in index:
+            sources[row["source"]][index[row["t"]]] = int(row["n"])
+    return {"t": axis, "sources": dict(sorted(sources.items()))}
+
+
+def _day_axis(conn: Conn, days: int) -> list[int]:
+    # From the database's clock, as the rows' days are: the axis and the rows agree on "today".
+    rows = conn.execute(
+        """SELECT extract(epoch FROM d)::bigint AS t
+           FROM generate_series(date_trunc('day', now()) - make_interval(days => %s - 1), date_trunc('day', now()),
+                                interval '1 day') AS d ORDER BY d""",
+        (days,),
+    ).fetchall()
+    return [row["t"] for row in rows]
+
+
+def _clamp(value: int, maximum: int) -> int:
+    return min(max(value, 1), maximum)

@@ -1,0 +1,59 @@
+"""The operations page: the maintenance jobs (schedule, last and next run), the tenant's recent runs, the queue
+depths, and a job run now for one of the tenant's users."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shared.config import Settings
+from shared.db import Conn
+from shared.dispatch import get_dispatcher
+from shared.maintenance.jobs import overview
+from shared.maintenance.schedule import JOBS
+from shared.queues import QUEUES, queue_depths
+from shared.redis_client import get_redis
+from shared.turns import find_user_id
+
+RECENT_RUNS = 30
+
+
+@dataclass(frozen=True)
+class Operations:
+    jobs: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+    queues: dict[str, int] | None  # None: the broker did not answer
+
+
+def operations(conn: Conn, settings: Settings, tenant_id: int) -> Operations:
+    """Every job's schedule and last all-users run, the runs of every user of this tenant and the all-users
+    runs (most recent first), and how many messages wait in each queue."""
+    runs = conn.execute(
+        """SELECT r.job, r.period, r.scope, r.status, r.changed, r.counts, r.error, r.started_at, r.finished_at,
+                  u.external_id AS user_id
+           FROM job_runs r
+           LEFT JOIN users u
+                  ON u.id = CASE WHEN r.scope LIKE 'user:%%' THEN split_part(r.scope, ':', 3)::bigint END
+           WHERE r.scope = 'all' OR r.scope LIKE %s
+           ORDER BY r.started_at DESC LIMIT %s""",
+        (f"user:{tenant_id}:%", RECENT_RUNS),
+    ).fetchall()
+    try:
+        depths: dict[str, int] | None = queue_depths(get_redis(), QUEUES)
+    except Exception:  # the broker away: the page still shows the jobs
+        depths = None
+    return Operations(jobs=overview(conn, settings), runs=runs, queues=depths)
+
+
+class RunRefused(ValueError):
+    """A run-now request that names no job or no user of the tenant."""
+
+
+def run_now(conn: Conn, tenant_id: int, job: str, user_external_id: str) -> None:
+    """Queue the job for one user of the tenant (its run for today; a second one the same day does nothing)."""
+    if job not in JOBS:
+        raise RunRefused(f"unknown job {job!r}; jobs are {', '.join(JOBS)}")
+    user_id = find_user_id(conn, tenant_id, user_external_id)
+    if user_id is None:
+        raise RunRefused(f"no user {user_external_id!r}")
+    get_dispatcher().enqueue_job(job, tenant_id=tenant_id, user_id=user_id)

@@ -1,0 +1,409 @@
+"""The web console in a real browser (Debian's chromium through Selenium) against a real gateway, Postgres,
+Redis and a Celery worker: one browser and one set of data for the whole module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from ops.fake_llm import FakeLLM, FakeReply
+from shared import db
+from shared.auth import ensure_tenant
+from shared.keys import create_api_key
+from shared.memory.store import MemoryInput, Scope, add_sources, store_memory
+from shared.turns import find_user_id
+from tests.conftest import CeleryStack, Gateway, clear_engram_keys, make_key, truncate_all, wait_turn
+from tests.support.browser import missing, save_failure, screenshot, start_browser
+from tests.support.services import TestServices
+
+pytestmark = pytest.mark.integration
+
+WAIT_S = 20
+
+
+@dataclass
+class Console:
+    url: str
+    admin: str  # every default scope
+    reader: str  # memory:read and chat: sees, cannot change
+    bound: str  # bound to alice
+    stranger: str  # another tenant's admin
+
+
+def _key(tenant_id: int, scopes: list[str], user: str | None = None) -> str:
+    with db.connection() as conn:
+        return create_api_key(conn, tenant_id, scopes=scopes, user_external_id=user).key
+
+
+@pytest.fixture(scope="module")
+def console(services: TestServices, gateway: Gateway, celery_stack: CeleryStack, fake_llm_server: FakeLLM) -> Console:
+    truncate_all()
+    clear_engram_keys()
+    fake_llm_server.reset()
+    celery_stack.ensure("anthropic")
+    admin = make_key("tenant-a")
+    stranger = make_key("tenant-b")
+    with db.connection() as conn:
+        tenant_id = ensure_tenant(conn, "tenant-a")
+    console = Console(
+        url=gateway.url,
+        admin=admin,
+        reader=_key(tenant_id, ["memory:read", "chat"]),
+        bound=_key(tenant_id, ["memory:read", "memory:write", "chat"], user="alice"),
+        stranger=stranger,
+    )
+    with httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {admin}"}, timeout=60) as api:
+        for user, key, value in (
+            ("alice", "favourite-tea", "Loves jasmine tea in the morning"),
+            ("alice", "bike", "Rides a red bicycle to work"),
+            ("bob", "city", "Lives in Porto"),
+        ):
+            api.post(f"/v1/users/{user}/memories", json={"key": key, "value": value}).raise_for_status()
+        fake_llm_server.script(FakeReply(text="Lisbon in spring is lovely."), match="trip to Lisbon")
+        accepted = api.post(
+            "/v1/sessions/trip-1/turns", json={"user_id": "alice", "text": "I am planning a trip to Lisbon in May"}
+        )
+        accepted.raise_for_status()
+        assert wait_turn(api, accepted.json()["turn_id"])["status"] == "done"
+    with db.connection() as conn:
+        scope = Scope(tenant_id, find_user_id(conn, tenant_id, "alice") or 0)
+        message = conn.execute(
+            "SELECT id FROM session_messages WHERE user_id = %s AND role = 'user'", (scope.user_id,)
+        ).fetchone()
+        learned = store_memory(conn, scope, MemoryInput(key="next-trip", value="Travelling to Lisbon in May"), "api")
+        add_sources(conn, scope, learned.memory, [message["id"]])
+    with httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {stranger}"}) as api:
+        api.post("/v1/users/carol/memories", json={"key": "pet", "value": "Has a cat"}).raise_for_status()
+    return console
+
+
+@pytest.fixture(scope="module")
+def browser(console: Console) -> Iterator[WebDriver]:
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    driver = start_browser()
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(autouse=True)
+def keep_failures(request: pytest.FixtureRequest, browser: WebDriver, tmp_path: Path) -> Iterator[None]:
+    yield
+    save_failure(request.node, browser, tmp_path)
+
+
+def sign_in(browser: WebDriver, console: Console, key: str) -> None:
+    browser.delete_all_cookies()
+    browser.get(f"{console.url}/console/sign-in")
+    browser.find_element(By.ID, "api_key").send_keys(key)
+    browser.find_element(By.ID, "sign-in").click()
+    WebDriverWait(browser, WAIT_S).until(ec.url_contains("/console/users"))
+
+
+def text(browser: WebDriver) -> str:
+    return browser.find_element(By.TAG_NAME, "main").text
+
+
+def memory_id(key: str) -> int:
+    with db.connection() as conn:
+        row = conn.execute("SELECT id FROM memories WHERE key = %s AND valid_until IS NULL", (key,)).fetchone()
+    return int(row["id"])
+
+
+def cookies_of(browser: WebDriver) -> dict[str, str]:
+    return {c["name"]: c["value"] for c in browser.get_cookies()}
+
+
+def post_from_page(browser: WebDriver, path: str, fields: dict[str, str]) -> int:
+    """A same-origin POST from the page's own script (carries the cookies); its status."""
+    status: Any = browser.execute_async_script(
+        """const [path, fields, done] = arguments;
+           fetch(path, {method: "POST", body: new URLSearchParams(fields), redirect: "manual"})
+             .then(r => done(r.status), e => done(String(e)));""",
+        path,
+        fields,
+    )
+    return int(status)
+
+
+def test_sign_in_with_a_key_shows_the_users_and_sign_out_ends_it(browser: WebDriver, console: Console) -> None:
+    browser.get(f"{console.url}/console/users")
+    WebDriverWait(browser, WAIT_S).until(ec.url_contains("/console/sign-in"))
+    screenshot(browser, "sign-in")
+    browser.find_element(By.ID, "api_key").send_keys("egm_not-a-key")
+    browser.find_element(By.ID, "sign-in").click()
+    assert "not valid" in browser.find_element(By.ID, "api_key-error").text
+
+    sign_in(browser, console, console.admin)
+    page = text(browser)
+    assert "alice" in page and "bob" in page and "carol" not in page  # carol is another tenant's
+    cookie = next(c for c in browser.get_cookies() if c["name"] == "engram_console_key")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    screenshot(browser, "users")
+
+    browser.set_window_size(390, 844)  # a phone: one column, nothing wider than the screen
+    try:
+        browser.get(f"{console.url}/console/users/alice/memories")
+        assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+        screenshot(browser, "memories-phone")
+    finally:
+        browser.set_window_size(1280, 900)
+
+    browser.find_element(By.CSS_SELECTOR, ".sign-out button").click()
+    WebDriverWait(browser, WAIT_S).until(ec.url_contains("/console/sign-in"))
+    browser.get(f"{console.url}/console/users")
+    assert "/console/sign-in" in browser.current_url
+
+
+def test_the_search_url_shows_the_matching_memory_and_not_the_others(browser: WebDriver, console: Console) -> None:
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/users/alice/memories?q=jasmine")
+    results = browser.find_element(By.ID, "results").text
+    assert "favourite-tea" in results and "bike" not in results
+    screenshot(browser, "memories-search")
+
+    browser.get(f"{console.url}/console/users/alice/memories?kind=fact")
+    listed = browser.find_element(By.ID, "results").text
+    assert "favourite-tea" in listed and "bike" in listed and "city" not in listed  # city is bob's
+
+
+def test_a_memory_page_shows_its_history_and_source_message(browser: WebDriver, console: Console) -> None:
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/users/alice/memories/{memory_id('next-trip')}")
+    assert "Travelling to Lisbon in May" in browser.find_element(By.ID, "memory-value").text
+    sources = browser.find_element(By.ID, "sources")
+    assert "I am planning a trip to Lisbon in May" in sources.text
+    assert "add" in browser.find_element(By.ID, "history").text
+    screenshot(browser, "memory")
+
+    sources.find_element(By.LINK_TEXT, "trip-1").click()  # into the transcript, at that message
+    highlighted = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.CSS_SELECTOR, ".highlight")))
+    assert "planning a trip to Lisbon" in highlighted.text
+
+
+def test_a_session_transcript_and_what_the_model_sees_next(browser: WebDriver, console: Console) -> None:
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/users/alice/sessions")
+    browser.find_element(By.LINK_TEXT, "trip-1").click()
+    transcript = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "transcript"))).text
+    assert "Lisbon in spring is lovely." in transcript and "I am planning a trip to Lisbon in May" in transcript
+    turn = browser.find_element(By.CSS_SELECTOR, ".turn").text
+    assert "done" in turn and "cache read" in turn and "output" in turn and " ms" in turn
+    screenshot(browser, "transcript")
+
+    browser.find_element(By.ID, "context-link").click()
+    totals = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "token-totals"))).text
+    assert "Static prefix" in totals and "tokens" in totals
+    assert "tokens" in browser.find_element(By.CSS_SELECTOR, "details.section summary").text
+    screenshot(browser, "context")
+
+
+def test_create_edit_and_delete_a_memory_in_the_browser(browser: WebDriver, console: Console) -> None:
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/users/alice/memories/new")
+    browser.find_element(By.ID, "key").send_keys("garden")
+    browser.find_element(By.CSS_SELECTOR, "#memory-form button").click()  # no value: refused, nothing written
+    assert browser.find_element(By.ID, "value-error").text
+    with db.connection() as conn:
+        assert conn.execute("SELECT count(*) AS n FROM memories WHERE key = 'garden'").fetchone()["n"] == 0
+
+    browser.find_element(By.ID, "value").send_keys("Grows tomatoes on the balcony")
+    browser.find_element(By.ID, "tags").send_keys("home, plants")
+    browser.find_element(By.CSS_SELECTOR, "#memory-form button").click()
+    value = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "memory-value")))
+    assert value.text == "Grows tomatoes on the balcony"
+
+    field = browser.find_element(By.CSS_SELECTOR, "#edit-form textarea")
+    field.clear()
+    field.send_keys("Grows basil on the balcony")
+    browser.find_element(By.CSS_SELECTOR, "#edit-form button").click()
+    WebDriverWait(browser, WAIT_S).until(ec.text_to_be_present_in_element((By.ID, "memory-value"), "basil"))
+    history = browser.find_element(By.ID, "history").text
+    assert "supersede" in history and "Grows tomatoes on the balcony" in history
+    screenshot(browser, "memory-edited")
+
+    edited_url = browser.current_url
+    browser.find_element(By.ID, "replaces-link").click()  # the version the edit replaced
+    restore = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "restore-form")))
+    assert "not active" in text(browser)
+    restore.find_element(By.TAG_NAME, "button").click()
+    WebDriverWait(browser, WAIT_S).until(ec.text_to_be_present_in_element((By.ID, "memory-value"), "tomatoes"))
+    assert browser.current_url != edited_url
+    assert browser.find_element(By.ID, "history").text.count("supersede") == 2
+
+    browser.find_element(By.CSS_SELECTOR, "#delete-form button").click()
+    WebDriverWait(browser, WAIT_S).until(ec.url_matches(r"/console/users/alice/memories$"))
+    assert "garden" not in browser.find_element(By.ID, "results").text
+    with db.connection() as conn:
+        assert (
+            conn.execute("SELECT count(*) AS n FROM memories WHERE key = 'garden' AND valid_until IS NULL").fetchone()[
+                "n"
+            ]
+            == 0
+        )
+
+
+def test_a_read_only_key_sees_no_edit_controls_and_its_posts_are_refused(browser: WebDriver, console: Console) -> None:
+    sign_in(browser, console, console.reader)
+    browser.get(f"{console.url}/console/users/alice/memories")
+    assert "favourite-tea" in text(browser)
+    assert not browser.find_elements(By.ID, "new-memory")
+    browser.get(f"{console.url}/console/users/alice/memories/{memory_id('bike')}")
+    assert not browser.find_elements(By.ID, "edit-form") and not browser.find_elements(By.ID, "delete-form")
+
+    token = browser.find_element(By.CSS_SELECTOR, ".sign-out input[name=csrf_token]").get_attribute("value")
+    assert token
+    writes = {
+        "/console/users/alice/memories": {"key": "sneaky", "value": "Should not be stored"},
+        f"/console/users/alice/memories/{memory_id('bike')}": {"value": "Changed"},
+        f"/console/users/alice/memories/{memory_id('bike')}/delete": {},
+        "/console/operations/run": {"job": "decay", "user_id": "alice"},
+        "/console/users/alice/erase": {"confirm": "alice"},
+    }
+    for path, fields in writes.items():
+        assert post_from_page(browser, path, {**fields, "csrf_token": token}) == 403, path
+    with db.connection() as conn:
+        assert conn.execute("SELECT count(*) AS n FROM memories WHERE key = 'sneaky'").fetchone()["n"] == 0
+        bike = conn.execute("SELECT value FROM memories WHERE key = 'bike' AND valid_until IS NULL").fetchone()
+    assert bike["value"] == "Rides a red bicycle to work"
+
+
+def test_a_post_without_the_csrf_token_is_refused_even_with_the_cookie(browser: WebDriver, console: Console) -> None:
+    sign_in(browser, console, console.admin)
+    assert post_from_page(browser, "/console/users/alice/memories", {"key": "forged", "value": "Forged"}) == 403
+    # What another site's form would send if the browser attached the cookie: the cookie, no token.
+    with httpx.Client(base_url=console.url, cookies=cookies_of(browser)) as client:
+        refused = client.post("/console/users/alice/memories", data={"key": "forged", "value": "Forged"})
+        assert refused.status_code == 403 and "security token" in refused.text
+        wrong = client.post(
+            "/console/users/alice/memories", data={"key": "forged", "value": "Forged", "csrf_token": "0" * 64}
+        )
+        assert wrong.status_code == 403
+    with db.connection() as conn:
+        assert conn.execute("SELECT count(*) AS n FROM memories WHERE key = 'forged'").fetchone()["n"] == 0
+
+
+def test_a_user_bound_key_sees_only_its_user_and_another_tenant_sees_nothing(
+    browser: WebDriver, console: Console
+) -> None:
+    sign_in(browser, console, console.bound)
+    users = browser.find_element(By.ID, "results").text
+    assert "alice" in users and "bob" not in users
+    browser.get(f"{console.url}/console/users/bob/memories")
+    assert "bound to user 'alice'" in text(browser) and "city" not in text(browser)
+
+    sign_in(browser, console, console.stranger)
+    assert "alice" not in browser.find_element(By.ID, "results").text and "carol" in text(browser)
+    for path in (
+        "/console/users/alice/memories",
+        f"/console/users/alice/memories/{memory_id('bike')}",
+        "/console/users/alice/sessions/trip-1",
+    ):
+        browser.get(f"{console.url}{path}")
+        assert "no user 'alice'" in text(browser) or "no session" in text(browser), path
+        assert "bicycle" not in text(browser) and "Lisbon" not in text(browser)
+
+
+def test_operations_lists_the_jobs_and_runs_one_now(browser: WebDriver, console: Console) -> None:
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/operations")
+    jobs = browser.find_element(By.ID, "jobs").text
+    assert "decay" in jobs and "0 4 * * *" in jobs and "reflection" in jobs
+    assert "turns" in browser.find_element(By.ID, "queues").text
+    Select(browser.find_element(By.ID, "job")).select_by_value("decay")
+    browser.find_element(By.ID, "run-user").clear()
+    browser.find_element(By.ID, "run-user").send_keys("alice")
+    browser.find_element(By.CSS_SELECTOR, "#run-form button").click()
+    assert (
+        "Queued a run of decay"
+        in WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.CSS_SELECTOR, ".notice"))).text
+    )
+
+    def run_listed(driver: WebDriver) -> bool:
+        driver.refresh()
+        runs = driver.find_elements(By.ID, "runs")
+        return bool(runs) and "alice" in runs[0].text and "done" in runs[0].text
+
+    WebDriverWait(browser, 60, poll_frequency=0.5).until(run_listed)
+    screenshot(browser, "operations")
+
+
+def test_charts_draw_from_postgres(browser: WebDriver, console: Console) -> None:
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/charts")
+    for name in ("cache", "llm-calls", "turns", "memories"):
+        WebDriverWait(browser, WAIT_S).until(
+            ec.presence_of_element_located((By.CSS_SELECTOR, f'[data-chart="{name}"][data-drawn="true"] canvas'))
+        )
+    screenshot(browser, "charts")
+    with httpx.Client(base_url=console.url, cookies=cookies_of(browser)) as client:
+        turns = client.get("/console/api/charts/turns").json()
+        memories = client.get("/console/api/charts/memories").json()
+        calls = client.get("/console/api/charts/llm-calls").json()
+    assert sum(turns["turns"]) == 1 and turns["p50_ms"][-1] > 0
+    assert sum(memories["sources"]["api"]) >= 3
+    assert sum(calls["purposes"]["chat"]["calls"]) >= 1
+
+
+def test_an_admin_creates_a_bound_read_only_key_sees_its_secret_once_and_revokes_it(
+    browser: WebDriver, console: Console
+) -> None:
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/keys")
+    browser.find_element(By.ID, "key-name").send_keys("alice-reader")
+    for box in browser.find_elements(By.CSS_SELECTOR, "#key-form input[name=scopes]"):
+        if box.is_selected() != (box.get_attribute("value") == "memory:read"):
+            box.click()
+    browser.find_element(By.ID, "key-user").send_keys("alice")
+    browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
+    secret = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "new-secret"))).text
+    assert secret.startswith("egm_")
+    screenshot(browser, "keys")
+    row = browser.find_element(By.XPATH, "//table[@id='keys']//tr[th[contains(., 'alice-reader')]]")
+    assert "memory:read" in row.text and "alice" in row.text
+
+    with httpx.Client(base_url=console.url, headers={"Authorization": f"Bearer {secret}"}) as api:
+        assert api.get("/v1/users/alice/memories").status_code == 200
+        assert api.get("/v1/users/bob/memories").status_code == 403
+        browser.get(f"{console.url}/console/keys")  # a reload: the secret is not shown again
+        assert secret not in browser.page_source
+        browser.find_element(
+            By.XPATH, "//tr[th[contains(., 'alice-reader')]]//form[contains(@action, '/revoke')]//button"
+        ).click()
+        WebDriverWait(browser, WAIT_S).until(ec.url_matches(r"/console/keys$"))
+        assert "alice-reader" not in browser.find_element(By.ID, "keys").text
+        assert api.get("/v1/users/alice/memories").status_code == 401
+
+    sign_in(browser, console, console.reader)
+    browser.get(f"{console.url}/console/keys")
+    assert "lacks the scope 'admin'" in text(browser)
+
+
+def test_erasing_a_user_needs_their_id_typed(browser: WebDriver, console: Console) -> None:
+    with httpx.Client(base_url=console.url, headers={"Authorization": f"Bearer {console.admin}"}) as api:
+        api.post("/v1/users/dora/memories", json={"key": "pet", "value": "Has a parrot"}).raise_for_status()
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/users/dora/memories")
+    browser.find_element(By.ID, "erase-link").click()
+    WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "confirm"))).send_keys("dor")
+    browser.find_element(By.CSS_SELECTOR, "#erase-form button").click()
+    assert "exactly" in browser.find_element(By.ID, "confirm-error").text  # nothing erased
+    with db.connection() as conn:
+        assert conn.execute("SELECT count(*) AS n FROM users WHERE external_id = 'dora'").fetchone()["n"] == 1
+
+    browser.find_element(By.ID, "confirm").send_keys("dora")
+    browser.find_element(By.CSS_SELECTOR, "#erase-form button").click()
+    notice = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.CSS_SELECTOR, ".notice")))
+    assert "Erased dora" in notice.text and "dora" not in browser.find_element(By.ID, "results").text
+    browser.get(f"{console.url}/console/users/dora/memories")
+    assert "no user 'dora'" in text(browser)
