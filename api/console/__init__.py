@@ -14,6 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from api.console import charts, erase, keys, memories, operations, sessions, sign_in, users
 from api.console.render import page
 from api.console.session import ConsoleError, SignInRequired
+from api.errors import error_response
 
 STATIC = Path(__file__).parent / "static"
 
@@ -35,7 +36,7 @@ def install_console(app: FastAPI) -> None:
     @app.exception_handler(ConsoleError)
     async def _error(request: Request, exc: ConsoleError) -> Response:
         if request.url.path.startswith("/console/api/"):
-            return JSONResponse({"code": "console_error", "detail": exc.detail}, status_code=exc.status_code)
+            return error_response(exc.status_code, exc.detail)  # the API's code for the status
         response = page(request, "error.html", None, {"message": exc.detail}, status_code=exc.status_code)
         response.headers.update(exc.headers or {})
         return response
