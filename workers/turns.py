@@ -34,11 +34,13 @@ def after_turn(session_id: int, turn_id: int, session: dict[str, Any] | None) ->
 
 @engram_task(
     "turns",
-    # Postgres or Redis briefly away: try again with backoff; the turn row keeps its place.
+    # Postgres or Redis briefly away: try again with backoff; the turn row keeps its place. The backoff stays
+    # short (a person waits for the reply): with Celery's jitter a retry lands at most this long after the
+    # dependency is back; 60 tries cover minutes of outage, and the stalled-turn sweep covers longer ones.
     autoretry_for=(DatabaseUnavailable, RedisConnectionError, RedisTimeoutError, LockLost),
     retry_backoff=1,
-    retry_backoff_max=30,
-    max_retries=30,
+    retry_backoff_max=8,
+    max_retries=60,
 )
 def drain(session_id: int) -> int:
     outcome = drain_session(session_id, turn_deps(embed_later, after_turn, deliver_later))
