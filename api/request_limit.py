@@ -28,7 +28,6 @@ from shared.logging import get_logger
 
 log = get_logger(__name__)
 
-CODE = "dependency_timeout"
 # Sent with the 503: by then the stalled dependency has had the whole limit; a client retries a little later.
 RETRY_AFTER_SECONDS = 5
 
@@ -103,7 +102,7 @@ class RequestTimeLimit:
             503,
             f"the request was not answered within its limit of {limit:g} s (ENGRAM_REQUEST_TIME_LIMIT_SECONDS): "
             "a dependency (Postgres, Redis) is not answering; retry later (a POST with the same Idempotency-Key)",
-            CODE,
+            "dependency_timeout",
             {"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
         await response(scope, receive, send)

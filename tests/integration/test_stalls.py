@@ -136,8 +136,7 @@ def test_a_stalled_postgres_is_a_503_with_its_reason_and_the_turn_then_runs_once
         assert turn["reply"] == "echo: during the stall"
 
     turns = stall_stack.rows(
-        "SELECT t.id FROM turns t JOIN session_messages m ON m.turn_id = t.id AND m.role = 'user'"
-        " WHERE m.content = %s",
+        "SELECT t.id FROM turns t JOIN session_messages m ON m.turn_id = t.id AND m.role = 'user' WHERE m.content = %s",
         "during the stall",
     )
     assert [row["id"] for row in turns] == [accepted["turn_id"]]
