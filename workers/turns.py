@@ -15,8 +15,11 @@ from shared.agent import LockLost, drain_session, sessions_with_running_turns
 from shared.db import DatabaseUnavailable
 from shared.diagnostics import answer_ping
 from shared.logging import get_logger
+from shared.recovery import sessions_to_redrive
+from shared.redis_client import get_redis
 from shared.runtime import turn_deps
 from workers.base import engram_task
+from workers.consumer import RECONNECT_HOOKS
 from workers.dispatch import enqueue_delivery, enqueue_drain, enqueue_embed_memory, schedule_memory_work
 
 log = get_logger(__name__)
@@ -68,6 +71,28 @@ def deliver_later(delivery_id: int) -> None:
         enqueue_delivery(delivery_id)
     except (RedisError, BrokerUnavailable, OSError) as exc:
         log.warning("could not enqueue a channel delivery; the sweep will", delivery_id=delivery_id, error=str(exc))
+
+
+def _redrive_after_reconnect(queues: set[str]) -> None:
+    """After the broker connection came back: drain every session with an open turn that no worker holds. A
+    task running when Redis stalled or restarted may have lost its retry, and a turn accepted meanwhile its
+    task; both would otherwise wait for the stalled-turn sweep. Drains are idempotent: one for a session
+    whose task is still queued costs a look."""
+    if "turns" not in queues:
+        return
+    try:
+        with db.connection() as conn:
+            session_ids = sessions_to_redrive(conn, get_redis(), older_than_seconds=0)
+        for session_id in session_ids:
+            enqueue_drain(session_id)
+    except (DatabaseUnavailable, RedisError, BrokerUnavailable, OSError) as exc:
+        log.warning("could not re-drive open turns after reconnecting; the sweep will", error=str(exc))
+        return
+    if session_ids:
+        log.info("re-drove sessions with open turns after the broker came back", sessions=len(session_ids))
+
+
+RECONNECT_HOOKS.append(_redrive_after_reconnect)
 
 
 @worker_ready.connect

@@ -776,7 +776,9 @@ def recovery(database_url: str, faults: list[Fault]) -> list[float]:
     for fault in faults:
         for turn_id in fault.affected:
             if finished.get(turn_id) is not None:  # a lost turn is counted as lost, not here
-                fault.recovery_s.append(round(float(finished[turn_id]) - fault.at, 2))
+                took = float(finished[turn_id]) - fault.at
+                # A turn that finished while the dependency was stopped did not wait for it to go on.
+                fault.recovery_s.append(round(max(took, 0.0) if fault.kind in STALL_KINDS else took, 2))
         samples.extend(fault.recovery_s)
     return samples
 
