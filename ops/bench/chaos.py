@@ -508,7 +508,7 @@ class Chaos:
         self.fake = fake
         self.rng = random.Random(args.seed + 1)
         kinds = ["worker"] * args.worker_kills + ["redis"] * args.redis_kills + ["postgres"] * args.postgres_kills
-        kinds += list(STALL_KINDS) if args.stall else []
+        kinds += [f"stall-{name}" for name in args.stall_only] if args.stall else []
         self.rng.shuffle(kinds)
         self.plan = kinds
         self.faults: list[Fault] = []
@@ -810,6 +810,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--stall-seconds", type=float, default=30.0)
     parser.add_argument(
+        "--stall-only",
+        type=lambda text: text.split(","),
+        default=["postgres", "model", "redis"],
+        help="with --stall: which dependencies, comma-separated (postgres,model,redis)",
+    )
+    parser.add_argument(
         "--request-limit",
         type=float,
         default=Settings.model_fields["request_time_limit_seconds"].default,
@@ -842,6 +848,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             setattr(args, name, 0 if args.stall else default)
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must not be negative")
+    if set(args.stall_only) - {"postgres", "model", "redis"}:
+        parser.error(f"--stall-only takes postgres, model and redis, not {args.stall_only}")
     if args.stall_seconds <= 0 or args.request_limit < 0:
         parser.error("--stall-seconds must be positive and --request-limit not negative")
     for item in args.env:
