@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery.signals import worker_ready
@@ -27,6 +28,9 @@ log = get_logger(__name__)
 # How many times one drain task looks again at a session another worker holds (each look comes
 # when that worker's lock can have expired). Past this the stalled-turn sweep is the safety net.
 MAX_LOCK_RECHECKS = 20
+# How long a drain waits in its process for a Redis that does not answer, and its longest pause between looks.
+REDIS_PATIENCE_SECONDS = 90.0
+REDIS_PATIENCE_MAX_PAUSE_SECONDS = 2.0
 
 
 def after_turn(session_id: int, turn_id: int, session: dict[str, Any] | None) -> None:
@@ -46,7 +50,7 @@ def after_turn(session_id: int, turn_id: int, session: dict[str, Any] | None) ->
     max_retries=60,
 )
 def drain(session_id: int) -> int:
-    outcome = drain_session(session_id, turn_deps(embed_later, after_turn, deliver_later))
+    outcome = _drain_waiting_for_redis(session_id)
     if outcome.recheck_in is not None:
         # Another worker holds the session and turns are open. If it is alive it drains them; if it
         # died, its lock expires by `recheck_in` and this task, retried then, resumes the turns.
@@ -55,6 +59,26 @@ def drain(session_id: int) -> int:
             raise drain.retry(countdown=outcome.recheck_in, max_retries=MAX_LOCK_RECHECKS)
         log.warning("session still held by another worker; leaving it to the sweep", session_id=session_id)
     return outcome.processed
+
+
+def _drain_waiting_for_redis(session_id: int) -> Any:
+    """`drain_session`, tried again in this process while Redis does not answer (up to REDIS_PATIENCE_SECONDS).
+
+    A Redis that stopped answering fails the drain at its session lock, before any work; Celery's retry would
+    have to send the retry through that same Redis, and a retry that cannot be sent drops the message (the
+    turn then waited a minute and more for the stalled-turn sweep). Waiting here, the turn goes on within
+    seconds of Redis answering again. Past the patience, the error goes to Celery's retry as before."""
+    deadline = time.monotonic() + REDIS_PATIENCE_SECONDS
+    pause = 0.5
+    while True:
+        try:
+            return drain_session(session_id, turn_deps(embed_later, after_turn, deliver_later))
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            if time.monotonic() + pause > deadline:
+                raise
+            log.warning("Redis not answering; the drain waits for it", session_id=session_id, error=str(exc))
+            time.sleep(pause)
+            pause = min(pause * 2, REDIS_PATIENCE_MAX_PAUSE_SECONDS)
 
 
 def embed_later(memory_id: int) -> None:
