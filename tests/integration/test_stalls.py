@@ -30,6 +30,7 @@ pytestmark = pytest.mark.integration
 LIMIT_S = 3
 # The hang detector: a request still unanswered this long after it was sent has hung (the limit is 3 s).
 HANG_S = 60
+STARTUP_S = 240
 
 
 @dataclass
@@ -78,8 +79,9 @@ def stall_stack(celery_stack: CeleryStack, fake_llm: FakeLLM, tmp_path: Path) ->
         wk = worker("stall-worker", env, tmp_path, concurrency=1).start()
         processes.append(wk)
         url = f"http://127.0.0.1:{port}"
-        wait_http(gw, f"{url}/readyz")
-        wk.wait_ready()
+        # Generous: starting is not under test, and the machine may be busy.
+        wait_http(gw, f"{url}/readyz", timeout=STARTUP_S)
+        wk.wait_ready(timeout=STARTUP_S)
         yield StallStack(postgres, database_url, gw, wk, url, key)
     finally:
         for process in processes:
