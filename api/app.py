@@ -20,6 +20,7 @@ from api.errors import document_errors, install_error_handlers
 from api.mcp_server import McpEndpoint
 from api.metrics import EngramCollector, RequestMetrics
 from api.request_context import RequestContext
+from api.request_limit import RequestLimits, RequestTimeLimit
 from api.routes import admin, channel_admin, channels, context, health, ingest, memories, profiles, sessions, turns
 from api.routes import openai as openai_routes
 from shared import db
@@ -116,6 +117,13 @@ def create_app(dispatcher: Dispatcher) -> FastAPI:
     install_error_handlers(app)
     app.openapi = document_errors(app)  # type: ignore[method-assign]
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    # Inside the metrics and the request id, so a request answered by its limit is counted and logged as one.
+    app.add_middleware(
+        RequestTimeLimit,
+        limits=RequestLimits(
+            settings.request_time_limit_seconds, settings.max_wait_seconds, settings.chat_completions_wait_seconds
+        ),
+    )
     registry = CollectorRegistry()
     registry.register(EngramCollector(settings.metrics_sql_interval_seconds))
     app.add_middleware(RequestMetrics, registry=registry)

@@ -59,6 +59,7 @@ ERROR_CODES: dict[str, int] = {
     "token_budget_exceeded": 429,
     "turn_failed": 500,
     "database_unavailable": 503,
+    "dependency_timeout": 503,
     "service_not_configured": 503,
     "secret_key": 503,
     "timeout": 504,
@@ -257,7 +258,8 @@ _DEFAULT_DESCRIPTIONS = {
     "413": "Request body larger than ENGRAM_MAX_REQUEST_BYTES",
     "429": "Rate limit of the key or tenant (`rate_limited`, with Retry-After) or monthly token budget exceeded",
     "422": "Invalid request: the issues are listed in `detail`",
-    "503": "Database unavailable; nothing was written",
+    "503": "Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer "
+    "within the request's time limit (`dependency_timeout`)",
 }
 
 

@@ -5,6 +5,7 @@ CLI (`serve_forever`). The socket is bound before the server starts, so port 0 r
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -26,6 +27,8 @@ class FakeServer:
         self.port = port
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thaw = threading.Event()
 
     @property
     def base_url(self) -> str:
@@ -36,7 +39,10 @@ class FakeServer:
         sock = self._bind()
         self._server = uvicorn.Server(self._config())
         self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name=self.label.lower().replace(" ", "-"), daemon=True
+            target=asyncio.run,
+            args=(self._serve(self._server, sock),),
+            name=self.label.lower().replace(" ", "-"),
+            daemon=True,
         )
         self._thread.start()
         deadline = time.monotonic() + timeout_s
@@ -46,7 +52,25 @@ class FakeServer:
             time.sleep(0.01)
         return self
 
+    async def _serve(self, server: uvicorn.Server, sock: socket.socket) -> None:
+        self._loop = asyncio.get_running_loop()
+        await server.serve(sockets=[sock])
+
+    def freeze(self, seconds: float) -> None:
+        """Stop answering for `seconds` (or until `thaw`), as a process under SIGSTOP would: connections are
+        still accepted by the kernel, but no request, in flight or new, gets a byte until then. Returns at
+        once. (The server runs in the caller's process, which a SIGSTOP would freeze too.)"""
+        if self._loop is None:
+            raise RuntimeError(f"{self.label} server is not running")
+        self._thaw.clear()
+        # Blocks the server's event loop on purpose: everything it serves waits.
+        self._loop.call_soon_threadsafe(self._thaw.wait, seconds)
+
+    def thaw(self) -> None:
+        self._thaw.set()
+
     def stop(self) -> None:
+        self.thaw()
         if self._server is not None and self._thread is not None:
             self._server.should_exit = True
             self._thread.join(timeout=10)

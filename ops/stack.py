@@ -64,6 +64,8 @@ def ensure_flower_password(settings: Settings) -> str:
 # `engram up --cluster`: gateways and beats (workers: one process per pool of shared/queues.py POOLS).
 CLUSTER_GATEWAYS = 2
 CLUSTER_BEATS = 2
+# How long `engram up` waits for the gateway to listen (it imports the app and opens its pools first).
+GATEWAY_START_TIMEOUT_SECONDS = 180
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -139,7 +141,8 @@ class Stack:
         self._spawn_processes(database_url, redis_url, flower_password)
         waiting = "processes started; waiting for the gateway (it loads the embedding model first)"
         log.info(waiting, logs=str(self.log_dir))
-        if not wait_for_port(s.host, s.port, 60):
+        # Generous: on a loaded machine (2 cores shared with other work) importing the gateway alone took 60 s.
+        if not wait_for_port(s.host, s.port, GATEWAY_START_TIMEOUT_SECONDS):
             raise StackError(
                 f"the gateway did not start listening on {s.host}:{s.port}; see {self.log_dir / 'gateway.log'}"
             )

@@ -44,6 +44,46 @@ class Settings(BaseSettings):
         "open (count gateways × this against Postgres' `max_connections`)",
     )
 
+    # --- time limits: a dependency that stops answering ------------------------------------------
+    db_connect_timeout_seconds: int = Field(
+        3, ge=1, description="longest a new Postgres connection may take to open (libpq `connect_timeout`)"
+    )
+    db_pool_timeout_seconds: float = Field(
+        10.0,
+        gt=0,
+        description="longest a request or task waits for a free pooled Postgres connection before `503 "
+        "database_unavailable` (a task retries)",
+    )
+    db_statement_timeout_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="Postgres `statement_timeout` of pooled connections (a statement waiting on a lock or running "
+        "this long is cancelled, its transaction rolled back, and answered as `database_unavailable`); "
+        "`0` = none. Migrations and `engram backup` do not use the pool",
+    )
+    redis_connect_timeout_seconds: float = Field(
+        3.0, gt=0, description="longest a new Redis connection may take to open (clients and the Celery broker)"
+    )
+    redis_socket_timeout_seconds: float = Field(
+        5.0,
+        gt=1,
+        description="longest one Redis command may wait for its answer (clients and the Celery broker); longer "
+        "than any blocking read engram makes (1 s)",
+    )
+    redis_health_check_interval_seconds: int = Field(
+        15, ge=0, description="a Redis connection idle this long is pinged before it is used again (`0` = never)"
+    )
+    request_time_limit_seconds: float = Field(
+        15.0,
+        ge=0,
+        description="longest the gateway works on a request before it answers `503 dependency_timeout` (Postgres, "
+        "Redis or the broker stopped answering); a long poll adds its `wait` (at most "
+        "`ENGRAM_MAX_WAIT_SECONDS`), `POST /v1/chat/completions` adds `ENGRAM_CHAT_COMPLETIONS_WAIT_SECONDS`; "
+        "the limit ends when the response starts, so a stream (`/events`, `stream=true`) runs on under its "
+        "own limit; `0` = no limit. A `POST` answered so may still have been stored: repeat it with the same "
+        "`Idempotency-Key`",
+    )
+
     # --- gateway -----------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="address the gateway binds to")
     port: int = Field(8000, description="gateway port")
@@ -255,7 +295,11 @@ class Settings(BaseSettings):
     # --- agent loop --------------------------------------------------------------------------
     max_iterations: int = Field(8, ge=1, description="LLM calls per turn at most (the tool loop)")
     session_lock_ttl_seconds: int = Field(
-        30, ge=5, description="per-session lock TTL; the heartbeat extends it every third"
+        10,
+        ge=5,
+        description="per-session lock lease: the worker running a session's turns renews it every third of this; "
+        "a worker that stops (killed, frozen, cut off from Redis) loses the session after at most this "
+        "long, and one that finds its lease lost writes nothing",
     )
     turn_soft_time_limit: int = Field(300, description="soft time limit of a task, seconds")
     turn_time_limit: int = Field(330, description="hard time limit of a task, seconds")

@@ -31,8 +31,6 @@ Conn = psycopg.Connection[DictRow]
 # A statement and its parameters, for reads sent together (`fetch_together`).
 Query = tuple[str, Sequence[Any] | Mapping[str, Any]]
 
-# A healthy but busy pool: how long a checkout waits for a free connection.
-POOL_TIMEOUT_SECONDS = 10.0
 # A checkout waits in slices this long, so it notices an outage found meanwhile by another request.
 _CHECKOUT_SLICE_SECONDS = 1.0
 # Postgres known to be down: how long a checkout gives the pool to reconnect before giving up.
@@ -41,7 +39,10 @@ OUTAGE_PROBE_SECONDS = 0.5
 # starts a new one right away. psycopg_pool's default (5 minutes, backoff doubling from 1 s)
 # left the gateway answering 503 for most of a minute after Postgres was back.
 RECONNECT_TIMEOUT_SECONDS = 2.0
-CONNECT_TIMEOUT_SECONDS = 3
+# TCP keepalives: a Postgres host that vanished from the network (no reset ever comes) is noticed in about
+# idle + interval × count seconds instead of the kernel's two hours. (A server that is stopped but whose
+# host still answers TCP is what statement_timeout cannot catch; the gateway's request limit answers then.)
+_KEEPALIVES: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 
 _pool: ConnectionPool[Conn] | None = None
 _pool_lock = threading.Lock()
@@ -51,6 +52,8 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     psycopg.OperationalError,
     psycopg.errors.AdminShutdown,
     psycopg.errors.CannotConnectNow,
+    # statement_timeout (ENGRAM_DB_STATEMENT_TIMEOUT_SECONDS): the statement and its transaction are gone.
+    psycopg.errors.QueryCanceled,
 )
 
 
@@ -133,15 +136,23 @@ def get_pool() -> ConnectionPool[Conn]:
     with _pool_lock:
         if _pool is None:
             settings = get_settings()
+            kwargs: dict[str, Any] = {
+                "row_factory": dict_row,
+                "autocommit": False,
+                "connect_timeout": settings.db_connect_timeout_seconds,
+                **_KEEPALIVES,
+            }
+            if settings.db_statement_timeout_seconds > 0:
+                kwargs["options"] = f"-c statement_timeout={int(settings.db_statement_timeout_seconds * 1000)}"
             _pool = ConnectionPool[Conn](
                 resolve_database_url(settings),
                 min_size=1,
                 max_size=settings.db_pool_size,
-                kwargs={"row_factory": dict_row, "autocommit": False, "connect_timeout": CONNECT_TIMEOUT_SECONDS},
+                kwargs=kwargs,
                 connection_class=_TrackedConnection,
                 # A connection broken by a Postgres restart is detected and replaced on checkout.
                 check=_check,
-                timeout=POOL_TIMEOUT_SECONDS,
+                timeout=settings.db_pool_timeout_seconds,
                 reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
                 open=True,
                 name="engram",
@@ -185,18 +196,19 @@ PAID_WORK_PATIENCE_SECONDS = 20.0
 
 
 @contextmanager
-def connection(
-    timeout: float = POOL_TIMEOUT_SECONDS, *, patience: float = 0.0, autocommit: bool = False
-) -> Iterator[Conn]:
+def connection(timeout: float | None = None, *, patience: float = 0.0, autocommit: bool = False) -> Iterator[Conn]:
     """A pooled connection inside one transaction.
 
     With Postgres down, give up after `patience` seconds (0: at once); work that is expensive to
     redo (a turn's finished reply) waits out a restart instead.
 
     `autocommit=True` is for work that is one statement (a statement is atomic on its own): each
-    statement commits by itself, which saves the round trips of BEGIN and COMMIT."""
+    statement commits by itself, which saves the round trips of BEGIN and COMMIT.
+
+    `timeout`: how long to wait for a free connection of a healthy pool (default
+    ENGRAM_DB_POOL_TIMEOUT_SECONDS)."""
     pool = get_pool()
-    conn = _checkout(pool, timeout, patience)
+    conn = _checkout(pool, pool.timeout if timeout is None else timeout, patience)
     try:
         # Set on every checkout, whatever the previous borrower left (a lock watcher turns autocommit on): a
         # caller that asked for one transaction must not have each write commit alone and its row locks
@@ -220,7 +232,8 @@ def connect(url: str | None = None, *, autocommit: bool = False) -> Conn:
         url or resolve_database_url(get_settings()),
         row_factory=dict_row,
         autocommit=autocommit,
-        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        connect_timeout=get_settings().db_connect_timeout_seconds,
+        **_KEEPALIVES,
     )
 
 
@@ -231,7 +244,7 @@ def forget_pool() -> None:
     _availability.ok()
 
 
-def warm_pool(timeout: float = POOL_TIMEOUT_SECONDS) -> bool:
+def warm_pool(timeout: float | None = None) -> bool:
     """Keep every connection the pool may use open, and wait until they are. True when they all are.
 
     A pool that starts at one connection grows by one at a time, each a new Postgres backend (tens
@@ -241,6 +254,7 @@ def warm_pool(timeout: float = POOL_TIMEOUT_SECONDS) -> bool:
     Best effort: with Postgres away the pool keeps trying in the background and requests answer 503
     as before."""
     pool = get_pool()
+    timeout = pool.timeout if timeout is None else timeout
     # resize() opens (new minimum - old minimum) connections whatever the pool holds already: a pool that
     # had grown under waits before this call ended above max_size (11 for a pool of 10). So the minimum is
     # raised only by the connections missing; ones the pool grew may close again after max_idle.

@@ -20,20 +20,28 @@ _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Re
 # Named so `CLIENT LIST` shows which connections the gateway's event streams hold.
 STREAM_CLIENT_NAME = "engram-gateway-events"
 
-# Short timeouts: a dead Redis must surface as an error quickly, not hang a request or a task.
-_TIMEOUTS: dict[str, Any] = {"socket_connect_timeout": 3, "socket_timeout": 10, "health_check_interval": 15}
+
+def client_timeouts() -> dict[str, Any]:
+    """Every Redis client's time limits (ENGRAM_REDIS_*): a Redis that is down or stopped answering must
+    surface as an error within them, not hang a request or a task."""
+    settings = get_settings()
+    return {
+        "socket_connect_timeout": settings.redis_connect_timeout_seconds,
+        "socket_timeout": settings.redis_socket_timeout_seconds,
+        "health_check_interval": settings.redis_health_check_interval_seconds,
+    }
 
 
 def get_redis() -> redis.Redis:
     global _client
     with _lock:
         if _client is None:
-            _client = redis.Redis.from_url(resolve_redis_url(get_settings()), **_TIMEOUTS)
+            _client = redis.Redis.from_url(resolve_redis_url(get_settings()), **client_timeouts())
         return _client
 
 
 def new_async_redis() -> aioredis.Redis:
-    return aioredis.Redis.from_url(resolve_redis_url(get_settings()), **_TIMEOUTS)
+    return aioredis.Redis.from_url(resolve_redis_url(get_settings()), **client_timeouts())
 
 
 def shared_async_redis() -> aioredis.Redis:
@@ -45,7 +53,7 @@ def shared_async_redis() -> aioredis.Redis:
         client = _async_clients.get(loop)
         if client is None:
             client = aioredis.Redis.from_url(
-                resolve_redis_url(get_settings()), client_name=STREAM_CLIENT_NAME, **_TIMEOUTS
+                resolve_redis_url(get_settings()), client_name=STREAM_CLIENT_NAME, **client_timeouts()
             )
             _async_clients[loop] = client
         return client

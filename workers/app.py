@@ -97,8 +97,9 @@ def create_celery() -> Celery:
         worker_consumer="workers.consumer:ResilientConsumer",
         broker_transport_options={
             "visibility_timeout": settings.broker_visibility_timeout,
-            "socket_connect_timeout": 3,
-            "socket_timeout": 10,
+            "socket_connect_timeout": settings.redis_connect_timeout_seconds,
+            "socket_timeout": settings.redis_socket_timeout_seconds,
+            "health_check_interval": settings.redis_health_check_interval_seconds,
         },
         # Postgres holds every outcome; Celery result storage would be a second, weaker copy.
         task_ignore_result=True,

@@ -19,11 +19,18 @@
    message of the queues it consumes (but its own). Every engram task is idempotent, so a message
    another live worker still holds (several workers on one queue) costs one duplicate, harmless
    run; a worker start is rare.
+
+4. Work whose task the outage lost. A task that was running when the connection dropped (a stalled or
+   restarted Redis) may have failed to send its retry, and a turn accepted meanwhile may have had its
+   task refused by the broker; Postgres still has them open. After a reconnect the worker runs the
+   `RECONNECT_HOOKS` (workers/turns.py re-drives the sessions with open turns) instead of leaving them
+   to the stalled-turn sweep, a minute or more later.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -67,12 +74,18 @@ def restore_unacked(
     return restored
 
 
+# Called with the queues the worker consumes, each time its broker connection is back after a loss (4. above).
+RECONNECT_HOOKS: list[Callable[[set[str]], None]] = []
+
+
 class ResilientConsumer(Consumer):
     _stranded: set[str] | None = None  # tags held when the connection was lost
+    _lost: bool = False  # the broker connection was lost since the last on_ready
 
     def on_connection_error_after_connected(self, exc: Exception) -> None:
         connection = self.connection
         transport = getattr(connection, "_transport", None)
+        self._lost = True
         self._stranded = (self._stranded or set()) | _held_tags(getattr(connection, "_default_channel", None))
         try:
             super().on_connection_error_after_connected(exc)
@@ -95,6 +108,11 @@ class ResilientConsumer(Consumer):
             self._put_back(first_start)
         except (RedisError, OSError) as exc:  # best effort: the sweeps remain
             log.warning("could not put back unacknowledged messages", error=str(exc))
+        if self._lost and not first_start:
+            self._lost = False
+            queues = set(self.app.amqp.queues.consume_from)
+            for hook in RECONNECT_HOOKS:
+                hook(queues)
 
     def _put_back(self, first_start: bool) -> None:
         channel = self.connection.default_channel

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery.signals import worker_ready
@@ -15,8 +16,11 @@ from shared.agent import LockLost, drain_session, sessions_with_running_turns
 from shared.db import DatabaseUnavailable
 from shared.diagnostics import answer_ping
 from shared.logging import get_logger
+from shared.recovery import sessions_to_redrive
+from shared.redis_client import get_redis
 from shared.runtime import turn_deps
 from workers.base import engram_task
+from workers.consumer import RECONNECT_HOOKS
 from workers.dispatch import enqueue_delivery, enqueue_drain, enqueue_embed_memory, schedule_memory_work
 
 log = get_logger(__name__)
@@ -24,6 +28,9 @@ log = get_logger(__name__)
 # How many times one drain task looks again at a session another worker holds (each look comes
 # when that worker's lock can have expired). Past this the stalled-turn sweep is the safety net.
 MAX_LOCK_RECHECKS = 20
+# How long a drain waits in its process for a Redis that does not answer, and its longest pause between looks.
+REDIS_PATIENCE_SECONDS = 90.0
+REDIS_PATIENCE_MAX_PAUSE_SECONDS = 2.0
 
 
 def after_turn(session_id: int, turn_id: int, session: dict[str, Any] | None) -> None:
@@ -34,14 +41,16 @@ def after_turn(session_id: int, turn_id: int, session: dict[str, Any] | None) ->
 
 @engram_task(
     "turns",
-    # Postgres or Redis briefly away: try again with backoff; the turn row keeps its place.
+    # Postgres or Redis briefly away: try again with backoff; the turn row keeps its place. The backoff stays
+    # short (a person waits for the reply): with Celery's jitter a retry lands at most this long after the
+    # dependency is back; 60 tries cover minutes of outage, and the stalled-turn sweep covers longer ones.
     autoretry_for=(DatabaseUnavailable, RedisConnectionError, RedisTimeoutError, LockLost),
     retry_backoff=1,
-    retry_backoff_max=30,
-    max_retries=30,
+    retry_backoff_max=8,
+    max_retries=60,
 )
 def drain(session_id: int) -> int:
-    outcome = drain_session(session_id, turn_deps(embed_later, after_turn, deliver_later))
+    outcome = _drain_waiting_for_redis(session_id)
     if outcome.recheck_in is not None:
         # Another worker holds the session and turns are open. If it is alive it drains them; if it
         # died, its lock expires by `recheck_in` and this task, retried then, resumes the turns.
@@ -50,6 +59,26 @@ def drain(session_id: int) -> int:
             raise drain.retry(countdown=outcome.recheck_in, max_retries=MAX_LOCK_RECHECKS)
         log.warning("session still held by another worker; leaving it to the sweep", session_id=session_id)
     return outcome.processed
+
+
+def _drain_waiting_for_redis(session_id: int) -> Any:
+    """`drain_session`, tried again in this process while Redis does not answer (up to REDIS_PATIENCE_SECONDS).
+
+    A Redis that stopped answering fails the drain at its session lock, before any work; Celery's retry would
+    have to send the retry through that same Redis, and a retry that cannot be sent drops the message (the
+    turn then waited a minute and more for the stalled-turn sweep). Waiting here, the turn goes on within
+    seconds of Redis answering again. Past the patience, the error goes to Celery's retry as before."""
+    deadline = time.monotonic() + REDIS_PATIENCE_SECONDS
+    pause = 0.5
+    while True:
+        try:
+            return drain_session(session_id, turn_deps(embed_later, after_turn, deliver_later))
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            if time.monotonic() + pause > deadline:
+                raise
+            log.warning("Redis not answering; the drain waits for it", session_id=session_id, error=str(exc))
+            time.sleep(pause)
+            pause = min(pause * 2, REDIS_PATIENCE_MAX_PAUSE_SECONDS)
 
 
 def embed_later(memory_id: int) -> None:
@@ -66,6 +95,28 @@ def deliver_later(delivery_id: int) -> None:
         enqueue_delivery(delivery_id)
     except (RedisError, BrokerUnavailable, OSError) as exc:
         log.warning("could not enqueue a channel delivery; the sweep will", delivery_id=delivery_id, error=str(exc))
+
+
+def _redrive_after_reconnect(queues: set[str]) -> None:
+    """After the broker connection came back: drain every session with an open turn that no worker holds. A
+    task running when Redis stalled or restarted may have lost its retry, and a turn accepted meanwhile its
+    task; both would otherwise wait for the stalled-turn sweep. Drains are idempotent: one for a session
+    whose task is still queued costs a look."""
+    if "turns" not in queues:
+        return
+    try:
+        with db.connection() as conn:
+            session_ids = sessions_to_redrive(conn, get_redis(), older_than_seconds=0)
+        for session_id in session_ids:
+            enqueue_drain(session_id)
+    except (DatabaseUnavailable, RedisError, BrokerUnavailable, OSError) as exc:
+        log.warning("could not re-drive open turns after reconnecting; the sweep will", error=str(exc))
+        return
+    if session_ids:
+        log.info("re-drove sessions with open turns after the broker came back", sessions=len(session_ids))
+
+
+RECONNECT_HOOKS.append(_redrive_after_reconnect)
 
 
 @worker_ready.connect

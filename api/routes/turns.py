@@ -79,7 +79,10 @@ def post_turn(
     log.info("turn accepted", turn_id=turn["turn_id"], session_id=turn["session_id"], replayed=submitted.replayed)
     if submitted.replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    else:
+    # A replay of a turn still queued is sent on too: the first request may have stored it and then not
+    # reached the broker (a stalled Redis, answered `dependency_timeout`), which would leave it to the sweep.
+    # A drain is idempotent; a second one costs a look.
+    if not submitted.replayed or turn["status"] == "queued":
         get_dispatcher().drain_soon(turn["session_id"])
     return TurnAccepted(turn_id=turn["turn_id"], session_id=turn["session_id"], status=turn["status"])
 

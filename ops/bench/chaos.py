@@ -2,7 +2,7 @@
 Postgres are SIGKILLed at random moments; then Postgres is asked whether anything was lost or
 done twice.
 
-    python -m ops.bench.chaos [--sessions 40] [--turns 5] [--external] [--json]
+    python -m ops.bench.chaos [--sessions 40] [--turns 5] [--external] [--stall] [--json]
 
 The stack is `engram up` as a user runs it, in a temporary data dir, with ENGRAM_AUTO_MEMORY on.
 By default its Postgres and valkey are the embedded ones, which `engram up` must bring back by
@@ -27,6 +27,12 @@ running, and until the previous fault has healed):
 - redis: SIGKILL of valkey;
 - postgres: SIGKILL of the postmaster.
 
+With `--stall` the faults are stalls instead (unless kills are asked for too): Postgres (the postmaster and
+every backend) and valkey get SIGSTOP, each in turn, for `--stall-seconds` (30), then SIGCONT; the fake
+model stops answering for as long (ops/bench/stalls.py). Every gateway request's latency is checked
+against its documented limit (`--request-limit`, the stack's ENGRAM_REQUEST_TIME_LIMIT_SECONDS, plus a
+long poll's wait); a stall's recovery is measured from its SIGCONT.
+
 Then it waits for the system to settle (no open turn, every user message mined, every memory
 embedded) and checks from Postgres: every turn done exactly once (one assistant reply and one user
 message per turn), every user message mined, every memory once (no two active memories with the
@@ -41,7 +47,8 @@ not the fault.
 
 The last line with --json:
 {"turns_sent", "turns_done", "lost_turns", "duplicate_replies", "duplicate_memories",
- "unmined_messages", "kills", "redis_restarts", "postgres_restarts", "settle_s", "recovery_p95_s", ...}
+ "unmined_messages", "kills", "redis_restarts", "postgres_restarts", "settle_s", "recovery_p95_s",
+ "stalls", "requests", "requests_over_limit", "worst_request_excess_s", ...}
 `lost_turns` counts every planned turn that is not done (never accepted, failed or still open);
 `kills` counts worker processes killed.
 """
@@ -74,13 +81,18 @@ from psycopg.rows import dict_row
 
 from ops.bench.harness import BenchError, BenchRun, add_json_flag, add_keep_flag, emit, percentile, run_main
 from ops.bench.pipeline import kind_of, pipeline_reply, user_text
+from ops.bench.stalls import STALL_KINDS, RequestLog, outcome_of, process_tree, stopped
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from ops.fake_llm import FakeLLM, FakeReply, Json
+from shared.config import Settings
 
 USER_PREFIX = "chaos-"
 POLL_S = 0.2
 HEAL_TIMEOUT_S = 180.0
-REQUEST_TIMEOUT_S = 30.0
+# The client's hang detector: a request not answered this long after its documented limit has hung.
+HANG_MARGIN_S = 30.0
+# A turn's long poll (GET /v1/turns/{id}?wait=…); below ENGRAM_MAX_WAIT_SECONDS.
+POLL_WAIT_S = 20.0
 LOCK_PATTERN = "engram:lock:session:*"
 # Where `engram up` keeps its embedded servers and PID files inside the data dir.
 PGDATA, VALKEY_DIR, PROCS = "postgres", "valkey", "run/procs"
@@ -351,8 +363,13 @@ def make_plans(sessions: int, turns: int, run_id: str, seed: int) -> list[Plan]:
 class Driver:
     """One thread per session; each sends its turns one after another and waits for every reply."""
 
-    def __init__(self, url: str, api_key: str, plans: list[Plan], turn_timeout: float) -> None:
+    def __init__(
+        self, url: str, api_key: str, plans: list[Plan], turn_timeout: float, request_limit: float = 0.0
+    ) -> None:
         self.url = url
+        # ENGRAM_REQUEST_TIME_LIMIT_SECONDS of the stack (0: none; then only the hang detector applies).
+        self.request_limit = request_limit
+        self.request_log = RequestLog()
         self.api_key = api_key
         self.plans = plans
         self.turn_timeout = turn_timeout
@@ -376,7 +393,9 @@ class Driver:
 
     def _session(self, plan: Plan) -> None:
         with httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {self.api_key}"}, timeout=REQUEST_TIMEOUT_S
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {self.api_key}"},
+            timeout=(self.request_limit or POLL_WAIT_S) + POLL_WAIT_S + HANG_MARGIN_S,
         ) as http:
             for number, text in enumerate(plan.texts):
                 record = TurnRecord(plan.index, number, plan.tokens[number])
@@ -394,6 +413,8 @@ class Driver:
             response = self._request(
                 record,
                 deadline,
+                "POST turn",
+                0.0,
                 lambda: http.post(
                     f"/v1/sessions/{plan.session_key}/turns", json=body, headers={"Idempotency-Key": key}
                 ),
@@ -406,7 +427,13 @@ class Driver:
             record.turn_id = int(response.json()["turn_id"])
         turn_id = record.turn_id
         while True:
-            response = self._request(record, deadline, lambda: http.get(f"/v1/turns/{turn_id}", params={"wait": 20}))
+            response = self._request(
+                record,
+                deadline,
+                "GET turn?wait",
+                POLL_WAIT_S,
+                lambda: http.get(f"/v1/turns/{turn_id}", params={"wait": POLL_WAIT_S}),
+            )
             if response is None:
                 return
             turn = response.json()
@@ -415,21 +442,29 @@ class Driver:
                 return
 
     def _request(
-        self, record: TurnRecord, deadline: float, send: Callable[[], httpx.Response]
+        self, record: TurnRecord, deadline: float, what: str, waits: float, send: Callable[[], httpx.Response]
     ) -> httpx.Response | None:
-        """`send` until it is answered with something other than 503; None past the deadline."""
+        """`send` until it is answered with something other than 503; None past the deadline. Each try's
+        latency is logged against its limit (the gateway's, plus the `waits` the request asks for)."""
+        limit = self.request_limit + waits if self.request_limit else float("inf")
         while not self.abort.is_set():
             if time.monotonic() > deadline:
                 record.status = "timeout"
                 record.error = f"not done after {self.turn_timeout:.0f} s"
                 return None
+            sent = time.monotonic()
             try:
                 response = send()
             except httpx.HTTPError as exc:
+                outcome = "client timeout (hang)" if isinstance(exc, httpx.TimeoutException) else "connection error"
+                self.request_log.record(what, time.monotonic() - sent, limit, outcome)
                 record.retried_errors += 1
                 record.error = f"{type(exc).__name__}: {exc}"
                 time.sleep(0.5)
                 continue
+            self.request_log.record(
+                what, time.monotonic() - sent, limit, outcome_of(response.status_code, response.json)
+            )
             if response.status_code == 503:
                 record.retried_503 += 1
                 time.sleep(0.5)
@@ -448,10 +483,12 @@ class Driver:
 
 @dataclass
 class Fault:
-    kind: str  # worker | redis | postgres
+    kind: str  # worker | redis | postgres | stall-postgres | stall-redis | stall-model
     target: str  # which process
     pid: int
-    at: float  # epoch seconds (Postgres's clock, which stamps finished_at) just before the kill
+    # Epoch seconds (Postgres's clock, which stamps finished_at) just before the kill; for a stall, the
+    # moment it ended (SIGCONT): recovery is what follows the fault, not the stall's own length.
+    at: float
     running: int  # turns running at that moment
     # The turns the kill hit: for Redis and Postgres every running turn; for a worker, the running
     # turns whose session lock the killed process (or, for a main process, one of its pool) held.
@@ -460,15 +497,18 @@ class Fault:
     back_s: float | None = None  # redis/postgres: kill -> answering again
     gateway_ready_s: float | None = None  # server answering -> the gateway's /readyz 200
     recovery_s: list[float] = field(default_factory=list)
+    stalled_s: float | None = None  # a stall: SIGSTOP -> SIGCONT
 
 
 class Chaos:
-    def __init__(self, stack: EngramUp, driver: Driver, args: argparse.Namespace) -> None:
+    def __init__(self, stack: EngramUp, driver: Driver, args: argparse.Namespace, fake: FakeLLM | None = None) -> None:
         self.stack = stack
         self.driver = driver
         self.args = args
+        self.fake = fake
         self.rng = random.Random(args.seed + 1)
         kinds = ["worker"] * args.worker_kills + ["redis"] * args.redis_kills + ["postgres"] * args.postgres_kills
+        kinds += [f"stall-{name}" for name in args.stall_only] if args.stall else []
         self.rng.shuffle(kinds)
         self.plan = kinds
         self.faults: list[Fault] = []
@@ -554,7 +594,49 @@ class Chaos:
         finally:
             client.close()
 
+    def _stall(self, kind: str) -> Fault:
+        """Freeze a dependency for --stall-seconds under load, then let it go on."""
+        if kind == "stall-model":
+            if self.fake is None:
+                raise BenchError("no fake model to stall")
+            target, pid, pids = "fake model", os.getpid(), []
+        elif kind == "stall-redis":
+            found = self.stack.redis_pid()
+            if found is None:
+                raise BenchError("valkey is not running")
+            target, pid, pids = "valkey", found, [found]
+        else:
+            found = self.stack.postgres_pid()
+            if found is None:
+                raise BenchError("Postgres is not running")
+            target, pid, pids = "postgres (postmaster and backends)", found, process_tree(found)
+        _, running = self._snapshot()
+        print(
+            f"  {time.strftime('%H:%M:%S')} SIGSTOP {target} for {self.args.stall_seconds:g} s; "
+            f"{len(running)} turns running",
+            file=sys.stderr,
+        )
+        stopped_at = time.monotonic()
+        if kind == "stall-model":
+            assert self.fake is not None
+            self.fake.freeze(self.args.stall_seconds)
+            try:
+                self.driver.abort.wait(self.args.stall_seconds)
+            finally:
+                self.fake.thaw()
+        else:
+            with stopped(pids):
+                self.driver.abort.wait(self.args.stall_seconds)
+        stalled = round(time.monotonic() - stopped_at, 2)
+        print(f"  {time.strftime('%H:%M:%S')} SIGCONT {target}", file=sys.stderr)
+        # The system clock is Postgres's (same machine); Postgres may still be catching up.
+        fault = Fault(kind, target, pid, time.time(), len(running), sorted(running), self.driver.running())
+        fault.stalled_s = stalled
+        return fault
+
     def _strike(self, kind: str) -> Fault:
+        if kind in STALL_KINDS:
+            return self._stall(kind)
         if kind == "worker":
             target, pid = self._worker_target()
         elif kind == "redis":
@@ -607,7 +689,7 @@ class Chaos:
             fault.back_s = round(time.monotonic() - started, 2)
         back_at = time.monotonic()
         wait_until(self.stack.ready, HEAL_TIMEOUT_S, "the gateway's /readyz answering 200", self.driver.abort)
-        if fault.kind in ("redis", "postgres"):
+        if fault.kind in ("redis", "postgres", *STALL_KINDS):
             fault.gateway_ready_s = round(time.monotonic() - back_at, 2)
 
 
@@ -694,7 +776,9 @@ def recovery(database_url: str, faults: list[Fault]) -> list[float]:
     for fault in faults:
         for turn_id in fault.affected:
             if finished.get(turn_id) is not None:  # a lost turn is counted as lost, not here
-                fault.recovery_s.append(round(float(finished[turn_id]) - fault.at, 2))
+                took = float(finished[turn_id]) - fault.at
+                # A turn that finished while the dependency was stopped did not wait for it to go on.
+                fault.recovery_s.append(round(max(took, 0.0) if fault.kind in STALL_KINDS else took, 2))
         samples.extend(fault.recovery_s)
     return samples
 
@@ -715,9 +799,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.chaos", description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=40)
     parser.add_argument("--turns", type=int, default=5, help="turns per session")
-    parser.add_argument("--worker-kills", type=int, default=5)
-    parser.add_argument("--redis-kills", type=int, default=2)
-    parser.add_argument("--postgres-kills", type=int, default=2)
+    kills = " (default: %s, or 0 with --stall)"
+    parser.add_argument("--worker-kills", type=int, default=None, help="worker SIGKILLs" + kills % 5)
+    parser.add_argument("--redis-kills", type=int, default=None, help="valkey SIGKILLs" + kills % 2)
+    parser.add_argument("--postgres-kills", type=int, default=None, help="Postgres SIGKILLs" + kills % 2)
+    parser.add_argument(
+        "--stall",
+        action="store_true",
+        help="SIGSTOP Postgres, valkey and the fake model in turn (each for --stall-seconds, then SIGCONT)",
+    )
+    parser.add_argument("--stall-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--stall-only",
+        type=lambda text: text.split(","),
+        default=["postgres", "model", "redis"],
+        help="with --stall: which dependencies, comma-separated (postgres,model,redis)",
+    )
+    parser.add_argument(
+        "--request-limit",
+        type=float,
+        default=Settings.model_fields["request_time_limit_seconds"].default,
+        help="ENGRAM_REQUEST_TIME_LIMIT_SECONDS of the stack: each request's latency is checked against it",
+    )
     parser.add_argument(
         "--external", action="store_true", help="Postgres and valkey run by the benchmark (restarted by it)"
     )
@@ -740,6 +843,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")
+    for name, default in (("worker_kills", 5), ("redis_kills", 2), ("postgres_kills", 2)):
+        if getattr(args, name) is None:
+            setattr(args, name, 0 if args.stall else default)
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must not be negative")
+    if set(args.stall_only) - {"postgres", "model", "redis"}:
+        parser.error(f"--stall-only takes postgres, model and redis, not {args.stall_only}")
+    if args.stall_seconds <= 0 or args.request_limit < 0:
+        parser.error("--stall-seconds must be positive and --request-limit not negative")
     for item in args.env:
         if "=" not in item or not item.startswith("ENGRAM_"):
             parser.error(f"--env takes ENGRAM_KEY=VALUE, not {item!r}")
@@ -761,6 +873,7 @@ def stack_env(args: argparse.Namespace, fake: FakeLLM) -> dict[str, str]:
             # One key drives every session and poll: the benchmark measures recovery, not the limiter.
             "ENGRAM_RATE_LIMIT_KEY_PER_SECOND": "0",
             "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0",
+            "ENGRAM_REQUEST_TIME_LIMIT_SECONDS": str(args.request_limit),
         }
     )
     if args.embeddings == "fake":
@@ -806,8 +919,8 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         wait_until(stack.ready, 120, "the gateway's /readyz answering 200")
         warm_up(stack)
         plans = make_plans(args.sessions, args.turns, uuid.uuid4().hex[:6], args.seed)
-        driver = Driver(stack.url, stack.api_key, plans, args.turn_timeout)
-        chaos = Chaos(stack, driver, args)
+        driver = Driver(stack.url, stack.api_key, plans, args.turn_timeout, args.request_limit)
+        chaos = Chaos(stack, driver, args, fake)
         print(f"load: {args.sessions} sessions x {args.turns} turns; faults: {', '.join(chaos.plan)}", file=sys.stderr)
         started = time.monotonic()
         driver.start()
@@ -850,6 +963,10 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "postgres_restarts": postgres_restarts,
             "settle_s": round(settle_s, 1),
             "recovery_p95_s": round(p95, 1) if p95 is not None else None,
+            "stalls": sum(1 for f in chaos.faults if f.kind in STALL_KINDS),
+            "stall_s": args.stall_seconds if args.stall else None,
+            "request_limit_s": args.request_limit,
+            **driver.request_log.summary(),
             # Details
             "mode": "external" if args.external else "embedded",
             "sessions": args.sessions,
@@ -903,11 +1020,18 @@ def render(result: dict[str, Any]) -> str:
         f"{result['recovery_p50_s']} s, p95 {result['recovery_p95_s']} s, max {result['recovery_max_s']} s",
         f"  load {result['load_s']} s, settled in {result['settle_s']} s ({'yes' if result['settled'] else 'NO'}); "
         f"client retries: {result['client_503_retries']} x 503, {result['client_error_retries']} x connection",
+        f"  requests: {result['requests']}, over their limit (ENGRAM_REQUEST_TIME_LIMIT_SECONDS "
+        f"{result['request_limit_s']:g} s, + the long poll's wait) {result['requests_over_limit']}, worst "
+        f"latency - limit {result['worst_request_excess_s']} s; outcomes {result['request_outcomes']}",
     ]
+    if result["stalls"]:
+        lines.insert(5, f"  stalls: {result['stalls']} of {result['stall_s']:g} s (SIGSTOP, then SIGCONT)")
     for fault in result["faults"]:
         extra = ""
         if fault["back_s"] is not None:
             extra = f", back after {fault['back_s']} s, gateway ready {fault['gateway_ready_s']} s later"
+        elif fault["stalled_s"] is not None:
+            extra = f", stopped {fault['stalled_s']} s, gateway ready {fault['gateway_ready_s']} s after SIGCONT"
         lines.append(
             f"    {fault['kind']:8} {fault['target']}: {fault['running']} running, {fault['affected']} hit"
             f"{'' if fault['during_load'] else ' (after the load)'}{extra}; recovery {fault['recovery_s']}"
