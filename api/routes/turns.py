@@ -80,7 +80,7 @@ def post_turn(
     if submitted.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     else:
-        get_dispatcher().drain_soon(turn["session_id"])
+        get_dispatcher().drain_soon(turn["session_id"], tenant.id)
     return TurnAccepted(turn_id=turn["turn_id"], session_id=turn["session_id"], status=turn["status"])
 
 
