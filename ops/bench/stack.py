@@ -139,8 +139,10 @@ class LocalStack:
         workers: Sequence[WorkerSpec] | None = None,
         beat: bool = False,
         env: Mapping[str, str] | None = None,
+        ready_timeout: float = 60,
     ) -> None:
         self.workdir = workdir
+        self.ready_timeout = ready_timeout  # seconds for the gateway to answer /readyz (a loaded machine: more)
         self.worker_concurrency = worker_concurrency
         self.llm_latency_ms = llm_latency_ms  # only for the fake this stack starts itself
         self.llm_url = llm_url  # an Anthropic-format server the caller runs; None = start the fake here
@@ -183,7 +185,7 @@ class LocalStack:
         self.worker = self.workers[0] if self.workers else None
         if self.beat:
             self._spawn("beat", beat_argv("WARNING"), env)
-        self._wait_ready()
+        self._wait_ready(self.ready_timeout)
         return api_key
 
     def _start_fake_llm(self) -> str:
