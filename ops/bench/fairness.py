@@ -26,7 +26,7 @@ from typing import Any
 
 from ops.bench.harness import BenchError, BenchRun, add_json_flag, add_keep_flag, distribution, emit, ratio, run_main
 from ops.bench.stack import LocalStack, up_workers
-from ops.bench.turns import TurnResult, _one_turn
+from ops.bench.turns import TurnResult, _one_turn, drive
 from ops.client import EngramClient
 from shared.auth import create_key
 from shared.db import connect
@@ -205,10 +205,17 @@ def bench(args: argparse.Namespace) -> int:
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         key_a = stack.start()
         key_b = new_tenant_key(stack.database_url, "tenant-b")
-        # Warm-up (imports, pools, the first prompt build of each pool process): not measured.
-        warm = paced_turns(stack.url, key_b, 4, 0.05, args.turn_timeout, "warmup")
-        if any(r.status != "done" for r in warm):
-            raise BenchError(f"a warm-up turn did not succeed: {[r.error for r in warm if r.status != 'done']}")
+        # Warm-up (imports, pools, the first turn of each pool process, over ten seconds on a busy machine):
+        # not measured. Both tenants at once, so that every turn worker process runs turns whatever the slots.
+        abort = threading.Event()
+        run.callback(abort.set)
+        with ThreadPoolExecutor(2) as pool:
+            warm = [
+                *pool.map(lambda key: drive(stack.url, key, 2, 3, args.turn_timeout, abort, "warmup"), (key_a, key_b))
+            ]
+        failed = [r for load in warm for r in load.results if r.status != "done"]
+        if failed:
+            raise BenchError(f"a warm-up turn did not succeed: {failed[0].status}: {failed[0].error}")
 
         print("B alone ...", file=sys.stderr, flush=True)
         alone = paced_turns(stack.url, key_b, args.b_turns, args.interval, args.turn_timeout, "alone")
