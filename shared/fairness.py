@@ -47,7 +47,8 @@ def slots_key(tenant_id: int) -> str:
 
 
 # KEYS[1] the tenant's slots; ARGV: session, slots, lease (ms), renew_only (1: renew an existing slot, never
-# take a new one). Returns 1 took a slot, 0 held one already (lease renewed), -1 no slot free.
+# take a new one). Returns the slots now held (>= 1) when it took one, 0 held one already (lease renewed), -1 no
+# slot free.
 # The server's clock, so that gateways and workers on several machines agree on the leases.
 _ADMIT = """
 local now = redis.call('TIME')
@@ -64,16 +65,34 @@ if ARGV[4] == '1' or redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
 end
 redis.call('ZADD', KEYS[1], now_ms + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], lease)
-return 1
+return redis.call('ZCARD', KEYS[1])
 """
 
-_RESULTS = {1: Admission.SEND, 0: Admission.IN_FLIGHT, -1: Admission.HELD}
+# A tenant's first active session's drain goes at the queue's default priority, its others behind every
+# tenant's first (kombu's Redis transport keeps each priority in a list of its own and a worker pops the
+# default one first; with Redis 0 is the highest): a tenant with one busy session, the usual chat user,
+# waits for a free worker, not behind another tenant's second and third sessions.
+FIRST_SLOT_PRIORITY = 0
+OTHER_SLOT_PRIORITY = 3
 
 
-def admit(client: redis.Redis, tenant_id: int, session_id: int, limits: FairnessLimits) -> Admission:
-    """Whether a drain of the session may be sent now (a newly stored turn, a sweep, a freed slot)."""
+@dataclass(frozen=True)
+class Ticket:
+    admission: Admission
+    priority: int = FIRST_SLOT_PRIORITY  # the message priority to send the drain with
+
+
+def _ticket(result: int) -> Ticket:
+    if result > 0:
+        return Ticket(Admission.SEND, FIRST_SLOT_PRIORITY if result == 1 else OTHER_SLOT_PRIORITY)
+    return Ticket(Admission.IN_FLIGHT if result == 0 else Admission.HELD)
+
+
+def admit(client: redis.Redis, tenant_id: int, session_id: int, limits: FairnessLimits) -> Ticket:
+    """Whether a drain of the session may be sent now (a newly stored turn, a sweep, a freed slot), and with
+    which priority."""
     if limits.max_sessions <= 0:
-        return Admission.SEND
+        return Ticket(Admission.SEND)
     return _run(client, tenant_id, session_id, limits, renew_only=False)
 
 
@@ -83,11 +102,11 @@ def renew(client: redis.Redis, tenant_id: int, session_id: int, limits: Fairness
         _run(client, tenant_id, session_id, limits, renew_only=True)
 
 
-def _run(client: redis.Redis, tenant_id: int, session_id: int, limits: FairnessLimits, renew_only: bool) -> Admission:
+def _run(client: redis.Redis, tenant_id: int, session_id: int, limits: FairnessLimits, renew_only: bool) -> Ticket:
     lease_ms = max(1, int(limits.lease_seconds * 1000))
     args = [session_id, limits.max_sessions, lease_ms, 1 if renew_only else 0]
     result = client.register_script(_ADMIT)(keys=[slots_key(tenant_id)], args=args)
-    return _RESULTS[int(result)]
+    return _ticket(int(result))
 
 
 def waiting_sessions(conn: Conn, tenant_id: int, limit: int) -> list[int]:
@@ -100,10 +119,12 @@ def waiting_sessions(conn: Conn, tenant_id: int, limit: int) -> list[int]:
     return [int(row["session_id"]) for row in rows]
 
 
-def finish(conn: Conn, client: redis.Redis, tenant_id: int, session_id: int, limits: FairnessLimits) -> list[int]:
+def finish(
+    conn: Conn, client: redis.Redis, tenant_id: int, session_id: int, limits: FairnessLimits
+) -> list[tuple[int, int]]:
     """A drain of the session ended (its turns done, or its share of them): free its slot and give the
     tenant's free slots to its sessions that waited longest (this one again if it has turns left and its
-    turn has come). Returns the sessions whose drains the caller must send.
+    turn has come). Returns the sessions whose drains the caller must send, each with its priority.
 
     The slot is freed before Postgres is read: a turn stored meanwhile either found the slot free (and sent
     its own drain) or is committed before the read and found here."""
@@ -114,10 +135,10 @@ def finish(conn: Conn, client: redis.Redis, tenant_id: int, session_id: int, lim
     # a free slot can go to.
     admitted = []
     for candidate in waiting_sessions(conn, tenant_id, 2 * limits.max_sessions):
-        outcome = _run(client, tenant_id, candidate, limits, renew_only=False)
-        if outcome is Admission.SEND:
-            admitted.append(candidate)
-        elif outcome is Admission.HELD:
+        ticket = _run(client, tenant_id, candidate, limits, renew_only=False)
+        if ticket.admission is Admission.SEND:
+            admitted.append((candidate, ticket.priority))
+        elif ticket.admission is Admission.HELD:
             break
     return admitted
 

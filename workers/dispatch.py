@@ -50,10 +50,15 @@ def warm_publishers() -> int:
     return len(producers)
 
 
-def enqueue_drain(session_id: int, tenant_id: int | None = None) -> None:
-    """Send the session's drain as it is (re-drives of running turns, a drain's own retry); new work goes
-    through `send_drain_fairly`."""
-    app.send_task(names.TURNS_DRAIN, kwargs={"session_id": session_id, "tenant_id": tenant_id}, queue="turns")
+def enqueue_drain(session_id: int, tenant_id: int | None = None, priority: int | None = None) -> None:
+    """Send the session's drain as it is (re-drives of running turns); new work goes through
+    `send_drain_fairly`."""
+    app.send_task(
+        names.TURNS_DRAIN,
+        kwargs={"session_id": session_id, "tenant_id": tenant_id},
+        queue="turns",
+        priority=priority,
+    )
 
 
 def send_drain_fairly(session_id: int, tenant_id: int, *, resend_in_flight: bool = False) -> bool:
@@ -63,11 +68,12 @@ def send_drain_fairly(session_id: int, tenant_id: int, *, resend_in_flight: bool
     could not be sent is given back."""
     client = get_redis()
     limits = fairness.limits(get_settings())
-    admission = fairness.admit(client, tenant_id, session_id, limits)
+    ticket = fairness.admit(client, tenant_id, session_id, limits)
+    admission = ticket.admission
     if admission is Admission.HELD or (admission is Admission.IN_FLIGHT and not resend_in_flight):
         return False
     try:
-        enqueue_drain(session_id, tenant_id)
+        enqueue_drain(session_id, tenant_id, ticket.priority)
     except BaseException:
         if admission is Admission.SEND and limits.max_sessions > 0:
             with contextlib.suppress(RedisError, OSError):

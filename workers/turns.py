@@ -76,8 +76,8 @@ def hand_on(tenant_id: int, session_id: int, limits: fairness.FairnessLimits) ->
     the sessions again (their turns are queued in Postgres)."""
     with db.connection() as conn:
         admitted = fairness.finish(conn, get_redis(), tenant_id, session_id, limits)
-    for waiting in admitted:
-        enqueue_drain(waiting, tenant_id)
+    for waiting, priority in admitted:
+        enqueue_drain(waiting, tenant_id, priority)
 
 
 def embed_later(memory_id: int) -> None:

@@ -113,19 +113,23 @@ def test_slots_are_handed_to_the_sessions_that_waited_longest(clean_state: Any) 
             )
         conn.commit()
 
-        admissions = [fairness.admit(client, tenant, sid, limits) for sid in sessions]
+        admissions = [fairness.admit(client, tenant, sid, limits).admission for sid in sessions]
         assert admissions == [
             fairness.Admission.SEND,
             fairness.Admission.SEND,
             fairness.Admission.HELD,
             fairness.Admission.HELD,
         ]
-        assert fairness.admit(client, tenant, sessions[0], limits) is fairness.Admission.IN_FLIGHT
+        assert fairness.admit(client, tenant, sessions[0], limits).admission is fairness.Admission.IN_FLIGHT
 
         conn.execute("UPDATE turns SET status = 'done' WHERE session_id = %s", (sessions[0],))
         conn.commit()
-        assert fairness.finish(conn, client, tenant, sessions[0], limits) == [sessions[3]]
+        # The tenant's other session still runs: the new one's drain goes behind other tenants' first ones.
+        assert fairness.finish(conn, client, tenant, sessions[0], limits) == [
+            (sessions[3], fairness.OTHER_SLOT_PRIORITY)
+        ]
 
         # s1's drain was lost: once its lease runs out, its slot is free for s2.
         client.zadd(fairness.slots_key(tenant), {str(sessions[1]): 0})
-        assert fairness.admit(client, tenant, sessions[2], limits) is fairness.Admission.SEND
+        ticket = fairness.admit(client, tenant, sessions[2], limits)
+        assert ticket.admission is fairness.Admission.SEND and ticket.priority == fairness.OTHER_SLOT_PRIORITY
