@@ -50,15 +50,13 @@ def warm_publishers() -> int:
     return len(producers)
 
 
-def enqueue_drain(session_id: int, tenant_id: int | None = None, priority: int | None = None) -> None:
+def enqueue_drain(session_id: int, priority: int | None = None) -> None:
     """Send the session's drain as it is (re-drives of running turns); new work goes through
     `send_drain_fairly`."""
-    app.send_task(
-        names.TURNS_DRAIN,
-        kwargs={"session_id": session_id, "tenant_id": tenant_id},
-        queue="turns",
-        priority=priority,
-    )
+    # No tenant in the message: a worker of the previous release (a rolling upgrade) knows no `tenant_id`
+    # argument and would fail the task. This release's drain accepts one and otherwise reads it (one indexed
+    # lookup); the next release may send it (expand, then contract: docs/operations/runbooks/upgrade.md).
+    app.send_task(names.TURNS_DRAIN, kwargs={"session_id": session_id}, queue="turns", priority=priority)
 
 
 def send_drain_fairly(session_id: int, tenant_id: int, *, resend_in_flight: bool = False) -> bool:
@@ -73,7 +71,7 @@ def send_drain_fairly(session_id: int, tenant_id: int, *, resend_in_flight: bool
     if admission is Admission.HELD or (admission is Admission.IN_FLIGHT and not resend_in_flight):
         return False
     try:
-        enqueue_drain(session_id, tenant_id, ticket.priority)
+        enqueue_drain(session_id, ticket.priority)
     except BaseException:
         if admission is Admission.SEND and limits.max_sessions > 0:
             with contextlib.suppress(RedisError, OSError):

@@ -83,7 +83,7 @@ def hand_on(tenant_id: int, session_id: int, limits: fairness.FairnessLimits) ->
     with db.connection() as conn:
         admitted = fairness.finish(conn, get_redis(), tenant_id, session_id, limits)
     for waiting, priority in admitted:
-        enqueue_drain(waiting, tenant_id, priority)
+        enqueue_drain(waiting, priority)
 
 
 def _drain_waiting_for_redis(session_id: int, max_turns: int | None) -> Any:

@@ -2141,7 +2141,7 @@ export interface components {
         ErrorOut: {
             /**
              * Code
-             * @description Stable machine-readable reason: bad_request (400), conflict (409), database_unavailable (503), forbidden (403), internal_error (500), invalid_messages (400), memory_rejected (422), method_not_allowed (405), missing_scope (403), missing_user (400), not_acceptable (406), not_found (404), payload_too_large (413), rate_limited (429), secret_key (503), service_not_configured (503), service_unavailable (503), timeout (504), token_budget_exceeded (429), tool_name_taken (400), turn_failed (500), unauthorized (401), unknown_preset (422), unsupported_media_type (415), validation_error (422), wrong_user (403) (more may be added; branch on the ones you handle)
+             * @description Stable machine-readable reason: bad_request (400), conflict (409), database_unavailable (503), dependency_timeout (503), forbidden (403), internal_error (500), invalid_messages (400), memory_rejected (422), method_not_allowed (405), missing_scope (403), missing_user (400), not_acceptable (406), not_found (404), payload_too_large (413), rate_limited (429), secret_key (503), service_not_configured (503), service_unavailable (503), timeout (504), token_budget_exceeded (429), tool_name_taken (400), turn_failed (500), unauthorized (401), unknown_preset (422), unsupported_media_type (415), validation_error (422), wrong_user (403) (more may be added; branch on the ones you handle)
              * @example validation_error
              */
             code: string;
@@ -2381,7 +2381,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2461,7 +2461,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2541,7 +2541,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2614,7 +2614,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2695,7 +2695,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2782,7 +2782,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2879,7 +2879,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2961,7 +2961,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3038,7 +3038,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3157,7 +3157,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3236,7 +3236,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3335,7 +3335,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3416,7 +3416,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3496,7 +3496,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3575,7 +3575,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3654,7 +3654,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3733,7 +3733,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3791,7 +3791,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3847,7 +3847,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3934,7 +3934,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4010,7 +4010,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4099,7 +4099,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4166,7 +4166,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4253,7 +4253,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4329,7 +4329,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4405,7 +4405,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4461,7 +4461,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4548,7 +4548,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4604,7 +4604,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4787,7 +4787,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4877,7 +4877,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5078,7 +5078,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5172,7 +5172,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5247,7 +5247,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5314,7 +5314,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5410,7 +5410,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5480,7 +5480,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5572,7 +5572,7 @@ export interface operations {
                     "application/json": components["schemas"]["OpenAIErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -5691,7 +5691,7 @@ export interface operations {
                     "application/json": components["schemas"]["OpenAIErrorOut"];
                 };
             };
-            /** @description Database unavailable; nothing was written */
+            /** @description Database unavailable; nothing was written (`database_unavailable`), or a dependency did not answer within the request's time limit (`dependency_timeout`) */
             503: {
                 headers: {
                     [name: string]: unknown;
