@@ -17,6 +17,7 @@ import socket
 
 import uvicorn
 
+from ops.process_commands import GATEWAY_APP, GATEWAY_KEEP_ALIVE_SECONDS
 from shared.config import get_settings
 
 
@@ -34,7 +35,7 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
 
 def main() -> None:
     settings = get_settings()
-    config = uvicorn.Config("ops.gateway:create_app", factory=True, access_log=False)
+    config = uvicorn.Config(GATEWAY_APP, factory=True, access_log=False, timeout_keep_alive=GATEWAY_KEEP_ALIVE_SECONDS)
     # Build the app first, join the port after: the kernel hands a bound socket its share of new
     # connections at once, and they would wait out the imports of a (re)starting gateway.
     config.load()

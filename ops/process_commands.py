@@ -22,6 +22,11 @@ from shared.queues import POOLS
 
 CELERY_APP = "workers.app"
 GATEWAY_APP = "ops.gateway:create_app"  # an app factory (uvicorn --factory)
+# How long the gateway keeps an idle HTTP connection open. uvicorn's default (5 s) equals httpx's own idle expiry
+# (5 s; Node's fetch: 4 s), so a client reusing a connection just as the server closed it got "server
+# disconnected without sending a response" (the soak saw it). The server must outlast its clients and proxies
+# (an AWS load balancer keeps idle connections 60 s): 75 s, as nginx does.
+GATEWAY_KEEP_ALIVE_SECONDS = 75
 # Workers have nothing to learn from each other (mingle: revoked ids at start; gossip: peer events),
 # and both bootsteps reconnect badly after Redis restarts (a worker can stop consuming).
 WORKER_FLAGS = ("--without-mingle", "--without-gossip")
@@ -46,7 +51,7 @@ def gateway_argv(host: str, port: int, *, log_level: str | None = None, python: 
     """uvicorn with the gateway's app factory on `host:port`, without access log; `log_level` is uvicorn's
     own (its default when None)."""
     argv = [*_module("uvicorn", python), GATEWAY_APP, "--factory", "--host", host, "--port", str(port)]
-    argv.append("--no-access-log")
+    argv += ["--no-access-log", "--timeout-keep-alive", str(GATEWAY_KEEP_ALIVE_SECONDS)]
     if log_level is not None:
         argv += ["--log-level", log_level]
     return argv

@@ -54,7 +54,7 @@ def test_a_worker_has_a_fixed_pool_or_autoscale_bounds_not_both() -> None:
 def test_the_gateway_runs_the_app_factory_under_uvicorn() -> None:
     assert gateway_argv("127.0.0.1", 8000, python="/py") == [
         *("/py", "-m", "uvicorn", "ops.gateway:create_app", "--factory"),
-        *("--host", "127.0.0.1", "--port", "8000", "--no-access-log"),
+        *("--host", "127.0.0.1", "--port", "8000", "--no-access-log", "--timeout-keep-alive", "75"),
     ]
     assert gateway_argv("0.0.0.0", 1, log_level="warning")[-2:] == ["--log-level", "warning"]
 
