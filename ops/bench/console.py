@@ -20,6 +20,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ops.bench.harness import BenchError, BenchRun, add_json_flag, add_keep_flag, emit, percentile, run_main
@@ -161,7 +162,7 @@ def _pages(memory_id: int, sessions: int) -> dict[str, str]:
     }
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--users", type=int, default=200)
     parser.add_argument("--memories", type=int, default=10_000)
@@ -170,7 +171,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=60, help="timed requests per page (after 3 warm-ups)")
     add_json_flag(parser)
     add_keep_flag(parser)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if min(args.users, args.memories, args.sessions, args.messages, args.requests) < 1:
         raise BenchError("every count must be at least 1")
 

@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -265,7 +265,7 @@ def flatness(later: list[dict[str, Any]]) -> dict[str, float | None]:
     return out
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="python -m ops.bench.soak")
     parser.add_argument("--minutes", type=float, default=30.0, help="length of the soak (default 30)")
     parser.add_argument("--window-minutes", type=float, default=5.0, help="report window; the first is warm-up")
@@ -275,7 +275,7 @@ def main() -> int:
     parser.add_argument("--llm-latency-ms", type=float, default=0.0)
     add_json_flag(parser)
     add_keep_flag(parser)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     window_s, seconds = args.window_minutes * 60, args.minutes * 60
     if window_s <= 0 or seconds < 2 * window_s:
         parser.error("--minutes must be at least two windows (--window-minutes): the first is warm-up")
