@@ -96,14 +96,18 @@ def signed_in(request: Request) -> Signed:
     return Signed(principal, csrf_token(key, nonce))
 
 
+def _with_scope(signed: Signed, scope: str) -> Signed:
+    if not signed.allows(scope):
+        raise ConsoleError(
+            status.HTTP_403_FORBIDDEN,
+            f"this API key lacks the scope {scope!r} (it has: {', '.join(sorted(signed.principal.scopes))})",
+        )
+    return signed
+
+
 def needs(scope: str) -> Any:
     async def dependency(signed: Annotated[Signed, Depends(signed_in)]) -> Signed:
-        if not signed.allows(scope):
-            raise ConsoleError(
-                status.HTTP_403_FORBIDDEN,
-                f"this API key lacks the scope {scope!r} (it has: {', '.join(sorted(signed.principal.scopes))})",
-            )
-        return signed
+        return _with_scope(signed, scope)
 
     return Depends(dependency)
 
@@ -125,12 +129,7 @@ def posts(scope: str) -> Any:
     """A write: signed in, the CSRF token checked, then the scope."""
 
     async def dependency(signed: Annotated[Signed, Depends(_checked_post)]) -> Signed:
-        if not signed.allows(scope):
-            raise ConsoleError(
-                status.HTTP_403_FORBIDDEN,
-                f"this API key lacks the scope {scope!r} (it has: {', '.join(sorted(signed.principal.scopes))})",
-            )
-        return signed
+        return _with_scope(signed, scope)
 
     return Depends(dependency)
 
