@@ -14,6 +14,8 @@ from shared.db import Conn
 
 TenantOption = Annotated[str, typer.Option(help="The tenant (by name)")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object")]
+UrlOpt = Annotated[str | None, typer.Option(help="Gateway URL (default http://ENGRAM_HOST:ENGRAM_PORT)")]
+KeyOpt = Annotated[str | None, typer.Option(help="API key (default ENGRAM_API_KEY or the dev key)")]
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

@@ -4,7 +4,10 @@
 The Settings page of the docs (docs/reference/settings.md) and `.env.example` are generated from this
 class (`python -m ops.settings_doc`, `python -m ops.env_example`); a field without a description stops
 both. `json_schema_extra={"doc_default": …}` gives the default those files show where the object has
-none to show (unset, computed, generated) or spells one (it must parse to the object's default)."""
+none to show (unset, computed, generated) or spells one (it must parse to the object's default).
+
+Longer than other modules on purpose: one object holds every setting, so that one place validates them
+together and documents them all; its sections are the `# --- … ---` comments."""
 
 from __future__ import annotations
 

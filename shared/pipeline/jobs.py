@@ -29,8 +29,6 @@ from shared.pipeline.compaction import (
     build_summary_prompt,
     choose_keep,
     cumulative_summary,
-    offline_active_task,
-    offline_summary,
     parse_summary,
 )
 from shared.pipeline.extraction import (
@@ -42,6 +40,7 @@ from shared.pipeline.extraction import (
     select_for_extraction,
     to_memory_inputs,
 )
+from shared.pipeline.offline_compaction import offline_active_task, offline_summary
 from shared.pipeline.offline_extraction import offline_extract
 from shared.pipeline.personality import (
     StyleObservation,

@@ -14,9 +14,9 @@ from pydantic import SecretStr
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM, FakeReply, fake_embedding
 from shared.config import Settings
+from shared.embeddings.openai_embedder import PROBE_TEXT
 from shared.embeddings.providers import (
     LOCAL_DIMENSION,
-    PROBE_TEXT,
     EmbeddingError,
     LocalEmbedder,
     OnnxLocalEmbedder,

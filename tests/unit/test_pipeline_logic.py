@@ -24,8 +24,6 @@ from shared.pipeline.compaction import (
     choose_keep,
     compress_previous,
     cumulative_summary,
-    offline_active_task,
-    offline_summary,
     parse_summary,
 )
 from shared.pipeline.extraction import (
@@ -37,6 +35,7 @@ from shared.pipeline.extraction import (
     select_for_extraction,
     to_memory_inputs,
 )
+from shared.pipeline.offline_compaction import offline_active_task, offline_summary
 from shared.pipeline.offline_extraction import offline_extract
 from shared.pipeline.personality import (
     StyleObservation,
