@@ -9,6 +9,7 @@ from pathlib import Path
 
 from shared.config import Settings
 from shared.db import Conn
+from shared.sentinel import SentinelTarget
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Check:
 
 
 def run_checks(settings: Settings) -> Iterator[Check]:
-    from shared.services import ServiceNotConfigured, resolve_database_url, resolve_redis_url
+    from shared.services import ServiceNotConfigured, resolve_database_url, resolve_redis_sentinel, resolve_redis_url
 
     yield Check("data dir", True, str(settings.data_dir))
     try:
@@ -30,13 +31,14 @@ def run_checks(settings: Settings) -> Iterator[Check]:
         database_url = None
     if database_url:
         yield from _check_postgres(database_url)
+    sentinel = resolve_redis_sentinel(settings)
     try:
-        redis_url = resolve_redis_url(settings)
+        redis_url = resolve_redis_url(settings) if sentinel is None else None
     except ServiceNotConfigured as exc:
         yield Check("redis", False, str(exc), "run `engram up` (embedded) or set ENGRAM_REDIS_URL")
         redis_url = None
-    if redis_url:
-        yield from _check_redis_and_workers(redis_url)
+    if redis_url or sentinel is not None:
+        yield from _check_redis_and_workers(redis_url, sentinel)
     yield _check_provider(settings)
     model_file = _check_embedding_model_file(settings)
     if model_file is not None:
@@ -170,15 +172,30 @@ def _check_embeddings(conn: Conn) -> Check:
     return Check("embeddings", True, stored)
 
 
-def _check_redis_and_workers(url: str) -> Iterator[Check]:
+def _check_redis_and_workers(url: str | None, sentinel: SentinelTarget | None) -> Iterator[Check]:
     import redis
+    import redis.sentinel
 
     try:
-        redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+        if sentinel is None:
+            assert url is not None
+            redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+        else:
+            timeouts = {"socket_connect_timeout": 3, "socket_timeout": 3}
+            redis.sentinel.Sentinel(list(sentinel.sentinels), sentinel_kwargs=timeouts, **timeouts).master_for(
+                sentinel.service
+            ).ping()
     except redis.RedisError as exc:
-        yield Check("redis", False, f"cannot connect: {exc}", "check ENGRAM_REDIS_URL, or run `engram up`")
+        fix = (
+            "check ENGRAM_REDIS_URL, or run `engram up`"
+            if sentinel is None
+            else f"check ENGRAM_REDIS_SENTINELS and that the sentinels monitor {sentinel.service!r}"
+        )
+        yield Check("redis", False, f"cannot connect: {exc}", fix)
         return
-    yield Check("redis", True, "reachable")
+    yield Check(
+        "redis", True, "reachable" if sentinel is None else f"reachable (Sentinel primary of {sentinel.service!r})"
+    )
     from shared.queues import QUEUES
     from workers.app import app
 

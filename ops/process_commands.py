@@ -30,9 +30,10 @@ GATEWAY_KEEP_ALIVE_SECONDS = 75
 # Workers have nothing to learn from each other (mingle: revoked ids at start; gossip: peer events),
 # and both bootsteps reconnect badly after Redis restarts (a worker can stop consuming).
 WORKER_FLAGS = ("--without-mingle", "--without-gossip")
-# workers/app.py configures RedBeat too; the command line says it so that a deployment reading only the
-# command (compose, k8s) sees that several beats may run (they share a leader lock in Redis).
-BEAT_SCHEDULER = "redbeat.RedBeatScheduler"
+# workers/app.py configures the scheduler (RedBeat, workers/beat.py) too; the command line says it so that a
+# deployment reading only the command (compose, k8s) sees that several beats may run (they share a leader lock
+# in Redis).
+BEAT_SCHEDULER = "workers.beat:Scheduler"
 
 
 class UnknownPool(ValueError):

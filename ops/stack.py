@@ -20,7 +20,7 @@ from shared.config import Settings
 from shared.db import Conn
 from shared.logging import get_logger
 from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS
-from shared.services import read_services, services_file, write_services
+from shared.services import read_services, resolve_redis_sentinel, services_file, write_services
 
 log = get_logger(__name__)
 
@@ -182,7 +182,11 @@ class Stack:
                 self.postgres = EmbeddedPostgres(s.data_dir / "postgres")
                 database_url = self.postgres.start()
                 self.supervisor.watch("postgres", self.postgres)
-            if s.redis_url:
+            sentinel = resolve_redis_sentinel(s)
+            if sentinel is not None:
+                # Children inherit ENGRAM_REDIS_SENTINELS; the `sentinel://` URL says the same to URL readers.
+                redis_url = sentinel.broker_url
+            elif s.redis_url:
                 redis_url = s.redis_url
             else:
                 previous = read_services(s).get("redis_port")

@@ -19,6 +19,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.cron import parse_cron
+from shared.sentinel import is_sentinel_url, parse_sentinels
 
 ProviderName = Literal["auto", "offline", "anthropic", "openai"]
 
@@ -39,7 +40,21 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         None, description="Postgres URL (needs pgvector); unset = embedded Postgres in the data dir"
     )
-    redis_url: str | None = Field(None, description="Redis URL; unset = embedded valkey in the data dir")
+    redis_url: str | None = Field(
+        None,
+        description="Redis URL; unset = embedded valkey in the data dir. A kombu-style Sentinel URL "
+        "(`sentinel://host:port;sentinel://host:port`) means the same as `ENGRAM_REDIS_SENTINELS`",
+    )
+    redis_sentinels: str | None = Field(
+        None,
+        description="Redis Sentinel addresses, `host:port,host:port`; when set, every Redis client (broker, "
+        "locks, event streams, rate limits, beat) asks them for the primary of `ENGRAM_REDIS_SENTINEL_SERVICE` "
+        "and follows a failover, and `ENGRAM_REDIS_URL` is not used (see [Redis Sentinel]"
+        "(../operations/sentinel.md))",
+    )
+    redis_sentinel_service: str = Field(
+        "engram", min_length=1, description="the master name the sentinels monitor (`sentinel monitor <name> …`)"
+    )
     db_pool_size: int = Field(
         10,
         ge=1,
@@ -561,6 +576,21 @@ class Settings(BaseSettings):
     def _cron(cls, value: str) -> str:
         parse_cron(value)  # ValueError with the reason
         return " ".join(value.split())
+
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _sentinels(cls, value: str | None) -> str | None:
+        if value is not None and value.strip():
+            parse_sentinels(value)  # ValueError naming the bad entry
+            return value
+        return None
+
+    @field_validator("redis_url")
+    @classmethod
+    def _sentinel_url(cls, value: str | None) -> str | None:
+        if is_sentinel_url(value):
+            parse_sentinels(str(value), "ENGRAM_REDIS_URL")
+        return value
 
     @field_validator("jobs_timezone")
     @classmethod

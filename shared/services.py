@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.config import Settings
+from shared.sentinel import SentinelTarget, is_sentinel_url, parse_sentinels
 
 
 class ServiceNotConfigured(RuntimeError):
@@ -52,4 +53,18 @@ def resolve_database_url(settings: Settings) -> str:
 
 
 def resolve_redis_url(settings: Settings) -> str:
+    """The single server's URL; with Sentinel configured use `resolve_redis_sentinel` (shared/redis_client.py
+    builds clients for either)."""
     return _resolve(settings, settings.redis_url, "redis_url", "ENGRAM_REDIS_URL")
+
+
+def resolve_redis_sentinel(settings: Settings) -> SentinelTarget | None:
+    """The sentinels to ask for the Redis primary (ENGRAM_REDIS_SENTINELS, or a `sentinel://`
+    ENGRAM_REDIS_URL, or the one `engram up` recorded); None for a single server. Sentinels win over a
+    plain ENGRAM_REDIS_URL."""
+    if settings.redis_sentinels:
+        return SentinelTarget(parse_sentinels(settings.redis_sentinels), settings.redis_sentinel_service)
+    url = settings.redis_url or read_services(settings).get("redis_url")
+    if is_sentinel_url(url):
+        return SentinelTarget(parse_sentinels(str(url), "ENGRAM_REDIS_URL"), settings.redis_sentinel_service)
+    return None

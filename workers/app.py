@@ -29,8 +29,8 @@ from shared.heap import freeze_startup_heap
 from shared.logging import configure_logging, get_logger
 from shared.maintenance.schedule import JOBS, cron_of, enabled
 from shared.queues import QUEUES
-from shared.redis_client import reset_redis
-from shared.services import resolve_redis_url
+from shared.redis_client import reset_redis, sentinel_timeouts
+from shared.services import resolve_redis_sentinel, resolve_redis_url
 from shared.tracing import configure_tracing, instrument_celery_worker
 from workers import metrics as _metric_signals  # noqa: F401  (task metrics, the pool's exporter)
 from workers import tracing as _publish_hooks  # noqa: F401  (connects the request-id publish hook)
@@ -84,23 +84,48 @@ def maintenance_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     return entries
 
 
+def redis_conf(settings: Settings) -> dict[str, Any]:
+    """Where the broker and beat's leader lock are: the single server's URL, or (ENGRAM_REDIS_SENTINELS)
+    kombu's Sentinel transport and RedBeat's Sentinel client, which ask the sentinels for the primary and
+    follow a failover."""
+    transport_options: dict[str, Any] = {
+        "visibility_timeout": settings.broker_visibility_timeout,
+        "socket_connect_timeout": settings.redis_connect_timeout_seconds,
+        "socket_timeout": settings.redis_socket_timeout_seconds,
+        "health_check_interval": settings.redis_health_check_interval_seconds,
+    }
+    target = resolve_redis_sentinel(settings)
+    if target is None:
+        url = resolve_redis_url(settings)
+        return {"broker_url": url, "broker_transport_options": transport_options, "redbeat_redis_url": url}
+    return {
+        "broker_url": target.broker_url,
+        "broker_transport_options": {
+            **transport_options,
+            "master_name": target.service,
+            "sentinel_kwargs": sentinel_timeouts(settings),
+        },
+        # RedBeat takes the sentinels from its options; the URL only says "redis-sentinel" (and its banner shows it).
+        "redbeat_redis_url": "redis-sentinel://{}:{}/0".format(*target.sentinels[0]),
+        "redbeat_redis_options": {
+            "sentinels": list(target.sentinels),
+            "service_name": target.service,
+            "socket_timeout": settings.redis_socket_timeout_seconds,
+            "sentinel_kwargs": sentinel_timeouts(settings),
+        },
+    }
+
+
 def create_celery() -> Celery:
     settings = get_settings()
     # One module per queue; workers import them at start (the gateway only sends tasks by name).
     app = Celery("engram", include=TASK_MODULES)
-    broker_url = resolve_redis_url(settings)
     app.conf.update(
-        broker_url=broker_url,
+        **redis_conf(settings),
         broker_connection_retry_on_startup=True,
         # Ride out a Redis outage of any length (the default gives up after 100 tries and exits).
         broker_connection_max_retries=None,
         worker_consumer="workers.consumer:ResilientConsumer",
-        broker_transport_options={
-            "visibility_timeout": settings.broker_visibility_timeout,
-            "socket_connect_timeout": settings.redis_connect_timeout_seconds,
-            "socket_timeout": settings.redis_socket_timeout_seconds,
-            "health_check_interval": settings.redis_health_check_interval_seconds,
-        },
         # Postgres holds every outcome; Celery result storage would be a second, weaker copy.
         task_ignore_result=True,
         task_acks_late=True,
@@ -129,8 +154,7 @@ def create_celery() -> Celery:
         # availability); only the holder of the lock sends, and a standby takes over within the lock
         # timeout when it dies. Every job run is also keyed by (job, period) in job_runs, so a
         # duplicate fire is a no-op anyway.
-        beat_scheduler="redbeat.RedBeatScheduler",
-        redbeat_redis_url=broker_url,
+        beat_scheduler="workers.beat:Scheduler",  # RedBeat that survives a Redis outage
         redbeat_key_prefix="redbeat:engram",
         redbeat_lock_timeout=settings.beat_lock_timeout_seconds,
         beat_max_loop_interval=BEAT_MAX_LOOP_SECONDS,
@@ -190,7 +214,9 @@ def _worker_broker_settings(**_: object) -> None:
     # Only workers: the gateway must publish fast, and Flower recognises the broker by its scheme.
     app.conf.task_publish_retry_policy = WORKER_PUBLISH_RETRY_POLICY
     vars(app.amqp).pop("send_task_message", None)  # the sender caches the policy when first built
-    app.conf.broker_transport = "workers.broker:Transport"  # Redis; a killed task's message requeued first
+    # Redis (or Redis through Sentinel); a killed task's message requeued first.
+    sentinel = resolve_redis_sentinel(get_settings()) is not None
+    app.conf.broker_transport = "workers.broker:SentinelTransport" if sentinel else "workers.broker:Transport"
 
 
 @worker_init.connect

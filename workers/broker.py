@@ -30,3 +30,13 @@ class Channel(kombu_redis.Channel):
 
 class Transport(kombu_redis.Transport):
     Channel = Channel
+
+
+class SentinelChannel(kombu_redis.SentinelChannel):
+    QoS = QoS
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """The same, reaching the primary through Redis Sentinel (ENGRAM_REDIS_SENTINELS)."""
+
+    Channel = SentinelChannel

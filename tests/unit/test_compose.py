@@ -126,7 +126,7 @@ def test_two_beats_share_the_redbeat_lock(services: dict[str, dict[str, Any]]) -
     beats = [name for name, svc in services.items() if "celery" in argv(svc) and "beat" in argv(svc)]
     assert beats == ["beat"]
     args = argv(services["beat"])
-    assert args[args.index("-S") + 1] == "redbeat.RedBeatScheduler"
+    assert args[args.index("-S") + 1] == "workers.beat:Scheduler"
     assert services["beat"]["deploy"]["replicas"] == 2
 
 

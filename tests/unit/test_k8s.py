@@ -109,7 +109,7 @@ def test_beat_runs_twice_under_the_redbeat_lock(rendered: list[dict[str, Any]]) 
     beat = by_kind(rendered, "Deployment")["beat"]
     assert beat["spec"]["replicas"] == 2
     command = pod_spec(beat)["containers"][0]["command"]
-    assert command[command.index("-S") + 1] == "redbeat.RedBeatScheduler"
+    assert command[command.index("-S") + 1] == "workers.beat:Scheduler"
     assert by_kind(rendered, "PodDisruptionBudget")["beat"]["spec"]["minAvailable"] == 1
 
 

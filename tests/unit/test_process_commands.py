@@ -61,7 +61,7 @@ def test_the_gateway_runs_the_app_factory_under_uvicorn() -> None:
 
 def test_beat_runs_redbeat_and_flower_logs_in_from_the_environment() -> None:
     assert beat_argv("INFO", python="/py") == [
-        *("/py", "-m", "celery", "-A", "workers.app", "beat", "-S", "redbeat.RedBeatScheduler", "--loglevel", "INFO")
+        *("/py", "-m", "celery", "-A", "workers.app", "beat", "-S", "workers.beat:Scheduler", "--loglevel", "INFO")
     ]
     flower = flower_argv("127.0.0.1", 5555, python="/py")
     assert flower == ["/py", "-m", "celery", "-A", "workers.app", "flower", "--address=127.0.0.1", "--port=5555"]
