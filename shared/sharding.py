@@ -18,6 +18,9 @@ from typing import Literal
 
 Placement = Literal["distributed", "reference", "coordinator"]
 
+# Sized in docs/operations/sharding.md: the measured bytes of an active user × 100 M users, at most ~128 GB a shard.
+PLANNED_SHARD_COUNT = 4096
+
 # The co-location group of user data: every table in it is hashed on the same user id.
 USER_GROUP = "users"
 
