@@ -1,0 +1,222 @@
+"""Bytes on disk per row and per user, measured: the inputs of the sharding plan (docs/operations/sharding.md).
+
+    python -m ops.bench.shard_sizes                       # 100 users of the default profile, 384-dim vectors
+    python -m ops.bench.shard_sizes --users 200 --dims 1536 --memories 300 --messages 600
+
+Starts an embedded Postgres in a temporary directory (stopped on exit), applies the migrations, types the
+vector column and builds the HNSW index the product builds, then loads `--users` users of one profile with
+SQL: per user `--memories` memories (one chunk each, with a random unit vector, one `add` event, one entity
+link), `--entities` entities, `--messages` messages in sessions of `--session-messages` (alternating user and
+assistant, one chat turn and one LLM call per pair; the migration's trigger builds a transcript unit per
+message, which gets a random vector too). Text is drawn from a 2,000-word vocabulary at the lengths given.
+After VACUUM ANALYZE it reports, per table, rows, total bytes (heap, TOAST and indexes:
+`pg_total_relation_size`) and bytes per row, the HNSW index on its own, and the total per user.
+
+Random vectors size the HNSW graph like real ones (its size follows the row count, the dimension and `m`).
+Word-drawn text gives the full-text indexes realistic lexeme counts but not real language's skew.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from ops.embedded import EmbeddedPostgres
+from shared.migrate import apply_migrations
+
+_WORDS = "(SELECT array_agg('w' || md5(i::text)::varchar(6)) FROM generate_series(1, 2000) i)"
+
+
+def _text(words: int) -> str:
+    """SQL for a text of about `words` words from the vocabulary (`vocab` must be in scope)."""
+    return (
+        # `i * 0` ties the aggregate to this subquery (an aggregate of outer columns only belongs to the outer query).
+        f"(SELECT string_agg(vocab[1 + floor(random() * 2000)::int + i * 0], ' ') FROM generate_series(1, {words}) i "
+        "WHERE g IS NOT NULL)"
+    )
+
+
+def _vector(dims: int) -> str:
+    return f"(SELECT array_agg(random() - 0.5)::vector({dims}) FROM generate_series(1, {dims}) WHERE g IS NOT NULL)"
+
+
+def load(conn: psycopg.Connection[dict[str, Any]], args: argparse.Namespace) -> None:
+    d = args.dims
+    conn.execute("INSERT INTO tenants (name) VALUES ('sizes')")
+    conn.execute(
+        "INSERT INTO users (tenant_id, external_id, display_name) "
+        "SELECT 1, 'user-' || g, 'User ' || g FROM generate_series(1, %s) g",
+        (args.users,),
+    )
+    conn.execute(f"ALTER TABLE memory_chunks ALTER COLUMN embedding TYPE vector({d}) USING NULL")
+    conn.execute("CREATE INDEX memory_chunks_embedding_hnsw ON memory_chunks USING hnsw (embedding vector_cosine_ops)")
+    sessions_per_user = max(1, args.messages // args.session_messages)
+    conn.execute(
+        """INSERT INTO sessions (tenant_id, user_id, session_key, summary)
+           SELECT 1, u.id, 's' || g, NULL FROM users u, generate_series(1, %s) g""",
+        (sessions_per_user,),
+    )
+    # One chat turn per (user message, reply) pair, then its messages. Their units are built afterwards, with
+    # the statistics known (the migration's trigger, row by row on an unanalysed table, would scan the table
+    # for each message).
+    conn.execute(
+        """INSERT INTO turns (tenant_id, user_id, session_id, status, reply, usage, timings, started_at, finished_at)
+           SELECT 1, s.user_id, s.id, 'done', 'ok', '{"llm_calls": 1, "input_tokens": 900}',
+                  '{"llm_ms": 800, "run_ms": 900}', now(), now()
+             FROM sessions s, generate_series(1, %s) g""",
+        (args.session_messages // 2,),
+    )
+    conn.execute("ALTER TABLE session_messages DISABLE TRIGGER session_messages_transcript_units")
+    conn.execute(
+        f"""INSERT INTO session_messages (tenant_id, user_id, session_id, turn_id, role, content, token_estimate)
+            SELECT 1, t.user_id, t.session_id, t.id, r.role,
+                   CASE WHEN r.role = 'user' THEN {_text(args.user_words)} ELSE {_text(args.reply_words)} END, 60
+              FROM (SELECT {_WORDS} AS vocab) v, turns t, (VALUES (1, 'user'), (2, 'assistant')) r(n, role),
+                   LATERAL (SELECT t.id AS g) gg(g)
+             ORDER BY t.id, r.n"""
+    )
+    conn.execute("ALTER TABLE session_messages ENABLE TRIGGER session_messages_transcript_units")
+    conn.execute("ANALYZE session_messages")
+    conn.execute("SELECT engram_build_transcript_unit(id) FROM session_messages ORDER BY id")
+    conn.execute(
+        """INSERT INTO llm_calls (tenant_id, user_id, session_id, turn_id, purpose, provider, model,
+                                  input_tokens, output_tokens, duration_ms)
+           SELECT 1, user_id, session_id, id, 'chat', 'anthropic', 'claude', 900, 60, 800 FROM turns"""
+    )
+    conn.execute(
+        f"""INSERT INTO memories (tenant_id, user_id, namespace, key, value, kind, tags, metadata, embedded_at,
+                                  content_key)
+            SELECT 1, u.id, 'tacit/facts', 'fact-' || g, {_text(args.memory_words)}, 'fact', ARRAY['topic'],
+                   jsonb_build_object('reinforced_count', 1, 'first_observed', now()), now(),
+                   sha256(convert_to(u.id || ':' || g, 'UTF8'))
+              FROM (SELECT {_WORDS} AS vocab) v, users u, generate_series(1, %s) g""",
+        (args.memories,),
+    )
+    conn.execute(
+        f"""INSERT INTO memory_chunks (tenant_id, user_id, memory_id, text, end_char, content_hash, embedding)
+            SELECT m.tenant_id, m.user_id, m.id, 'tacit/facts fact: ' || m.value, length(m.value),
+                   encode(sha256(convert_to(m.value, 'UTF8')), 'hex'), {_vector(d)}
+              FROM memories m, LATERAL (SELECT m.id AS g) gg(g)"""
+    )
+    conn.execute(
+        f"UPDATE memory_chunks c SET embedding = {_vector(d)}, embedded_at = now() "
+        "FROM (SELECT id AS g FROM memory_chunks WHERE message_id IS NOT NULL) gg WHERE c.id = gg.g"
+    )
+    conn.execute(
+        """INSERT INTO memory_events (tenant_id, user_id, memory_id, action, namespace, key, new_value, actor)
+           SELECT tenant_id, user_id, id, 'add', namespace, key, value, 'extraction' FROM memories"""
+    )
+    conn.execute(
+        """INSERT INTO entities (tenant_id, user_id, canonical_name, normalized_name, entity_type, mention_count)
+           SELECT 1, u.id, 'Person ' || g, 'person ' || g, 'person', 3 FROM users u, generate_series(1, %s) g""",
+        (args.entities,),
+    )
+    conn.execute(
+        """INSERT INTO memory_entities (memory_id, entity_id)
+           SELECT m.id, e.id FROM memories m
+             JOIN entities e ON e.user_id = m.user_id
+              AND e.normalized_name = 'person ' || (1 + m.id %% %s)""",
+        (args.entities,),
+    )
+
+
+_SIZES = """
+    SELECT c.relname AS name, pg_total_relation_size(c.oid) AS total, pg_relation_size(c.oid) AS heap,
+           pg_indexes_size(c.oid) AS indexes
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = 'public' AND c.relkind = 'r' ORDER BY total DESC"""
+
+
+def measure(conn: psycopg.Connection[dict[str, Any]], users: int) -> dict[str, Any]:
+    tables = []
+    for row in conn.execute(_SIZES).fetchall():
+        counted = conn.execute(f'SELECT count(*) AS n FROM "{row["name"]}"').fetchone()
+        rows = int(counted["n"]) if counted else 0
+        if rows == 0:
+            continue
+        tables.append(
+            {
+                "table": row["name"],
+                "rows": rows,
+                "bytes": int(row["total"]),
+                "heap_bytes": int(row["heap"]),
+                "index_bytes": int(row["indexes"]),
+                "bytes_per_row": row["total"] // rows,
+            }
+        )
+    hnsw = conn.execute("SELECT pg_relation_size('memory_chunks_embedding_hnsw') AS n").fetchone()
+    vectors = conn.execute("SELECT count(*) AS n FROM memory_chunks WHERE embedding IS NOT NULL").fetchone()
+    total = sum(t["bytes"] for t in tables)
+    assert hnsw is not None and vectors is not None
+    return {
+        "users": users,
+        "tables": tables,
+        "hnsw_bytes": int(hnsw["n"]),
+        "hnsw_bytes_per_vector": int(hnsw["n"]) // max(int(vectors["n"]), 1),
+        "total_bytes": total,
+        "bytes_per_user": total // users,
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [
+        "| table | rows | bytes | heap | indexes | TOAST | bytes/row | rows/user |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for t in report["tables"]:
+        per_user = t["rows"] / report["users"]
+        toast = t["bytes"] - t["heap_bytes"] - t["index_bytes"]
+        lines.append(
+            f"| {t['table']} | {t['rows']} | {t['bytes']} | {t['heap_bytes']} | {t['index_bytes']} | {toast} "
+            f"| {t['bytes_per_row']} | {per_user:g} |"
+        )
+    lines.append(
+        f"\nHNSW index: {report['hnsw_bytes']} bytes, {report['hnsw_bytes_per_vector']} bytes/vector. "
+        f"Total {report['total_bytes']} bytes for {report['users']} users: {report['bytes_per_user']} bytes/user."
+    )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.shard_sizes", description=__doc__.split("\n")[0])
+    parser.add_argument("--users", type=int, default=100)
+    parser.add_argument("--dims", type=int, default=384, help="embedding dimension (384: the local model)")
+    parser.add_argument("--memories", type=int, default=200, help="memories per user")
+    parser.add_argument("--entities", type=int, default=50, help="entities per user")
+    parser.add_argument("--messages", type=int, default=400, help="messages per user")
+    parser.add_argument("--session-messages", type=int, default=40, help="messages per session")
+    parser.add_argument("--memory-words", type=int, default=12)
+    parser.add_argument("--user-words", type=int, default=20)
+    parser.add_argument("--reply-words", type=int, default=60)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    if min(args.users, args.dims, args.memories, args.entities, args.messages, args.session_messages) < 2:
+        parser.error("every count must be at least 2")
+    with tempfile.TemporaryDirectory(prefix="engram-shard-sizes-") as workdir:
+        server = EmbeddedPostgres(Path(workdir) / "postgres")
+        url = server.start()
+        try:
+            with psycopg.connect(url, row_factory=dict_row, autocommit=True) as conn:
+                apply_migrations(conn)
+                conn.autocommit = False
+                load(conn, args)
+                conn.commit()
+                conn.autocommit = True
+                conn.execute("VACUUM ANALYZE")
+                report = measure(conn, args.users)
+        finally:
+            server.stop()
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
