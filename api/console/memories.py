@@ -36,6 +36,17 @@ def user_scope(conn: Conn, tenant_id: int, user_id: str, *, create: bool = False
     return Scope(tenant_id, internal)
 
 
+def _day(name: str, text: str) -> date | None:
+    if not text.strip():
+        return None
+    try:
+        return date.fromisoformat(text.strip())
+    except ValueError as exc:
+        raise ConsoleError(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f"{name}: expected a date such as 2026-03-01 (it was {text!r})"
+        ) from exc
+
+
 @router.get("", response_class=HTMLResponse)
 def memory_list(
     request: Request,
@@ -47,15 +58,15 @@ def memory_list(
     tag: Annotated[str, Query(max_length=100)] = "",
     sort: Annotated[str, Query(max_length=20)] = DEFAULT_SORT,
     field: Annotated[str, Query(alias="date", max_length=20)] = "updated",
-    start: Annotated[date | None, Query(alias="from")] = None,
-    end: Annotated[date | None, Query(alias="to")] = None,
+    start: Annotated[str, Query(alias="from", max_length=40)] = "",  # a form's empty date field sends ""
+    end: Annotated[str, Query(alias="to", max_length=40)] = "",
     page_number: Annotated[int, Query(alias="page", ge=1, le=400)] = 1,
     deleted: Annotated[int, Query(ge=0, le=1000, description="How many a bulk delete just deleted")] = 0,
 ) -> HTMLResponse:
     if kind and kind not in KINDS:
         raise ConsoleError(status.HTTP_400_BAD_REQUEST, f"unknown kind {kind!r}; kinds are {', '.join(KINDS)}")
     filters = MemoryFilters(kind=kind or None, namespace=namespace.strip() or None, tag=tag.strip() or None)
-    window = TimeWindow(field=field, start=start, end=end)
+    window = TimeWindow(field=field, start=_day("from", start), end=_day("to", end))
     try:
         check_list(sort, window)
     except ListRefused as exc:
@@ -74,8 +85,8 @@ def memory_list(
         "tag": tag,
         "sort": "" if sort == DEFAULT_SORT else sort,
         "date": "" if field == "updated" else field,
-        "from": start.isoformat() if start else "",
-        "to": end.isoformat() if end else "",
+        "from": window.start.isoformat() if window.start else "",
+        "to": window.end.isoformat() if window.end else "",
     }
     return page(
         request,

@@ -21,11 +21,12 @@ from shared.memory.userdata import export_user
 
 router = APIRouter(prefix="/console/users/{user_id}/memories", include_in_schema=False)
 
-MemoryIds = Annotated[list[int], Form(max_length=MAX_SELECTED + 1)]
+# One more than allowed gets through the form parsing, so the refusal names the limit.
+MemoryIds = Annotated[list[int] | None, Form(max_length=MAX_SELECTED + 1)]
 
 
 @router.post("/bulk-delete")
-def delete_selected(user_id: UserId, signed: MemoryWriter, ids: MemoryIds | None = None) -> Response:
+def delete_selected(user_id: UserId, signed: MemoryWriter, ids: MemoryIds = None) -> Response:
     try:
         with db.connection() as conn:
             deleted = remove_many(conn, user_scope(conn, signed.principal.id, user_id), ids or [])
