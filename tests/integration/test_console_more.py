@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from psycopg.types.json import Jsonb
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -57,6 +58,11 @@ def _store(user: str, key: str, value: str, **extra: Any) -> int:
         return int(store_memory(conn, _scope(user), MemoryInput(key=key, value=value, **extra), "api").memory["id"])
 
 
+def _until(driver: WebDriver, condition: Any) -> None:
+    """Wait for a condition on a list htmx may be swapping while it is read."""
+    WebDriverWait(driver, WAIT_S, ignored_exceptions=[StaleElementReferenceException]).until(condition)
+
+
 def _keys_listed(driver: WebDriver) -> list[str]:
     return [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#results .card strong")]
 
@@ -94,7 +100,7 @@ def test_the_memory_list_orders_and_filters_by_date(browser: WebDriver, console:
     assert _keys_listed(browser)[:3] == ["next-trip", "favourite-tea", "bike"]
 
     Select(browser.find_element(By.ID, "sort")).select_by_visible_text("Least recently changed first")
-    WebDriverWait(browser, WAIT_S).until(lambda b: _keys_listed(b)[:1] == ["bike"])
+    _until(browser, lambda b: _keys_listed(b)[:1] == ["bike"])
     assert "sort=oldest" in browser.current_url  # htmx keeps the URL in step: the order is linkable
     assert _keys_listed(browser)[:3] == ["bike", "favourite-tea", "next-trip"]
 
@@ -180,7 +186,7 @@ def test_users_ordered_by_last_activity(browser: WebDriver, console: Console) ->
 
     assert first_user(browser) == "alice"
     Select(browser.find_element(By.ID, "sort")).select_by_visible_text("Most recently active first")
-    WebDriverWait(browser, WAIT_S).until(lambda b: first_user(b) == "bob")
+    _until(browser, lambda b: first_user(b) == "bob")
     assert "sort=active" in browser.current_url
 
 
