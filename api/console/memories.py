@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Path, Query, Request, status
@@ -15,6 +16,7 @@ from api.schemas.memories import MemoryIn, MemoryPatch
 from shared import db
 from shared.console import memories
 from shared.console.memories import MemoryFilters, MemoryGone
+from shared.console.memory_list import DEFAULT_SORT, SORTS, TIME_FIELDS, ListRefused, TimeWindow, check_list, list_page
 from shared.db import Conn
 from shared.memory.keys import MemoryRejected
 from shared.memory.store import KINDS, MemoryInput, Scope
@@ -34,6 +36,17 @@ def user_scope(conn: Conn, tenant_id: int, user_id: str, *, create: bool = False
     return Scope(tenant_id, internal)
 
 
+def _day(name: str, text: str) -> date | None:
+    if not text.strip():
+        return None
+    try:
+        return date.fromisoformat(text.strip())
+    except ValueError as exc:
+        raise ConsoleError(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f"{name}: expected a date such as 2026-03-01 (it was {text!r})"
+        ) from exc
+
+
 @router.get("", response_class=HTMLResponse)
 def memory_list(
     request: Request,
@@ -43,20 +56,54 @@ def memory_list(
     kind: Annotated[str, Query(max_length=20)] = "",
     namespace: Annotated[str, Query(max_length=200)] = "",
     tag: Annotated[str, Query(max_length=100)] = "",
+    sort: Annotated[str, Query(max_length=20)] = DEFAULT_SORT,
+    field: Annotated[str, Query(alias="date", max_length=20)] = "updated",
+    start: Annotated[str, Query(alias="from", max_length=40)] = "",  # a form's empty date field sends ""
+    end: Annotated[str, Query(alias="to", max_length=40)] = "",
     page_number: Annotated[int, Query(alias="page", ge=1, le=400)] = 1,
+    deleted: Annotated[int, Query(ge=0, le=1000, description="How many a bulk delete just deleted")] = 0,
 ) -> HTMLResponse:
     if kind and kind not in KINDS:
         raise ConsoleError(status.HTTP_400_BAD_REQUEST, f"unknown kind {kind!r}; kinds are {', '.join(KINDS)}")
     filters = MemoryFilters(kind=kind or None, namespace=namespace.strip() or None, tag=tag.strip() or None)
+    window = TimeWindow(field=field, start=_day("from", start), end=_day("to", end))
+    try:
+        check_list(sort, window)
+    except ListRefused as exc:
+        raise ConsoleError(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
+    searching = bool(q.strip())
     with db.connection() as conn:
         scope = user_scope(conn, signed.principal.id, user_id)
-        found = memories.memory_page(conn, scope, query=q.strip(), filters=filters, page=page_number)
-    query = {"q": q, "kind": kind, "namespace": namespace, "tag": tag}
+        if searching:  # ranked best first over every active memory: the order and dates are the list's
+            found = memories.memory_page(conn, scope, query=q.strip(), filters=filters, page=page_number)
+        else:
+            found = list_page(conn, scope, filters, sort=sort, window=window, page=page_number)
+    query = {
+        "q": q,
+        "kind": kind,
+        "namespace": namespace,
+        "tag": tag,
+        "sort": "" if sort == DEFAULT_SORT else sort,
+        "date": "" if field == "updated" else field,
+        "from": window.start.isoformat() if window.start else "",
+        "to": window.end.isoformat() if window.end else "",
+    }
     return page(
         request,
         "memories.html",
         signed,
-        {"user_id": user_id, "memories": found, "query": query, "kinds": KINDS, "searching": bool(q.strip())},
+        {
+            "user_id": user_id,
+            "memories": found,
+            "query": query,
+            "kinds": KINDS,
+            "sorts": SORTS,
+            "sort": sort,
+            "time_fields": TIME_FIELDS,
+            "window": window,
+            "searching": searching,
+            "deleted": deleted,
+        },
     )
 
 

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from ops.bench.harness import BenchError, BenchRun, add_json_flag, add_keep_flag, emit, percentile, run_main
@@ -143,14 +144,21 @@ def _load(database_url: str, users: int, memories: int, sessions: int, messages:
 
 def _pages(memory_id: int, sessions: int) -> dict[str, str]:
     middle = f"session-{max(sessions // 2, 1)}"
+    today = datetime.now(UTC).date().isoformat()  # the loaded memories were created in the last hours
     return {
         "users": "/console/users",
         "users search": "/console/users?q=user-1",
+        "users by activity": "/console/users?sort=active",
         "memories": "/console/users/heavy/memories",
         "memories page 5": "/console/users/heavy/memories?page=5",
+        "memories oldest": "/console/users/heavy/memories?sort=oldest",
+        "memories by key": "/console/users/heavy/memories?sort=key&page=3",
+        "memories window": f"/console/users/heavy/memories?date=created&from={today}&to={today}&page=2",
         "memories search": "/console/users/heavy/memories?q=Lisbon+piano",
         "memories filtered": "/console/users/heavy/memories?kind=episode&tag=tea",
         "memory": f"/console/users/heavy/memories/{memory_id}",
+        "entities": "/console/users/heavy/entities",
+        "reflections": "/console/users/heavy/reflections",
         "sessions": "/console/users/heavy/sessions",
         "transcript": f"/console/users/heavy/sessions/{middle}",
         "context": f"/console/users/heavy/sessions/{middle}/context",

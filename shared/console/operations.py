@@ -1,11 +1,14 @@
 """The operations page: the maintenance jobs (schedule, last and next run), the tenant's recent runs, the queue
-depths, and a job run now for one of the tenant's users."""
+depths, the tenant's channel connections and recent deliveries, and a job run now for one of the tenant's
+users."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from shared.channels.connections import list_connections
+from shared.channels.deliveries import list_deliveries
 from shared.config import Settings
 from shared.db import Conn
 from shared.dispatch import get_dispatcher
@@ -16,6 +19,7 @@ from shared.redis_client import get_redis
 from shared.turns import find_user_id
 
 RECENT_RUNS = 30
+RECENT_DELIVERIES = 20
 
 
 @dataclass(frozen=True)
@@ -23,11 +27,15 @@ class Operations:
     jobs: list[dict[str, Any]]
     runs: list[dict[str, Any]]
     queues: dict[str, int] | None  # None: the broker did not answer
+    # As the admin API lists them: a connection says which secrets are set, never their values; a delivery
+    # leaves out the reply's text, and its error was redacted of the connection's secrets when stored.
+    connections: list[dict[str, Any]]
+    deliveries: list[dict[str, Any]]
 
 
 def operations(conn: Conn, settings: Settings, tenant_id: int) -> Operations:
     """Every job's schedule and last all-users run, the runs of every user of this tenant and the all-users
-    runs (most recent first), and how many messages wait in each queue."""
+    runs (most recent first), how many messages wait in each queue, and the tenant's channels."""
     runs = conn.execute(
         """SELECT r.job, r.period, r.scope, r.status, r.changed, r.counts, r.error, r.started_at, r.finished_at,
                   u.external_id AS user_id
@@ -42,7 +50,13 @@ def operations(conn: Conn, settings: Settings, tenant_id: int) -> Operations:
         depths: dict[str, int] | None = queue_depths(get_redis(), QUEUES)
     except Exception:  # the broker away: the page still shows the jobs
         depths = None
-    return Operations(jobs=overview(conn, settings), runs=runs, queues=depths)
+    return Operations(
+        jobs=overview(conn, settings),
+        runs=runs,
+        queues=depths,
+        connections=list_connections(conn, tenant_id),
+        deliveries=list_deliveries(conn, tenant_id, limit=RECENT_DELIVERIES),
+    )
 
 
 class RunRefused(ValueError):

@@ -125,7 +125,7 @@ def storable_real(name: str, value: float, maximum: float) -> float:
     return round(float(value), REAL_DECIMALS)
 
 
-def _clean_tags(tags: Sequence[str]) -> list[str]:
+def clean_tags(tags: Sequence[str]) -> list[str]:
     cleaned = []
     for tag in tags:
         tag = " ".join(clean_text(str(tag)).split()).casefold()
@@ -194,7 +194,7 @@ def prepare(item: MemoryInput) -> MemoryInput:
         value=value,
         namespace=namespace,
         kind=item.kind,
-        tags=_clean_tags(item.tags),
+        tags=clean_tags(item.tags),
         metadata=_clean_metadata(item.metadata),
         confidence=confidence,
         decay_rate=DEFAULT_DECAY_RATE[item.kind] if decay_rate is None else decay_rate,
@@ -522,7 +522,7 @@ def list_memories(
         params["kinds"] = list(kinds)
     if tags:
         clauses.append("tags @> %(tags)s")
-        params["tags"] = _clean_tags(tags)
+        params["tags"] = clean_tags(tags)
     return conn.execute(
         f"""SELECT {MEMORY_COLUMNS} FROM memories WHERE {" AND ".join(clauses)}
             ORDER BY updated_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s""",
@@ -608,7 +608,7 @@ def update_attributes(
     if decay_rate is not None:
         decay_rate = storable_real("decay_rate", decay_rate, MAX_DECAY_RATE)
     changes = {
-        "tags": _clean_tags(tags) if tags is not None else None,
+        "tags": clean_tags(tags) if tags is not None else None,
         "confidence": confidence,
         "decay_rate": decay_rate,
         "event_time": event_time,

@@ -1,0 +1,246 @@
+"""More of the web console in a real browser: the memory list's order and date window, bulk delete, export,
+users by last activity, entities and reflections, the operations page's channels, and the error page for a
+malformed URL. The browser, gateway, worker and data come from test_console's fixtures (a module of its own,
+so its own data)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+from psycopg.types.json import Jsonb
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from shared import db
+from shared.auth import ensure_tenant
+from shared.channels.connections import upsert_connection
+from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.turns import find_user_id
+from tests.integration.test_console import (  # noqa: F401  (browser, console, keep_failures: fixtures)
+    WAIT_S,
+    Console,
+    browser,
+    console,
+    keep_failures,
+    memory_id,
+    sign_in,
+    text,
+)
+from tests.support.browser import screenshot
+
+pytestmark = pytest.mark.integration
+
+BOT_TOKEN = "123456:telegram-bot-token-never-shown"
+
+
+def _scope(user: str) -> Scope:
+    with db.connection() as conn:
+        tenant_id = ensure_tenant(conn, "tenant-a")
+        return Scope(tenant_id, find_user_id(conn, tenant_id, user) or 0)
+
+
+def _changed_on(key: str, when: datetime) -> None:
+    """Set when a memory was created and last changed (the list's order and window read these)."""
+    with db.connection() as conn:
+        conn.execute(
+            "UPDATE memories SET updated_at = %s, created_at = %s WHERE key = %s AND valid_until IS NULL",
+            (when, when, key),
+        )
+
+
+def _store(user: str, key: str, value: str, **extra: Any) -> int:
+    with db.connection() as conn:
+        return int(store_memory(conn, _scope(user), MemoryInput(key=key, value=value, **extra), "api").memory["id"])
+
+
+def _until(driver: WebDriver, condition: Any) -> None:
+    """Wait for a condition on a list htmx may be swapping while it is read."""
+    WebDriverWait(driver, WAIT_S, ignored_exceptions=[StaleElementReferenceException]).until(condition)
+
+
+def _keys_listed(driver: WebDriver) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#results .card strong")]
+
+
+def _post_pairs(driver: WebDriver, path: str, pairs: list[tuple[str, str]]) -> int:
+    """A same-origin POST from the page's own script with repeated fields (several ids); its status."""
+    status: Any = driver.execute_async_script(
+        """const [path, pairs, done] = arguments;
+           fetch(path, {method: "POST", body: new URLSearchParams(pairs), redirect: "manual"})
+             .then(r => done(r.status), e => done(String(e)));""",
+        path,
+        [list(pair) for pair in pairs],
+    )
+    return int(status)
+
+
+def _token(driver: WebDriver) -> str:
+    token = driver.find_element(By.CSS_SELECTOR, ".sign-out input[name=csrf_token]").get_attribute("value")
+    assert token
+    return token
+
+
+def _active(key: str) -> bool:
+    with db.connection() as conn:
+        row = conn.execute("SELECT count(*) AS n FROM memories WHERE key = %s AND valid_until IS NULL", (key,))
+        return int(row.fetchone()["n"]) == 1
+
+
+def test_the_memory_list_orders_and_filters_by_date(browser: WebDriver, console: Console) -> None:  # noqa: F811
+    _changed_on("bike", datetime(2026, 1, 10, 9, tzinfo=UTC))
+    _changed_on("favourite-tea", datetime(2026, 2, 10, 9, tzinfo=UTC))
+    _changed_on("next-trip", datetime(2026, 3, 10, 9, tzinfo=UTC))
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/users/alice/memories")
+    assert _keys_listed(browser)[:3] == ["next-trip", "favourite-tea", "bike"]
+
+    Select(browser.find_element(By.ID, "sort")).select_by_visible_text("Least recently changed first")
+    _until(browser, lambda b: _keys_listed(b)[:1] == ["bike"])
+    assert "sort=oldest" in browser.current_url  # htmx keeps the URL in step: the order is linkable
+    assert _keys_listed(browser)[:3] == ["bike", "favourite-tea", "next-trip"]
+
+    browser.get(f"{console.url}/console/users/alice/memories?date=created&from=2026-02-01&to=2026-02-10")
+    assert _keys_listed(browser) == ["favourite-tea"]  # the last day counts whole
+    assert browser.find_element(By.ID, "from").get_attribute("value") == "2026-02-01"
+    screenshot(browser, "memories-window")
+
+    browser.get(f"{console.url}/console/users/alice/memories?from=2026-03-01&to=2026-02-01")
+    assert "starts (2026-03-01) after it ends (2026-02-01)" in text(browser)
+
+
+def test_a_malformed_url_shows_the_error_page(browser: WebDriver, console: Console) -> None:  # noqa: F811
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/users/alice/memories?from=yesterday")
+    page = text(browser)
+    assert "Cannot show this page" in page and "from: expected a date such as 2026-03-01 (it was 'yesterday')" in page
+    browser.get(f"{console.url}/console/users/alice/sessions?page=0")
+    assert "page: Input should be greater than or equal to 1" in text(browser)
+    with httpx.Client(base_url=console.url, headers={"Authorization": f"Bearer {console.admin}"}) as api:
+        answer = api.get("/v1/users/alice/memories", params={"limit": "many"})
+    assert answer.status_code == 422 and answer.json()["code"] == "validation_error"
+
+
+def test_bulk_delete_removes_the_selection_or_nothing(browser: WebDriver, console: Console) -> None:  # noqa: F811
+    for key in ("old-1", "old-2", "old-3"):
+        _store("alice", key, f"An outdated note called {key}")
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/users/alice/memories?q=outdated")
+    for key in ("old-1", "old-2"):
+        browser.find_element(By.ID, f"pick-{memory_id(key)}").click()
+    label = browser.find_element(By.CSS_SELECTOR, f"label[for=pick-{memory_id('old-1')}]")
+    assert label.get_attribute("textContent") == "Select old-1"  # each checkbox is named for screen readers
+    browser.find_element(By.ID, "bulk-delete").click()
+    WebDriverWait(browser, WAIT_S).until(lambda b: "deleted=2" in b.current_url)
+    assert "Deleted 2 memories." in text(browser)
+    assert not _active("old-1") and not _active("old-2") and _active("old-3")
+
+    token = _token(browser)
+    bob_city = memory_id("city")
+    old3 = str(memory_id("old-3"))
+    path = "/console/users/alice/memories/bulk-delete"
+    # Bad input deletes nothing: a malformed id, no selection, another user's memory among alice's.
+    assert _post_pairs(browser, path, [("csrf_token", token), ("ids", old3), ("ids", "x")]) == 422
+    assert _post_pairs(browser, path, [("csrf_token", token)]) == 400
+    assert _post_pairs(browser, path, [("csrf_token", token), ("ids", old3), ("ids", str(bob_city))]) == 409
+    assert _post_pairs(browser, path, [("ids", old3)]) == 403  # no CSRF token
+    assert _active("old-3") and _active("city")
+
+    sign_in(browser, console, console.reader)
+    browser.get(f"{console.url}/console/users/alice/memories")
+    assert not browser.find_elements(By.ID, "bulk-delete") and not browser.find_elements(By.ID, f"pick-{old3}")
+    assert _post_pairs(browser, path, [("csrf_token", _token(browser)), ("ids", old3)]) == 403
+    assert _active("old-3")
+
+
+def test_export_downloads_the_users_memories_as_json(browser: WebDriver, console: Console) -> None:  # noqa: F811
+    sign_in(browser, console, console.reader)  # reading is enough
+    browser.get(f"{console.url}/console/users/alice/memories")
+    link = browser.find_element(By.ID, "export")
+    assert link.get_attribute("download") is not None
+    answer: Any = browser.execute_async_script(
+        """const [path, done] = arguments;
+           fetch(path).then(async r => done({status: r.status, type: r.headers.get("content-type"),
+                                             disposition: r.headers.get("content-disposition"), body: await r.json()}),
+                            e => done(String(e)));""",
+        link.get_attribute("href"),
+    )
+    assert answer["status"] == 200 and answer["type"].startswith("application/json")
+    assert answer["disposition"] == 'attachment; filename="engram-alice.json"'
+    keys = {m["key"] for m in answer["body"]["memories"]}
+    assert {"favourite-tea", "bike", "next-trip"} <= keys and "city" not in keys  # bob's stays bob's
+    assert answer["body"]["user"]["external_id"] == "alice"
+
+
+def test_users_ordered_by_last_activity(browser: WebDriver, console: Console) -> None:  # noqa: F811
+    _store("bob", "latest", "Just told us something new")  # bob is now the most recently active
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/users")
+
+    def first_user(b: WebDriver) -> str:
+        return str(b.find_element(By.CSS_SELECTOR, "#results tbody th a").text)
+
+    assert first_user(browser) == "alice"
+    Select(browser.find_element(By.ID, "sort")).select_by_visible_text("Most recently active first")
+    _until(browser, lambda b: first_user(b) == "bob")
+    assert "sort=active" in browser.current_url
+
+
+def test_entities_and_weekly_reflections(browser: WebDriver, console: Console) -> None:  # noqa: F811
+    scope = _scope("alice")
+    trip = memory_id("next-trip")
+    with db.connection() as conn:
+        entity = conn.execute(
+            """INSERT INTO entities (tenant_id, user_id, canonical_name, normalized_name, entity_type, mention_count)
+               VALUES (%s, %s, 'Lisbon', 'lisbon', 'place', 3) RETURNING id""",
+            (scope.tenant_id, scope.user_id),
+        ).fetchone()
+        conn.execute("INSERT INTO memory_entities (memory_id, entity_id) VALUES (%s, %s)", (trip, entity["id"]))
+    for week, day, text_ in (("2026-w10", 2, "Planned a spring trip."), ("2026-w11", 9, "Booked the flights.")):
+        _store(
+            "alice",
+            f"week-{week}",
+            text_,
+            namespace="reflections",
+            kind="reflection",
+            tags=["weekly"],
+            event_time=datetime(2026, 3, day, tzinfo=UTC),
+        )
+    sign_in(browser, console, console.reader)
+    browser.get(f"{console.url}/console/users/alice/entities")
+    card = browser.find_element(By.CSS_SELECTOR, "#entities .entity").text
+    assert "Lisbon" in card and "3 mentions" in card and "next-trip" in card and "Travelling to Lisbon in May" in card
+    screenshot(browser, "entities")
+
+    browser.find_element(By.LINK_TEXT, "Reflections").click()
+    WebDriverWait(browser, WAIT_S).until(lambda b: "/reflections" in b.current_url)
+    weeks = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#reflections .card-title a")]
+    assert weeks == ["week-2026-w11", "week-2026-w10"]  # newest week first
+    assert "Booked the flights." in text(browser)
+    screenshot(browser, "reflections")
+
+
+def test_operations_shows_channels_and_deliveries(browser: WebDriver, console: Console) -> None:  # noqa: F811
+    scope = _scope("alice")
+    with db.connection() as conn:
+        connection, _created = upsert_connection(
+            conn, scope.tenant_id, "telegram", "console-bot", {"bot_token": BOT_TOKEN}, bot_username="console_bot"
+        )
+        conn.execute(
+            """INSERT INTO channel_deliveries (tenant_id, connection_id, user_id, target, text, status, attempts,
+                                               last_error)
+               VALUES (%s, %s, %s, %s, 'A reply the page must not show', 'failed', 5, 'HTTP 400: chat not found')""",
+            (scope.tenant_id, connection.id, scope.user_id, Jsonb({"chat_id": 42})),
+        )
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/operations")
+    connections = browser.find_element(By.ID, "connections").text
+    assert "console-bot" in connections and "console_bot" in connections and "bot_token" in connections
+    deliveries = browser.find_element(By.ID, "deliveries").text
+    assert "failed" in deliveries and "chat not found" in deliveries and "alice" in deliveries
+    html = browser.page_source
+    assert BOT_TOKEN not in html and "A reply the page must not show" not in html
