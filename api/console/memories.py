@@ -15,9 +15,11 @@ from api.schemas.memories import MemoryIn, MemoryPatch
 from shared import db
 from shared.console import memories
 from shared.console.memories import MemoryFilters, MemoryGone
+from shared.console.paging import Page
 from shared.db import Conn
 from shared.memory.keys import MemoryRejected
 from shared.memory.store import KINDS, MemoryInput, Scope
+from shared.replicas import read
 from shared.turns import ensure_user, find_user_id
 
 router = APIRouter(prefix="/console/users/{user_id}/memories", include_in_schema=False)
@@ -48,9 +50,12 @@ def memory_list(
     if kind and kind not in KINDS:
         raise ConsoleError(status.HTTP_400_BAD_REQUEST, f"unknown kind {kind!r}; kinds are {', '.join(KINDS)}")
     filters = MemoryFilters(kind=kind or None, namespace=namespace.strip() or None, tag=tag.strip() or None)
-    with db.connection() as conn:
+
+    def run(conn: Conn) -> Page:
         scope = user_scope(conn, signed.principal.id, user_id)
-        found = memories.memory_page(conn, scope, query=q.strip(), filters=filters, page=page_number)
+        return memories.memory_page(conn, scope, query=q.strip(), filters=filters, page=page_number)
+
+    found = read(run)
     query = {"q": q, "kind": kind, "namespace": namespace, "tag": tag}
     return page(
         request,

@@ -9,8 +9,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from api.console.render import page
 from api.console.session import MemoryReader
-from shared import db
 from shared.console.users import list_users
+from shared.replicas import read
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 
@@ -30,6 +30,7 @@ def users(
     page_number: Annotated[int, Query(alias="page", ge=1, le=400)] = 1,
 ) -> HTMLResponse:
     principal = signed.principal
-    with db.connection() as conn:
-        found = list_users(conn, principal.id, search=q.strip(), only=principal.user_external_id, page=page_number)
+    found = read(
+        lambda conn: list_users(conn, principal.id, search=q.strip(), only=principal.user_external_id, page=page_number)
+    )
     return page(request, "users.html", signed, {"users": found, "q": q, "query": {"q": q}, "erased": erased})
