@@ -80,6 +80,8 @@ class _Replica:
     down_until: float = 0.0
     replayed: int = -1
     fresh_as_of: float | None = None
+    # Failed since it last answered: the refresh probes it with a connection of its own.
+    suspect: bool = False
 
     def usable(self, now: float, max_lag: float) -> bool:
         return now >= self.down_until and self.fresh_as_of is not None and now - self.fresh_as_of <= max_lag
@@ -89,6 +91,7 @@ class _Replica:
             log.warning("replica unavailable; reading elsewhere", replica=self.index, error=str(error))
         self.down_until = time.monotonic() + seconds
         self.fresh_as_of = None
+        self.suspect = True
 
 
 @dataclass
@@ -134,8 +137,9 @@ class _Router:
         for replica in self.replicas:
             if now < replica.down_until:
                 continue
-            replayed = self._replay_position(replica, probe=True)
+            replayed = self._replay_position(replica, probe=replica.suspect)
             if replayed is not None:
+                replica.suspect = False
                 self._note_replayed(replica, replayed)
 
     def _note_replayed(self, replica: _Replica, replayed: int) -> None:
@@ -145,9 +149,9 @@ class _Router:
             replica.fresh_as_of = max(caught_up[-1], replica.fresh_as_of or float("-inf"))
 
     def _replay_position(self, replica: _Replica, *, probe: bool) -> int | None:
-        """The replica's replayed LSN; None (and the replica marked down) when it cannot be read. The refresh
-        (`probe`) connects on its own, so a replica coming back is tried by one connect, not by the pool's
-        background retries racing requests."""
+        """The replica's replayed LSN; None (and the replica marked down) when it cannot be read. A replica that
+        failed is probed on a connection of its own (`probe`): one connect, not a wait on a pool whose
+        connections are broken and whose reconnections race requests."""
         query = "SELECT pg_is_in_recovery() AS standby, pg_last_wal_replay_lsn()::text AS lsn"
         try:
             if probe:
