@@ -16,6 +16,7 @@ import httpx
 import psycopg
 import pytest
 
+from api.metrics import EngramCollector
 from shared import replicas
 from tests.conftest import _reset_process_state
 from tests.support.replica import StreamingReplica
@@ -82,6 +83,9 @@ def test_reads_go_to_the_replica_and_read_your_writes_holds(api: httpx.Client, r
     lsn = remember(api, "Alice lives in Lisbon")
     # A read naming the write sees it whichever server answers it.
     assert listed(api, **{"X-Engram-Min-Lsn": lsn}) == {"Alice lives in Lisbon"}
+    malformed = api.get("/v1/users/alice/memories", headers={"X-Engram-Min-Lsn": "yesterday"})
+    assert malformed.status_code == 422
+    assert malformed.json()["code"] == "validation_error" and "X-Engram-Min-Lsn" in malformed.text
 
     def a_replica_read() -> bool:
         before = served("replica")
@@ -128,6 +132,10 @@ def test_reads_go_to_the_replica_and_read_your_writes_holds(api: httpx.Client, r
             standby.execute("SELECT pg_wal_replay_resume()")
     # Replaying again, the replica catches up and serves reads again.
     wait_until(a_replica_read, "the replica serving reads after it caught up")
+    # The gateway's /metrics shows where reads went.
+    families = {family.name: family for family in EngramCollector(sql_interval=60).collect()}
+    samples = {(s.labels["target"], s.labels["reason"]): s.value for s in families["engram_db_reads"].samples}
+    assert samples[("replica", "fresh")] >= 4 and samples[("primary", "behind_write")] >= 1
 
 
 def test_a_replica_stopped_under_load_costs_callers_nothing(api: httpx.Client, replica: StreamingReplica) -> None:
