@@ -52,7 +52,6 @@ _REPLICA_ERRORS: tuple[type[BaseException], ...] = (
     psycopg.errors.ReadOnlySqlTransaction,
     psycopg.errors.SerializationFailure,
 )
-_PROBE_ERRORS: tuple[type[BaseException], ...] = (PoolTimeout, *db.UNAVAILABLE_ERRORS)
 _LSN_TEXT = re.compile(r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$")
 
 
@@ -167,7 +166,10 @@ class _Router:
                 with replica.pool.connection(timeout=_CHECKOUT_SECONDS) as conn:
                     conn.autocommit = True
                     row = conn.execute(query).fetchone()
-        except _PROBE_ERRORS as exc:
+        except PoolTimeout:
+            # Every connection busy with reads, or none can be made: one connect of its own tells which.
+            return self._replay_position(replica, probe=True)
+        except db.UNAVAILABLE_ERRORS as exc:
             replica.mark_down(self.settings.database_replica_down_seconds, exc)
             return None
         if row is None or not row["standby"] or row["lsn"] is None:
