@@ -23,6 +23,7 @@ from shared import db
 from shared.logging import get_logger
 from shared.queues import QUEUES, queue_depths
 from shared.redis_client import get_redis
+from shared.replicas import read_counts
 
 log = get_logger(__name__)
 
@@ -46,6 +47,16 @@ class EngramCollector(Collector):
             yield turns
             yield GaugeMetricFamily("engram_memories_active", "Active memories (all tenants; cached)", value=active)
             yield from self._jobs_families
+        routed = read_counts()
+        if routed:  # replicas configured
+            reads = CounterMetricFamily(
+                "engram_db_reads",
+                "Reads that may use a replica, by where they ran (replica, primary) and why",
+                labels=["target", "reason"],
+            )
+            for (target, reason), count in sorted(routed.items()):
+                reads.add_metric([target, reason], count)
+            yield reads
         try:
             yield self._queue_depths()
         except Exception as exc:  # a scrape must not fail because one source is down

@@ -55,6 +55,30 @@ class Settings(BaseSettings):
     redis_sentinel_service: str = Field(
         "engram", min_length=1, description="the master name the sentinels monitor (`sentinel monitor <name> …`)"
     )
+    database_replica_urls: str = Field(
+        "",
+        description="comma-separated URLs of Postgres streaming replicas of `ENGRAM_DATABASE_URL`; memory search "
+        "and lists, `/context`, exports and the console's lists read from them (see Operations → Read replicas); "
+        "empty = every read goes to the primary",
+    )
+    database_replica_max_lag_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="a replica is read from only while it has replayed everything the primary had committed this "
+        "many seconds ago (the staleness bound of replica reads); a replica further behind is skipped",
+    )
+    database_replica_lsn_wait_seconds: float = Field(
+        0.5,
+        ge=0,
+        description="a read that names the last write it must see (`X-Engram-Min-Lsn`) waits this long at most for "
+        "a replica to replay it, then reads the primary",
+    )
+    database_replica_down_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="a replica that could not be reached is skipped (reads go to the others or the primary) this "
+        "long before it is tried again",
+    )
     db_pool_size: int = Field(
         10,
         ge=1,

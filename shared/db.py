@@ -42,7 +42,7 @@ RECONNECT_TIMEOUT_SECONDS = 2.0
 # TCP keepalives: a Postgres host that vanished from the network (no reset ever comes) is noticed in about
 # idle + interval × count seconds instead of the kernel's two hours. (A server that is stopped but whose
 # host still answers TCP is what statement_timeout cannot catch; the gateway's request limit answers then.)
-_KEEPALIVES: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+KEEPALIVES: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 
 _pool: ConnectionPool[Conn] | None = None
 _pool_lock = threading.Lock()
@@ -112,7 +112,7 @@ def _check(conn: Conn) -> None:
     away (a restart, a crash, a terminated backend) leaves it readable (its goodbye message, or the end of
     the stream), as does a notice sent to an idle session; only then is the connection tried with a query.
     An `execute("")` on every checkout cost each `connection()` a round trip, two on every turn accept."""
-    if not conn.closed and not conn.broken and not _has_unread_input(conn):
+    if not conn.closed and not conn.broken and not has_unread_input(conn):
         return
     try:
         ConnectionPool.check_connection(conn)
@@ -121,7 +121,7 @@ def _check(conn: Conn) -> None:
         raise
 
 
-def _has_unread_input(conn: Conn) -> bool:
+def has_unread_input(conn: Conn) -> bool:
     # poll, not select: a busy process's sockets can have descriptors above select's limit of 1024.
     poller = select.poll()
     try:
@@ -140,7 +140,7 @@ def get_pool() -> ConnectionPool[Conn]:
                 "row_factory": dict_row,
                 "autocommit": False,
                 "connect_timeout": settings.db_connect_timeout_seconds,
-                **_KEEPALIVES,
+                **KEEPALIVES,
             }
             if settings.db_statement_timeout_seconds > 0:
                 kwargs["options"] = f"-c statement_timeout={int(settings.db_statement_timeout_seconds * 1000)}"
@@ -233,7 +233,7 @@ def connect(url: str | None = None, *, autocommit: bool = False) -> Conn:
         row_factory=dict_row,
         autocommit=autocommit,
         connect_timeout=get_settings().db_connect_timeout_seconds,
-        **_KEEPALIVES,
+        **KEEPALIVES,
     )
 
 

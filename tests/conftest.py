@@ -63,11 +63,13 @@ def _reset_process_state() -> None:
     from shared import db
     from shared.config import get_settings
     from shared.redis_client import reset_redis
+    from shared.replicas import close_replicas
     from shared.runtime import turn_deps
 
     get_settings.cache_clear()
     turn_deps.cache_clear()
     db.close_pool()
+    close_replicas()
     reset_redis()
 
 

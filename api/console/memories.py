@@ -17,9 +17,11 @@ from shared import db
 from shared.console import memories
 from shared.console.memories import MemoryFilters, MemoryGone
 from shared.console.memory_list import DEFAULT_SORT, SORTS, TIME_FIELDS, ListRefused, TimeWindow, check_list, list_page
+from shared.console.paging import Page
 from shared.db import Conn
 from shared.memory.keys import MemoryRejected
 from shared.memory.store import KINDS, MemoryInput, Scope
+from shared.replicas import read
 from shared.turns import ensure_user, find_user_id
 
 router = APIRouter(prefix="/console/users/{user_id}/memories", include_in_schema=False)
@@ -72,12 +74,14 @@ def memory_list(
     except ListRefused as exc:
         raise ConsoleError(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
     searching = bool(q.strip())
-    with db.connection() as conn:
+
+    def run(conn: Conn) -> Page:
         scope = user_scope(conn, signed.principal.id, user_id)
         if searching:  # ranked best first over every active memory: the order and dates are the list's
-            found = memories.memory_page(conn, scope, query=q.strip(), filters=filters, page=page_number)
-        else:
-            found = list_page(conn, scope, filters, sort=sort, window=window, page=page_number)
+            return memories.memory_page(conn, scope, query=q.strip(), filters=filters, page=page_number)
+        return list_page(conn, scope, filters, sort=sort, window=window, page=page_number)
+
+    found = read(run)
     query = {
         "q": q,
         "kind": kind,

@@ -15,6 +15,7 @@ from shared import db
 from shared.config import get_settings
 from shared.console.sessions import list_sessions, transcript
 from shared.context.inspect import inspect_session
+from shared.replicas import read
 
 router = APIRouter(prefix="/console/users/{user_id}/sessions", include_in_schema=False)
 
@@ -29,8 +30,7 @@ def sessions(
     signed: ChatReader,
     page_number: Annotated[int, Query(alias="page", ge=1, le=400)] = 1,
 ) -> HTMLResponse:
-    with db.connection() as conn:
-        found = list_sessions(conn, user_scope(conn, signed.principal.id, user_id), page=page_number)
+    found = read(lambda conn: list_sessions(conn, user_scope(conn, signed.principal.id, user_id), page=page_number))
     return page(request, "sessions.html", signed, {"user_id": user_id, "sessions": found, "query": {}})
 
 

@@ -9,8 +9,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from api.console.render import page
 from api.console.session import ConsoleError, MemoryReader
-from shared import db
 from shared.console.users import ORDERS, list_users
+from shared.replicas import read
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 
@@ -33,10 +33,11 @@ def users(
     if sort not in ORDERS:
         raise ConsoleError(status.HTTP_400_BAD_REQUEST, f"unknown order {sort!r}; orders are {', '.join(ORDERS)}")
     principal = signed.principal
-    with db.connection() as conn:
-        found = list_users(
+    found = read(
+        lambda conn: list_users(
             conn, principal.id, search=q.strip(), only=principal.user_external_id, order=sort, page=page_number
         )
+    )
     return page(
         request,
         "users.html",

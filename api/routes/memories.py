@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 
 from api.deps import MemoryReadKey, MemoryWriteKey
 from api.errors import ApiError
+from api.read_routing import MinLsn, mark_write
 from api.schemas.common import ID_PATTERN
 from api.schemas.memories import (
     Kind,
@@ -49,6 +50,7 @@ from shared.memory.store import (
 )
 from shared.memory.userdata import drop_live_state, erase_user, export_user
 from shared.redis_client import get_redis
+from shared.replicas import read
 from shared.text import SAFE_TEXT
 from shared.transcript.sources import message_sources
 from shared.turns import ensure_user, find_session, find_user_id
@@ -98,6 +100,8 @@ def _rejected(exc: MemoryRejected) -> ApiError:
     },
 )
 def create_memory(user_id: UserId, body: MemoryIn, tenant: MemoryWriteKey, response: Response) -> MemoryWriteOut:
+    """Store a memory. With read replicas configured, the answer's `X-Engram-Write-Lsn` header is the write's
+    position: pass it as `X-Engram-Min-Lsn` on a read that must see this write."""
     item = MemoryInput(
         key=body.key,
         value=body.value,
@@ -113,6 +117,7 @@ def create_memory(user_id: UserId, body: MemoryIn, tenant: MemoryWriteKey, respo
     except MemoryRejected as exc:
         raise _rejected(exc) from exc
     _enqueue_embedding(result)
+    mark_write(response)
     return _write_out(result, response)
 
 
@@ -126,9 +131,10 @@ def get_memories(
     include_superseded: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    min_lsn: MinLsn = None,
 ) -> list[MemoryOut]:
-    with db.connection() as conn:
-        rows = list_memories(
+    def run(conn: Conn) -> list[dict[str, Any]]:
+        return list_memories(
             conn,
             _scope(conn, tenant, user_id),
             namespace_prefix=namespace,
@@ -138,7 +144,8 @@ def get_memories(
             limit=limit,
             offset=offset,
         )
-    return [MemoryOut(**row) for row in rows]
+
+    return [MemoryOut(**row) for row in read(run, min_lsn=min_lsn)]
 
 
 def _load(conn: Conn, scope: Scope, memory_id: int) -> dict[str, Any]:
@@ -160,14 +167,18 @@ def read_memory(
     memory_id: MemoryId,
     tenant: MemoryReadKey,
     excerpts: Annotated[bool, Query(description="Include each source message's text")] = False,
+    min_lsn: MinLsn = None,
 ) -> MemoryDetailOut:
     """The memory, with the messages it was learned from: conversation, time and speaker of each (and their
     text with `excerpts=true`)."""
-    with db.connection() as conn:
+
+    def run(conn: Conn) -> MemoryDetailOut:
         scope = _scope(conn, tenant, user_id)
         memory = _load(conn, scope, memory_id)
         sources = message_sources(conn, scope, memory["source_message_ids"], excerpts=excerpts)
-    return MemoryDetailOut(**memory, sources=[s.as_dict() for s in sources])
+        return MemoryDetailOut(**memory, sources=[s.as_dict() for s in sources])
+
+    return read(run, min_lsn=min_lsn)
 
 
 @router.patch(
@@ -182,6 +193,7 @@ def read_memory(
 def patch_memory(
     user_id: UserId, memory_id: MemoryId, body: MemoryPatch, tenant: MemoryWriteKey, response: Response
 ) -> MemoryWriteOut:
+    """Change a memory (answered with `X-Engram-Write-Lsn` when read replicas are configured)."""
     try:
         with db.connection() as conn:
             scope = _scope(conn, tenant, user_id)
@@ -211,29 +223,34 @@ def patch_memory(
         raise _rejected(exc) from exc
     final = WriteResult(result.action if result else "unchanged", updated, result.previous_id if result else None)
     _enqueue_embedding(final)
+    mark_write(response)
     return _write_out(final, response)
 
 
 @router.delete("/memories/{memory_id}", status_code=204, responses=NOT_FOUND)
 def remove_memory(user_id: UserId, memory_id: MemoryId, tenant: MemoryWriteKey) -> Response:
+    """Delete a memory (answered with `X-Engram-Write-Lsn` when read replicas are configured)."""
     with db.connection() as conn:
         if delete_memory(conn, _scope(conn, tenant, user_id), memory_id, ACTOR) is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no active memory {memory_id}")
-    return Response(status_code=204)
+    response = Response(status_code=204)
+    mark_write(response)
+    return response
 
 
 @router.get("/memories/{memory_id}/history", response_model=list[MemoryEventOut], responses=NOT_FOUND)
-def read_history(user_id: UserId, memory_id: MemoryId, tenant: MemoryReadKey) -> list[MemoryEventOut]:
-    with db.connection() as conn:
-        events = memory_history(conn, _scope(conn, tenant, user_id), memory_id)
+def read_history(
+    user_id: UserId, memory_id: MemoryId, tenant: MemoryReadKey, min_lsn: MinLsn = None
+) -> list[MemoryEventOut]:
+    events = read(lambda conn: memory_history(conn, _scope(conn, tenant, user_id), memory_id), min_lsn=min_lsn)
     if events is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no memory {memory_id}")
     return [MemoryEventOut(**event) for event in events]
 
 
 @router.post("/memories/search", response_model=SearchOut, responses=NOT_FOUND)
-def search(user_id: UserId, body: SearchIn, tenant: MemoryReadKey) -> SearchOut:
-    with db.connection() as conn:
+def search(user_id: UserId, body: SearchIn, tenant: MemoryReadKey, min_lsn: MinLsn = None) -> SearchOut:
+    def run(conn: Conn) -> SearchOut:
         scope = _scope(conn, tenant, user_id)
         exclude = None
         if body.filters.exclude_session:
@@ -250,16 +267,23 @@ def search(user_id: UserId, body: SearchIn, tenant: MemoryReadKey) -> SearchOut:
             include_transcripts=body.filters.include_transcripts,
         )
         results = search_memories(conn, scope, body.query, limit=body.limit, filters=filters, mode=body.mode)
-    return SearchOut(results=[SearchResultOut(**r.as_dict()) for r in results])
+        return SearchOut(results=[SearchResultOut(**r.as_dict()) for r in results])
+
+    return read(run, min_lsn=min_lsn)
 
 
 @router.get("/entities", responses=NOT_FOUND)
 def entities(
-    user_id: UserId, tenant: MemoryReadKey, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    user_id: UserId,
+    tenant: MemoryReadKey,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    min_lsn: MinLsn = None,
 ) -> list[dict[str, Any]]:
-    with db.connection() as conn:
+    def run(conn: Conn) -> list[dict[str, Any]]:
         scope = _scope(conn, tenant, user_id)
         return list_entities(conn, scope.tenant_id, scope.user_id, limit)
+
+    return read(run, min_lsn=min_lsn)
 
 
 @router.get("/entities/{name}", responses=NOT_FOUND)
@@ -275,15 +299,13 @@ def entity(
 
 
 @router.get("/stats", responses=NOT_FOUND)
-def stats(user_id: UserId, tenant: MemoryReadKey) -> dict[str, Any]:
-    with db.connection() as conn:
-        return memory_stats(conn, _scope(conn, tenant, user_id))
+def stats(user_id: UserId, tenant: MemoryReadKey, min_lsn: MinLsn = None) -> dict[str, Any]:
+    return read(lambda conn: memory_stats(conn, _scope(conn, tenant, user_id)), min_lsn=min_lsn)
 
 
 @router.get("/export", responses=NOT_FOUND)
-def export(user_id: UserId, tenant: MemoryReadKey) -> dict[str, Any]:
-    with db.connection() as conn:
-        return export_user(conn, _scope(conn, tenant, user_id))
+def export(user_id: UserId, tenant: MemoryReadKey, min_lsn: MinLsn = None) -> dict[str, Any]:
+    return read(lambda conn: export_user(conn, _scope(conn, tenant, user_id)), min_lsn=min_lsn)
 
 
 @router.delete("", responses=NOT_FOUND)

@@ -158,7 +158,11 @@ export interface paths {
         /** Get Memories */
         get: operations["get_memories_v1_users__user_id__memories_get"];
         put?: never;
-        /** Create Memory */
+        /**
+         * Create Memory
+         * @description Store a memory. With read replicas configured, the answer's `X-Engram-Write-Lsn` header is the write's
+         *     position: pass it as `X-Engram-Min-Lsn` on a read that must see this write.
+         */
         post: operations["create_memory_v1_users__user_id__memories_post"];
         delete?: never;
         options?: never;
@@ -181,11 +185,17 @@ export interface paths {
         get: operations["read_memory_v1_users__user_id__memories__memory_id__get"];
         put?: never;
         post?: never;
-        /** Remove Memory */
+        /**
+         * Remove Memory
+         * @description Delete a memory (answered with `X-Engram-Write-Lsn` when read replicas are configured).
+         */
         delete: operations["remove_memory_v1_users__user_id__memories__memory_id__delete"];
         options?: never;
         head?: never;
-        /** Patch Memory */
+        /**
+         * Patch Memory
+         * @description Change a memory (answered with `X-Engram-Write-Lsn` when read replicas are configured).
+         */
         patch: operations["patch_memory_v1_users__user_id__memories__memory_id__patch"];
         trace?: never;
     };
@@ -2719,7 +2729,10 @@ export interface operations {
                 limit?: number;
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes with read replicas: the `X-Engram-Write-Lsn` of your last write. The read is served by a replica only once it has replayed that write, else by the primary. Without it a read may lag writes by up to ENGRAM_DATABASE_REPLICA_MAX_LAG_SECONDS (no replicas: never) */
+                "X-Engram-Min-Lsn"?: string | null;
+            };
             path: {
                 /** @description Your id for the user */
                 user_id: string;
@@ -2896,7 +2909,10 @@ export interface operations {
                 /** @description Include each source message's text */
                 excerpts?: boolean;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes with read replicas: the `X-Engram-Write-Lsn` of your last write. The read is served by a replica only once it has replayed that write, else by the primary. Without it a read may lag writes by up to ENGRAM_DATABASE_REPLICA_MAX_LAG_SECONDS (no replicas: never) */
+                "X-Engram-Min-Lsn"?: string | null;
+            };
             path: {
                 /** @description Your id for the user */
                 user_id: string;
@@ -3171,7 +3187,10 @@ export interface operations {
     read_history_v1_users__user_id__memories__memory_id__history_get: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes with read replicas: the `X-Engram-Write-Lsn` of your last write. The read is served by a replica only once it has replayed that write, else by the primary. Without it a read may lag writes by up to ENGRAM_DATABASE_REPLICA_MAX_LAG_SECONDS (no replicas: never) */
+                "X-Engram-Min-Lsn"?: string | null;
+            };
             path: {
                 /** @description Your id for the user */
                 user_id: string;
@@ -3250,7 +3269,10 @@ export interface operations {
     search_v1_users__user_id__memories_search_post: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes with read replicas: the `X-Engram-Write-Lsn` of your last write. The read is served by a replica only once it has replayed that write, else by the primary. Without it a read may lag writes by up to ENGRAM_DATABASE_REPLICA_MAX_LAG_SECONDS (no replicas: never) */
+                "X-Engram-Min-Lsn"?: string | null;
+            };
             path: {
                 /** @description Your id for the user */
                 user_id: string;
@@ -3351,7 +3373,10 @@ export interface operations {
             query?: {
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description Read-your-writes with read replicas: the `X-Engram-Write-Lsn` of your last write. The read is served by a replica only once it has replayed that write, else by the primary. Without it a read may lag writes by up to ENGRAM_DATABASE_REPLICA_MAX_LAG_SECONDS (no replicas: never) */
+                "X-Engram-Min-Lsn"?: string | null;
+            };
             path: {
                 /** @description Your id for the user */
                 user_id: string;
@@ -3510,7 +3535,10 @@ export interface operations {
     stats_v1_users__user_id__stats_get: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes with read replicas: the `X-Engram-Write-Lsn` of your last write. The read is served by a replica only once it has replayed that write, else by the primary. Without it a read may lag writes by up to ENGRAM_DATABASE_REPLICA_MAX_LAG_SECONDS (no replicas: never) */
+                "X-Engram-Min-Lsn"?: string | null;
+            };
             path: {
                 /** @description Your id for the user */
                 user_id: string;
@@ -3589,7 +3617,10 @@ export interface operations {
     export_v1_users__user_id__export_get: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes with read replicas: the `X-Engram-Write-Lsn` of your last write. The read is served by a replica only once it has replayed that write, else by the primary. Without it a read may lag writes by up to ENGRAM_DATABASE_REPLICA_MAX_LAG_SECONDS (no replicas: never) */
+                "X-Engram-Min-Lsn"?: string | null;
+            };
             path: {
                 /** @description Your id for the user */
                 user_id: string;
@@ -4801,7 +4832,10 @@ export interface operations {
     user_context_v1_users__user_id__context_post: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Read-your-writes with read replicas: the `X-Engram-Write-Lsn` of your last write. The read is served by a replica only once it has replayed that write, else by the primary. Without it a read may lag writes by up to ENGRAM_DATABASE_REPLICA_MAX_LAG_SECONDS (no replicas: never) */
+                "X-Engram-Min-Lsn"?: string | null;
+            };
             path: {
                 /** @description Your id for the user */
                 user_id: string;
