@@ -41,29 +41,26 @@ from shared.context.static_prompt import what_you_know
 from shared.dispatch import get_dispatcher
 from shared.ingest import IngestMessage as StoredMessage
 from shared.ingest import ingest_messages
-from shared.logging import get_logger
+from shared.memory import writes
 from shared.memory.keys import MemoryRejected
 from shared.memory.search import SearchFilters, SearchResult
 from shared.memory.service import search_memories
 from shared.memory.store import (
     MemoryInput,
     WriteResult,
-    correct_memory,
-    delete_memory,
     get_memory,
     list_memories,
     recall,
-    store_memory,
     touch_accessed,
 )
 from shared.memory.store import (
     Scope as MemoryScope,
 )
+from shared.memory.writes import MemoryGone, UnknownUser, UserRef, find_scope
 from shared.quotas import turn_refusal
 from shared.transcript.sources import message_sources
-from shared.turns import IdempotencyConflict, ensure_user, find_user_id
+from shared.turns import IdempotencyConflict
 
-log = get_logger(__name__)
 ACTOR = "mcp"
 USER_HEADER = "x-engram-user"
 _ID = re.compile(ID_PATTERN)
@@ -111,10 +108,8 @@ async def _run(caller: Caller, scope: str, work: Callable[[], T]) -> T:
         raise ToolError("database unavailable; nothing was written, retry later") from exc
 
 
-def _memory_scope(conn: db.Conn, caller: Caller, *, create: bool = False) -> MemoryScope | None:
-    tenant = caller.principal.id
-    user_id = ensure_user(conn, tenant, caller.user) if create else find_user_id(conn, tenant, caller.user)
-    return None if user_id is None else MemoryScope(tenant, user_id)
+def _owner(caller: Caller) -> UserRef:
+    return UserRef(caller.principal.id, caller.user)
 
 
 async def _read_memories(
@@ -125,7 +120,7 @@ async def _read_memories(
 
     def work() -> dict[str, Any]:
         with db.connection() as conn:
-            scope = _memory_scope(conn, caller)
+            scope = find_scope(conn, caller.principal.id, caller.user)
             return empty if scope is None else read(conn, scope)
 
     return await _run(caller, "memory:read", work)
@@ -155,17 +150,7 @@ def _found(result: SearchResult) -> dict[str, Any]:
     return found
 
 
-def _embed_later(result: WriteResult) -> None:
-    if not result.changed:
-        return
-    try:
-        get_dispatcher().enqueue_embed_memory(result.memory["id"])
-    except Exception as exc:  # broker down: the unindexed-memory sweep embeds it later
-        log.warning("could not enqueue embedding", memory_id=result.memory["id"], error=str(exc))
-
-
 def _written(result: WriteResult) -> dict[str, Any]:
-    _embed_later(result)
     return {"action": result.action, "memory": _brief(result.memory), "replaced_id": result.previous_id}
 
 
@@ -211,13 +196,9 @@ def build_server() -> MCPServer:
         def work() -> dict[str, Any]:
             item = MemoryInput(key=key, value=value, namespace=namespace, kind=kind, tags=tags)
             try:
-                with db.connection() as conn:
-                    scope = _memory_scope(conn, caller, create=True)
-                    assert scope is not None
-                    result = store_memory(conn, scope, item, ACTOR)
+                return _written(writes.store(_owner(caller), item, ACTOR))
             except MemoryRejected as exc:
                 raise ToolError(f"not stored: {exc}") from exc
-            return _written(result)
 
         return await _run(caller, "memory:write", work)
 
@@ -287,12 +268,10 @@ def build_server() -> MCPServer:
         caller = _caller(ctx)
 
         def work() -> dict[str, Any]:
-            with db.connection() as conn:
-                scope = _memory_scope(conn, caller)
-                row = delete_memory(conn, scope, id, ACTOR) if scope is not None else None
-            if row is None:
-                raise ToolError(f"no active memory {id}")
-            return {"deleted": _brief(row)}
+            try:
+                return {"deleted": _brief(writes.delete(_owner(caller), id, ACTOR))}
+            except (UnknownUser, MemoryGone) as exc:
+                raise ToolError(f"no active memory {id}") from exc
 
         return await _run(caller, "memory:write", work)
 
@@ -306,14 +285,11 @@ def build_server() -> MCPServer:
 
         def work() -> dict[str, Any]:
             try:
-                with db.connection() as conn:
-                    scope = _memory_scope(conn, caller)
-                    result = correct_memory(conn, scope, id, value, ACTOR) if scope is not None else None
+                return _written(writes.correct(_owner(caller), id, value, ACTOR))
             except MemoryRejected as exc:
                 raise ToolError(f"not corrected: {exc}") from exc
-            if result is None:
-                raise ToolError(f"no active memory {id}")
-            return _written(result)
+            except (UnknownUser, MemoryGone) as exc:
+                raise ToolError(f"no active memory {id}") from exc
 
         return await _run(caller, "memory:write", work)
 
@@ -406,7 +382,7 @@ def build_server() -> MCPServer:
 
         def work() -> dict[str, Any]:
             with db.connection() as conn:
-                scope = _memory_scope(conn, caller)
+                scope = find_scope(conn, caller.principal.id, caller.user)
                 profile = get_user_profile(conn, scope.tenant_id, scope.user_id) if scope else None
             if profile is None:
                 return {"user_id": caller.user}
@@ -426,7 +402,7 @@ def build_server() -> MCPServer:
 
         def work() -> str:
             with db.connection() as conn:
-                scope = _memory_scope(conn, caller)
+                scope = find_scope(conn, caller.principal.id, caller.user)
                 rows = what_you_know(conn, scope.tenant_id, scope.user_id) if scope else []
             lines = [f"- [{m['namespace']}] {m['key']}: {m['value']}" for m in rows]
             return "## What You Know\n" + ("\n".join(lines) if lines else "(nothing yet)")
