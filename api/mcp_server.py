@@ -71,6 +71,9 @@ T = TypeVar("T")
 # start from the request's task and so inherit it).
 CALLER: ContextVar[Caller | None] = ContextVar("engram_mcp_caller", default=None)
 
+# Fields of the stored profile that are engram's bookkeeping, not the user's profile.
+_NOT_PROFILE = ("external_id", "updated_at")
+
 Kind = Literal["fact", "episode", "preference", "style", "directive", "artifact", "reflection", "summary", "document"]
 
 
@@ -112,13 +115,11 @@ def _owner(caller: Caller) -> UserRef:
     return UserRef(caller.principal.id, caller.user)
 
 
-async def _read_memories(
-    caller: Caller, empty: dict[str, Any], read: Callable[[db.Conn, MemoryScope], dict[str, Any]]
-) -> dict[str, Any]:
+async def _read_memories(caller: Caller, empty: T, read: Callable[[db.Conn, MemoryScope], T]) -> T:
     """A read-only tool's body: the caller's memory scope, or `empty` for a user engram has never seen
     (reading must not create users)."""
 
-    def work() -> dict[str, Any]:
+    def work() -> T:
         with db.connection() as conn:
             scope = find_scope(conn, caller.principal.id, caller.user)
             return empty if scope is None else read(conn, scope)
@@ -380,16 +381,11 @@ def build_server() -> MCPServer:
     async def user_profile() -> dict[str, Any]:
         caller = _caller(None)
 
-        def work() -> dict[str, Any]:
-            with db.connection() as conn:
-                scope = find_scope(conn, caller.principal.id, caller.user)
-                profile = get_user_profile(conn, scope.tenant_id, scope.user_id) if scope else None
-            if profile is None:
-                return {"user_id": caller.user}
-            profile = {k: v for k, v in profile.items() if k not in ("external_id", "updated_at")}
-            return {"user_id": caller.user, **profile}
+        def read(conn: db.Conn, scope: MemoryScope) -> dict[str, Any]:
+            profile = get_user_profile(conn, scope.tenant_id, scope.user_id) or {}
+            return {"user_id": caller.user, **{k: v for k, v in profile.items() if k not in _NOT_PROFILE}}
 
-        return await _run(caller, "memory:read", work)
+        return await _read_memories(caller, {"user_id": caller.user}, read)
 
     @server.resource(
         "engram://user/what-you-know",
@@ -398,16 +394,12 @@ def build_server() -> MCPServer:
         mime_type="text/markdown",
     )
     async def user_knowledge() -> str:
-        caller = _caller(None)
-
-        def work() -> str:
-            with db.connection() as conn:
-                scope = find_scope(conn, caller.principal.id, caller.user)
-                rows = what_you_know(conn, scope.tenant_id, scope.user_id) if scope else []
+        def read(conn: db.Conn, scope: MemoryScope) -> str:
+            rows = what_you_know(conn, scope.tenant_id, scope.user_id)
             lines = [f"- [{m['namespace']}] {m['key']}: {m['value']}" for m in rows]
             return "## What You Know\n" + ("\n".join(lines) if lines else "(nothing yet)")
 
-        return await _run(caller, "memory:read", work)
+        return await _read_memories(_caller(None), "## What You Know\n(nothing yet)", read)
 
     return server
 

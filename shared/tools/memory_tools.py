@@ -19,6 +19,7 @@ from shared.memory.store import (
     KINDS,
     MemoryInput,
     Scope,
+    WriteResult,
     confirm_memory,
     list_memories,
     recall,
@@ -48,6 +49,10 @@ def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+def _written(result: WriteResult) -> str:
+    return _dump({"action": result.action, "memory": _brief(result.memory), "replaced_id": result.previous_id})
+
+
 def memory_store(ctx: ToolContext, args: dict[str, Any]) -> str:
     item = MemoryInput(
         key=args["key"],
@@ -61,7 +66,7 @@ def memory_store(ctx: ToolContext, args: dict[str, Any]) -> str:
         result = writes.store(_scope(ctx), item, ACTOR, enqueue=ctx.memory_written)
     except MemoryRejected as exc:
         raise ToolError(f"not stored: {exc}") from exc
-    return _dump({"action": result.action, "memory": _brief(result.memory), "replaced_id": result.previous_id})
+    return _written(result)
 
 
 def memory_recall(ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -122,7 +127,7 @@ def memory_correct(ctx: ToolContext, args: dict[str, Any]) -> str:
         raise ToolError(f"not corrected: {exc}") from exc
     except MemoryGone as exc:
         raise ToolError(f"no active memory {args['id']}") from exc
-    return _dump({"action": result.action, "memory": _brief(result.memory), "replaced_id": result.previous_id})
+    return _written(result)
 
 
 def memory_confirm(ctx: ToolContext, args: dict[str, Any]) -> str:
