@@ -41,29 +41,26 @@ from shared.context.static_prompt import what_you_know
 from shared.dispatch import get_dispatcher
 from shared.ingest import IngestMessage as StoredMessage
 from shared.ingest import ingest_messages
-from shared.logging import get_logger
+from shared.memory import writes
 from shared.memory.keys import MemoryRejected
 from shared.memory.search import SearchFilters, SearchResult
 from shared.memory.service import search_memories
 from shared.memory.store import (
     MemoryInput,
     WriteResult,
-    correct_memory,
-    delete_memory,
     get_memory,
     list_memories,
     recall,
-    store_memory,
     touch_accessed,
 )
 from shared.memory.store import (
     Scope as MemoryScope,
 )
+from shared.memory.writes import MemoryGone, UnknownUser, UserRef, find_scope
 from shared.quotas import turn_refusal
 from shared.transcript.sources import message_sources
-from shared.turns import IdempotencyConflict, ensure_user, find_user_id
+from shared.turns import IdempotencyConflict
 
-log = get_logger(__name__)
 ACTOR = "mcp"
 USER_HEADER = "x-engram-user"
 _ID = re.compile(ID_PATTERN)
@@ -73,6 +70,9 @@ T = TypeVar("T")
 # get no request context from the SDK, so the endpoint also sets it here (the SDK's per-request tasks
 # start from the request's task and so inherit it).
 CALLER: ContextVar[Caller | None] = ContextVar("engram_mcp_caller", default=None)
+
+# Fields of the stored profile that are engram's bookkeeping, not the user's profile.
+_NOT_PROFILE = ("external_id", "updated_at")
 
 Kind = Literal["fact", "episode", "preference", "style", "directive", "artifact", "reflection", "summary", "document"]
 
@@ -111,21 +111,17 @@ async def _run(caller: Caller, scope: str, work: Callable[[], T]) -> T:
         raise ToolError("database unavailable; nothing was written, retry later") from exc
 
 
-def _memory_scope(conn: db.Conn, caller: Caller, *, create: bool = False) -> MemoryScope | None:
-    tenant = caller.principal.id
-    user_id = ensure_user(conn, tenant, caller.user) if create else find_user_id(conn, tenant, caller.user)
-    return None if user_id is None else MemoryScope(tenant, user_id)
+def _owner(caller: Caller) -> UserRef:
+    return UserRef(caller.principal.id, caller.user)
 
 
-async def _read_memories(
-    caller: Caller, empty: dict[str, Any], read: Callable[[db.Conn, MemoryScope], dict[str, Any]]
-) -> dict[str, Any]:
+async def _read_memories(caller: Caller, empty: T, read: Callable[[db.Conn, MemoryScope], T]) -> T:
     """A read-only tool's body: the caller's memory scope, or `empty` for a user engram has never seen
     (reading must not create users)."""
 
-    def work() -> dict[str, Any]:
+    def work() -> T:
         with db.connection() as conn:
-            scope = _memory_scope(conn, caller)
+            scope = find_scope(conn, caller.principal.id, caller.user)
             return empty if scope is None else read(conn, scope)
 
     return await _run(caller, "memory:read", work)
@@ -155,17 +151,7 @@ def _found(result: SearchResult) -> dict[str, Any]:
     return found
 
 
-def _embed_later(result: WriteResult) -> None:
-    if not result.changed:
-        return
-    try:
-        get_dispatcher().enqueue_embed_memory(result.memory["id"])
-    except Exception as exc:  # broker down: the unindexed-memory sweep embeds it later
-        log.warning("could not enqueue embedding", memory_id=result.memory["id"], error=str(exc))
-
-
 def _written(result: WriteResult) -> dict[str, Any]:
-    _embed_later(result)
     return {"action": result.action, "memory": _brief(result.memory), "replaced_id": result.previous_id}
 
 
@@ -211,13 +197,9 @@ def build_server() -> MCPServer:
         def work() -> dict[str, Any]:
             item = MemoryInput(key=key, value=value, namespace=namespace, kind=kind, tags=tags)
             try:
-                with db.connection() as conn:
-                    scope = _memory_scope(conn, caller, create=True)
-                    assert scope is not None
-                    result = store_memory(conn, scope, item, ACTOR)
+                return _written(writes.store(_owner(caller), item, ACTOR))
             except MemoryRejected as exc:
                 raise ToolError(f"not stored: {exc}") from exc
-            return _written(result)
 
         return await _run(caller, "memory:write", work)
 
@@ -287,12 +269,10 @@ def build_server() -> MCPServer:
         caller = _caller(ctx)
 
         def work() -> dict[str, Any]:
-            with db.connection() as conn:
-                scope = _memory_scope(conn, caller)
-                row = delete_memory(conn, scope, id, ACTOR) if scope is not None else None
-            if row is None:
-                raise ToolError(f"no active memory {id}")
-            return {"deleted": _brief(row)}
+            try:
+                return {"deleted": _brief(writes.delete(_owner(caller), id, ACTOR))}
+            except (UnknownUser, MemoryGone) as exc:
+                raise ToolError(f"no active memory {id}") from exc
 
         return await _run(caller, "memory:write", work)
 
@@ -306,14 +286,11 @@ def build_server() -> MCPServer:
 
         def work() -> dict[str, Any]:
             try:
-                with db.connection() as conn:
-                    scope = _memory_scope(conn, caller)
-                    result = correct_memory(conn, scope, id, value, ACTOR) if scope is not None else None
+                return _written(writes.correct(_owner(caller), id, value, ACTOR))
             except MemoryRejected as exc:
                 raise ToolError(f"not corrected: {exc}") from exc
-            if result is None:
-                raise ToolError(f"no active memory {id}")
-            return _written(result)
+            except (UnknownUser, MemoryGone) as exc:
+                raise ToolError(f"no active memory {id}") from exc
 
         return await _run(caller, "memory:write", work)
 
@@ -404,16 +381,11 @@ def build_server() -> MCPServer:
     async def user_profile() -> dict[str, Any]:
         caller = _caller(None)
 
-        def work() -> dict[str, Any]:
-            with db.connection() as conn:
-                scope = _memory_scope(conn, caller)
-                profile = get_user_profile(conn, scope.tenant_id, scope.user_id) if scope else None
-            if profile is None:
-                return {"user_id": caller.user}
-            profile = {k: v for k, v in profile.items() if k not in ("external_id", "updated_at")}
-            return {"user_id": caller.user, **profile}
+        def read(conn: db.Conn, scope: MemoryScope) -> dict[str, Any]:
+            profile = get_user_profile(conn, scope.tenant_id, scope.user_id) or {}
+            return {"user_id": caller.user, **{k: v for k, v in profile.items() if k not in _NOT_PROFILE}}
 
-        return await _run(caller, "memory:read", work)
+        return await _read_memories(caller, {"user_id": caller.user}, read)
 
     @server.resource(
         "engram://user/what-you-know",
@@ -422,16 +394,12 @@ def build_server() -> MCPServer:
         mime_type="text/markdown",
     )
     async def user_knowledge() -> str:
-        caller = _caller(None)
-
-        def work() -> str:
-            with db.connection() as conn:
-                scope = _memory_scope(conn, caller)
-                rows = what_you_know(conn, scope.tenant_id, scope.user_id) if scope else []
+        def read(conn: db.Conn, scope: MemoryScope) -> str:
+            rows = what_you_know(conn, scope.tenant_id, scope.user_id)
             lines = [f"- [{m['namespace']}] {m['key']}: {m['value']}" for m in rows]
             return "## What You Know\n" + ("\n".join(lines) if lines else "(nothing yet)")
 
-        return await _run(caller, "memory:read", work)
+        return await _read_memories(_caller(None), "## What You Know\n(nothing yet)", read)
 
     return server
 

@@ -11,10 +11,22 @@ up later) is the implementation's, and is documented there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # only for annotations
-    from shared.channels.inbound import Accepted
+
+class AcceptedWork(Protocol):
+    """What a committed channel event leaves to do (shared.channels.inbound.Accepted). Described here rather
+    than imported, so that the domain modules that send work (memory writes) and the channels, which use
+    those modules, do not import each other through this one."""
+
+    @property
+    def session_id(self) -> int | None: ...
+
+    @property
+    def delivery_id(self) -> int | None: ...
+
+    @property
+    def erased_turn_ids(self) -> tuple[int, ...]: ...
 
 
 class Dispatcher(Protocol):
@@ -43,7 +55,7 @@ class Dispatcher(Protocol):
         """A committed memory's embedding (raises when the broker is away: callers log and go on)."""
         ...
 
-    def dispatch_accepted(self, accepted: Accepted) -> None:
+    def dispatch_accepted(self, accepted: AcceptedWork) -> None:
         """Best effort, after a channel event is committed: its turn's drain or its answer's delivery."""
         ...
 

@@ -51,6 +51,14 @@ TASK_MODULES = [
 # Beat wakes at least this often: it extends its leader lock then (so the lock timeout must exceed it) and
 # a standby retries taking the lock at this interval.
 BEAT_MAX_LOOP_SECONDS = 5
+# The sweeps beat sends every ENGRAM_SWEEP_INTERVAL_SECONDS: each picks up from Postgres work whose task was
+# lost. index-missing-memories is cheap too (one indexed query, deduplicated by the drain token).
+SWEEPS = {
+    "redrive-stalled-turns": names.REDRIVE_STALLED_TURNS,
+    "redrive-pending-extraction": names.REDRIVE_PENDING_EXTRACTION,
+    "redrive-stalled-deliveries": names.REDRIVE_STALLED_DELIVERIES,
+    "index-missing-memories": names.INDEX_MISSING_MEMORIES,
+}
 
 
 def maintenance_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
@@ -160,26 +168,13 @@ def create_celery() -> Celery:
         beat_max_loop_interval=BEAT_MAX_LOOP_SECONDS,
         beat_schedule={
             **maintenance_schedule(settings),
-            "redrive-stalled-turns": {
-                "task": names.REDRIVE_STALLED_TURNS,
-                "schedule": timedelta(seconds=settings.sweep_interval_seconds),
-                "options": {"expires": settings.sweep_interval_seconds},
-            },
-            "redrive-pending-extraction": {
-                "task": names.REDRIVE_PENDING_EXTRACTION,
-                "schedule": timedelta(seconds=settings.sweep_interval_seconds),
-                "options": {"expires": settings.sweep_interval_seconds},
-            },
-            "redrive-stalled-deliveries": {
-                "task": names.REDRIVE_STALLED_DELIVERIES,
-                "schedule": timedelta(seconds=settings.sweep_interval_seconds),
-                "options": {"expires": settings.sweep_interval_seconds},
-            },
-            # Cheap (one indexed query) and deduplicated by the drain token, so it runs at the sweep interval.
-            "index-missing-memories": {
-                "task": names.INDEX_MISSING_MEMORIES,
-                "schedule": timedelta(seconds=settings.sweep_interval_seconds),
-                "options": {"expires": settings.sweep_interval_seconds},
+            **{
+                name: {
+                    "task": task,
+                    "schedule": timedelta(seconds=settings.sweep_interval_seconds),
+                    "options": {"expires": settings.sweep_interval_seconds},
+                }
+                for name, task in SWEEPS.items()
             },
         },
     )

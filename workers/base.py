@@ -15,7 +15,9 @@ import structlog
 from celery import Task
 
 from shared.config import Settings, get_settings
+from shared.locks import HeartbeatLock
 from shared.queues import QUEUES
+from shared.redis_client import get_redis
 from shared.task_names import ALL as TASK_NAMES
 from shared.task_names import task_name
 from workers.app import app
@@ -23,6 +25,7 @@ from workers.limits import check_visibility_timeout
 from workers.tracing import REQUEST_ID_HEADER
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 CountdownOf = Callable[[Settings], float]
 
 _CONTEXT_KEYS = ("session_id", "turn_id", "user_id")
@@ -67,3 +70,15 @@ def engram_task(queue: str, *, max_countdown: CountdownOf | None = None, **optio
         return app.task(bind=True, name=name, queue=queue, **options)(run)
 
     return decorate
+
+
+def alone_on_session(job: str, session_id: int, work: Callable[[], T]) -> T | None:
+    """`work`'s result, run holding the session's `job` lock (one compaction, flush, extraction or consolidation
+    of a session at a time, kept alive while it runs); None, without running it, while another worker holds it."""
+    lock = HeartbeatLock(get_redis(), f"engram:lock:{job}:{session_id}", get_settings().session_lock_ttl_seconds)
+    if not lock.acquire():
+        return None
+    try:
+        return work()
+    finally:
+        lock.release()

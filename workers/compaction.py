@@ -5,23 +5,21 @@ from __future__ import annotations
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.llm.types import LLMError
-from shared.locks import HeartbeatLock
-from shared.pipeline.jobs import compact_session, extract_session, session_owner
-from shared.redis_client import get_redis
-from workers.base import engram_task
+from shared.pipeline.jobs import CompactionOutcome, compact_session, extract_session, session_owner
+from workers.base import alone_on_session, engram_task
 from workers.dispatch import enqueue_follow_up
 
 
 @engram_task("compaction", autoretry_for=(DatabaseUnavailable, LLMError), retry_backoff=2, max_retries=5)
 def compact(session_id: int) -> str:
     settings = get_settings()
-    lock = HeartbeatLock(get_redis(), f"engram:lock:compact:{session_id}", settings.session_lock_ttl_seconds)
-    if not lock.acquire():
-        return "another compaction of this session is running"
-    try:
+
+    def work() -> CompactionOutcome:
         # Every message is mined before it leaves the context.
         enqueue_follow_up(extract_session(session_id, settings), *session_owner(session_id))
-        outcome = compact_session(session_id, settings)
-    finally:
-        lock.release()
+        return compact_session(session_id, settings)
+
+    outcome = alone_on_session("compact", session_id, work)
+    if outcome is None:
+        return "another compaction of this session is running"
     return outcome.skipped or f"compacted {outcome.compacted}, kept {outcome.kept}, documents {outcome.documents}"

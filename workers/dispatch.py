@@ -9,9 +9,9 @@ from redis.exceptions import RedisError
 
 from shared import db
 from shared import task_names as names
-from shared.channels.inbound import Accepted
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
+from shared.dispatch import AcceptedWork
 from shared.embeddings.drain import DrainKind, claim_request, token_key
 from shared.logging import get_logger
 from shared.maintenance.schedule import spec_of
@@ -160,7 +160,7 @@ def enqueue_delivery(delivery_id: int) -> None:
     app.send_task(names.CHANNELS_DELIVER, kwargs={"delivery_id": delivery_id}, queue="channels")
 
 
-def dispatch_accepted(accepted: Accepted) -> None:
+def dispatch_accepted(accepted: AcceptedWork) -> None:
     """After a channel event is committed: drain its turn's session, or deliver its answer, and drop the
     live streams of a user it erased. Best effort: with the broker away, the stalled-turn and
     stalled-delivery sweeps pick the work up from Postgres."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # only for annotations
-    from shared.channels.inbound import Accepted
+    from shared.dispatch import AcceptedWork
 
 
 class CeleryDispatcher:
@@ -45,7 +45,7 @@ class CeleryDispatcher:
 
         dispatch.enqueue_embed_memory(memory_id)
 
-    def dispatch_accepted(self, accepted: Accepted) -> None:
+    def dispatch_accepted(self, accepted: AcceptedWork) -> None:
         from workers import dispatch
 
         dispatch.dispatch_accepted(accepted)

@@ -5,12 +5,11 @@ from __future__ import annotations
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.llm.types import LLMError
-from shared.locks import HeartbeatLock
 from shared.logging import get_logger
 from shared.pipeline import debounce
-from shared.pipeline.jobs import extract_session, session_owner, synthesize_personality
+from shared.pipeline.jobs import JobOutcome, extract_session, session_owner, synthesize_personality
 from shared.redis_client import get_redis
-from workers.base import engram_task
+from workers.base import alone_on_session, engram_task
 from workers.dispatch import enqueue_extraction, enqueue_follow_up
 
 log = get_logger(__name__)
@@ -44,14 +43,14 @@ def extract(session_id: int, token: str) -> str:
         return "re-armed for a later turn"
     if not decision.run:
         return "superseded by a later turn"
-    lock = HeartbeatLock(client, f"engram:lock:extract:{session_id}", settings.session_lock_ttl_seconds)
-    if not lock.acquire():
-        raise SessionBusy(f"session {session_id} is being extracted")
-    try:
+
+    def work() -> JobOutcome:
         debounce.started(client, "extract", session_id)
-        outcome = extract_session(session_id, settings)
-    finally:
-        lock.release()
+        return extract_session(session_id, settings)
+
+    outcome = alone_on_session("extract", session_id, work)
+    if outcome is None:
+        raise SessionBusy(f"session {session_id} is being extracted")
     session = session_owner(session_id)
     enqueue_follow_up(outcome, *session)
     log.info(

@@ -15,7 +15,7 @@ from shared.channels.deliveries import deliveries_to_redrive
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.llm.types import LLMError
-from shared.locks import HeartbeatLock, is_locked
+from shared.locks import is_locked
 from shared.logging import get_logger
 from shared.maintenance import jobs as maintenance_jobs
 from shared.maintenance.consolidation import consolidate_session as consolidate_one
@@ -25,7 +25,7 @@ from shared.maintenance.schedule import enabled
 from shared.pipeline import debounce
 from shared.recovery import sessions_to_redrive, touch_open_turns
 from shared.redis_client import get_redis
-from workers.base import engram_task
+from workers.base import alone_on_session, engram_task
 from workers.dispatch import (
     enqueue_consolidate_session,
     enqueue_delivery,
@@ -139,13 +139,11 @@ def enrichment(as_of: str | None = None, tenant_id: int | None = None, user_id: 
 def consolidate_session(session_id: int) -> str:
     """A user started a new session: consolidate one of their earlier ones now rather than at night."""
     settings = get_settings()
-    lock = HeartbeatLock(get_redis(), f"engram:lock:consolidate:{session_id}", settings.session_lock_ttl_seconds)
-    if not lock.acquire():
+    outcome = alone_on_session(
+        "consolidate", session_id, lambda: consolidate_one(session_id, settings, as_of=datetime.now(UTC))
+    )
+    if outcome is None:
         return "another consolidation of this session is running"
-    try:
-        outcome = consolidate_one(session_id, settings, as_of=datetime.now(UTC))
-    finally:
-        lock.release()
     for memory_id in outcome.to_embed:
         enqueue_embed_memory(memory_id)
     return outcome.stopped or ("consolidated" if outcome.consolidated else "nothing to do")

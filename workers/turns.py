@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from celery.signals import worker_ready
@@ -83,18 +84,20 @@ def _drain_waiting_for_redis(session_id: int) -> Any:
 
 def embed_later(memory_id: int) -> None:
     """Best effort: a memory a tool wrote is embedded by the index sweep if the broker is away now."""
-    try:
-        enqueue_embed_memory(memory_id)
-    except (RedisError, BrokerUnavailable, OSError) as exc:
-        log.warning("could not enqueue embedding; the index sweep will", memory_id=memory_id, error=str(exc))
+    _best_effort(enqueue_embed_memory, memory_id, "could not enqueue embedding; the index sweep will", "memory_id")
 
 
 def deliver_later(delivery_id: int) -> None:
     """Best effort: a channel reply whose task cannot be sent now is posted by the stalled-delivery sweep."""
+    _best_effort(enqueue_delivery, delivery_id, "could not enqueue a channel delivery; the sweep will", "delivery_id")
+
+
+def _best_effort(enqueue: Callable[[int], None], row_id: int, failed: str, id_name: str) -> None:
+    """Send a task; with the broker away, log `failed` and leave the work to its sweep (the row is committed)."""
     try:
-        enqueue_delivery(delivery_id)
+        enqueue(row_id)
     except (RedisError, BrokerUnavailable, OSError) as exc:
-        log.warning("could not enqueue a channel delivery; the sweep will", delivery_id=delivery_id, error=str(exc))
+        log.warning(failed, **{id_name: row_id}, error=str(exc))
 
 
 def _redrive_after_reconnect(queues: set[str]) -> None:
@@ -104,16 +107,11 @@ def _redrive_after_reconnect(queues: set[str]) -> None:
     whose task is still queued costs a look."""
     if "turns" not in queues:
         return
-    try:
-        with db.connection() as conn:
-            session_ids = sessions_to_redrive(conn, get_redis(), older_than_seconds=0)
-        for session_id in session_ids:
-            enqueue_drain(session_id)
-    except (DatabaseUnavailable, RedisError, BrokerUnavailable, OSError) as exc:
-        log.warning("could not re-drive open turns after reconnecting; the sweep will", error=str(exc))
-        return
-    if session_ids:
-        log.info("re-drove sessions with open turns after the broker came back", sessions=len(session_ids))
+    _redrive(
+        lambda conn: sessions_to_redrive(conn, get_redis(), older_than_seconds=0),
+        "could not re-drive open turns after reconnecting; the sweep will",
+        "re-drove sessions with open turns after the broker came back",
+    )
 
 
 RECONNECT_HOOKS.append(_redrive_after_reconnect)
@@ -127,16 +125,26 @@ def _redrive_after_start(sender: Any = None, **_: object) -> None:
     Drains are idempotent; a session running elsewhere costs a look or two."""
     if sender is None or "turns" not in sender.app.amqp.queues.consume_from:
         return
+    _redrive(
+        sessions_with_running_turns,
+        "could not re-drive open turns at start; the sweep will",
+        "re-drove sessions with running turns at worker start",
+    )
+
+
+def _redrive(find: Callable[[db.Conn], list[int]], failed: str, done: str) -> None:
+    """Drain every session `find` names; with Postgres, Redis or the broker away, log `failed` and leave them to
+    the stalled-turn sweep."""
     try:
         with db.connection() as conn:
-            session_ids = sessions_with_running_turns(conn)
+            session_ids = find(conn)
         for session_id in session_ids:
             enqueue_drain(session_id)
     except (DatabaseUnavailable, RedisError, BrokerUnavailable, OSError) as exc:
-        log.warning("could not re-drive open turns at start; the sweep will", error=str(exc))
+        log.warning(failed, error=str(exc))
         return
     if session_ids:
-        log.info("re-drove sessions with running turns at worker start", sessions=len(session_ids))
+        log.info(done, sessions=len(session_ids))
 
 
 @engram_task("turns")

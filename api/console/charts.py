@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from api.console.render import page
-from api.console.session import Admin
+from api.console.session import Admin, Signed
 from shared import db
 from shared.console import charts
+from shared.db import Conn
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 Days = Annotated[int, Query(ge=1, le=charts.MAX_DAYS)]
@@ -22,25 +24,32 @@ def charts_page(request: Request, signed: Admin) -> HTMLResponse:
     return page(request, "charts.html", signed)
 
 
-@router.get("/api/charts/cache")
-def cache(signed: Admin, days: Days = 30) -> dict[str, Any]:
-    with db.connection() as conn:
-        return charts.cache_share_daily(conn, signed.principal.id, days)
+Series = Callable[[Conn, int, int], dict[str, Any]]
 
 
-@router.get("/api/charts/llm-calls")
-def llm_calls(signed: Admin, days: Days = 30) -> dict[str, Any]:
+def _series(signed: Signed, series: Series, span: int) -> dict[str, Any]:
+    """One chart's series for the admin's tenant over the last `span` days or hours."""
     with db.connection() as conn:
-        return charts.calls_by_purpose_daily(conn, signed.principal.id, days)
+        return series(conn, signed.principal.id, span)
+
+
+def _daily(series: Series) -> Callable[..., dict[str, Any]]:
+    def route(signed: Admin, days: Days = 30) -> dict[str, Any]:
+        return _series(signed, series, days)
+
+    return route
+
+
+# The daily charts, each a route of the same shape: GET /console/api/charts/<name>?days=N.
+DAILY: dict[str, Series] = {
+    "cache": charts.cache_share_daily,
+    "llm-calls": charts.calls_by_purpose_daily,
+    "memories": charts.memories_daily,
+}
+for _name, _chart in DAILY.items():
+    router.add_api_route(f"/api/charts/{_name}", _daily(_chart), methods=["GET"], name=f"chart_{_name}")
 
 
 @router.get("/api/charts/turns")
 def turns(signed: Admin, hours: Hours = 48) -> dict[str, Any]:
-    with db.connection() as conn:
-        return charts.turns_hourly(conn, signed.principal.id, hours)
-
-
-@router.get("/api/charts/memories")
-def memories(signed: Admin, days: Days = 30) -> dict[str, Any]:
-    with db.connection() as conn:
-        return charts.memories_daily(conn, signed.principal.id, days)
+    return _series(signed, charts.turns_hourly, hours)

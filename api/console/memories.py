@@ -15,14 +15,15 @@ from api.schemas.common import ID_PATTERN
 from api.schemas.memories import MemoryIn, MemoryPatch
 from shared import db
 from shared.console import memories
-from shared.console.memories import MemoryFilters, MemoryGone
+from shared.console.memories import ACTOR, MemoryFilters
 from shared.console.memory_list import DEFAULT_SORT, SORTS, TIME_FIELDS, ListRefused, TimeWindow, check_list, list_page
 from shared.console.paging import Page
 from shared.db import Conn
+from shared.memory import writes
 from shared.memory.keys import MemoryRejected
 from shared.memory.store import KINDS, MemoryInput, Scope
+from shared.memory.writes import Attributes, MemoryGone, UnknownUser, UserRef, find_scope
 from shared.replicas import read
-from shared.turns import ensure_user, find_user_id
 
 router = APIRouter(prefix="/console/users/{user_id}/memories", include_in_schema=False)
 
@@ -31,11 +32,19 @@ MemoryId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 Text = Annotated[str, Form(max_length=100_000)]
 
 
-def user_scope(conn: Conn, tenant_id: int, user_id: str, *, create: bool = False) -> Scope:
-    internal = ensure_user(conn, tenant_id, user_id) if create else find_user_id(conn, tenant_id, user_id)
-    if internal is None:
-        raise ConsoleError(status.HTTP_404_NOT_FOUND, f"no user {user_id!r}")
-    return Scope(tenant_id, internal)
+def user_scope(conn: Conn, tenant_id: int, user_id: str) -> Scope:
+    scope = find_scope(conn, tenant_id, user_id)
+    if scope is None:
+        raise _no_user(user_id)
+    return scope
+
+
+def _no_user(user_id: str) -> ConsoleError:
+    return ConsoleError(status.HTTP_404_NOT_FOUND, f"no user {user_id!r}")
+
+
+def _owner(signed: Signed, user_id: str) -> UserRef:
+    return UserRef(signed.principal.id, user_id)
 
 
 def _day(name: str, text: str) -> date | None:
@@ -149,11 +158,9 @@ def create_memory(
         return _form_page(request, signed, user_id, values, errors, status.HTTP_422_UNPROCESSABLE_CONTENT)
     item = MemoryInput(key=body.key, value=body.value, namespace=body.namespace, kind=body.kind, tags=body.tags)
     try:
-        with db.connection() as conn:
-            result = memories.create(conn, user_scope(conn, signed.principal.id, user_id, create=True), item)
+        result = writes.store(_owner(signed, user_id), item, ACTOR)
     except MemoryRejected as exc:
         return _form_page(request, signed, user_id, values, {"value": str(exc)}, status.HTTP_422_UNPROCESSABLE_CONTENT)
-    memories.index_later(result)
     return RedirectResponse(f"/console/users/{user_id}/memories/{result.memory['id']}", status.HTTP_303_SEE_OTHER)
 
 
@@ -186,9 +193,11 @@ def edit_memory(
     if body is None or body.value is None:
         return _detail_page(request, signed, user_id, memory_id, errors, status.HTTP_422_UNPROCESSABLE_CONTENT)
     try:
-        with db.connection() as conn:
-            scope = user_scope(conn, signed.principal.id, user_id)
-            result = memories.edit(conn, scope, memory_id, value=body.value, tags=body.tags or [])
+        result = writes.amend(
+            _owner(signed, user_id), memory_id, ACTOR, value=body.value, attributes=Attributes(tags=body.tags or [])
+        )
+    except UnknownUser as exc:
+        raise _no_user(user_id) from exc
     except MemoryRejected as exc:
         return _detail_page(
             request, signed, user_id, memory_id, {"value": str(exc)}, status.HTTP_422_UNPROCESSABLE_CONTENT
@@ -197,15 +206,15 @@ def edit_memory(
         raise ConsoleError(
             status.HTTP_409_CONFLICT, f"memory {memory_id} is no longer active; change its successor instead"
         ) from exc
-    memories.index_later(result)
     return RedirectResponse(f"/console/users/{user_id}/memories/{result.memory['id']}", status.HTTP_303_SEE_OTHER)
 
 
 @router.post("/{memory_id}/delete")
 def delete_memory(user_id: UserId, memory_id: MemoryId, signed: MemoryWriter) -> Response:
     try:
-        with db.connection() as conn:
-            memories.remove(conn, user_scope(conn, signed.principal.id, user_id), memory_id)
+        writes.delete(_owner(signed, user_id), memory_id, ACTOR)
+    except UnknownUser as exc:
+        raise _no_user(user_id) from exc
     except MemoryGone as exc:
         raise ConsoleError(status.HTTP_404_NOT_FOUND, f"no active memory {memory_id}") from exc
     return RedirectResponse(f"/console/users/{user_id}/memories", status.HTTP_303_SEE_OTHER)
@@ -214,11 +223,11 @@ def delete_memory(user_id: UserId, memory_id: MemoryId, signed: MemoryWriter) ->
 @router.post("/{memory_id}/restore")
 def restore_memory(user_id: UserId, memory_id: MemoryId, signed: MemoryWriter) -> Response:
     try:
-        with db.connection() as conn:
-            result = memories.restore(conn, user_scope(conn, signed.principal.id, user_id), memory_id)
+        result = writes.restore(_owner(signed, user_id), memory_id, ACTOR)
+    except UnknownUser as exc:
+        raise _no_user(user_id) from exc
     except MemoryRejected as exc:
         raise ConsoleError(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
     except MemoryGone as exc:
         raise ConsoleError(status.HTTP_404_NOT_FOUND, f"no earlier version {memory_id} to restore") from exc
-    memories.index_later(result)
     return RedirectResponse(f"/console/users/{user_id}/memories/{result.memory['id']}", status.HTTP_303_SEE_OTHER)

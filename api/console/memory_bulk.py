@@ -16,8 +16,8 @@ from api.console.memories import UserId, user_scope
 from api.console.session import ConsoleError, MemoryReader, MemoryWriter
 from shared import db
 from shared.console.bulk import MAX_SELECTED, SelectionRefused, remove_many
-from shared.console.memories import MemoryGone
 from shared.memory.userdata import export_user
+from shared.memory.writes import MemoryGone, UnknownUser, UserRef
 
 router = APIRouter(prefix="/console/users/{user_id}/memories", include_in_schema=False)
 
@@ -28,8 +28,9 @@ MemoryIds = Annotated[list[int] | None, Form(max_length=MAX_SELECTED + 1)]
 @router.post("/bulk-delete")
 def delete_selected(user_id: UserId, signed: MemoryWriter, ids: MemoryIds = None) -> Response:
     try:
-        with db.connection() as conn:
-            deleted = remove_many(conn, user_scope(conn, signed.principal.id, user_id), ids or [])
+        deleted = remove_many(UserRef(signed.principal.id, user_id), ids or [])
+    except UnknownUser as exc:
+        raise ConsoleError(status.HTTP_404_NOT_FOUND, f"no user {user_id!r}") from exc
     except SelectionRefused as exc:
         raise ConsoleError(status.HTTP_400_BAD_REQUEST, f"{exc}; nothing was deleted") from exc
     except MemoryGone as exc:

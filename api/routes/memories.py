@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
@@ -27,8 +29,7 @@ from api.schemas.memories import (
 from shared import db
 from shared.auth import Tenant
 from shared.db import Conn
-from shared.dispatch import get_dispatcher
-from shared.logging import get_logger
+from shared.memory import writes
 from shared.memory.entities import entity_info, list_entities
 from shared.memory.keys import MemoryRejected
 from shared.memory.search import SearchFilters
@@ -40,22 +41,18 @@ from shared.memory.store import (
     MemoryInput,
     Scope,
     WriteResult,
-    correct_memory,
-    delete_memory,
     get_memory,
     list_memories,
     memory_history,
-    store_memory,
-    update_attributes,
 )
 from shared.memory.userdata import drop_live_state, erase_user, export_user
+from shared.memory.writes import Attributes, MemoryGone, NoSuchMemory, UnknownUser, UserRef, find_scope
 from shared.redis_client import get_redis
 from shared.replicas import read
 from shared.text import SAFE_TEXT
 from shared.transcript.sources import message_sources
-from shared.turns import ensure_user, find_session, find_user_id
+from shared.turns import find_session
 
-log = get_logger(__name__)
 router = APIRouter(prefix="/v1/users/{user_id}", tags=["memories"])
 
 UserId = Annotated[str, Path(pattern=ID_PATTERN, description="Your id for the user")]
@@ -66,28 +63,31 @@ ACTOR = "api"
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such user or memory (for this tenant)"}}
 
 
-def _scope(conn: Conn, tenant: Tenant, user_id: str, *, create: bool = False) -> Scope:
-    internal = ensure_user(conn, tenant.id, user_id) if create else find_user_id(conn, tenant.id, user_id)
-    if internal is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {user_id!r}")
-    return Scope(tenant.id, internal)
+def _scope(conn: Conn, tenant: Tenant, user_id: str) -> Scope:
+    scope = find_scope(conn, tenant.id, user_id)
+    if scope is None:
+        raise _no_user(user_id)
+    return scope
 
 
-def _enqueue_embedding(result: WriteResult) -> None:
-    if result.changed:
-        try:
-            get_dispatcher().enqueue_embed_memory(result.memory["id"])
-        except Exception as exc:  # broker down: the unindexed-memory sweep embeds it later
-            log.warning("could not enqueue embedding", memory_id=result.memory["id"], error=str(exc))
+def _no_user(user_id: str) -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, f"no user {user_id!r}")
+
+
+@contextmanager
+def _write_errors(user_id: str) -> Iterator[None]:
+    """The write service's refusals as REST answers them: an unknown user 404, a rejected memory 422."""
+    try:
+        yield
+    except UnknownUser as exc:
+        raise _no_user(user_id) from exc
+    except MemoryRejected as exc:
+        raise ApiError(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc), code="memory_rejected") from exc
 
 
 def _write_out(result: WriteResult, response: Response) -> MemoryWriteOut:
     response.status_code = status.HTTP_201_CREATED if result.changed else status.HTTP_200_OK
     return MemoryWriteOut(action=result.action, memory=MemoryOut(**result.memory), replaced_id=result.previous_id)
-
-
-def _rejected(exc: MemoryRejected) -> ApiError:
-    return ApiError(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc), code="memory_rejected")
 
 
 @router.post(
@@ -111,12 +111,8 @@ def create_memory(user_id: UserId, body: MemoryIn, tenant: MemoryWriteKey, respo
         confidence=body.confidence,
         event_time=body.event_time,
     )
-    try:
-        with db.connection() as conn:
-            result = store_memory(conn, _scope(conn, tenant, user_id, create=True), item, ACTOR)
-    except MemoryRejected as exc:
-        raise _rejected(exc) from exc
-    _enqueue_embedding(result)
+    with _write_errors(user_id):
+        result = writes.store(UserRef(tenant.id, user_id), item, ACTOR)
     mark_write(response)
     return _write_out(result, response)
 
@@ -194,45 +190,30 @@ def patch_memory(
     user_id: UserId, memory_id: MemoryId, body: MemoryPatch, tenant: MemoryWriteKey, response: Response
 ) -> MemoryWriteOut:
     """Change a memory (answered with `X-Engram-Write-Lsn` when read replicas are configured)."""
-    try:
-        with db.connection() as conn:
-            scope = _scope(conn, tenant, user_id)
-            current = _load(conn, scope, memory_id)
-            if current["valid_until"] is not None:
-                raise _no_longer_active(memory_id)
-            target_id = memory_id
-            result: WriteResult | None = None
-            if body.value is not None:
-                result = correct_memory(conn, scope, memory_id, body.value, ACTOR)
-                if result is None:  # another writer superseded or deleted it since we read it
-                    raise _no_longer_active(memory_id)
-                target_id = result.memory["id"]
-            updated = update_attributes(
-                conn,
-                scope,
-                target_id,
-                ACTOR,
-                tags=body.tags,
-                confidence=body.confidence,
-                decay_rate=body.decay_rate,
-                event_time=body.event_time,
+    attributes = Attributes(
+        tags=body.tags, confidence=body.confidence, decay_rate=body.decay_rate, event_time=body.event_time
+    )
+    with _write_errors(user_id):
+        try:
+            result = writes.amend(
+                UserRef(tenant.id, user_id), memory_id, ACTOR, value=body.value, attributes=attributes
             )
-            if updated is None:
-                raise _no_longer_active(memory_id)
-    except MemoryRejected as exc:
-        raise _rejected(exc) from exc
-    final = WriteResult(result.action if result else "unchanged", updated, result.previous_id if result else None)
-    _enqueue_embedding(final)
+        except NoSuchMemory as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no memory {memory_id}") from exc
+        except MemoryGone as exc:
+            raise _no_longer_active(memory_id) from exc
     mark_write(response)
-    return _write_out(final, response)
+    return _write_out(result, response)
 
 
 @router.delete("/memories/{memory_id}", status_code=204, responses=NOT_FOUND)
 def remove_memory(user_id: UserId, memory_id: MemoryId, tenant: MemoryWriteKey) -> Response:
     """Delete a memory (answered with `X-Engram-Write-Lsn` when read replicas are configured)."""
-    with db.connection() as conn:
-        if delete_memory(conn, _scope(conn, tenant, user_id), memory_id, ACTOR) is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no active memory {memory_id}")
+    with _write_errors(user_id):
+        try:
+            writes.delete(UserRef(tenant.id, user_id), memory_id, ACTOR)
+        except MemoryGone as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no active memory {memory_id}") from exc
     response = Response(status_code=204)
     mark_write(response)
     return response

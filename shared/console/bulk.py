@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shared.console.memories import ACTOR, MemoryGone
-from shared.db import Conn
-from shared.memory.store import Scope, delete_memory
+from shared.console.memories import ACTOR
+from shared.memory import writes
 
 # A selection comes from one page of the list; the bound keeps a crafted form's transaction short.
 MAX_SELECTED = 100
@@ -16,16 +15,14 @@ class SelectionRefused(ValueError):
     """A selection that names no memory, or too many."""
 
 
-def remove_many(conn: Conn, scope: Scope, memory_ids: Sequence[int]) -> int:
-    """Delete each selected memory (each with its history event, as one delete does). Raises MemoryGone for the
-    first one that is not an active memory of the user: the caller's transaction then rolls every delete back,
+def remove_many(owner: writes.Owner, memory_ids: Sequence[int]) -> int:
+    """Delete each selected memory (each with its history event, as one delete does) through the write service:
+    writes.MemoryGone for the first one that is not an active memory of the user, and then nothing is deleted,
     so a stale or crafted selection deletes nothing."""
-    selected = sorted(set(memory_ids))  # one order for every writer: two overlapping selections cannot deadlock
-    if not selected:
+    if not memory_ids:
         raise SelectionRefused("select at least one memory to delete")
-    if len(selected) > MAX_SELECTED:
-        raise SelectionRefused(f"select at most {MAX_SELECTED} memories at once (this selection has {len(selected)})")
-    for memory_id in selected:
-        if delete_memory(conn, scope, memory_id, ACTOR) is None:
-            raise MemoryGone(memory_id)
-    return len(selected)
+    if len(set(memory_ids)) > MAX_SELECTED:
+        raise SelectionRefused(
+            f"select at most {MAX_SELECTED} memories at once (this selection has {len(set(memory_ids))})"
+        )
+    return writes.delete_many(owner, memory_ids, ACTOR)

@@ -45,18 +45,16 @@ def cache_share_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
 
 def calls_by_purpose_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
     """LLM calls and tokens (input + output) per day for each purpose."""
-    days = _clamp(days, MAX_DAYS)
-    rows = _days(
+    axis, index, rows = _daily_groups(
         conn,
         """SELECT extract(epoch FROM date_trunc('day', created_at))::bigint AS t, purpose, count(*) AS calls,
                   sum(input_tokens + output_tokens) AS tokens
            FROM llm_calls
            WHERE tenant_id = %(tenant)s AND created_at >= date_trunc('day', now()) - make_interval(days => %(days)s - 1)
            GROUP BY 1, 2""",
-        {"tenant": tenant_id, "days": days},
+        tenant_id,
+        days,
     )
-    axis = _day_axis(conn, days)
-    index = {t: i for i, t in enumerate(axis)}
     purposes: dict[str, dict[str, list[int]]] = defaultdict(
         lambda: {"calls": [0] * len(axis), "tokens": [0] * len(axis)}
     )
@@ -93,22 +91,31 @@ def turns_hourly(conn: Conn, tenant_id: int, hours: int) -> dict[str, Any]:
 
 def memories_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
     """Memories written per day (every version counts: a correction is a new memory) by source."""
-    days = _clamp(days, MAX_DAYS)
-    rows = _days(
+    axis, index, rows = _daily_groups(
         conn,
         """SELECT extract(epoch FROM date_trunc('day', created_at))::bigint AS t, source, count(*) AS n
            FROM memories
            WHERE tenant_id = %(tenant)s AND created_at >= date_trunc('day', now()) - make_interval(days => %(days)s - 1)
            GROUP BY 1, 2""",
-        {"tenant": tenant_id, "days": days},
+        tenant_id,
+        days,
     )
-    axis = _day_axis(conn, days)
-    index = {t: i for i, t in enumerate(axis)}
     sources: dict[str, list[int]] = defaultdict(lambda: [0] * len(axis))
     for row in rows:
         if row["t"] in index:
             sources[row["source"]][index[row["t"]]] = int(row["n"])
     return {"t": axis, "sources": dict(sorted(sources.items()))}
+
+
+def _daily_groups(
+    conn: Conn, sql: str, tenant_id: int, days: int
+) -> tuple[list[int], dict[int, int], list[dict[str, Any]]]:
+    """A per-day grouped query's rows (sql takes %(tenant)s and %(days)s and returns each day as `t`), the day
+    axis they go on and each day's place on it: the days with no rows stay zeros in the caller's series."""
+    days = _clamp(days, MAX_DAYS)
+    rows = _days(conn, sql, {"tenant": tenant_id, "days": days})
+    axis = _day_axis(conn, days)
+    return axis, {t: i for i, t in enumerate(axis)}, rows
 
 
 def _day_axis(conn: Conn, days: int) -> list[int]:

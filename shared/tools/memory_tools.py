@@ -1,6 +1,7 @@
 """Memory tools the agent calls: store, recall, search, list, delete, correct, confirm, stats,
 entity info and search over this conversation. Each call runs in its own transaction and sees only
-the calling user's rows; new text is embedded after the commit (via `ToolContext.memory_written`)."""
+the calling user's rows; writes go through the memory-write service (shared/memory/writes.py), which has new
+text embedded after the commit (via `ToolContext.memory_written`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from typing import Any
 
 from shared import db
+from shared.memory import writes
 from shared.memory.entities import entity_info
 from shared.memory.keys import MemoryRejected
 from shared.memory.search import TERM_WEIGHTS, SearchFilters
@@ -17,14 +19,13 @@ from shared.memory.store import (
     KINDS,
     MemoryInput,
     Scope,
+    WriteResult,
     confirm_memory,
-    correct_memory,
-    delete_memory,
     list_memories,
     recall,
-    store_memory,
     touch_accessed,
 )
+from shared.memory.writes import MemoryGone
 from shared.tools.registry import Tool, ToolContext, ToolError
 
 ACTOR = "agent"
@@ -48,9 +49,8 @@ def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _written(ctx: ToolContext, memory_id: int) -> None:
-    if ctx.memory_written is not None:
-        ctx.memory_written(memory_id)
+def _written(result: WriteResult) -> str:
+    return _dump({"action": result.action, "memory": _brief(result.memory), "replaced_id": result.previous_id})
 
 
 def memory_store(ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -63,13 +63,10 @@ def memory_store(ctx: ToolContext, args: dict[str, Any]) -> str:
         source_session_id=ctx.session_id,
     )
     try:
-        with db.connection() as conn:
-            result = store_memory(conn, _scope(ctx), item, ACTOR)
+        result = writes.store(_scope(ctx), item, ACTOR, enqueue=ctx.memory_written)
     except MemoryRejected as exc:
         raise ToolError(f"not stored: {exc}") from exc
-    if result.changed:
-        _written(ctx, result.memory["id"])
-    return _dump({"action": result.action, "memory": _brief(result.memory), "replaced_id": result.previous_id})
+    return _written(result)
 
 
 def memory_recall(ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -116,24 +113,21 @@ def memory_list(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 
 def memory_delete(ctx: ToolContext, args: dict[str, Any]) -> str:
-    with db.connection() as conn:
-        row = delete_memory(conn, _scope(ctx), args["id"], ACTOR)
-    if row is None:
-        raise ToolError(f"no active memory {args['id']}")
+    try:
+        row = writes.delete(_scope(ctx), args["id"], ACTOR)
+    except MemoryGone as exc:
+        raise ToolError(f"no active memory {args['id']}") from exc
     return f"deleted memory {row['id']} ({row['namespace']}/{row['key']})"
 
 
 def memory_correct(ctx: ToolContext, args: dict[str, Any]) -> str:
     try:
-        with db.connection() as conn:
-            result = correct_memory(conn, _scope(ctx), args["id"], args["value"], ACTOR)
+        result = writes.correct(_scope(ctx), args["id"], args["value"], ACTOR, enqueue=ctx.memory_written)
     except MemoryRejected as exc:
         raise ToolError(f"not corrected: {exc}") from exc
-    if result is None:
-        raise ToolError(f"no active memory {args['id']}")
-    if result.changed:
-        _written(ctx, result.memory["id"])
-    return _dump({"action": result.action, "memory": _brief(result.memory), "replaced_id": result.previous_id})
+    except MemoryGone as exc:
+        raise ToolError(f"no active memory {args['id']}") from exc
+    return _written(result)
 
 
 def memory_confirm(ctx: ToolContext, args: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ import importlib.util, json
 import engramhq_client
 from engramhq_client import EngramClient, core
 client = EngramClient("http://127.0.0.1:1", "egm_test")
-call = core.context("alice", "tea", None, 100, None)
+call = core.context("alice", query="tea", max_tokens=100)
 print(json.dumps({
     "client": engramhq_client.__file__,
     "call": [call.method, call.path, call.json],

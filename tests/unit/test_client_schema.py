@@ -98,14 +98,14 @@ def test_every_request_the_client_builds_is_an_operation_of_the_schema(served: s
         for method in item
     }
     calls = [
-        core.ingest("u", "s", [{"role": "user", "content": "hi"}], None, None),
+        core.ingest("u", "s", [{"role": "user", "content": "hi"}]),
         core.memory_status("u", "s"),
-        core.context("u", "q", None, 100, None),
-        core.search("u", "q", 10, None, None),
-        core.add_memory("u", {"key": "k", "value": "v"}),
-        core.memories("u", {}),
+        core.context("u", query="q", max_tokens=100),
+        core.search("u", "q"),
+        core.add_memory("u", "k", "v"),
+        core.memories("u"),
         core.get_memory("u", 1),
-        core.update_memory("u", 1, {"value": "v"}),
+        core.update_memory("u", 1, value="v"),
         core.delete_memory("u", 1),
         core.export("u"),
     ]

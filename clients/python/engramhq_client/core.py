@@ -1,5 +1,6 @@
 """What the sync and the async client share: every operation as a `Call` (method, path, body, headers and
-how to read the answer), built here once; the clients differ only in how they send a call and wait."""
+how to read the answer), built here once with the parameters and documentation the clients' methods have (the
+clients take their methods from here, client.py); the clients differ only in how they send a call and wait."""
 
 from __future__ import annotations
 
@@ -64,6 +65,17 @@ class Call(Generic[T]):
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
+def request_args(call: Call[Any]) -> dict[str, Any]:
+    """The call as the arguments of httpx's `request`, the same for its sync and async clients."""
+    return {
+        "method": call.method,
+        "url": call.path,
+        "json": call.json,
+        "params": call.params,
+        "headers": dict(call.headers),
+    }
+
+
 def error(response: httpx.Response) -> EngramAPIError:
     try:
         body = response.json()
@@ -123,9 +135,11 @@ def ingest(
     user_id: str,
     session_key: str,
     messages: Sequence[Message],
-    metadata: Mapping[str, Any] | None,
-    idempotency_key: str | None,
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    idempotency_key: str | None = None,
 ) -> Call[Ingested]:
+    """Store messages of a conversation engram does not run (in order); extraction follows."""
     body: dict[str, Any] = {"messages": [_drop_none({**m, "created_at": _iso(m.get("created_at"))}) for m in messages]}
     if metadata is not None:
         body["metadata"] = dict(metadata)
@@ -138,8 +152,14 @@ def memory_status(user_id: str, session_key: str) -> Call[MemoryStatusOut]:
 
 
 def context(
-    user_id: str, query: str | None, session_key: str | None, max_tokens: int, sections: Sequence[str] | None
+    user_id: str,
+    *,
+    query: str | None = None,
+    session_key: str | None = None,
+    max_tokens: int = 1000,
+    sections: Sequence[str] | None = None,
 ) -> Call[ContextOut]:
+    """A fenced context block for your prompt, at most `max_tokens` tokens."""
     body = _drop_none(
         {
             "query": query,
@@ -152,26 +172,30 @@ def context(
 
 
 def search(
-    user_id: str, query: str, limit: int, filters: Mapping[str, Any] | None, mode: str | None
+    user_id: str, query: str, *, limit: int = 10, filters: Mapping[str, Any] | None = None, mode: str | None = None
 ) -> Call[list[SearchResultOut]]:
     body = _drop_none({"query": query, "limit": limit, "filters": dict(filters) if filters else None, "mode": mode})
     return Call("POST", f"/v1/users/{user_id}/memories/search", _search_results, body)
 
 
-def add_memory(user_id: str, fields: Mapping[str, Any]) -> Call[MemoryWriteOut]:
-    body = _drop_none({**fields, "event_time": _iso(fields.get("event_time"))})
+def add_memory(user_id: str, key: str, value: str, **fields: Any) -> Call[MemoryWriteOut]:
+    """Fields: namespace, kind, tags, confidence, event_time (see MemoryIn)."""
+    body = _drop_none({"key": key, "value": value, **fields, "event_time": _iso(fields.get("event_time"))})
     return Call("POST", f"/v1/users/{user_id}/memories", _model(MemoryWriteOut), body)
 
 
-def memories(user_id: str, params: Mapping[str, Any]) -> Call[list[MemoryOut]]:
+def memories(user_id: str, **params: Any) -> Call[list[MemoryOut]]:
+    """Params: namespace (prefix), kind, tag, include_superseded, limit, offset."""
     return Call("GET", f"/v1/users/{user_id}/memories", _models(MemoryOut), params=_drop_none(params))
 
 
 def get_memory(user_id: str, memory_id: int) -> Call[MemoryDetailOut]:
+    """The memory and the messages it was learned from."""
     return Call("GET", f"/v1/users/{user_id}/memories/{memory_id}", _model(MemoryDetailOut))
 
 
-def update_memory(user_id: str, memory_id: int, fields: Mapping[str, Any]) -> Call[MemoryWriteOut]:
+def update_memory(user_id: str, memory_id: int, **fields: Any) -> Call[MemoryWriteOut]:
+    """Fields: value (a new value supersedes), tags, confidence, decay_rate, event_time."""
     body = _drop_none({**fields, "event_time": _iso(fields.get("event_time"))})
     return Call("PATCH", f"/v1/users/{user_id}/memories/{memory_id}", _model(MemoryWriteOut), body)
 
@@ -181,6 +205,7 @@ def delete_memory(user_id: str, memory_id: int) -> Call[None]:
 
 
 def export(user_id: str) -> Call[dict[str, Any]]:
+    """Everything engram holds about the user (the shape `engram import` reads back)."""
     return Call("GET", f"/v1/users/{user_id}/export", _json)
 
 
