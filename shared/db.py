@@ -23,7 +23,7 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from shared.config import get_settings
+from shared.config import Settings, get_settings
 from shared.services import resolve_database_url
 
 # Every connection engram opens returns rows as dicts.
@@ -131,19 +131,26 @@ def has_unread_input(conn: Conn) -> bool:
         return True
 
 
+def connection_kwargs(settings: Settings) -> dict[str, Any]:
+    """What every pooled connection is opened with, to the primary or a replica: rows as dicts, one transaction
+    per checkout, the connect and statement time limits and TCP keepalives."""
+    kwargs: dict[str, Any] = {
+        "row_factory": dict_row,
+        "autocommit": False,
+        "connect_timeout": settings.db_connect_timeout_seconds,
+        **KEEPALIVES,
+    }
+    if settings.db_statement_timeout_seconds > 0:
+        kwargs["options"] = f"-c statement_timeout={int(settings.db_statement_timeout_seconds * 1000)}"
+    return kwargs
+
+
 def get_pool() -> ConnectionPool[Conn]:
     global _pool
     with _pool_lock:
         if _pool is None:
             settings = get_settings()
-            kwargs: dict[str, Any] = {
-                "row_factory": dict_row,
-                "autocommit": False,
-                "connect_timeout": settings.db_connect_timeout_seconds,
-                **KEEPALIVES,
-            }
-            if settings.db_statement_timeout_seconds > 0:
-                kwargs["options"] = f"-c statement_timeout={int(settings.db_statement_timeout_seconds * 1000)}"
+            kwargs = connection_kwargs(settings)
             _pool = ConnectionPool[Conn](
                 resolve_database_url(settings),
                 min_size=1,

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -246,19 +246,11 @@ def _check(conn: db.Conn) -> None:
 
 
 def _replica_pool(url: str, index: int, settings: Settings) -> ConnectionPool[db.Conn]:
-    kwargs: dict[str, Any] = {
-        "row_factory": dict_row,
-        "autocommit": False,
-        "connect_timeout": settings.db_connect_timeout_seconds,
-        **db.KEEPALIVES,
-    }
-    if settings.db_statement_timeout_seconds > 0:
-        kwargs["options"] = f"-c statement_timeout={int(settings.db_statement_timeout_seconds * 1000)}"
     return ConnectionPool[db.Conn](
         url,
         min_size=1,
         max_size=settings.db_pool_size,
-        kwargs=kwargs,
+        kwargs=db.connection_kwargs(settings),
         check=_check,
         timeout=_CHECKOUT_SECONDS,
         reconnect_timeout=db.RECONNECT_TIMEOUT_SECONDS,
