@@ -2,6 +2,7 @@
 
     python -m ops.bench.search_scale                          # sizes 10000,100000; own embedded Postgres
     python -m ops.bench.search_scale --sizes 100000 --skew 1  # a few heavy users instead of an even spread
+    python -m ops.bench.search_scale --memories 1000000 --users 10000 --json   # one size
     python -m ops.bench.search_scale --database-url postgresql://.../scratch   # or ENGRAM_DATABASE_URL
 
 Without a URL it starts an embedded Postgres (ops/embedded.py) in a temporary directory and stops it
@@ -61,10 +62,20 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
+import psutil
 import psycopg
 from psycopg.rows import dict_row
 
-from ops.bench.harness import BenchError, BenchRun, add_json_flag, add_keep_flag, emit, percentile, run_main
+from ops.bench.harness import (
+    BenchError,
+    BenchRun,
+    MemorySampler,
+    add_json_flag,
+    add_keep_flag,
+    emit,
+    percentile,
+    run_main,
+)
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
@@ -80,7 +91,7 @@ TENANT = "bench-search-scale"
 HNSW_INDEX = "memory_chunks_embedding_hnsw"  # shared/embeddings/space.py INDEX_NAME
 USER_INDEX = "memory_chunks_user_idx"  # the btree the planner may prefer for the vector leg
 MEMORY_TABLES = ("memories", "memory_chunks", "entities", "memory_entities")
-GOAL_P95_MS = 50.0
+GOAL_P95_MS = 20.0  # the issue's goal for hybrid search at 1M memories over 10k users
 MB = 1024 * 1024
 
 
@@ -849,11 +860,40 @@ def _copy(cur: psycopg.Cursor[Any], target: str, types: list[str], rows: Sequenc
             copy.write_row(row)
 
 
-def build_index(conn: Conn, indexdef: str) -> float:
+def build_index(conn: Conn, indexdef: str, maintenance_work_mem: str) -> float:
+    # pgvector builds the graph in memory while it fits maintenance_work_mem and falls back to a far
+    # slower on-disk build after; Postgres's 64 MB default holds ~40k vectors of 384 dims.
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (maintenance_work_mem,))
     start = time.perf_counter()
     conn.execute(indexdef)
     conn.commit()
     return time.perf_counter() - start
+
+
+def postmaster_pid(conn: Conn) -> int | None:
+    """The server's postmaster, when it runs on this machine (its memory is then measurable)."""
+    row = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()
+    conn.rollback()
+    try:
+        backend = psutil.Process(int(row["pid"])) if row is not None else None
+        parent = backend.parent() if backend is not None else None
+    except psutil.Error:
+        return None  # a remote server: its pid means nothing here
+    return parent.pid if parent is not None else None
+
+
+@contextlib.contextmanager
+def postgres_memory(conn: Conn) -> Iterator[dict[str, Any]]:
+    """Peak RSS/PSS of the Postgres process tree while the body runs ({} for a remote server)."""
+    figures: dict[str, Any] = {}
+    pid = postmaster_pid(conn)
+    if pid is None:
+        yield figures
+        return
+    # PSS: the backends share shared_buffers, which every one's RSS counts again.
+    with MemorySampler({"postgres": pid}, interval=1.0) as sampler:
+        yield figures
+    figures.update(sampler.peaks["postgres"].figures())
 
 
 def vacuum_analyze(url: str) -> None:
@@ -1101,11 +1141,18 @@ def render(report: dict[str, Any]) -> str:
         lines.extend(f"    {line}" for line in size["vector_plan_lines"])
         lines.append(f"  the same, forced with {size['forced_plan']}:")
         lines.extend(f"    {line}" for line in size["forced_plan_lines"])
+    for size in report["sizes"]:
+        memory = size["postgres_memory"]
+        if memory:
+            lines.append(
+                f"Postgres while searching at {size['memories']}: peak RSS {memory['peak_rss_mb']} MB, "
+                f"PSS {memory['peak_pss_mb']} MB ({memory['processes']} processes)"
+            )
     hybrid = report["sizes"][-1]["latency"]["hybrid"]["p95_ms"]
-    verdict = "meets" if hybrid < GOAL_P95_MS else "MISSES"
+    verdict = "meets" if hybrid <= GOAL_P95_MS else "MISSES"
     lines.append("")
     lines.append(
-        f"goal: hybrid p95 < {GOAL_P95_MS:g} ms at {report['sizes'][-1]['memories']} memories: {verdict} ({hybrid} ms)"
+        f"goal: hybrid p95 <= {GOAL_P95_MS:g} ms at {report['sizes'][-1]['memories']} memories: {verdict} ({hybrid} ms)"
     )
     return "\n".join(lines)
 
@@ -1116,7 +1163,9 @@ def render(report: dict[str, Any]) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.search_scale", description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="10000,100000", help="comma-separated memory counts")
+    size_group = parser.add_mutually_exclusive_group()
+    size_group.add_argument("--sizes", default="10000,100000", help="comma-separated memory counts")
+    size_group.add_argument("--memories", type=int, help="one memory count (instead of --sizes)")
     parser.add_argument("--users", type=int, default=100, help="users the memories are spread over")
     parser.add_argument("--queries", type=int, default=200, help="timed searches per mode and size")
     parser.add_argument("--warmup", type=int, default=20, help="untimed searches before each mode")
@@ -1128,15 +1177,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
+        "--maintenance-work-mem",
+        default="2GB",
+        help="maintenance_work_mem for the HNSW build (as for a reindex)",
+    )
+    parser.add_argument(
         "--database-url", default=os.environ.get("ENGRAM_DATABASE_URL"), help="a scratch database (default: embedded)"
     )
     add_keep_flag(parser, "keep the embedded Postgres data directory")
     add_json_flag(parser)  # accepted like every benchmark's; this one prints its JSON line either way
     args = parser.parse_args(argv)
-    try:
-        args.size_list = [int(s) for s in args.sizes.split(",") if s.strip()]
-    except ValueError:
-        parser.error("--sizes must be comma-separated integers")
+    if args.memories is not None:
+        args.size_list = [args.memories]
+    else:
+        try:
+            args.size_list = [int(s) for s in args.sizes.split(",") if s.strip()]
+        except ValueError:
+            parser.error("--sizes must be comma-separated integers")
     if not args.size_list or min(args.size_list) < args.users or args.users < 1 or args.queries < 1:
         parser.error("need --users >= 1, --queries >= 1 and every size >= --users")
     return args
@@ -1177,6 +1234,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 "cpus": os.cpu_count(),
                 "server_version": settings["v"],
                 "shared_buffers": settings["sb"],
+                "maintenance_work_mem": args.maintenance_work_mem,
                 "hnsw_indexdef": setup.hnsw_indexdef,
                 # search.py is under active change: which version of it these numbers belong to.
                 "search_py_sha256": hashlib.sha256(Path(search_module.__file__ or "").read_bytes()).hexdigest()[:16],
@@ -1189,7 +1247,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
             corpus = load(conn, setup, size, facts, pool_vectors, args.noise, args.skew, args.seed + size, now)
             load_s = time.perf_counter() - start
             log(f"[{size}] loaded in {load_s:.1f}s; building the HNSW index ...")
-            build_s = build_index(conn, setup.hnsw_indexdef)
+            build_s = build_index(conn, setup.hnsw_indexdef, args.maintenance_work_mem)
             log(f"[{size}] index built in {build_s:.1f}s; VACUUM ANALYZE ...")
             vacuum_analyze(url)
             sizes = relation_sizes(conn)
@@ -1203,10 +1261,11 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
 
             latency: dict[str, dict[str, Any]] = {}
             mrng = random.Random(args.seed + size)
-            for mode in ("hybrid", "text", "vector"):
-                log(f"[{size}] measuring {mode} ...")
-                samples = run_searches(conn, setup, corpus, queries, mode, args.queries, args.warmup, mrng)
-                latency[mode] = samples.summary()
+            with postgres_memory(conn) as pg_memory:
+                for mode in ("hybrid", "text", "vector"):
+                    log(f"[{size}] measuring {mode} ...")
+                    samples = run_searches(conn, setup, corpus, queries, mode, args.queries, args.warmup, mrng)
+                    latency[mode] = samples.summary()
             # The other vector plan, forced, so both are measured whatever the planner picks.
             force = FORCE_EXACT if vector_plan == "hnsw" else FORCE_HNSW
             with forced_plan(conn, force):
@@ -1226,6 +1285,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                     "load_s": round(load_s, 1),
                     "hnsw_build_s": round(build_s, 1),
                     "relation_bytes": sizes,
+                    "postgres_memory": pg_memory,
                     "vector_plan": vector_plan,
                     "vector_plan_lines": vector_lines,
                     "forced_plan": force,
