@@ -333,6 +333,13 @@ class Settings(BaseSettings):
     eta_task_limit: int = Field(
         1000, ge=1, description="delayed (countdown) tasks a worker holds in memory at most (`worker_eta_task_limit`)"
     )
+    worker_heartbeat_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="how often each worker process writes its heartbeat to Redis (hostname, queues, last seen); "
+        "the console's operations page lists a worker as live while its heartbeat is younger than three intervals",
+    )
 
     # --- agent loop --------------------------------------------------------------------------
     max_iterations: int = Field(8, ge=1, description="LLM calls per turn at most (the tool loop)")

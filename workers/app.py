@@ -32,6 +32,7 @@ from shared.queues import QUEUES
 from shared.redis_client import reset_redis, sentinel_timeouts
 from shared.services import resolve_redis_sentinel, resolve_redis_url
 from shared.tracing import configure_tracing, instrument_celery_worker
+from workers import heartbeat as _heartbeat_signals  # noqa: F401  (liveness for the console)
 from workers import metrics as _metric_signals  # noqa: F401  (task metrics, the pool's exporter)
 from workers import tracing as _publish_hooks  # noqa: F401  (connects the request-id publish hook)
 
