@@ -1,4 +1,4 @@
-"""Operations (admin): the maintenance jobs, their runs, the queues, and a job run now."""
+"""Operations (admin): the maintenance jobs, their runs, the queues and live workers, and a job run now."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The operations page: the maintenance jobs (schedule, last and next run), the tenant's recent runs, the queue
-depths, the tenant's channel connections and recent deliveries, and a job run now for one of the tenant's
-users."""
+depths and the live workers, the tenant's channel connections and recent deliveries, and a job run now for one
+of the tenant's users."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from shared.maintenance.schedule import JOBS
 from shared.queues import QUEUES, queue_depths
 from shared.redis_client import get_redis
 from shared.turns import find_user_id
+from shared.worker_heartbeats import WorkerBeat, live_workers, unserved_queues
 
 RECENT_RUNS = 30
 RECENT_DELIVERIES = 20
@@ -27,6 +28,8 @@ class Operations:
     jobs: list[dict[str, Any]]
     runs: list[dict[str, Any]]
     queues: dict[str, int] | None  # None: the broker did not answer
+    workers: list[WorkerBeat] | None  # None: Redis did not answer
+    unserved: list[str]  # queues no live worker consumes
     # As the admin API lists them: a connection says which secrets are set, never their values; a delivery
     # leaves out the reply's text, and its error was redacted of the connection's secrets when stored.
     connections: list[dict[str, Any]]
@@ -35,7 +38,8 @@ class Operations:
 
 def operations(conn: Conn, settings: Settings, tenant_id: int) -> Operations:
     """Every job's schedule and last all-users run, the runs of every user of this tenant and the all-users
-    runs (most recent first), how many messages wait in each queue, and the tenant's channels."""
+    runs (most recent first), how many messages wait in each queue, the workers with a live heartbeat, and the
+    tenant's channels."""
     runs = conn.execute(
         """SELECT r.job, r.period, r.scope, r.status, r.changed, r.counts, r.error, r.started_at, r.finished_at,
                   u.external_id AS user_id
@@ -50,10 +54,16 @@ def operations(conn: Conn, settings: Settings, tenant_id: int) -> Operations:
         depths: dict[str, int] | None = queue_depths(get_redis(), QUEUES)
     except Exception:  # the broker away: the page still shows the jobs
         depths = None
+    try:
+        workers: list[WorkerBeat] | None = live_workers(get_redis())
+    except Exception:
+        workers = None
     return Operations(
         jobs=overview(conn, settings),
         runs=runs,
         queues=depths,
+        workers=workers,
+        unserved=[] if workers is None else unserved_queues(workers, QUEUES),
         connections=list_connections(conn, tenant_id),
         deliveries=list_deliveries(conn, tenant_id, limit=RECENT_DELIVERIES),
     )

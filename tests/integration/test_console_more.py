@@ -1,10 +1,11 @@
 """More of the web console in a real browser: the memory list's order and date window, bulk delete, export,
-users by last activity, entities and reflections, the operations page's channels, and the error page for a
-malformed URL. The browser, gateway, worker and data come from test_console's fixtures (a module of its own,
+users by last activity, entities and reflections, the operations page's channels and live workers, and the error
+page for a malformed URL. The browser, gateway, worker and data come from test_console's fixtures (a module of its own,
 so its own data)."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +21,9 @@ from shared import db
 from shared.auth import ensure_tenant
 from shared.channels.connections import upsert_connection
 from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.queues import QUEUES
 from shared.turns import find_user_id
+from tests.conftest import CeleryStack
 from tests.integration.test_console import (  # noqa: F401  (browser, console, keep_failures: fixtures)
     WAIT_S,
     Console,
@@ -244,3 +247,26 @@ def test_operations_shows_channels_and_deliveries(browser: WebDriver, console: C
     assert "failed" in deliveries and "chat not found" in deliveries and "alice" in deliveries
     html = browser.page_source
     assert BOT_TOKEN not in html and "A reply the page must not show" not in html
+
+
+def test_operations_lists_the_live_worker_and_its_queues(
+    browser: WebDriver,  # noqa: F811
+    console: Console,  # noqa: F811
+    celery_stack: CeleryStack,
+) -> None:
+    assert celery_stack.worker is not None
+    name = f"{celery_stack.worker.name}@"
+    sign_in(browser, console, console.admin)
+
+    def worker_listed(b: WebDriver) -> bool:
+        # The tests' key cleanup removed the heartbeat: the worker writes it again within an interval.
+        b.get(f"{console.url}/console/operations")
+        return any(name in row.text for row in b.find_elements(By.CSS_SELECTOR, "#workers tbody tr"))
+
+    _until(browser, worker_listed)
+    row = next(r for r in browser.find_elements(By.CSS_SELECTOR, "#workers tbody tr") if name in r.text)
+    assert all(queue in row.text for queue in QUEUES)
+    assert re.search(r"\d+ s ago", row.text)
+    # Every queue has a consumer: no "no worker" warning.
+    assert not browser.find_elements(By.ID, "unserved")
+    assert "no worker" not in browser.find_element(By.ID, "queues").text
