@@ -31,6 +31,11 @@ def _beat_of(name: str) -> WorkerBeat | None:
     return next((b for b in live_workers(get_redis()) if b.hostname.startswith(f"{name}@")), None)
 
 
+def _hostnames(client: redis.Redis) -> list[str]:
+    """This module's workers only: a session worker other tests started may be beating too."""
+    return [b.hostname for b in live_workers(client) if b.hostname.endswith("@heartbeat-test")]
+
+
 @pytest.fixture
 def beating(
     celery_stack: CeleryStack, clean_state: Any, tmp_path_factory: pytest.TempPathFactory
@@ -69,13 +74,14 @@ def test_a_ready_worker_beats_until_it_stops(beating: CeleryProcess) -> None:
 
 def test_live_workers_reads_beats_expires_them_and_skips_damaged_values(clean_state: Any) -> None:
     client = get_redis()
-    record(client, WorkerBeat("a@host", 11, ("turns", "channels"), 1.0, 2.0), interval_seconds=0.1)
-    record(client, WorkerBeat("b@host", 12, ("embeddings",), 1.0, 2.0), interval_seconds=60)
-    client.set(f"{KEY_PREFIX}broken@host", "not json")
-    client.set(f"{KEY_PREFIX}other@host", json.dumps({"hostname": "other@host"}))
-    # a@host's key lives three intervals (0.3 s): wait for it to expire.
-    eventually(lambda: [b.hostname for b in live_workers(client)] == ["b@host"], timeout=10, message="no expiry")
-    assert unserved_queues(live_workers(client), ("turns", "embeddings")) == ["turns"]
+    record(client, WorkerBeat("a@heartbeat-test", 11, ("turns", "channels"), 1.0, 2.0), interval_seconds=0.1)
+    record(client, WorkerBeat("b@heartbeat-test", 12, ("embeddings",), 1.0, 2.0), interval_seconds=60)
+    client.set(f"{KEY_PREFIX}broken@heartbeat-test", "not json")
+    client.set(f"{KEY_PREFIX}other@heartbeat-test", json.dumps({"hostname": "other@heartbeat-test"}))
+    # a@heartbeat-test's key lives three intervals (0.3 s): wait for it to expire.
+    eventually(lambda: _hostnames(client) == ["b@heartbeat-test"], timeout=10, message="no expiry")
+    beats = [b for b in live_workers(client) if b.hostname == "b@heartbeat-test"]
+    assert unserved_queues(beats, ("turns", "embeddings")) == ["turns"]
 
 
 def test_a_redis_error_skips_a_beat_and_the_next_interval_writes_it(clean_state: Any) -> None:
@@ -89,15 +95,15 @@ def test_a_redis_error_skips_a_beat_and_the_next_interval_writes_it(clean_state:
         calls += 1
         return dead if calls <= 2 else live
 
-    heartbeat = Heartbeat("flaky@host", ("turns",), interval_seconds=0.2, client=client)
+    heartbeat = Heartbeat("flaky@heartbeat-test", ("turns",), interval_seconds=0.2, client=client)
     heartbeat.start()
     try:
         eventually(
-            lambda: [b.hostname for b in live_workers(get_redis())] == ["flaky@host"],
+            lambda: "flaky@heartbeat-test" in _hostnames(get_redis()),
             timeout=10,
             message="no heartbeat after Redis came back",
         )
         assert calls > 2
     finally:
         heartbeat.stop()
-    assert live_workers(get_redis()) == []
+    assert "flaky@heartbeat-test" not in _hostnames(get_redis())
