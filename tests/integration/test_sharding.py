@@ -160,6 +160,20 @@ SWEEPS: dict[str, str] = {
     "SELECT vector_dims(embedding) AS dims FROM memory_chunks WHERE embedding IS NOT NULL LIMIT 1": (
         "the embedding space check reads any one stored vector (shared/embeddings/space.py)"
     ),
+    # Beat's recovery sweeps (workers/app.py SWEEPS): each looks across every user for work whose task was
+    # lost; on Citus a multi-shard query from the coordinator, every ENGRAM_SWEEP_INTERVAL_SECONDS.
+    "SELECT DISTINCT session_id FROM turns WHERE status IN ('queued', 'running') AND updated_at <": (
+        "stalled-turn sweep (shared/recovery.py)"
+    ),
+    "UPDATE channel_deliveries SET updated_at = now() WHERE id IN ( SELECT id FROM channel_deliveries WHERE": (
+        "delivery re-drive sweep (shared/channels/deliveries.py); its claim by id, SKIP LOCKED, stays per shard"
+    ),
+    "FROM memory_chunks WHERE message_id IS NOT NULL AND embedding IS NULL LIMIT": (
+        "transcript embedding backlog check before a drain is requested"
+    ),
+    "SELECT DISTINCT session_id FROM session_messages WHERE extracted_at IS NULL AND created_at <": (
+        "unmined-messages sweep (workers/maintenance.py), when ENGRAM_AUTO_MEMORY is on"
+    ),
 }
 
 # Statements that would not route today: the work to do before `create_distributed_table`
@@ -272,12 +286,24 @@ def _workload(api: httpx.Client, fake_llm: FakeLLM) -> None:
     assert erased.status_code == 200, erased.text
 
 
+def _wait_swept(log: StatementLog, timeout: float = 60) -> None:
+    """Until beat's recovery sweep has run inside the capture (shared/recovery.py reads stalled turns)."""
+    deadline = time.monotonic() + timeout
+    while not any("SELECT DISTINCT session_id FROM turns" in sql for sql in log.statements()):
+        assert time.monotonic() < deadline, "no recovery sweep ran while the statements were captured"
+        time.sleep(0.5)
+
+
 def test_statements_of_real_code_paths_route_to_one_shard(
     services: TestServices, api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM
 ) -> None:
     assert services.postgres is not None
+    # Beat's sweeps (every ENGRAM_SWEEP_INTERVAL_SECONDS) talk to the same server: started here so they are
+    # always part of the capture, never only when an earlier test in the session happened to start beat.
+    workers.start_beat()
     with StatementLog(services.database_url, services.postgres.pgdata / "log") as log:
         _workload(api, fake_llm)
+        _wait_swept(log)
     verdicts = [verdict for sql in log.statements() if (verdict := judge(sql)) is not None]
     known = {**SWEEPS, **UNROUTED_GAPS}
     unexplained = [
