@@ -8,11 +8,10 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Response
 
-from shared.replicas import parse_lsn, write_lsn
+from shared.replicas import LSN_PATTERN, parse_lsn, write_lsn
 
 WRITE_LSN_HEADER = "X-Engram-Write-Lsn"
 MIN_LSN_HEADER = "X-Engram-Min-Lsn"
-LSN_PATTERN = r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
 
 
 def _min_lsn(

@@ -52,7 +52,9 @@ _REPLICA_ERRORS: tuple[type[BaseException], ...] = (
     psycopg.errors.ReadOnlySqlTransaction,
     psycopg.errors.SerializationFailure,
 )
-_LSN_TEXT = re.compile(r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$")
+# A WAL position as Postgres writes it; the HTTP header that carries one is validated with the same pattern.
+LSN_PATTERN = r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
+_LSN_TEXT = re.compile(LSN_PATTERN)
 
 
 def parse_lsn(text: str) -> int:
