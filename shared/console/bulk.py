@@ -19,10 +19,9 @@ def remove_many(owner: writes.Owner, memory_ids: Sequence[int]) -> int:
     """Delete each selected memory (each with its history event, as one delete does) through the write service:
     writes.MemoryGone for the first one that is not an active memory of the user, and then nothing is deleted,
     so a stale or crafted selection deletes nothing."""
-    if not memory_ids:
+    selected = len(set(memory_ids))
+    if not selected:
         raise SelectionRefused("select at least one memory to delete")
-    if len(set(memory_ids)) > MAX_SELECTED:
-        raise SelectionRefused(
-            f"select at most {MAX_SELECTED} memories at once (this selection has {len(set(memory_ids))})"
-        )
+    if selected > MAX_SELECTED:
+        raise SelectionRefused(f"select at most {MAX_SELECTED} memories at once (this selection has {selected})")
     return writes.delete_many(owner, memory_ids, ACTOR)
