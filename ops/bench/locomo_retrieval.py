@@ -20,11 +20,14 @@ drain stores it. `--store episodes`: every turn becomes an `episode` memory inst
 (plus the caption), stamped with its session's date, keeping the CONTEXT_BEFORE turns before it and the
 CONTEXT_AFTER after it (same session) as `metadata.context`, as an episode writer would (the shape
 measured before the transcript was memory). Each question with evidence (category 5, adversarial, has
-none) is searched three ways, all through `shared.memory.search.search`:
+none) is searched three ways:
 
-- text:   the lexical leg alone (`legs=("text",)`, no query vector);
-- vector: the vector leg alone (`legs=("vector",)`);
-- hybrid: every leg, fused as the settings say (ENGRAM_SEARCH_* — the product's defaults).
+- text:   the lexical leg alone (`shared.memory.search.search`, `legs=("text",)`, no query vector);
+- vector: the vector leg alone (`search`, `legs=("vector",)`);
+- hybrid: as the product searches (`shared.memory.service.search_memories`, what the API, MCP, the context
+  block and the agent's tools call): every leg, fused as the settings say (ENGRAM_SEARCH_* — the product's
+  defaults), with a time the question names searched first and a question about several people asked once
+  per person (shared/memory/query_parts.py).
 
 Results map back to dia_ids; recall@k = |evidence ∩ top-k| / |evidence|, NDCG@10 with binary
 relevance. Search latency covers the `search` call only; embedding the question is timed apart.
@@ -58,9 +61,10 @@ from ops.bench.locomo_data import CATEGORIES, Conversation, Turn, load_conversat
 from shared.auth import ensure_tenant
 from shared.config import get_settings
 from shared.db import Conn, connect
-from shared.embeddings import Embedder, embed_texts, embedder_from_settings, ensure_embedding_space
+from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
 from shared.ingest import IngestMessage, ingest_messages
 from shared.logging import configure_logging
+from shared.memory import service
 from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.keys import MemoryRejected
 from shared.memory.search import Leg, SearchOptions, SearchResult, search
@@ -263,14 +267,20 @@ def evaluate(
         started = time.perf_counter()
         vector = embed_texts(conn, embedder, [question.text], batch_size=1)[0]
         embed_ms.append((time.perf_counter() - started) * 1000)
+        # The product's path embeds the question itself and remembers it: done here, outside its timing.
+        service.query_vector(conn, question.text)
         evidence = set(question.evidence)
         relevant = sum(1 for ids in ingested.dia_ids.values() if ids & evidence)
         for mode in MODES:
             options = options_for(mode)
             started = time.perf_counter()
-            results = search(
-                conn, ingested.scope, question.text, query_vector=None if mode == "text" else vector, options=options
-            )
+            if mode == "hybrid":
+                results = service.search_memories(conn, ingested.scope, question.text, limit=LIMIT)
+            else:
+                text_only = mode == "text"
+                results = search(
+                    conn, ingested.scope, question.text, query_vector=None if text_only else vector, options=options
+                )
             stats[mode].latencies_ms.append((time.perf_counter() - started) * 1000)
             conn.commit()  # search sets transaction-local HNSW options; start each query afresh
             ranked = [ingested.found(r) for r in results]
@@ -347,7 +357,7 @@ def read_conversations(args: argparse.Namespace) -> list[Conversation]:
 def run(args: argparse.Namespace) -> int:
     conversations = read_conversations(args)
     url = args.database_url or get_settings().database_url
-    embedder = embedder_from_settings(get_settings())
+    embedder = service.process_embedder()  # the one the product's search embeds questions with
     stats = {mode: ModeStats() for mode in MODES}
     times = IngestTimes()
     embed_ms: list[float] = []

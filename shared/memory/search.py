@@ -408,7 +408,11 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
         SELECT * FROM (SELECT *, max(score) OVER () AS best FROM fused) f WHERE {floor_sql}
         ORDER BY score DESC, doc
         LIMIT %(keep)s)
-    SELECT kept.*, m.namespace, m.key, m.value, m.kind, m.tags, m.confidence, m.created_at, m.event_time,
+    SELECT kept.*,
+           -- Who, of the people the query names, speaks in the candidates (query_parts asks for each apart).
+           (SELECT array_agg(DISTINCT x.speaker ORDER BY x.speaker) FROM named n JOIN memory_chunks x ON x.id = -n.doc
+            WHERE n.speaker_named) AS named_speakers,
+           m.namespace, m.key, m.value, m.kind, m.tags, m.confidence, m.created_at, m.event_time,
            m.valid_from, m.source_message_ids,
            u.id AS unit_id, u.session_id AS unit_session_id, u.message_id, u.said_at, u.speaker,
            sm.content AS message_content, s.session_key
@@ -546,6 +550,14 @@ def search_statement(
     return _build_sql(filters, options, params, use_vector), params
 
 
+@dataclass(frozen=True)
+class Found:
+    """A search's results, and the speakers the query names among its candidates (not only the results kept)."""
+
+    results: list[SearchResult]
+    named_speakers: list[str]
+
+
 def search(
     conn: Conn,
     scope: Scope,
@@ -557,6 +569,22 @@ def search(
     touch: bool = False,
 ) -> list[SearchResult]:
     """Search one user's memories (and transcript units). `query_vector` None = no vector leg."""
+    results = find(conn, scope, query, query_vector=query_vector, filters=filters, options=options).results
+    if touch:
+        touch_accessed(conn, scope, [r.id for r in results if r.id is not None])
+    return results
+
+
+def find(
+    conn: Conn,
+    scope: Scope,
+    query: str,
+    *,
+    query_vector: Sequence[float] | None = None,
+    filters: SearchFilters | None = None,
+    options: SearchOptions | None = None,
+) -> Found:
+    """`search`, with the speakers the query names."""
     options = options or SearchOptions()
     sql, params = search_statement(scope, query, query_vector=query_vector, filters=filters, options=options)
     use_vector = "qvec" in params  # the statement has a vector leg
@@ -578,10 +606,7 @@ def search(
         if options.mode != "weighted" or score >= options.relative_floor * best - 1e-9
     ]
     results.sort(key=lambda r: (-r.score, r.id if r.id is not None else -(r.chunk_id or 0)))
-    results = results[: options.limit]
-    if touch:
-        touch_accessed(conn, scope, [r.id for r in results if r.id is not None])
-    return results
+    return Found(results[: options.limit], list(rows[0]["named_speakers"] or []) if rows else [])
 
 
 def _result(row: dict[str, Any], score: float, legs: dict[str, dict[str, Any]]) -> SearchResult:

@@ -27,7 +27,8 @@ from shared.embeddings.cache import cache_model, check_vectors, register_vector_
 from shared.embeddings.providers import OnnxLocalEmbedder
 from shared.embeddings.space import follow_recorded_space
 from shared.logging import get_logger
-from shared.memory.search import SearchFilters, SearchOptions, SearchResult, search
+from shared.memory import query_parts
+from shared.memory.search import SearchFilters, SearchOptions, SearchResult, find, search
 from shared.memory.store import Scope, touch_accessed
 from shared.memory.time_window import TimeWindow, may_name_time, time_window
 from shared.metrics import observe_embedding_call
@@ -146,7 +147,8 @@ def search_memories(
 ) -> list[SearchResult]:
     """The best `limit` results for `query`. When it names a time (resolved against `as_of`, default now) and
     the filters set none, what falls in that window is searched for on its own too and ranks first: "what
-    did I say last May" puts May's excerpt above a closer match from June."""
+    did I say last May" puts May's excerpt above a closer match from June. When it names several people
+    who speak in the user's conversations, it is also asked once per person (query_parts)."""
     settings = get_settings()
     options = options_from_settings(settings, limit)
     if mode in ("weighted", "rrf"):
@@ -158,15 +160,37 @@ def search_memories(
     if filters.since is None and filters.until is None and may_name_time(query):
         resolving = _time_reader().submit(time_window, query, as_of)
     vector = query_vector(conn, query, space_rows)
-    results = search(conn, scope, query, query_vector=vector, filters=filters, options=options)
+    whole = find(conn, scope, query, query_vector=vector, filters=filters, options=options)
     window = resolving.result() if resolving is not None else None
-    if window is not None:
-        within = dataclasses.replace(filters, since=window.start, until=window.end)
-        found = search(conn, scope, query, query_vector=vector, filters=within, options=options)
-        results = rank_window_first(found, results, limit)
+    results = _window_first(conn, scope, query, vector, filters, options, window, whole.results)
+    if asked_apart := query_parts.parts(query, whole.named_speakers):
+        found = [results]
+        for part in asked_apart:
+            part_vector = query_vector(conn, part, space_rows)
+            part_results = search(conn, scope, part, query_vector=part_vector, filters=filters, options=options)
+            found.append(_window_first(conn, scope, part, part_vector, filters, options, window, part_results))
+        results = query_parts.take_turns(found, limit)
     if touch:
         touch_accessed(conn, scope, [r.id for r in results if r.id is not None])
     return results
+
+
+def _window_first(
+    conn: Conn,
+    scope: Scope,
+    query: str,
+    vector: list[float] | None,
+    filters: SearchFilters,
+    options: SearchOptions,
+    window: TimeWindow | None,
+    results: list[SearchResult],
+) -> list[SearchResult]:
+    """`results` with what the query's time window holds searched for on its own and ranked first."""
+    if window is None:
+        return results
+    within = dataclasses.replace(filters, since=window.start, until=window.end)
+    found = search(conn, scope, query, query_vector=vector, filters=within, options=options)
+    return rank_window_first(found, results, options.limit)
 
 
 @lru_cache(maxsize=1)
@@ -177,13 +201,9 @@ def _time_reader() -> ThreadPoolExecutor:
 def rank_window_first(within: list[SearchResult], everything: list[SearchResult], limit: int) -> list[SearchResult]:
     """The results inside the query's time window, best first, then the rest of `everything`: each window
     result's score is raised above the best outside it, so scores stay in rank order."""
-    key = _result_key
+    key = query_parts.result_key
     inside = {key(r) for r in within}
     outside = [r for r in everything if key(r) not in inside]
     top = max((r.score for r in outside), default=0.0)
     lifted = [dataclasses.replace(r, score=r.score + top) for r in within]
     return (lifted + outside)[:limit]
-
-
-def _result_key(result: SearchResult) -> tuple[str, int]:
-    return ("memory", result.id) if result.id is not None else ("unit", result.chunk_id or 0)

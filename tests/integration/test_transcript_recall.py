@@ -237,6 +237,34 @@ def test_a_time_the_question_names_brings_that_time_first(api: httpx.Client, rec
     assert transcript["items"][0]["text"] == "- user: I told you about the hiking trip to the lake"
 
 
+def test_a_question_about_two_people_brings_back_what_each_of_them_said(
+    api: httpx.Client, recall_stack: CeleryStack
+) -> None:
+    ann = ["I cooked pasta for the neighbours", "I cooked risotto on Sunday", "I cooked pancakes with the kids",
+           "I cooked a lentil soup for lunch"]  # fmt: skip
+    bob = ["I went running by the river", "I baked sourdough bread in the oven", "My dog chased a squirrel"]
+    lines = [("Ann", text) for text in ann] + [("Bob", text) for text in bob]
+    said = [
+        {"role": "user", "name": name, "content": text, "created_at": f"2023-05-08T10:{n:02d}:00Z"}
+        for n, (name, text) in enumerate(lines)
+    ]
+    _ingest(api, "kitchen", *said)
+    wait_idle(api, "kitchen")
+
+    def found(query: str) -> list[tuple[str, str]]:
+        response = api.post("/v1/users/alice/memories/search", json={"query": query, "limit": 3})
+        assert response.status_code == 200, response.text
+        return [(r["speaker"], r["value"]) for r in response.json()["results"] if r["source"] == "transcript"]
+
+    # Ann's four lines share the question's words; Bob's bread shares none. Asked once per person as well,
+    # each person's best line is among the first three.
+    both = found("What did Ann and Bob cook?")
+    assert ("Bob", "I baked sourdough bread in the oven") in both, both
+    assert any(name == "Ann" for name, _ in both), both
+    # One person named: one question, Ann's cooking first.
+    assert {name for name, _ in found("What did Ann cook?")} == {"Ann"}
+
+
 def test_a_short_budget_holds_no_fact_beside_the_excerpt_it_came_from(
     api: httpx.Client, recall_stack: CeleryStack
 ) -> None:
