@@ -348,7 +348,8 @@ class Settings(BaseSettings):
         ge=5,
         description="per-session lock lease: the worker running a session's turns renews it every third of this; "
         "a worker that stops (killed, frozen, cut off from Redis) loses the session after at most this "
-        "long, and one that finds its lease lost writes nothing",
+        "long, and one that finds its lease lost writes nothing, unless it takes the lease back before another "
+        "worker took the session (a stopped Redis lapses every lease at once)",
     )
     turn_soft_time_limit: int = Field(300, description="soft time limit of a task, seconds")
     turn_time_limit: int = Field(330, description="hard time limit of a task, seconds")

@@ -3,7 +3,10 @@
 The lock has a token (only the owner can release or extend it) and a TTL, so a crashed owner
 releases it by expiry; a heartbeat thread extends the TTL every third of it while work runs.
 `lost` turns true if the lock expired under us (e.g. the process was frozen past the TTL) — the
-owner must then stop writing, because another worker may already hold it.
+owner must then stop writing, because another worker may already hold it. A lease that ran out while
+Redis itself was stopped (every lease in it lapses together) usually has no new holder: `retake` takes the
+lock again if it is free, and the owner goes on only if what it guards shows nobody else worked meanwhile
+(a turn's attempt number, shared/agent/turn_runner.py).
 
 The token names its owner: the machine's boot id, the PID namespace, the PID and the process's
 start time. A waiter on the same machine and in the same PID namespace can therefore tell for
@@ -27,6 +30,10 @@ from types import TracebackType
 import psutil
 import redis
 from redis.exceptions import LockError, LockNotOwnedError, RedisError
+
+from shared.logging import get_logger
+
+log = get_logger(__name__)
 
 _TOKEN_VERSION = "o1"
 
@@ -142,11 +149,22 @@ class HeartbeatLock:
                 self._lock.reacquire()
             except LockNotOwnedError:
                 self.lost = True
+                log.warning("lock lease lost: it expired before it could be renewed", lock=self.name)
                 return
             except RedisError:
                 # Redis briefly unreachable: keep trying; if it stays away past the TTL the
                 # next reacquire reports the loss.
                 continue
+
+    def retake(self) -> bool:
+        """After `lost`: take the lock again if nobody holds it now (a fresh token, a new heartbeat). False when
+        another owner has it, or Redis does not answer. The caller must still check that nobody worked under the
+        lock while it was lost."""
+        self.release()  # ends the heartbeat; the old token matches nothing any more, so nothing is deleted
+        try:
+            return self.acquire()
+        except RedisError:
+            return False
 
     def release(self) -> None:
         self._stop.set()

@@ -210,7 +210,10 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
         events.publish("error", error=error)
         _notify_reply(deps, delivery)
         return True
-    if lock.lost:
+    # A lease that ran out while Redis was stopped: the reply is already paid for. Retaken, the turn is written if
+    # its claim is still this attempt's (the guarded update below): nobody else ran it meanwhile. Failing the task
+    # would throw the reply away and run the model again on a retry queued behind every other session's turns.
+    if lock.lost and not lock.retake():
         raise LockLost(f"session lock lost while running turn {turn['id']}")
     # The reply is paid for: wait out a Postgres restart (the lock's heartbeat goes on) rather than
     # fail the task and run the model again on the retry.

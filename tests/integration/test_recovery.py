@@ -15,7 +15,7 @@ import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply
 from shared import db
-from shared.locks import session_lock_name
+from shared.locks import HeartbeatLock, session_lock_name
 from shared.redis_client import get_redis
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_turns import count, post_turn
@@ -286,3 +286,27 @@ def test_a_task_whose_worker_died_goes_back_to_the_head_of_its_queue(services: T
             message.ack()
         bound.delete()
     assert order == ["interrupted", "sent later 1", "sent later 2"]
+
+
+def test_a_lapsed_lease_is_retaken_only_while_nobody_else_holds_it(clean_state: TestServices) -> None:
+    client = get_redis()
+    name = session_lock_name(424242)
+    lock = HeartbeatLock(client, name, ttl_seconds=30)
+    other = HeartbeatLock(client, name, ttl_seconds=30)
+    try:
+        assert lock.acquire()
+        first_token = client.get(name)
+        client.delete(name)  # the lease ran out (a Redis stopped past its TTL expires it the same way)
+        assert lock.retake()
+        assert client.get(name) not in (None, first_token)  # held again, under a fresh token
+        assert not other.acquire()
+
+        client.delete(name)
+        assert other.acquire()  # another worker took the session while the lease was gone
+        taken = client.get(name)
+        assert not lock.retake()
+        assert client.get(name) == taken  # its lock is left alone
+    finally:
+        lock.release()
+        other.release()
+    assert client.get(name) is None

@@ -1,12 +1,15 @@
 """A dependency that stops answering without dying (SIGSTOP): the gateway answers `503 dependency_timeout`
 within its time limit instead of hanging, and once the dependency goes on (SIGCONT) the same request,
-repeated as a client repeats it, runs its turn exactly once, on the same processes (no restart).
+repeated as a client repeats it, runs its turn exactly once, on the same processes (no restart). A turn whose
+session lease ran out while valkey was stopped is finished by the worker that ran it, with its one model call.
 
 The Postgres here is the test's own (its postmaster and backends are stopped), and so are valkey, the
 gateway and the worker: the session's shared servers must keep serving the other tests."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,11 +21,11 @@ import pytest
 
 from ops.bench.stalls import process_tree, stopped
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
-from ops.fake_llm import FakeLLM
+from ops.fake_llm import FakeLLM, FakeReply
 from shared.auth import create_key
 from shared.db import connect
 from shared.migrate import apply_migrations
-from tests.conftest import CeleryStack, wait_turn
+from tests.conftest import TEST_ENV, CeleryStack, wait_turn
 from tests.support.processes import CeleryProcess, gateway, wait_http, worker
 
 pytestmark = pytest.mark.integration
@@ -36,6 +39,7 @@ STARTUP_S = 240
 @dataclass
 class StallStack:
     postgres: EmbeddedPostgres
+    valkey: EmbeddedRedis
     database_url: str
     gateway: CeleryProcess
     worker: CeleryProcess
@@ -82,7 +86,7 @@ def stall_stack(celery_stack: CeleryStack, fake_llm: FakeLLM, tmp_path: Path) ->
         # Generous: starting is not under test, and the machine may be busy.
         wait_http(gw, f"{url}/readyz", timeout=STARTUP_S)
         wk.wait_ready(timeout=STARTUP_S)
-        yield StallStack(postgres, database_url, gw, wk, url, key)
+        yield StallStack(postgres, valkey, database_url, gw, wk, url, key)
     finally:
         for process in processes:
             process.stop()
@@ -149,3 +153,51 @@ def test_a_stalled_postgres_is_a_503_with_its_reason_and_the_turn_then_runs_once
     # The same processes served before and after: nothing had to be restarted.
     assert stall_stack.gateway.pids[0] == gateway_pid
     assert stall_stack.worker.pids == worker_pids
+
+
+def wait_for(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not check():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout:.0f} s"
+        pause.wait(0.05)
+
+
+def test_a_lease_lost_while_valkey_was_stopped_is_retaken_and_the_turn_finished_with_its_one_model_call(
+    stall_stack: StallStack, fake_llm: FakeLLM
+) -> None:
+    lease_s = float(TEST_ENV["ENGRAM_SESSION_LOCK_TTL_SECONDS"])
+    text = "across the valkey stall"
+    with httpx.Client(
+        base_url=stall_stack.url, headers={"Authorization": f"Bearer {stall_stack.key}"}, timeout=HANG_S
+    ) as api:
+        warm = post_until_accepted(api, "s-lease", "before the stall", uuid.uuid4().hex)
+        assert wait_turn(api, warm["turn_id"])["status"] == "done"
+
+        # The model answers only when the test says so: the worker is inside its model call, holding the lease,
+        # for as long as the test needs.
+        answer = threading.Event()
+        fake_llm.script(FakeReply(text=f"echo: {text}", hold=answer), match=text)
+        accepted = post_until_accepted(api, "s-lease", text, uuid.uuid4().hex)
+        wait_for(lambda: fake_llm.requests_matching(text), 60, "the turn's model call")
+
+        assert stall_stack.valkey.proc is not None
+        with stopped([stall_stack.valkey.proc.pid]):
+            # The lease was renewed at the latest when valkey stopped; stopped past its length, it has run out
+            # (valkey expires keys by the wall clock). This is the one wait on the clock: the lease is a duration.
+            lapsed = time.monotonic() + lease_s + 1
+            wait_for(lambda: time.monotonic() >= lapsed, lease_s + 5, "the lease running out")
+        # valkey goes on: the worker's heartbeat finds its lease gone, with the model's reply still to come.
+        wait_for(lambda: "lock lease lost" in stall_stack.worker.tail(100_000), 60, "the worker noticing")
+        answer.set()
+
+        turn = wait_turn(api, accepted["turn_id"])
+        assert turn["status"] == "done", turn
+        assert turn["reply"] == f"echo: {text}"
+        assert turn["attempts"] == 1, turn  # not run again: the worker retook the lease and wrote its reply
+
+    assert len(fake_llm.requests_matching(text)) == 1  # the model was paid once
+    replies = stall_stack.rows(
+        "SELECT content FROM session_messages WHERE turn_id = %s AND role = 'assistant'", accepted["turn_id"]
+    )
+    assert [row["content"] for row in replies] == [f"echo: {text}"]
