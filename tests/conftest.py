@@ -318,6 +318,14 @@ def celery_stack(
 
 
 @pytest.fixture
+def no_shared_workers(celery_stack: CeleryStack) -> None:
+    """No worker or beat of the shared stack runs: a test that writes rows straight to the database and runs a
+    job by hand owns them. A beat an earlier test started keeps sweeping (unmined messages older than the
+    debounce get an extraction), and its worker would mine the test's messages before the job it runs."""
+    celery_stack.stop()
+
+
+@pytest.fixture
 def workers(celery_stack: CeleryStack, clean_state: TestServices) -> CeleryStack:
     celery_stack.ensure("anthropic")
     return celery_stack

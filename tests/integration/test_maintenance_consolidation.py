@@ -20,7 +20,8 @@ from shared.maintenance.consolidation import jaccard, sessions_to_queue
 from shared.memory.store import MemoryInput, Scope, store_memory
 from tests.support.scopes import make_scope
 
-pytestmark = pytest.mark.integration
+# Consolidation is run by hand on conversations written here: no shared worker may mine them first.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_shared_workers")]
 
 
 @pytest.fixture
