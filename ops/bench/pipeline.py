@@ -28,8 +28,10 @@ previous to finish) with a think time drawn from the session's profile:
 Sessions start spread over --ramp-s seconds.
 
 Reported:
-1. LLM calls per 100 turns by purpose (llm_calls table), and per session the idle gaps longer than
-   the debounce against the extraction calls made: extraction should track gaps, not turns;
+1. LLM calls per 100 turns by purpose (llm_calls table), the background calls (every purpose but chat)
+   per 100 turns, prompt tokens per purpose (uncached input, cache reads, cache writes) and the share of
+   the background calls' prompt read from the provider's prompt cache; and per session the idle gaps
+   longer than the debounce against the extraction calls made: extraction should track gaps, not turns;
 2. extraction lag, turn finished -> memory searchable (its chunk has an embedding), for every turn
    from the database timestamps (turns.finished_at, memories.created_at, the chunk text's first
    embedding), and for a sample of turns end to end through the search API;
@@ -40,7 +42,8 @@ Reported:
    stored); then errors and warnings found in the processes' logs and Postgres's log.
 Then the same as one JSON line (alone with --json), whose top level also carries the headline figures
 `vector_searchable_lag_p50_s`, `vector_searchable_lag_p95_s`, `transcript_vector_lag_p50_s`,
-`transcript_vector_lag_p95_s`, `text_searchable_lag_p95_s` and `sustained_turns_per_s` (see `headline`). A
+`transcript_vector_lag_p95_s`, `text_searchable_lag_p95_s`, `sustained_turns_per_s`,
+`background_calls_per_100_turns` and `background_cached_share` (see `headline`). A
 POST answered 503 ("retry later") is retried with the same Idempotency-Key, as a client should, and counted.
 """
 
@@ -774,7 +777,8 @@ def fetch_db(database_url: str, user_prefix: str) -> dict[str, list[dict[str, An
                 p,
             ).fetchall(),
             "calls": conn.execute(
-                """SELECT c.session_id, c.purpose, c.ok, c.duration_ms, c.created_at
+                """SELECT c.session_id, c.purpose, c.ok, c.duration_ms, c.created_at,
+                          c.input_tokens, c.cache_read_tokens, c.cache_write_tokens
                    FROM llm_calls c JOIN users u ON u.id = c.user_id WHERE u.external_id LIKE %(p)s""",
                 p,
             ).fetchall(),
@@ -882,14 +886,37 @@ def split_extraction_calls(run: RunData) -> tuple[Counter[int], Counter[int]]:
     return by_task, in_compaction
 
 
+def _prompt_tokens(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Prompt tokens of these calls as the provider billed them: uncached input, cache reads and cache
+    writes (together the whole prompt), and the share of the prompt read from the cache."""
+    uncached = sum(c["input_tokens"] or 0 for c in calls)
+    read = sum(c["cache_read_tokens"] or 0 for c in calls)
+    written = sum(c["cache_write_tokens"] or 0 for c in calls)
+    total = uncached + read + written
+    return {
+        "input": uncached,
+        "cache_read": read,
+        "cache_write": written,
+        "prompt": total,
+        "cached_share": round(read / total, 3) if total else None,
+    }
+
+
 def llm_section(run: RunData, in_compaction: Counter[int]) -> dict[str, Any]:
     calls = run.db["calls"]
     by_purpose = Counter(c["purpose"] for c in calls)
+    turns = max(len(run.records), 1)
+    background = [c for c in calls if c["purpose"] != "chat"]
     return {
         "by_purpose": dict(sorted(by_purpose.items())),
-        "per_100_turns": {k: round(v * 100 / max(len(run.records), 1), 1) for k, v in sorted(by_purpose.items())},
+        "per_100_turns": {k: round(v * 100 / turns, 1) for k, v in sorted(by_purpose.items())},
         "failed": dict(Counter(c["purpose"] for c in calls if not c["ok"])),
         "extraction_inside_compaction": sum(in_compaction.values()),
+        # Every purpose but the chat reply itself: the model calls a turn causes after it is answered.
+        "background_calls": len(background),
+        "background_per_100_turns": round(len(background) * 100 / turns, 1),
+        "tokens_by_purpose": {p: _prompt_tokens([c for c in calls if c["purpose"] == p]) for p in sorted(by_purpose)},
+        "background_tokens": _prompt_tokens(background),
     }
 
 
@@ -1256,7 +1283,8 @@ def headline(summary: dict[str, Any], run: RunData) -> dict[str, Any]:
     lag = a message stored -> its transcript unit's vector stored (full text finds the unit at once); text-searchable
     lag = turn finished -> that memory stored (the full-text leg reads `memories.search_tsv`, written with the
     row); sustained turns/s = turns done over load plus drain, i.e. the rate at which turns went all the way
-    through the pipeline (a backlog that outlasts the load lowers it)."""
+    through the pipeline (a backlog that outlasts the load lowers it); and those issue 31 tracks, the background
+    model calls per 100 turns and the share of their prompt read from the prompt cache."""
     lag = summary["extraction_lag_s"]
     busy_s = run.load_s + run.drain_s
     units = summary["totals"]["transcript_vector_lag_s"]
@@ -1267,6 +1295,8 @@ def headline(summary: dict[str, Any], run: RunData) -> dict[str, Any]:
         "transcript_vector_lag_p95_s": units["p95"],
         "text_searchable_lag_p95_s": lag["stored"]["p95"],
         "sustained_turns_per_s": round(summary["turns_done"] / busy_s, 2) if busy_s else None,
+        "background_calls_per_100_turns": summary["llm_calls"]["background_per_100_turns"],
+        "background_cached_share": summary["llm_calls"]["background_tokens"]["cached_share"],
     }
 
 
@@ -1393,6 +1423,17 @@ def _render_calls(summary: dict[str, Any]) -> list[str]:
     lines += [
         f"   {p:<12}{n:>8}{calls['per_100_turns'][p]:>15}{calls['failed'].get(p, 0):>8}"
         for p, n in calls["by_purpose"].items()
+    ]
+    bg = calls["background_tokens"]
+    lines += [
+        f"   background (every purpose but chat): {calls['background_calls']} calls, "
+        f"{calls['background_per_100_turns']} per 100 turns; prompt {bg['prompt']} tokens, "
+        f"{bg['cached_share']} of them read from the prompt cache",
+        f"   {'purpose':<12}{'uncached in':>13}{'cache read':>12}{'cache write':>13}{'cached share':>14}",
+    ]
+    lines += [
+        f"   {p:<12}{t['input']:>13}{t['cache_read']:>12}{t['cache_write']:>13}{t['cached_share']!s:>14}"
+        for p, t in calls["tokens_by_purpose"].items()
     ]
     lines += [
         f"   (extraction includes {calls['extraction_inside_compaction']} calls made by compaction tasks, which mine "
