@@ -4,7 +4,8 @@ with many sessions chatting at once, processes laid out as `engram up` lays them
     python -m ops.bench.pipeline [--sessions 100] [--turns 20] [--llm-latency-ms 50] [--think-ms 700,15000] [--json]
 
 Starts a private stack (ops/bench/stack.py) with ENGRAM_AUTO_MEMORY=true, a 5 s extraction debounce
-(engram's default; capped at 20 s for sessions that never go quiet) and a 1,500-token compaction
+(engram's default; stretched for chatty sessions by ENGRAM_EXTRACTION_DEBOUNCE_STRETCH's default;
+capped at 20 s for sessions that never go quiet) and a 1,500-token compaction
 threshold, so every session compacts a few times. The debounce must clearly exceed a turn's own
 latency: a 2 s debounce on a small machine, where a turn alone takes 1-2 s, turns a user who keeps
 chatting into a string of "idle" gaps. The workers a default `engram up` starts (ops/stack.py; `--cluster`
@@ -83,6 +84,7 @@ from ops.client import EngramAPIError, EngramClient, checked
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
 from shared import task_names
 from shared.config import Settings
+from shared.pipeline.debounce import quiet_period
 from shared.queues import BACKGROUND_QUEUES, QUEUES
 
 TERMINAL = ("done", "failed")
@@ -727,19 +729,22 @@ def drain(sampler: QueueSampler, database_url: str, user_prefix: str, timeout: f
 # Analysis
 
 
-def modelled_extractions(finished: Sequence[float], debounce: float, max_wait: float) -> int:
+def modelled_extractions(finished: Sequence[float], debounce: float, max_wait: float, stretch: float = 0.0) -> int:
     """Extraction runs with something to mine that shared/pipeline/debounce.py calls for, replayed
     over a session's turn finish times as if every delayed task ran exactly on time and took no
     time: the count a perfectly keeping-up worker would make."""
     heap = [(t, 0, i) for i, t in enumerate(finished)]  # (time, 0 = schedule / 1 = fire, turn)
     heapq.heapify(heap)
     latest, first, pending, runs = -1, None, False, 0
+    previous: float | None = None
     while heap:
         at, kind, turn = heapq.heappop(heap)
         if kind == 0:
             first = at if first is None else first
             latest, pending = turn, True
-            heapq.heappush(heap, (at + max(0.0, min(debounce, first + max_wait - at)), 1, turn))
+            quiet = quiet_period(debounce, max_wait, stretch, None if previous is None else at - previous)
+            previous = at
+            heapq.heappush(heap, (at + max(0.0, min(quiet, first + max_wait - at)), 1, turn))
         elif latest == turn or (first is not None and at - first >= max_wait):
             first = None  # debounce.started: the cap counts from the next schedule
             if pending:
@@ -941,7 +946,7 @@ def gap_section(run: RunData, by_task: Counter[int], in_compaction: Counter[int]
                 # after the last turn (it always outlasts the debounce).
                 "idle_gaps": gaps + (1 if finished else 0),
                 "planned_gaps": sum(1 for t in plan.thinks if t > args.debounce_s) + 1,
-                "modelled": modelled_extractions(finished, args.debounce_s, args.max_wait_s),
+                "modelled": modelled_extractions(finished, args.debounce_s, args.max_wait_s, args.debounce_stretch),
                 "extraction_calls": by_task[row["id"]],
                 "in_compaction": in_compaction[row["id"]],
             }
@@ -1441,8 +1446,9 @@ def _render_calls(summary: dict[str, Any]) -> list[str]:
         "",
         f"   extraction vs idle gaps, mean per session. gaps: a turn finished > {debounce:g} s after the previous one",
         "   (each finish re-arms the debounce) + the idle tail after the last turn; planned: think times",
-        f"   > {debounce:g} s + tail, before turn latency stretched them; modelled: the debounce and its cap replayed",
-        "   over the finish times (a worker that is never late); extraction: calls by extraction tasks;",
+        f"   > {debounce:g} s + tail, before turn latency stretched them; modelled: the debounce (stretched for",
+        "   chatty sessions) and its cap replayed over the finish times (a worker that is never late);",
+        "   extraction: calls by extraction tasks;",
         "   +compaction: extraction calls by compaction tasks",
         f"   {'profile':<8}{'sessions':>9}{'turns':>7}{'planned':>9}{'gaps':>7}{'modelled':>10}{'extraction':>12}"
         f"{'+compaction':>13}{'calls/turn':>12}",
@@ -1569,6 +1575,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--ramp-s", type=float, default=60.0, help="sessions start spread over this many seconds")
     parser.add_argument("--debounce-s", type=float, default=5.0, help="ENGRAM_EXTRACTION_DEBOUNCE_SECONDS")
     parser.add_argument("--max-wait-s", type=float, default=20.0, help="ENGRAM_EXTRACTION_MAX_WAIT_SECONDS")
+    parser.add_argument(
+        "--debounce-stretch",
+        type=float,
+        default=Settings.model_fields["extraction_debounce_stretch"].default,
+        help="ENGRAM_EXTRACTION_DEBOUNCE_STRETCH (default: the setting's default)",
+    )
     parser.add_argument("--compaction-tokens", type=int, default=1500, help="ENGRAM_COMPACTION_THRESHOLD_TOKENS")
     # `engram up`'s own defaults (ops/stack.py runs worker-turns and worker-background with these), so the
     # benchmark's default load is measured on the processes a default `engram up` starts.
@@ -1626,6 +1638,7 @@ def pipeline_env(args: argparse.Namespace) -> dict[str, str]:
         "ENGRAM_AUTO_MEMORY": "true",
         "ENGRAM_EXTRACTION_DEBOUNCE_SECONDS": str(args.debounce_s),
         "ENGRAM_EXTRACTION_MAX_WAIT_SECONDS": str(args.max_wait_s),
+        "ENGRAM_EXTRACTION_DEBOUNCE_STRETCH": str(args.debounce_stretch),
         "ENGRAM_COMPACTION_THRESHOLD_TOKENS": str(args.compaction_tokens),
         # This benchmark reads what every task did from Celery's task events (TaskEvents), off by default.
         "ENGRAM_CELERY_TASK_EVENTS": "true",
@@ -1651,6 +1664,7 @@ def run_config(args: argparse.Namespace, events_error: str | None) -> dict[str, 
         "ramp_s": args.ramp_s,
         "debounce_s": args.debounce_s,
         "max_wait_s": args.max_wait_s,
+        "debounce_stretch": args.debounce_stretch,
         "compaction_tokens": args.compaction_tokens,
         "workers": {"worker-turns": args.turn_concurrency, "worker-background": args.background_concurrency},
         "beat": not args.no_beat,
@@ -1744,7 +1758,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary["config"] = run_config(args, events.error)
         header = (
             f"engram pipeline benchmark: {args.sessions} sessions x {args.turns} turns; fake Anthropic in-process, "
-            f"{args.llm_latency_ms:g} ms per call; debounce {args.debounce_s:g} s (cap {args.max_wait_s:g} s), "
+            f"{args.llm_latency_ms:g} ms per call; debounce {args.debounce_s:g} s "
+            f"(stretch {args.debounce_stretch:g}, cap {args.max_wait_s:g} s), "
             f"compaction at {args.compaction_tokens} tokens; worker-turns x{args.turn_concurrency}, "
             f"worker-background x{args.background_concurrency}{', beat' if not args.no_beat else ''}; "
             f"{os.cpu_count()} CPUs"
