@@ -6,9 +6,9 @@ session that never goes quiet is still processed.
 
 How long "quiet" is depends on the session (`quiet_period`): `debounce`, or for a chatty session — its
 previous schedule came less than `max_wait` before this one — `stretch` times that gap, within `max_wait`.
-A user who takes 9 s per turn (a 2 s think on a loaded server) is still talking, not idle: with a fixed
-5 s debounce every one of their turns was extracted on its own, one model call each. Each schedule
-stores its quiet period, so a due task judges quiet by the latest schedule's.
+A user who takes 9 s per turn (a 2 s think on a loaded server) is still talking, not idle: a 5 s debounce
+alone would extract every one of their turns on its own, one model call each. Each schedule stores its
+quiet period, so a due task judges quiet by the latest schedule's.
 
 At most one delayed task per session is in the broker: a schedule sends a task only when none is pending
 (the `queued` key, SET NX, holds that task's token). When the pending task comes due and later turns have
