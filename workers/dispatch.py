@@ -114,6 +114,7 @@ def schedule_memory_work(session_id: int, session: dict[str, Any] | None = None)
             session_id,
             debounce=settings.extraction_debounce_seconds,
             max_wait=settings.extraction_max_wait_seconds,
+            stretch=settings.extraction_debounce_stretch,
         )
         if plan.send:  # otherwise the session's pending task comes due and sends itself again for this turn
             enqueue_extraction(session_id, plan.token, plan.countdown)

@@ -21,7 +21,8 @@ class SessionBusy(RuntimeError):
 
 @engram_task(
     "extraction",
-    max_countdown=lambda settings: settings.extraction_debounce_seconds,  # debounce.schedule's longest delay
+    # debounce.schedule's longest delay: the debounce, or a chatty session's stretched quiet period (≤ max wait)
+    max_countdown=lambda settings: max(settings.extraction_debounce_seconds, settings.extraction_max_wait_seconds),
     autoretry_for=(SessionBusy, DatabaseUnavailable, LLMError),
     retry_backoff=2,
     retry_backoff_max=60,

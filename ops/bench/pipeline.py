@@ -4,7 +4,8 @@ with many sessions chatting at once, processes laid out as `engram up` lays them
     python -m ops.bench.pipeline [--sessions 100] [--turns 20] [--llm-latency-ms 50] [--think-ms 700,15000] [--json]
 
 Starts a private stack (ops/bench/stack.py) with ENGRAM_AUTO_MEMORY=true, a 5 s extraction debounce
-(engram's default; capped at 20 s for sessions that never go quiet) and a 1,500-token compaction
+(engram's default; stretched for chatty sessions by ENGRAM_EXTRACTION_DEBOUNCE_STRETCH's default;
+capped at 20 s for sessions that never go quiet) and a 1,500-token compaction
 threshold, so every session compacts a few times. The debounce must clearly exceed a turn's own
 latency: a 2 s debounce on a small machine, where a turn alone takes 1-2 s, turns a user who keeps
 chatting into a string of "idle" gaps. The workers a default `engram up` starts (ops/stack.py; `--cluster`
@@ -28,8 +29,10 @@ previous to finish) with a think time drawn from the session's profile:
 Sessions start spread over --ramp-s seconds.
 
 Reported:
-1. LLM calls per 100 turns by purpose (llm_calls table), and per session the idle gaps longer than
-   the debounce against the extraction calls made: extraction should track gaps, not turns;
+1. LLM calls per 100 turns by purpose (llm_calls table), the background calls (every purpose but chat)
+   per 100 turns, prompt tokens per purpose (uncached input, cache reads, cache writes) and the share of
+   the background calls' prompt read from the provider's prompt cache; and per session the idle gaps
+   longer than the debounce against the extraction calls made: extraction should track gaps, not turns;
 2. extraction lag, turn finished -> memory searchable (its chunk has an embedding), for every turn
    from the database timestamps (turns.finished_at, memories.created_at, the chunk text's first
    embedding), and for a sample of turns end to end through the search API;
@@ -40,7 +43,8 @@ Reported:
    stored); then errors and warnings found in the processes' logs and Postgres's log.
 Then the same as one JSON line (alone with --json), whose top level also carries the headline figures
 `vector_searchable_lag_p50_s`, `vector_searchable_lag_p95_s`, `transcript_vector_lag_p50_s`,
-`transcript_vector_lag_p95_s`, `text_searchable_lag_p95_s` and `sustained_turns_per_s` (see `headline`). A
+`transcript_vector_lag_p95_s`, `text_searchable_lag_p95_s`, `sustained_turns_per_s`,
+`background_calls_per_100_turns` and `background_cached_share` (see `headline`). A
 POST answered 503 ("retry later") is retried with the same Idempotency-Key, as a client should, and counted.
 """
 
@@ -80,6 +84,7 @@ from ops.client import EngramAPIError, EngramClient, checked
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
 from shared import task_names
 from shared.config import Settings
+from shared.pipeline.debounce import quiet_period
 from shared.queues import BACKGROUND_QUEUES, QUEUES
 
 TERMINAL = ("done", "failed")
@@ -724,19 +729,22 @@ def drain(sampler: QueueSampler, database_url: str, user_prefix: str, timeout: f
 # Analysis
 
 
-def modelled_extractions(finished: Sequence[float], debounce: float, max_wait: float) -> int:
+def modelled_extractions(finished: Sequence[float], debounce: float, max_wait: float, stretch: float = 0.0) -> int:
     """Extraction runs with something to mine that shared/pipeline/debounce.py calls for, replayed
     over a session's turn finish times as if every delayed task ran exactly on time and took no
     time: the count a perfectly keeping-up worker would make."""
     heap = [(t, 0, i) for i, t in enumerate(finished)]  # (time, 0 = schedule / 1 = fire, turn)
     heapq.heapify(heap)
     latest, first, pending, runs = -1, None, False, 0
+    previous: float | None = None
     while heap:
         at, kind, turn = heapq.heappop(heap)
         if kind == 0:
             first = at if first is None else first
             latest, pending = turn, True
-            heapq.heappush(heap, (at + max(0.0, min(debounce, first + max_wait - at)), 1, turn))
+            quiet = quiet_period(debounce, max_wait, stretch, None if previous is None else at - previous)
+            previous = at
+            heapq.heappush(heap, (at + max(0.0, min(quiet, first + max_wait - at)), 1, turn))
         elif latest == turn or (first is not None and at - first >= max_wait):
             first = None  # debounce.started: the cap counts from the next schedule
             if pending:
@@ -774,7 +782,8 @@ def fetch_db(database_url: str, user_prefix: str) -> dict[str, list[dict[str, An
                 p,
             ).fetchall(),
             "calls": conn.execute(
-                """SELECT c.session_id, c.purpose, c.ok, c.duration_ms, c.created_at
+                """SELECT c.session_id, c.purpose, c.ok, c.duration_ms, c.created_at,
+                          c.input_tokens, c.cache_read_tokens, c.cache_write_tokens
                    FROM llm_calls c JOIN users u ON u.id = c.user_id WHERE u.external_id LIKE %(p)s""",
                 p,
             ).fetchall(),
@@ -882,14 +891,37 @@ def split_extraction_calls(run: RunData) -> tuple[Counter[int], Counter[int]]:
     return by_task, in_compaction
 
 
+def _prompt_tokens(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Prompt tokens of these calls as the provider billed them: uncached input, cache reads and cache
+    writes (together the whole prompt), and the share of the prompt read from the cache."""
+    uncached = sum(c["input_tokens"] or 0 for c in calls)
+    read = sum(c["cache_read_tokens"] or 0 for c in calls)
+    written = sum(c["cache_write_tokens"] or 0 for c in calls)
+    total = uncached + read + written
+    return {
+        "input": uncached,
+        "cache_read": read,
+        "cache_write": written,
+        "prompt": total,
+        "cached_share": round(read / total, 3) if total else None,
+    }
+
+
 def llm_section(run: RunData, in_compaction: Counter[int]) -> dict[str, Any]:
     calls = run.db["calls"]
     by_purpose = Counter(c["purpose"] for c in calls)
+    turns = max(len(run.records), 1)
+    background = [c for c in calls if c["purpose"] != "chat"]
     return {
         "by_purpose": dict(sorted(by_purpose.items())),
-        "per_100_turns": {k: round(v * 100 / max(len(run.records), 1), 1) for k, v in sorted(by_purpose.items())},
+        "per_100_turns": {k: round(v * 100 / turns, 1) for k, v in sorted(by_purpose.items())},
         "failed": dict(Counter(c["purpose"] for c in calls if not c["ok"])),
         "extraction_inside_compaction": sum(in_compaction.values()),
+        # Every purpose but the chat reply itself: the model calls a turn causes after it is answered.
+        "background_calls": len(background),
+        "background_per_100_turns": round(len(background) * 100 / turns, 1),
+        "tokens_by_purpose": {p: _prompt_tokens([c for c in calls if c["purpose"] == p]) for p in sorted(by_purpose)},
+        "background_tokens": _prompt_tokens(background),
     }
 
 
@@ -914,7 +946,7 @@ def gap_section(run: RunData, by_task: Counter[int], in_compaction: Counter[int]
                 # after the last turn (it always outlasts the debounce).
                 "idle_gaps": gaps + (1 if finished else 0),
                 "planned_gaps": sum(1 for t in plan.thinks if t > args.debounce_s) + 1,
-                "modelled": modelled_extractions(finished, args.debounce_s, args.max_wait_s),
+                "modelled": modelled_extractions(finished, args.debounce_s, args.max_wait_s, args.debounce_stretch),
                 "extraction_calls": by_task[row["id"]],
                 "in_compaction": in_compaction[row["id"]],
             }
@@ -1256,7 +1288,8 @@ def headline(summary: dict[str, Any], run: RunData) -> dict[str, Any]:
     lag = a message stored -> its transcript unit's vector stored (full text finds the unit at once); text-searchable
     lag = turn finished -> that memory stored (the full-text leg reads `memories.search_tsv`, written with the
     row); sustained turns/s = turns done over load plus drain, i.e. the rate at which turns went all the way
-    through the pipeline (a backlog that outlasts the load lowers it)."""
+    through the pipeline (a backlog that outlasts the load lowers it); and those issue 31 tracks, the background
+    model calls per 100 turns and the share of their prompt read from the prompt cache."""
     lag = summary["extraction_lag_s"]
     busy_s = run.load_s + run.drain_s
     units = summary["totals"]["transcript_vector_lag_s"]
@@ -1267,6 +1300,8 @@ def headline(summary: dict[str, Any], run: RunData) -> dict[str, Any]:
         "transcript_vector_lag_p95_s": units["p95"],
         "text_searchable_lag_p95_s": lag["stored"]["p95"],
         "sustained_turns_per_s": round(summary["turns_done"] / busy_s, 2) if busy_s else None,
+        "background_calls_per_100_turns": summary["llm_calls"]["background_per_100_turns"],
+        "background_cached_share": summary["llm_calls"]["background_tokens"]["cached_share"],
     }
 
 
@@ -1394,14 +1429,26 @@ def _render_calls(summary: dict[str, Any]) -> list[str]:
         f"   {p:<12}{n:>8}{calls['per_100_turns'][p]:>15}{calls['failed'].get(p, 0):>8}"
         for p, n in calls["by_purpose"].items()
     ]
+    bg = calls["background_tokens"]
+    lines += [
+        f"   background (every purpose but chat): {calls['background_calls']} calls, "
+        f"{calls['background_per_100_turns']} per 100 turns; prompt {bg['prompt']} tokens, "
+        f"{bg['cached_share']} of them read from the prompt cache",
+        f"   {'purpose':<12}{'uncached in':>13}{'cache read':>12}{'cache write':>13}{'cached share':>14}",
+    ]
+    lines += [
+        f"   {p:<12}{t['input']:>13}{t['cache_read']:>12}{t['cache_write']:>13}{t['cached_share']!s:>14}"
+        for p, t in calls["tokens_by_purpose"].items()
+    ]
     lines += [
         f"   (extraction includes {calls['extraction_inside_compaction']} calls made by compaction tasks, which mine "
         "the session before compacting it)",
         "",
         f"   extraction vs idle gaps, mean per session. gaps: a turn finished > {debounce:g} s after the previous one",
         "   (each finish re-arms the debounce) + the idle tail after the last turn; planned: think times",
-        f"   > {debounce:g} s + tail, before turn latency stretched them; modelled: the debounce and its cap replayed",
-        "   over the finish times (a worker that is never late); extraction: calls by extraction tasks;",
+        f"   > {debounce:g} s + tail, before turn latency stretched them; modelled: the debounce (stretched for",
+        "   chatty sessions) and its cap replayed over the finish times (a worker that is never late);",
+        "   extraction: calls by extraction tasks;",
         "   +compaction: extraction calls by compaction tasks",
         f"   {'profile':<8}{'sessions':>9}{'turns':>7}{'planned':>9}{'gaps':>7}{'modelled':>10}{'extraction':>12}"
         f"{'+compaction':>13}{'calls/turn':>12}",
@@ -1528,6 +1575,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--ramp-s", type=float, default=60.0, help="sessions start spread over this many seconds")
     parser.add_argument("--debounce-s", type=float, default=5.0, help="ENGRAM_EXTRACTION_DEBOUNCE_SECONDS")
     parser.add_argument("--max-wait-s", type=float, default=20.0, help="ENGRAM_EXTRACTION_MAX_WAIT_SECONDS")
+    parser.add_argument(
+        "--debounce-stretch",
+        type=float,
+        default=Settings.model_fields["extraction_debounce_stretch"].default,
+        help="ENGRAM_EXTRACTION_DEBOUNCE_STRETCH (default: the setting's default)",
+    )
     parser.add_argument("--compaction-tokens", type=int, default=1500, help="ENGRAM_COMPACTION_THRESHOLD_TOKENS")
     # `engram up`'s own defaults (ops/stack.py runs worker-turns and worker-background with these), so the
     # benchmark's default load is measured on the processes a default `engram up` starts.
@@ -1585,6 +1638,7 @@ def pipeline_env(args: argparse.Namespace) -> dict[str, str]:
         "ENGRAM_AUTO_MEMORY": "true",
         "ENGRAM_EXTRACTION_DEBOUNCE_SECONDS": str(args.debounce_s),
         "ENGRAM_EXTRACTION_MAX_WAIT_SECONDS": str(args.max_wait_s),
+        "ENGRAM_EXTRACTION_DEBOUNCE_STRETCH": str(args.debounce_stretch),
         "ENGRAM_COMPACTION_THRESHOLD_TOKENS": str(args.compaction_tokens),
         # This benchmark reads what every task did from Celery's task events (TaskEvents), off by default.
         "ENGRAM_CELERY_TASK_EVENTS": "true",
@@ -1610,6 +1664,7 @@ def run_config(args: argparse.Namespace, events_error: str | None) -> dict[str, 
         "ramp_s": args.ramp_s,
         "debounce_s": args.debounce_s,
         "max_wait_s": args.max_wait_s,
+        "debounce_stretch": args.debounce_stretch,
         "compaction_tokens": args.compaction_tokens,
         "workers": {"worker-turns": args.turn_concurrency, "worker-background": args.background_concurrency},
         "beat": not args.no_beat,
@@ -1703,7 +1758,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary["config"] = run_config(args, events.error)
         header = (
             f"engram pipeline benchmark: {args.sessions} sessions x {args.turns} turns; fake Anthropic in-process, "
-            f"{args.llm_latency_ms:g} ms per call; debounce {args.debounce_s:g} s (cap {args.max_wait_s:g} s), "
+            f"{args.llm_latency_ms:g} ms per call; debounce {args.debounce_s:g} s "
+            f"(stretch {args.debounce_stretch:g}, cap {args.max_wait_s:g} s), "
             f"compaction at {args.compaction_tokens} tokens; worker-turns x{args.turn_concurrency}, "
             f"worker-background x{args.background_concurrency}{', beat' if not args.no_beat else ''}; "
             f"{os.cpu_count()} CPUs"

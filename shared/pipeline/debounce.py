@@ -1,8 +1,14 @@
 """Debounced scheduling of per-session work with a cap on the total wait, one delayed task at a time.
 
 Each schedule records a fresh token and its time; the session's work runs once the session has been
-quiet for `debounce` since its latest schedule — or once it has waited `max_wait` since its first
-pending schedule, so a session that never goes quiet is still processed.
+quiet since its latest schedule — or once it has waited `max_wait` since its first pending schedule, so a
+session that never goes quiet is still processed.
+
+How long "quiet" is depends on the session (`quiet_period`): `debounce`, or for a chatty session — its
+previous schedule came less than `max_wait` before this one — `stretch` times that gap, within `max_wait`.
+A user who takes 9 s per turn (a 2 s think on a loaded server) is still talking, not idle: a 5 s debounce
+alone would extract every one of their turns on its own, one model call each. Each schedule stores its
+quiet period, so a due task judges quiet by the latest schedule's.
 
 At most one delayed task per session is in the broker: a schedule sends a task only when none is pending
 (the `queued` key, SET NX, holds that task's token). When the pending task comes due and later turns have
@@ -50,6 +56,19 @@ def _keys(kind: str, session_id: int) -> tuple[str, str, str, str]:
     return f"{prefix}:token", f"{prefix}:first", f"{prefix}:last", f"{prefix}:queued"
 
 
+def _quiet_key(kind: str, session_id: int) -> str:
+    return f"engram:debounce:{kind}:{session_id}:quiet"
+
+
+def quiet_period(debounce: float, max_wait: float, stretch: float, gap: float | None) -> float:
+    """How long the session must be quiet after a schedule that came `gap` seconds after the previous one
+    (None: no previous one): the debounce, or for a chatty session (gap < max_wait) `stretch` times the gap,
+    never less than the debounce nor more than the max wait (the cap bounds the wait anyway)."""
+    if gap is None or stretch <= 0 or gap >= max_wait:
+        return debounce
+    return max(debounce, min(max_wait, stretch * max(gap, 0.0)))
+
+
 def queued_ttl(debounce: float, max_wait: float) -> int:
     """How long a pending task's claim lasts: past its longest wait, plus a margin for a busy queue."""
     return int(debounce + max_wait) + 60
@@ -66,17 +85,23 @@ def schedule(
     *,
     debounce: float,
     max_wait: float,
+    stretch: float = 0.0,
     now: float | None = None,
     force: bool = False,
 ) -> Schedule:
     """Record new work for the session. `send` says whether the caller must send a task (none is pending,
-    or `force`: the pending one is presumed lost)."""
+    or `force`: the pending one is presumed lost). `stretch`: see `quiet_period` (0: always `debounce`)."""
     now = time.time() if now is None else now
     token = uuid.uuid4().hex
     token_key, first_key, last_key, queued_key = _keys(kind, session_id)
     ttl = queued_ttl(debounce, max_wait)
+    previous_raw = client.get(last_key)
+    previous = float(previous_raw) if previous_raw else None
+    quiet = quiet_period(debounce, max_wait, stretch, None if previous is None else now - previous)
     pipe = client.pipeline()
     pipe.set(first_key, repr(now), nx=True, ex=KEY_TTL_SECONDS)
+    # The quiet period is written before the token: a task that sees the new token sees its quiet period.
+    pipe.set(_quiet_key(kind, session_id), repr(quiet), ex=KEY_TTL_SECONDS)
     pipe.set(token_key, token, ex=KEY_TTL_SECONDS)
     pipe.set(last_key, repr(now), ex=KEY_TTL_SECONDS)
     if force:
@@ -84,10 +109,10 @@ def schedule(
     else:
         pipe.set(queued_key, token, nx=True, ex=ttl)
     pipe.get(first_key)
-    _, _, _, claimed, first_raw = pipe.execute()
+    *_, claimed, first_raw = pipe.execute()
     first = float(first_raw) if first_raw else now
     # Never later than the cap: the last schedule before the cap fires at the cap.
-    countdown = max(0.0, min(debounce, first + max_wait - now))
+    countdown = max(0.0, min(quiet, first + max_wait - now))
     return Schedule(token, countdown, send=bool(claimed))
 
 
@@ -102,23 +127,26 @@ def decide(
     now: float | None = None,
 ) -> Decision:
     """Called by a task when it comes due: run if the session is quiet (no schedule since this task's, or the
-    latest one is `debounce` old), or the cap is reached; otherwise the pending task sends itself again for
-    the rest of the wait, and any other task stands down."""
+    latest one is as old as its quiet period), or the cap is reached; otherwise the pending task sends itself
+    again for the rest of the wait, and any other task stands down."""
     now = time.time() if now is None else now
     token_key, first_key, last_key, queued_key = _keys(kind, session_id)
-    latest_raw, first_raw, last_raw, pending_raw = client.mget(token_key, first_key, last_key, queued_key)
+    latest_raw, first_raw, last_raw, pending_raw, quiet_raw = client.mget(
+        token_key, first_key, last_key, queued_key, _quiet_key(kind, session_id)
+    )
     latest, pending = _text(latest_raw), _text(pending_raw)
     first = float(first_raw) if first_raw else None
     last = float(last_raw) if last_raw else None
+    quiet = float(quiet_raw) if quiet_raw else debounce
     if latest is None or latest == token:
         return Decision(run=True)  # the latest schedule (or the keys expired: run rather than lose work)
     if first is not None and now - first >= max_wait - EARLY_TOLERANCE_S:
         return Decision(run=True)
-    if last is None or now - last >= debounce - EARLY_TOLERANCE_S:
+    if last is None or now - last >= quiet - EARLY_TOLERANCE_S:
         return Decision(run=True)
     if pending is not None and pending != token:
         return Decision(run=False)  # another task is the pending one: it carries the later schedules
-    due = last + debounce if first is None else min(last + debounce, first + max_wait)
+    due = last + quiet if first is None else min(last + quiet, first + max_wait)
     client.set(queued_key, latest, ex=queued_ttl(debounce, max_wait))
     return Decision(run=False, rearm=Schedule(latest, max(0.0, due - now), send=True))
 

@@ -168,20 +168,33 @@ def extract_session(
     ids = [row["id"] for row in rows]
     items, outcome = _mine(settings, provider, "extraction", session, rows, now)
     with db.connection() as conn:
-        marked = conn.execute(
-            "UPDATE session_messages SET extracted_at = now() WHERE id = ANY(%s) AND extracted_at IS NULL", (ids,)
-        ).rowcount
-        if marked != len(ids):  # another run mined (some of) these meanwhile: keep its result, not ours
+        if not _mark_mined(conn, session_id, ids):  # another run mined (some of) these meanwhile: keep its result
             conn.rollback()
             return JobOutcome(skipped="raced with another extraction")
-        conn.execute(
-            "UPDATE sessions SET last_extracted_message_id = greatest(last_extracted_message_id, %s) WHERE id = %s",
-            (max(ids), session_id),
-        )
         _store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "extraction", outcome)
+    _observe_lag(rows)
+    return outcome
+
+
+def _mark_mined(conn: Conn, session_id: int, ids: list[int]) -> bool:
+    """Mark these messages extracted (in `conn`'s transaction); False when another run marked some first."""
+    if not ids:
+        return True
+    marked = conn.execute(
+        "UPDATE session_messages SET extracted_at = now() WHERE id = ANY(%s) AND extracted_at IS NULL", (ids,)
+    ).rowcount
+    if marked != len(ids):
+        return False
+    conn.execute(
+        "UPDATE sessions SET last_extracted_message_id = greatest(last_extracted_message_id, %s) WHERE id = %s",
+        (max(ids), session_id),
+    )
+    return True
+
+
+def _observe_lag(rows: Sequence[dict[str, Any]]) -> None:
     mined_at = datetime.now(UTC)
     observe_extraction_lag((row["role"], (mined_at - row["created_at"]).total_seconds()) for row in rows)
-    return outcome
 
 
 # ----------------------------------------------------------------------------------- flush
@@ -193,9 +206,20 @@ def flush_needed(session: dict[str, Any]) -> bool:
 
 
 def flush_session(
-    session_id: int, settings: Settings, provider: ChatProvider | None = None, now: datetime | None = None
+    session_id: int,
+    settings: Settings,
+    provider: ChatProvider | None = None,
+    now: datetime | None = None,
+    *,
+    mine: bool = True,
 ) -> JobOutcome:
-    """Before the context is compacted, mine the whole conversation since the last flush, once per cycle."""
+    """Before the context is compacted, mine what extraction has not mined yet, once per compaction cycle.
+
+    Messages extraction already mined gave their facts; reading them again would only pay for the same
+    facts twice, so a flush with nothing unmined makes no model call. `mine=False`: the caller knows the
+    session's pending extraction will mine those messages (it runs within the max wait, compacted or not), so
+    the flush only closes its cycle: a call of its own would split that extraction's batch in two.
+    """
     now = now or datetime.now(UTC)
     with db.connection() as conn:
         session = _session(conn, session_id)
@@ -204,11 +228,12 @@ def flush_session(
         if not flush_needed(session):
             return JobOutcome(skipped="already flushed this compaction cycle")
         rows = conn.execute(
-            """SELECT id, role, content, name, created_at FROM session_messages WHERE session_id = %s AND id > %s
-               ORDER BY turn_id NULLS FIRST, id""",
+            """SELECT id, role, content, name, created_at, extracted_at FROM session_messages
+               WHERE session_id = %s AND id > %s ORDER BY turn_id NULLS FIRST, id""",
             (session_id, session["last_flushed_message_id"]),
         ).fetchall()
-    items, outcome = _mine(settings, provider, "flush", session, rows, now)
+    unmined = [row for row in rows if row["extracted_at"] is None] if mine else []
+    items, outcome = _mine(settings, provider, "flush", session, unmined, now)
     with db.connection() as conn:
         claimed = conn.execute(
             """UPDATE sessions SET memory_flush_compaction_count = compaction_count,
@@ -224,7 +249,14 @@ def flush_session(
         if claimed is None:
             conn.rollback()
             return JobOutcome(skipped="another flush of this cycle won")
+        if not _mark_mined(conn, session_id, [row["id"] for row in unmined]):
+            conn.rollback()  # an extraction mined them meanwhile: its facts stand, the next trigger closes the cycle
+            return JobOutcome(skipped="raced with an extraction")
         _store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "flush", outcome)
+    if not unmined:
+        outcome.skipped = "left to the pending extraction" if not mine else "extraction had mined every message"
+    else:
+        _observe_lag(unmined)
     return outcome
 
 

@@ -1,11 +1,10 @@
 """The background memory pipeline with real Redis, Postgres and Celery workers and the fake LLM:
-debounced extraction, its cap, duplicates and crashes, flush once per cycle, compaction, transcript
-indexing and the learned personality."""
+debounced extraction, its cap, duplicates and crashes, compaction, transcript indexing and the learned
+personality (the flush, and how few calls a chatty session costs: test_pipeline_calls.py)."""
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -260,24 +259,6 @@ def test_worker_killed_mid_extraction_recovers_without_duplicates(
     assert row is not None and row["pending"] == 0
     assert session("crash")["last_extracted_message_id"] == row["id"]
     assert len(active_memories()) == 2
-
-
-def test_flush_runs_once_per_cycle_when_several_cross_at_once(
-    api: httpx.Client, pipeline: CeleryStack, fake_llm: FakeLLM
-) -> None:
-    wait_turn(api, post_turn(api, "flushy", "I live in Lisbon and I prefer green tea").json()["turn_id"])
-    sid = session("flushy")["id"]
-    from workers.dispatch import enqueue_flush
-
-    threads = [threading.Thread(target=enqueue_flush, args=(sid,)) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    eventually(lambda: session("flushy")["memory_flush_compaction_count"] == 0)
-    wait_for_idle_broker(get_redis())  # the other two flush tasks have run too
-    assert ledger(sid, "flush") == 1
-    assert session("flushy")["last_flushed_message_id"] > 0
 
 
 def test_compaction_summarises_keeps_the_tail_pins_the_task_and_indexes_the_transcript(

@@ -938,3 +938,22 @@ def test_pathological_input_costs_grow_linearly(make: Callable[[int], str]) -> N
     small = _cpu_cost(make(_SMALL), repeats=5)
     large = _cpu_cost(make(_SMALL * _GROWTH), repeats=3)
     assert large / small < _MAX_RATIO, f"{_GROWTH}x the input cost {large / small:.0f}x the CPU"
+
+
+# ----------------------------------------------------------------------------------- debounce
+
+
+def test_a_session_seen_for_the_first_time_or_after_a_long_pause_waits_the_plain_debounce() -> None:
+    from shared.pipeline.debounce import quiet_period
+
+    assert quiet_period(5, 60, 1.5, None) == 5
+    assert quiet_period(5, 60, 1.5, 60) == 5  # a turn a max wait after the previous one: the user had gone
+    assert quiet_period(5, 60, 0, 10) == 5  # stretch 0: the plain debounce always
+
+
+def test_a_chatty_session_waits_longer_than_its_gap_but_never_past_the_max_wait() -> None:
+    from shared.pipeline.debounce import quiet_period
+
+    assert quiet_period(5, 60, 1.5, 9) == pytest.approx(13.5)  # 9 s per turn: waits for the next one
+    assert quiet_period(5, 20, 1.5, 18) == 20  # bounded by the max wait
+    assert quiet_period(5, 60, 1.5, 1) == 5  # quick turns: never less than the debounce
