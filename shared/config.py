@@ -331,11 +331,12 @@ class Settings(BaseSettings):
         60.0, ge=0, description="…but no later than this after the first turn waiting for extraction"
     )
     extraction_debounce_stretch: float = Field(
-        1.5,
+        0.0,
         ge=0,
         description="a chatty session (its previous turn came less than the max wait before) is extracted once it "
         "has been quiet for this many times that gap, at least the debounce and at most the max wait: a user "
-        "still talking is not extracted turn by turn; `0` = always the plain debounce",
+        "still talking is not extracted turn by turn (fewer model calls, memories up to the max wait later); "
+        "`0` (the default) = always the plain debounce",
     )
     eta_task_limit: int = Field(
         1000, ge=1, description="delayed (countdown) tasks a worker holds in memory at most (`worker_eta_task_limit`)"
