@@ -64,15 +64,8 @@ def embed_pending_units(embedder: Embedder, batch_size: int) -> UnitBatch:
         register_vector_types(conn)
         vectors = embed_texts(conn, embedder, [unit["text"] for unit in claimed], batch_size)
         hold_space_for_write(conn, embedder)
-        with conn.cursor() as cur:
-            cur.executemany(
-                """UPDATE memory_chunks SET embedding = %s, embedded_at = now()
-                   WHERE id = %s AND content_hash = %s AND embedding IS NULL""",
-                [
-                    (Vector(vector), unit["id"], unit["content_hash"])
-                    for unit, vector in zip(claimed, vectors, strict=True)
-                ],
-            )
+        # Sessions before units, the order a turn's write takes them (its session row, then its messages' units
+        # through the trigger): the other order deadlocked a drain with a turn of the same session.
         last: dict[int, int] = {}
         for unit in claimed:
             last[unit["session_id"]] = max(last.get(unit["session_id"], 0), unit["message_id"])
@@ -81,6 +74,15 @@ def embed_pending_units(embedder: Embedder, batch_size: int) -> UnitBatch:
                 """UPDATE sessions SET last_embedded_message_id = greatest(last_embedded_message_id, %s)
                    WHERE id = %s""",
                 [(message_id, session_id) for session_id, message_id in sorted(last.items())],
+            )
+        with conn.cursor() as cur:
+            cur.executemany(
+                """UPDATE memory_chunks SET embedding = %s, embedded_at = now()
+                   WHERE id = %s AND content_hash = %s AND embedding IS NULL""",
+                [
+                    (Vector(vector), unit["id"], unit["content_hash"])
+                    for unit, vector in zip(claimed, vectors, strict=True)
+                ],
             )
         now = datetime.now(UTC)
         for unit in claimed:
