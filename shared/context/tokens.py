@@ -156,6 +156,11 @@ def _load_counting_function(encoding: str) -> Callable[[str], int]:
     return lambda text: sum(len(encoder.encode_ordinary(piece)) for piece in _split_for_encoding(text)) if text else 0
 
 
+# Short texts whose counts each exact counter remembers (~1 MB at the longest texts), and how long they may be.
+LINE_MEMO_SIZE: Final = 8192
+LINE_MEMO_MAX_CHARS: Final = 1000
+
+
 class BpeTokenCounter(_MessageCounting):
     """Exact token counts for an OpenAI encoding ("o200k_base" or "cl100k_base")."""
 
@@ -164,8 +169,14 @@ class BpeTokenCounter(_MessageCounting):
             raise ValueError(f"unsupported encoding {encoding!r}; expected {O200K!r} or {CL100K!r}")
         self.name = encoding
         self._count = _load_counting_function(encoding)
+        self._count_line = lru_cache(maxsize=LINE_MEMO_SIZE)(self._count)
 
     def count(self, text: str) -> int:
+        # A user's context is packed from the same lines turn after turn (their memories, their transcript
+        # excerpts), each counted on its own when it is weighed: short texts are remembered, long ones (a whole
+        # block, a prompt) are counted afresh.
+        if len(text) <= LINE_MEMO_MAX_CHARS:
+            return self._count_line(text)
         return self._count(text)
 
     def __repr__(self) -> str:

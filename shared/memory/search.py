@@ -298,16 +298,17 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
         # index, a unit's own row by its id. (RRF fuses ranks, and a document the leg did not return
         # has no rank to give.)
         fill_cte = """
+        unranked AS (
+            SELECT doc FROM candidates cand WHERE NOT EXISTS (SELECT 1 FROM vec WHERE vec.doc = cand.doc)),
         vec_fill AS (
             SELECT DISTINCT ON (f.doc) f.doc, f.chunk_id, f.similarity FROM (
                 SELECT cand.doc, c.id AS chunk_id, 1 - (c.embedding <=> %(qvec)s) AS similarity
-                FROM candidates cand JOIN memory_chunks c ON c.memory_id = cand.doc
+                FROM unranked cand JOIN memory_chunks c ON c.memory_id = cand.doc
                 WHERE cand.doc > 0 AND c.embedding IS NOT NULL
                 UNION ALL
                 SELECT cand.doc, c.id, 1 - (c.embedding <=> %(qvec)s)
-                FROM candidates cand JOIN memory_chunks c ON c.id = -cand.doc
+                FROM unranked cand JOIN memory_chunks c ON c.id = -cand.doc
                 WHERE cand.doc < 0 AND c.embedding IS NOT NULL) f
-            WHERE NOT EXISTS (SELECT 1 FROM vec WHERE vec.doc = f.doc)
             ORDER BY f.doc, f.similarity DESC, f.chunk_id)"""
     else:
         fill_cte = """
@@ -379,13 +380,14 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
         UNION SELECT doc FROM like_ranked
         UNION SELECT doc FROM ent_ranked
         UNION SELECT doc FROM vec),
-    named AS (
-        -- A unit candidate whose speaker the query names: its row looked up by id (a scalar subquery, so the
-        -- planner cannot turn it into a scan of every chunk).
-        SELECT doc, doc < 0 AND cardinality(%(entities)s::text[]) > 0 AND coalesce(
-                   (SELECT lower(x.speaker) = ANY(%(entities)s) FROM memory_chunks x WHERE x.id = -doc), false)
-                   AS speaker_named
+    speakers AS MATERIALIZED (
+        -- Who said a unit candidate, looked up by its id only when the query names someone (a scalar subquery,
+        -- so the planner cannot turn it into a scan of every chunk).
+        SELECT doc, CASE WHEN doc < 0 AND cardinality(%(entities)s::text[]) > 0
+                    THEN (SELECT x.speaker FROM memory_chunks x WHERE x.id = -doc) END AS speaker
         FROM candidates),
+    named AS (
+        SELECT doc, speaker, coalesce(lower(speaker) = ANY(%(entities)s), false) AS speaker_named FROM speakers),
     {fill_cte},
     fused AS (
         SELECT cand.doc,
@@ -410,8 +412,8 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
         LIMIT %(keep)s)
     SELECT kept.*,
            -- Who, of the people the query names, speaks in the candidates (query_parts asks for each apart).
-           (SELECT array_agg(DISTINCT x.speaker ORDER BY x.speaker) FROM named n JOIN memory_chunks x ON x.id = -n.doc
-            WHERE n.speaker_named) AS named_speakers,
+           (SELECT array_agg(DISTINCT n.speaker ORDER BY n.speaker) FROM named n WHERE n.speaker_named)
+               AS named_speakers,
            m.namespace, m.key, m.value, m.kind, m.tags, m.confidence, m.created_at, m.event_time,
            m.valid_from, m.source_message_ids,
            u.id AS unit_id, u.session_id AS unit_session_id, u.message_id, u.said_at, u.speaker,

@@ -103,6 +103,18 @@ def test_units_follow_their_messages_in_the_writers_transaction(conn: Conn) -> N
         (sid,),
     ).fetchall()
     assert [row["message_id"] for row in found] == [long_one]
+    # Its vector stays in its row, over the 2 kB at which Postgres moves a row's largest value out of line: a
+    # vector in the TOAST table costs the search a lookup in another index for every distance it computes.
+    conn.execute(
+        "UPDATE memory_chunks SET embedding = array_fill(0.1::real, ARRAY[%s])::vector WHERE message_id = %s",
+        (dimension, long_one),
+    )
+    stored = conn.execute(
+        """SELECT pg_column_size(c.*) AS size, pg_column_toast_chunk_id(c.embedding) AS toasted
+           FROM memory_chunks c WHERE message_id = %s""",
+        (long_one,),
+    ).fetchone()
+    assert stored is not None and stored["size"] > 2100 and stored["toasted"] is None, stored
 
     # A message that is not conversation (a tool result, a steering hint, an empty text) has no unit.
     tool = conn.execute(
