@@ -58,18 +58,22 @@ def enqueue_embed_memory(memory_id: int) -> None:
     request_embedding_drain("memories")
 
 
-def request_embedding_drain(kind: DrainKind) -> None:
-    """Send a drain of `kind` unless one is queued. The transcript's goes at the bulk priority: a worker takes
-    any due memory job (extraction, flush, compaction, a memory's vector) before the next batch of units, which
-    full text already finds."""
+def request_embedding_drain(kind: DrainKind, *, backlog: bool = False) -> None:
+    """Send a drain of `kind` unless one is queued. A transcript `backlog` (an import, a catch-up: see
+    shared.transcript.units.live_backlog) goes at the bulk priority: a worker takes any due memory job
+    (extraction, flush, compaction, a memory's vector) before its next batch of units, which full text already
+    finds. The units of conversations that keep up go at the default priority, in turn with those jobs, so a
+    message is found by its meaning seconds after it was said even while the memory workers are busy."""
     client = get_redis()
     if not claim_request(client, kind):
         return
     try:
         if kind == "memories":
             app.send_task(names.EMBED_PENDING, queue="embeddings")
-        else:
+        elif backlog:
             app.send_task(names.EMBED_TRANSCRIPT, queue="embeddings", priority=BULK_PRIORITY)
+        else:
+            app.send_task(names.EMBED_TRANSCRIPT, queue="embeddings")
     except BaseException:
         client.delete(token_key(kind))  # nothing was queued: the next request must not wait for the token to expire
         raise

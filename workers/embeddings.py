@@ -16,7 +16,7 @@ from shared.embeddings.drain import DrainKind, drain_started
 from shared.memory.indexing import index_pending_memories, unindexed_memory_ids
 from shared.memory.service import process_embedder
 from shared.redis_client import get_redis
-from shared.transcript.units import embed_pending_units, pending_units, transcript_batch_size
+from shared.transcript.units import embed_pending_units, live_backlog, pending_units, transcript_batch_size
 from workers.base import engram_task
 from workers.dispatch import request_embedding_drain
 
@@ -53,12 +53,12 @@ def embed_pending() -> int:
 @engram_task("embeddings", **_RETRIES)
 def embed_transcript() -> int:
     """One batch of transcript units without a vector (a quarter of ENGRAM_EMBEDDING_BATCH_SIZE: see
-    transcript_batch_size; sent at the bulk priority, as are its retries: see request_embedding_drain); queues
-    the next if more are pending. Returns how many it embedded."""
+    transcript_batch_size); queues the next if more are pending, at the bulk priority when they are a backlog
+    (see request_embedding_drain). Returns how many it embedded."""
     _started("transcript")
     batch = embed_pending_units(process_embedder(), transcript_batch_size(get_settings().embedding_batch_size))
     if batch.more:
-        request_embedding_drain("transcript")
+        request_embedding_drain("transcript", backlog=batch.backlog)
     return batch.units
 
 
@@ -78,5 +78,6 @@ def index_missing_memories() -> int:
     if memories:
         request_embedding_drain("memories")
     if units:
-        request_embedding_drain("transcript")
+        batch_size = transcript_batch_size(get_settings().embedding_batch_size)
+        request_embedding_drain("transcript", backlog=units > live_backlog(batch_size))
     return memories + units

@@ -38,6 +38,9 @@ class UnitBatch:
 
     units: int  # units whose vector was stored
     more: bool  # units were left without a vector for another run
+    # More were left than a conversation keeps adding between two runs: an import's backlog, which waits for
+    # the memory jobs that are due (see live_backlog).
+    backlog: bool = False
 
 
 def _claim(conn: Conn, limit: int) -> list[dict[str, Any]]:
@@ -87,7 +90,19 @@ def embed_pending_units(embedder: Embedder, batch_size: int) -> UnitBatch:
         now = datetime.now(UTC)
         for unit in claimed:
             observe_embedding_lag("transcript", (now - unit["created_at"]).total_seconds())
-        return UnitBatch(len(claimed), more=len(claimed) == batch_size)
+        more = len(claimed) == batch_size
+        return UnitBatch(len(claimed), more=more, backlog=more and is_backlog(conn, batch_size))
+
+
+def live_backlog(batch_size: int) -> int:
+    """Units without a vector that still count as conversations keeping up (four drain runs' worth): more than
+    that is an import or a catch-up, embedded after the memory jobs that are due."""
+    return 4 * batch_size
+
+
+def is_backlog(conn: Conn, batch_size: int) -> bool:
+    limit = live_backlog(batch_size)
+    return pending_units(conn, limit=limit + 1) > limit
 
 
 def pending_units(conn: Conn, limit: int = 1000) -> int:

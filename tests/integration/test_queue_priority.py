@@ -160,17 +160,46 @@ def test_the_pending_extraction_sweep_sends_no_second_task_for_a_late_one(
     assert _extraction_messages_by_session() == {sessions["late"]: 1, sessions["lost"]: 1}
 
 
-def test_the_transcripts_drain_waits_in_the_bulk_list_and_memories_in_the_queue(stopped_stack: CeleryStack) -> None:
-    """What the worker's BRPOP order and the KEDA scaler rely on: the units' drain is sent at the bulk
-    priority, a memory drain at the default one; a second request while one is queued sends nothing."""
-    from workers.dispatch import request_embedding_drain
+def _waiting(key: str) -> list[str]:
+    return sorted(json.loads(raw)["headers"]["task"] for raw in get_redis().lrange(key, 0, -1))
 
+
+def test_a_conversations_units_are_drained_in_turn_with_memory_jobs_and_a_backlog_after_them(
+    api: httpx.Client, stopped_stack: CeleryStack
+) -> None:
+    """What the worker's BRPOP order and the KEDA scaler rely on. The drain of the few units a conversation adds
+    goes at the default priority, in turn with the memory jobs (so a message is found by its meaning seconds
+    after it was said, even while those jobs keep the worker busy); once more units wait than conversations add
+    between two runs (an import), the next run goes at the bulk priority, after the due memory jobs. A second
+    request while one is queued sends nothing."""
+    from workers.dispatch import request_embedding_drain
+    from workers.embeddings import embed_transcript
+
+    transcript, memories = "engram.embeddings.embed_transcript", "engram.embeddings.embed_pending"
     client = get_redis()
     client.delete(token_key("transcript"), token_key("memories"))
-    request_embedding_drain("transcript")
+    ingest(api, "chat-0", ("user", "I live in Lisbon and I prefer green tea."))  # the ingest asks for the drain
     request_embedding_drain("transcript")
     request_embedding_drain("memories")
-    bulk = [json.loads(raw)["headers"]["task"] for raw in client.lrange(bulk_key("embeddings"), 0, -1)]
-    default = [json.loads(raw)["headers"]["task"] for raw in client.lrange("embeddings", 0, -1)]
-    assert bulk == ["engram.embeddings.embed_transcript"]
-    assert default == ["engram.embeddings.embed_pending"]
+    assert _waiting("embeddings") == [memories, transcript]
+    assert _waiting(bulk_key("embeddings")) == []
+
+    def one_batch() -> int:
+        """One run of the drain, as a worker takes it from the queue (which is cleared: nothing else runs)."""
+        _clear_background_queues()
+        embedded: int = embed_transcript()
+        return embedded
+
+    # A conversation of 40 messages: more than one batch (16 units) but what conversations keep adding; the next
+    # run stays at the default priority.
+    assert one_batch() == 1
+    ingest(api, "chat-1", *[("user" if n % 2 == 0 else "assistant", f"chat-1: note {n} on tea.") for n in range(40)])
+    assert one_batch() == 16
+    assert _waiting("embeddings") == [transcript] and _waiting(bulk_key("embeddings")) == []
+
+    # An import of 600 messages: a backlog. After a batch the next run waits in the bulk list.
+    for i in range(BACKLOG):
+        said = [("user" if n % 2 == 0 else "assistant", f"long-{i}: note {n}.") for n in range(BACKLOG_MESSAGES)]
+        ingest(api, f"long-{i}", *said)
+    assert one_batch() == 16
+    assert _waiting(bulk_key("embeddings")) == [transcript] and _waiting("embeddings") == []
