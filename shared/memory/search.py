@@ -577,6 +577,15 @@ def search(
     return results
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One search of `find_many`: a query, its vector (None = no vector leg) and its filters."""
+
+    query: str
+    query_vector: Sequence[float] | None = None
+    filters: SearchFilters | None = None
+
+
 def find(
     conn: Conn,
     scope: Scope,
@@ -587,19 +596,31 @@ def find(
     options: SearchOptions | None = None,
 ) -> Found:
     """`search`, with the speakers the query names."""
+    return find_many(conn, scope, [Ask(query, query_vector, filters)], options)[0]
+
+
+def find_many(conn: Conn, scope: Scope, asks: Sequence[Ask], options: SearchOptions | None = None) -> list[Found]:
+    """Several searches of one user with the same options, sent in one round trip (the parts of a question, its
+    time window): each statement still runs on its own, in order."""
     options = options or SearchOptions()
-    sql, params = search_statement(scope, query, query_vector=query_vector, filters=filters, options=options)
-    use_vector = "qvec" in params  # the statement has a vector leg
-    if use_vector:
+    statements = [
+        search_statement(scope, ask.query, query_vector=ask.query_vector, filters=ask.filters, options=options)
+        for ask in asks
+    ]
+    queries: dict[str, Query] = {}
+    if any("qvec" in params for _, params in statements):
         # Keep scanning the HNSW graph until enough rows pass the user/memory filters: both settings are
-        # transaction-local (as SET LOCAL) and sent with the search, one round trip for the two statements.
-        settings: Query = (
+        # transaction-local (as SET LOCAL) and sent with the searches, in the same round trip.
+        queries["settings"] = (
             "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', %s, true)",
-            (str(max(40, min(1000, int(params["fetch"])))),),
+            (str(max(40, min(1000, fetch_size(options)))),),
         )
-        rows = fetch_together(conn, {"settings": settings, "search": (sql, params)})["search"]
-    else:
-        rows = conn.execute(sql, params).fetchall()
+    queries.update({str(index): statement for index, statement in enumerate(statements)})
+    rows = fetch_together(conn, queries)
+    return [_found(rows[str(index)], options, "qvec" in params) for index, (_, params) in enumerate(statements)]
+
+
+def _found(rows: Sequence[dict[str, Any]], options: SearchOptions, use_vector: bool) -> Found:
     fused = [(row, *_fuse(row, options, use_vector)) for row in rows]
     best = max((score for _, score, _ in fused), default=0.0)
     results = [

@@ -28,7 +28,7 @@ from shared.embeddings.providers import OnnxLocalEmbedder
 from shared.embeddings.space import follow_recorded_space
 from shared.logging import get_logger
 from shared.memory import query_parts
-from shared.memory.search import SearchFilters, SearchOptions, SearchResult, find, search
+from shared.memory.search import Ask, Found, SearchFilters, SearchOptions, SearchResult, find, find_many
 from shared.memory.store import Scope, touch_accessed
 from shared.memory.time_window import TimeWindow, may_name_time, time_window
 from shared.metrics import observe_embedding_call
@@ -107,8 +107,17 @@ def forget_recent_queries() -> None:
 
 
 def query_vector(conn: Conn, text: str, space_rows: Sequence[Mapping[str, Any]] | None = None) -> list[float] | None:
-    """The query's embedding, or None when vector search cannot run (no space yet, re-indexing,
-    or the embedding provider failed) — search then runs on its lexical legs alone. `space_rows`: the
+    """The query's embedding, or None when vector search cannot run (see `query_vectors`)."""
+    vectors = query_vectors(conn, [text], space_rows)
+    return None if vectors is None else vectors[0]
+
+
+def query_vectors(
+    conn: Conn, texts: Sequence[str], space_rows: Sequence[Mapping[str, Any]] | None = None
+) -> list[list[float]] | None:
+    """The queries' embeddings, or None when vector search cannot run (no space yet, re-indexing, or the
+    embedding provider failed) — search then runs on its lexical legs alone. One query is memoised (see
+    `_embed_query`); several (the parts of a question) are embedded in one model call. `space_rows`: the
     embedding space as the caller read it along with its other reads (SPACE_QUERY); None = read it here."""
     try:
         embedder = process_embedder()
@@ -122,7 +131,12 @@ def query_vector(conn: Conn, text: str, space_rows: Sequence[Mapping[str, Any]] 
         # another process, its cache lookup and insert cost round trips on every search, and a cached
         # query vector would outlive the query (it is no chunk's text, so forget_unused never drops it).
         # A copy of the memo's tuple: callers may not alias each other's vectors.
-        return list(_embed_query(cache_model(embedder), embedder.dimension, text))
+        if len(texts) == 1:
+            return [list(_embed_query(cache_model(embedder), embedder.dimension, texts[0]))]
+        vectors = embedder.embed(list(texts))
+        check_vectors(embedder, vectors, expected_count=len(texts), dimension=embedder.dimension)
+        observe_embedding_call(cache_model(embedder), len(texts))
+        return vectors
     except EmbeddingError as exc:
         log.warning("query embedding failed; searching without vectors", error=str(exc))
         return None
@@ -162,35 +176,34 @@ def search_memories(
     vector = query_vector(conn, query, space_rows)
     whole = find(conn, scope, query, query_vector=vector, filters=filters, options=options)
     window = resolving.result() if resolving is not None else None
-    results = _window_first(conn, scope, query, vector, filters, options, window, whole.results)
-    if asked_apart := query_parts.parts(query, whole.named_speakers):
-        found = [results]
-        for part in asked_apart:
-            part_vector = query_vector(conn, part, space_rows)
-            part_results = search(conn, scope, part, query_vector=part_vector, filters=filters, options=options)
-            found.append(_window_first(conn, scope, part, part_vector, filters, options, window, part_results))
-        results = query_parts.take_turns(found, limit)
+    asked_apart = query_parts.parts(query, whole.named_speakers)
+    if window is None and not asked_apart:
+        results = whole.results
+    else:
+        # What else is asked (the window's search, each person's part and its window) goes in one round trip,
+        # the parts' vectors from one model call.
+        within = dataclasses.replace(filters, since=window.start, until=window.end) if window else None
+        part_vectors = query_vectors(conn, asked_apart, space_rows) if asked_apart else None
+        questions = [Ask(query, vector, filters)] + [
+            Ask(part, part_vectors[index] if part_vectors else None, filters) for index, part in enumerate(asked_apart)
+        ]
+        asks = [ask for question in questions for ask in _asks_of(question, within)][1:]  # the whole one ran
+        found = iter([whole, *find_many(conn, scope, asks, options)])
+        ranked = [_window_first(next(found), next(found) if within else None, options) for _ in questions]
+        results = ranked[0] if len(ranked) == 1 else query_parts.take_turns(ranked, limit)
     if touch:
         touch_accessed(conn, scope, [r.id for r in results if r.id is not None])
     return results
 
 
-def _window_first(
-    conn: Conn,
-    scope: Scope,
-    query: str,
-    vector: list[float] | None,
-    filters: SearchFilters,
-    options: SearchOptions,
-    window: TimeWindow | None,
-    results: list[SearchResult],
-) -> list[SearchResult]:
-    """`results` with what the query's time window holds searched for on its own and ranked first."""
-    if window is None:
-        return results
-    within = dataclasses.replace(filters, since=window.start, until=window.end)
-    found = search(conn, scope, query, query_vector=vector, filters=within, options=options)
-    return rank_window_first(found, results, options.limit)
+def _asks_of(question: Ask, within: SearchFilters | None) -> list[Ask]:
+    """A question's searches: as asked, then inside the query's time window when it names one."""
+    return [question] if within is None else [question, dataclasses.replace(question, filters=within)]
+
+
+def _window_first(found: Found, inside: Found | None, options: SearchOptions) -> list[SearchResult]:
+    """`found`'s results with what the query's time window holds (`inside`, searched for on its own) first."""
+    return found.results if inside is None else rank_window_first(inside.results, found.results, options.limit)
 
 
 @lru_cache(maxsize=1)
