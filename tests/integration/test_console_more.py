@@ -160,6 +160,33 @@ def test_bulk_delete_removes_the_selection_or_nothing(browser: WebDriver, consol
     assert _active("old-3")
 
 
+def _counts_listed(driver: WebDriver) -> dict[str, str]:
+    """Each user's memory count as the users page shows it."""
+    rows = driver.find_elements(By.CSS_SELECTOR, "#results tbody tr")
+    return {
+        r.find_element(By.TAG_NAME, "th").find_element(By.TAG_NAME, "a").text: r.find_element(By.TAG_NAME, "td").text
+        for r in rows
+    }
+
+
+def test_the_users_page_counts_active_memories_exactly(browser: WebDriver, console: Console) -> None:  # noqa: F811
+    first = _store("bob", "draft-1", "A first draft")
+    _store("bob", "draft-2", "A second draft")
+    with db.connection() as conn:
+        conn.execute("UPDATE memories SET valid_until = now() WHERE id = %s", (first,))  # deleted: not counted
+        counted = conn.execute(
+            """SELECT u.external_id, count(*) FILTER (WHERE m.valid_until IS NULL) AS active, count(*) AS every
+               FROM users u JOIN memories m ON m.user_id = u.id
+               WHERE u.external_id IN ('alice', 'bob') GROUP BY u.external_id"""
+        ).fetchall()
+    expected = {row["external_id"]: str(row["active"]) for row in counted}
+    assert all(row["every"] > row["active"] for row in counted if row["external_id"] == "bob")
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/users")
+    listed = _counts_listed(browser)
+    assert {user: listed[user] for user in expected} == expected
+
+
 def test_export_downloads_the_users_memories_as_json(browser: WebDriver, console: Console) -> None:  # noqa: F811
     sign_in(browser, console, console.reader)  # reading is enough
     browser.get(f"{console.url}/console/users/alice/memories")
