@@ -157,6 +157,7 @@ def _pages(memory_id: int, sessions: int) -> dict[str, str]:
         "memories": "/console/users/heavy/memories",
         "memories page 5": "/console/users/heavy/memories?page=5",
         "memories oldest": "/console/users/heavy/memories?sort=oldest",
+        "memories created": "/console/users/heavy/memories?sort=created&page=2",
         "memories by key": "/console/users/heavy/memories?sort=key&page=3",
         "memories window": f"/console/users/heavy/memories?date=created&from={today}&to={today}&page=2",
         "memories search": "/console/users/heavy/memories?q=Lisbon+piano",

@@ -116,6 +116,34 @@ def test_the_memory_list_orders_and_filters_by_date(browser: WebDriver, console:
     assert "starts (2026-03-01) after it ends (2026-02-01)" in text(browser)
 
 
+def test_the_memory_list_orders_by_creation(browser: WebDriver, console: Console) -> None:  # noqa: F811
+    # Created in one order, changed in another: the creation orders must not follow the changes.
+    for key, created, changed in (
+        ("bike", datetime(2026, 1, 10, 9, tzinfo=UTC), datetime(2026, 3, 20, 9, tzinfo=UTC)),
+        ("favourite-tea", datetime(2026, 2, 10, 9, tzinfo=UTC), datetime(2026, 3, 10, 9, tzinfo=UTC)),
+        ("next-trip", datetime(2026, 3, 1, 9, tzinfo=UTC), datetime(2026, 3, 5, 9, tzinfo=UTC)),
+    ):
+        with db.connection() as conn:
+            conn.execute(
+                "UPDATE memories SET created_at = %s, updated_at = %s WHERE key = %s AND valid_until IS NULL",
+                (created, changed, key),
+            )
+    sign_in(browser, console, console.admin)
+    window = "date=created&from=2026-01-01&to=2026-03-31"
+    browser.get(f"{console.url}/console/users/alice/memories?{window}")
+    assert _keys_listed(browser) == ["bike", "favourite-tea", "next-trip"]  # recently changed first
+
+    Select(browser.find_element(By.ID, "sort")).select_by_visible_text("Newest created first")
+    _until(browser, lambda b: _keys_listed(b) == ["next-trip", "favourite-tea", "bike"])
+    assert "sort=created" in browser.current_url  # linkable, as every order
+    assert "created 2026-03-01" in browser.find_element(By.CSS_SELECTOR, "#results .card .muted").text
+
+    browser.get(f"{console.url}/console/users/alice/memories?sort=created_oldest")
+    assert _keys_listed(browser)[:3] == ["bike", "favourite-tea", "next-trip"]  # the rest were created today
+    selected = Select(browser.find_element(By.ID, "sort")).first_selected_option.text
+    assert selected == "Oldest created first"
+
+
 def test_a_malformed_url_shows_the_error_page(browser: WebDriver, console: Console) -> None:  # noqa: F811
     sign_in(browser, console, console.admin)
     browser.get(f"{console.url}/console/users/alice/memories?from=yesterday")
