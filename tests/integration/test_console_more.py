@@ -1,11 +1,13 @@
-"""More of the web console in a real browser: the memory list's order and date window, bulk delete, export,
-users by last activity, entities and reflections, the operations page's channels and live workers, and the error
-page for a malformed URL. The browser, gateway, worker and data come from test_console's fixtures (a module of its own,
-so its own data)."""
+"""More of the web console in a real browser: the memory list's orders and date window, the users' memory counts,
+bulk delete, export, users by last activity, entities and reflections, the operations page's channels, live workers
+and unserved queues, and the error page for a malformed URL. The browser, gateway, worker and data come from
+test_console's fixtures (a module of its own, so its own data)."""
 
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +24,9 @@ from shared.auth import ensure_tenant
 from shared.channels.connections import upsert_connection
 from shared.memory.store import MemoryInput, Scope, store_memory
 from shared.queues import QUEUES
+from shared.redis_client import get_redis
 from shared.turns import find_user_id
+from shared.worker_heartbeats import KEY_PREFIX, WorkerBeat, live_workers, record
 from tests.conftest import CeleryStack
 from tests.integration.test_console import (  # noqa: F401  (browser, console, keep_failures: fixtures)
     WAIT_S,
@@ -325,3 +329,42 @@ def test_operations_lists_the_live_worker_and_its_queues(
     # Every queue has a consumer: no "no worker" warning.
     assert not browser.find_elements(By.ID, "unserved")
     assert "no worker" not in browser.find_element(By.ID, "queues").text
+
+
+@pytest.fixture
+def partial_worker(celery_stack: CeleryStack, no_shared_workers: None) -> Iterator[WorkerBeat]:
+    """The only live worker is one that consumes every queue but the last: the shared worker is stopped (it
+    rewrote its heartbeat every interval) and every heartbeat left is removed before this one is written, long
+    lived, so the page reads exactly this. The shared worker is started again afterwards, for later tests."""
+    client = get_redis()
+    try:
+        for stale in client.scan_iter(f"{KEY_PREFIX}*"):
+            client.delete(stale)
+        now = time.time()
+        beat = WorkerBeat(hostname="partial@console-test", pid=4242, queues=QUEUES[:-1], started_at=now, last_seen=now)
+        record(client, beat, interval_seconds=600)
+        assert [b.hostname for b in live_workers(client)] == [beat.hostname]
+        yield beat
+    finally:
+        client.delete(f"{KEY_PREFIX}partial@console-test")
+        celery_stack.ensure("anthropic")
+
+
+def test_operations_warns_of_a_queue_no_live_worker_consumes(
+    browser: WebDriver,  # noqa: F811
+    console: Console,  # noqa: F811
+    partial_worker: WorkerBeat,
+) -> None:
+    unserved = QUEUES[-1]
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/operations")
+    assert browser.find_element(By.ID, "unserved").text == f"No worker consumes {unserved}."
+    queues = browser.find_element(By.ID, "queues")
+    warned = [
+        d.find_element(By.XPATH, "preceding-sibling::dt[1]").text
+        for d in queues.find_elements(By.TAG_NAME, "dd")
+        if "no worker" in d.text
+    ]
+    assert warned == [unserved]  # beside that queue alone
+    (row,) = browser.find_elements(By.CSS_SELECTOR, "#workers tbody tr")
+    assert partial_worker.hostname in row.text and unserved not in row.text
