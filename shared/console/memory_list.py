@@ -16,11 +16,14 @@ from shared.memory.rows import MEMORY_COLUMNS
 from shared.memory.store import Scope, clean_tags, namespace_prefix_sql
 
 # The order's SQL for each choice the page offers, and what the page calls it. Changed-first and
-# changed-last read the (user, updated_at, id) index of active memories forwards or backwards; by key reads
-# the unique (user, namespace, key) index of active memories.
+# changed-last read the (user, updated_at, id) index of active memories forwards or backwards, the two
+# creation orders its (user, created_at, id) index; by key reads the unique (user, namespace, key) index of
+# active memories.
 SORTS: dict[str, tuple[str, str]] = {
     "changed": ("updated_at DESC, id DESC", "Recently changed first"),
     "oldest": ("updated_at ASC, id ASC", "Least recently changed first"),
+    "created": ("created_at DESC, id DESC", "Newest created first"),
+    "created_oldest": ("created_at ASC, id ASC", "Oldest created first"),
     "key": ("namespace, key, id", "Namespace and key (A–Z)"),
 }
 DEFAULT_SORT = "changed"

@@ -15,6 +15,11 @@ ORDERS = {"id": "User id (A–Z)", "active": "Most recently active first"}
 # latest session and their latest active memory: each a probe of an index ((user, updated_at) of active
 # memories, (user, channel, session key) of sessions), so ordering by it reads every user of the tenant but
 # not their rows.
+#
+# A user's memory count is exact, and read from the partial (user, updated_at, id) index of active memories
+# alone: no condition on a column outside it (a user id is its tenant's, so the user's rows are the tenant's),
+# so Postgres counts index entries without visiting the table wherever the visibility map says a page holds
+# no recent change (autovacuum keeps it so after writes). The latest memory is that index's first entry.
 _SQL = """
 WITH matching AS (
     SELECT id, tenant_id, external_id, display_name, created_at, updated_at FROM users
@@ -25,11 +30,11 @@ WITH matching AS (
     {chosen}
 )
 SELECT u.external_id, u.display_name, u.created_at, m.memories, s.sessions,
-       greatest(u.updated_at, s.last_session, m.last_memory) AS last_active
+       greatest(u.updated_at, s.last_session, lm.last_memory) AS last_active
 FROM chosen u
--- Active memories only: the partial (user_id, namespace) index holds exactly those.
-CROSS JOIN LATERAL (SELECT count(*) AS memories, max(updated_at) AS last_memory FROM memories
-                    WHERE user_id = u.id AND tenant_id = u.tenant_id AND valid_until IS NULL) m
+CROSS JOIN LATERAL (SELECT count(*) AS memories FROM memories WHERE user_id = u.id AND valid_until IS NULL) m
+LEFT JOIN LATERAL (SELECT updated_at AS last_memory FROM memories WHERE user_id = u.id AND valid_until IS NULL
+                   ORDER BY updated_at DESC, id DESC LIMIT 1) lm ON true
 CROSS JOIN LATERAL (SELECT count(*) AS sessions, max(updated_at) AS last_session FROM sessions
                     WHERE user_id = u.id AND tenant_id = u.tenant_id) s
 ORDER BY {order}"""

@@ -73,7 +73,8 @@ def _reflections(conn: Conn, scope: Scope, ids: list[int], *, actor: str, forgot
     ).fetchall()
     touched = 0
     for row in rows:
-        remaining = [i for i in row["metadata"].get("source_memory_ids", []) if i not in ids]
+        sources = row["metadata"].get("source_memory_ids", [])
+        remaining = [i for i in sources if i not in ids]
         if forgotten:
             retired = conn.execute(
                 f"""UPDATE memories SET valid_until = now(), updated_at = now(),
@@ -90,7 +91,10 @@ def _reflections(conn: Conn, scope: Scope, ids: list[int], *, actor: str, forgot
                     "delete",
                     actor,
                     old_value=retired["value"],
-                    details={"reason": "a memory it was built from was deleted", "deleted_sources": ids},
+                    details={
+                        "reason": "a memory it was built from was deleted",
+                        "deleted_sources": [i for i in sources if i in ids],  # its own, not every id deleted
+                    },
                 )
                 release_derived(conn, scope, [retired["id"]], actor=actor, forgotten=False)
                 touched += 1

@@ -565,6 +565,36 @@ def delete_memory(conn: Conn, scope: Scope, memory_id: int, actor: str) -> dict[
     return row
 
 
+def delete_memories(conn: Conn, scope: Scope, memory_ids: Sequence[int], actor: str) -> list[int]:
+    """Soft delete several memories at once, each with its delete event as delete_memory writes it: the ids
+    among `memory_ids` that were active memories of this scope and are deleted now, in id order.
+
+    The rows are locked in id order before they change, so two overlapping selections wait for each other
+    rather than deadlock; a row another writer deleted meanwhile is left out (the caller decides whether that
+    undoes the rest)."""
+    ids = sorted({int(i) for i in memory_ids})
+    if not ids:
+        return []
+    rows = conn.execute(
+        """WITH locked AS (
+               SELECT id FROM memories
+               WHERE tenant_id = %(tenant)s AND user_id = %(user)s AND id = ANY(%(ids)s) AND valid_until IS NULL
+               ORDER BY id FOR UPDATE
+           ), gone AS (
+               UPDATE memories m SET valid_until = now(), updated_at = now() FROM locked WHERE m.id = locked.id
+               RETURNING m.id, m.namespace, m.key, m.value
+           )
+           INSERT INTO memory_events (tenant_id, user_id, memory_id, action, namespace, key, old_value, actor, details)
+           SELECT %(tenant)s, %(user)s, id, 'delete', namespace, key, value, %(actor)s, '{}'::jsonb
+           FROM gone ORDER BY id
+           RETURNING memory_id""",
+        {"tenant": scope.tenant_id, "user": scope.user_id, "ids": ids, "actor": actor},
+    ).fetchall()
+    deleted = sorted(row["memory_id"] for row in rows)
+    release_derived(conn, scope, deleted, actor=actor, forgotten=True)
+    return deleted
+
+
 def correct_memory(conn: Conn, scope: Scope, memory_id: int, new_value: str, actor: str) -> WriteResult | None:
     """Supersede an active memory with a corrected value (history keeps the old one)."""
     current = get_memory(conn, scope, memory_id)

@@ -22,6 +22,7 @@ from shared.memory.store import (
     Scope,
     WriteResult,
     correct_memory,
+    delete_memories,
     delete_memory,
     find_active,
     get_memory,
@@ -210,10 +211,10 @@ def delete(owner: Owner, memory_id: int, actor: str) -> dict[str, Any]:
 def delete_many(owner: Owner, memory_ids: Sequence[int], actor: str) -> int:
     """Forget several active memories in one transaction, all or nothing: MemoryGone names the first that is not
     an active memory of the user, and then none is deleted. How many were deleted."""
-    selected = sorted(set(memory_ids))  # one order for every writer: two overlapping selections cannot deadlock
+    selected = sorted(set(memory_ids))
     with db.connection() as conn:
-        scope = _scope(conn, owner)
-        for memory_id in selected:
-            if delete_memory(conn, scope, memory_id, actor) is None:
-                raise MemoryGone(memory_id)  # leaving the block rolls back the deletes before it
+        deleted = delete_memories(conn, _scope(conn, owner), selected, actor)
+        if len(deleted) < len(selected):
+            missing = sorted(set(selected) - set(deleted))
+            raise MemoryGone(missing[0])  # leaving the block rolls the deletes back
     return len(selected)

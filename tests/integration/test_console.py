@@ -335,7 +335,14 @@ def test_operations_lists_the_jobs_and_runs_one_now(browser: WebDriver, console:
         return bool(runs) and "alice" in runs[0].text and "done" in runs[0].text
 
     WebDriverWait(browser, 60, poll_frequency=0.5).until(run_listed)
-    screenshot(browser, "operations")
+    # The whole page in the picture: the runs, queues, workers and channels are below the jobs.
+    chrome = int(browser.execute_script("return window.outerHeight - window.innerHeight"))
+    height = int(browser.execute_script("return document.documentElement.scrollHeight"))
+    browser.set_window_size(1280, min(height + chrome, 4000))
+    try:
+        screenshot(browser, "operations")
+    finally:
+        browser.set_window_size(1280, 900)
 
 
 def test_charts_draw_from_postgres(browser: WebDriver, console: Console) -> None:

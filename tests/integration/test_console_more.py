@@ -1,11 +1,13 @@
-"""More of the web console in a real browser: the memory list's order and date window, bulk delete, export,
-users by last activity, entities and reflections, the operations page's channels and live workers, and the error
-page for a malformed URL. The browser, gateway, worker and data come from test_console's fixtures (a module of its own,
-so its own data)."""
+"""More of the web console in a real browser: the memory list's orders and date window, the users' memory counts,
+bulk delete, export, users by last activity, entities and reflections, the operations page's channels, live workers
+and unserved queues, and the error page for a malformed URL. The browser, gateway, worker and data come from
+test_console's fixtures (a module of its own, so its own data)."""
 
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +24,9 @@ from shared.auth import ensure_tenant
 from shared.channels.connections import upsert_connection
 from shared.memory.store import MemoryInput, Scope, store_memory
 from shared.queues import QUEUES
+from shared.redis_client import get_redis
 from shared.turns import find_user_id
+from shared.worker_heartbeats import KEY_PREFIX, WorkerBeat, live_workers, record
 from tests.conftest import CeleryStack
 from tests.integration.test_console import (  # noqa: F401  (browser, console, keep_failures: fixtures)
     WAIT_S,
@@ -116,6 +120,34 @@ def test_the_memory_list_orders_and_filters_by_date(browser: WebDriver, console:
     assert "starts (2026-03-01) after it ends (2026-02-01)" in text(browser)
 
 
+def test_the_memory_list_orders_by_creation(browser: WebDriver, console: Console) -> None:  # noqa: F811
+    # Created in one order, changed in another: the creation orders must not follow the changes.
+    for key, created, changed in (
+        ("bike", datetime(2026, 1, 10, 9, tzinfo=UTC), datetime(2026, 3, 20, 9, tzinfo=UTC)),
+        ("favourite-tea", datetime(2026, 2, 10, 9, tzinfo=UTC), datetime(2026, 3, 10, 9, tzinfo=UTC)),
+        ("next-trip", datetime(2026, 3, 1, 9, tzinfo=UTC), datetime(2026, 3, 5, 9, tzinfo=UTC)),
+    ):
+        with db.connection() as conn:
+            conn.execute(
+                "UPDATE memories SET created_at = %s, updated_at = %s WHERE key = %s AND valid_until IS NULL",
+                (created, changed, key),
+            )
+    sign_in(browser, console, console.admin)
+    window = "date=created&from=2026-01-01&to=2026-03-31"
+    browser.get(f"{console.url}/console/users/alice/memories?{window}")
+    assert _keys_listed(browser) == ["bike", "favourite-tea", "next-trip"]  # recently changed first
+
+    Select(browser.find_element(By.ID, "sort")).select_by_visible_text("Newest created first")
+    _until(browser, lambda b: _keys_listed(b) == ["next-trip", "favourite-tea", "bike"])
+    assert "sort=created" in browser.current_url  # linkable, as every order
+    assert "created 2026-03-01" in browser.find_element(By.CSS_SELECTOR, "#results .card .muted").text
+
+    browser.get(f"{console.url}/console/users/alice/memories?sort=created_oldest")
+    assert _keys_listed(browser)[:3] == ["bike", "favourite-tea", "next-trip"]  # the rest were created today
+    selected = Select(browser.find_element(By.ID, "sort")).first_selected_option.text
+    assert selected == "Oldest created first"
+
+
 def test_a_malformed_url_shows_the_error_page(browser: WebDriver, console: Console) -> None:  # noqa: F811
     sign_in(browser, console, console.admin)
     browser.get(f"{console.url}/console/users/alice/memories?from=yesterday")
@@ -158,6 +190,33 @@ def test_bulk_delete_removes_the_selection_or_nothing(browser: WebDriver, consol
     assert not browser.find_elements(By.ID, "bulk-delete") and not browser.find_elements(By.ID, f"pick-{old3}")
     assert _post_pairs(browser, path, [("csrf_token", _token(browser)), ("ids", old3)]) == 403
     assert _active("old-3")
+
+
+def _counts_listed(driver: WebDriver) -> dict[str, str]:
+    """Each user's memory count as the users page shows it."""
+    rows = driver.find_elements(By.CSS_SELECTOR, "#results tbody tr")
+    return {
+        r.find_element(By.TAG_NAME, "th").find_element(By.TAG_NAME, "a").text: r.find_element(By.TAG_NAME, "td").text
+        for r in rows
+    }
+
+
+def test_the_users_page_counts_active_memories_exactly(browser: WebDriver, console: Console) -> None:  # noqa: F811
+    first = _store("bob", "draft-1", "A first draft")
+    _store("bob", "draft-2", "A second draft")
+    with db.connection() as conn:
+        conn.execute("UPDATE memories SET valid_until = now() WHERE id = %s", (first,))  # deleted: not counted
+        counted = conn.execute(
+            """SELECT u.external_id, count(*) FILTER (WHERE m.valid_until IS NULL) AS active, count(*) AS every
+               FROM users u JOIN memories m ON m.user_id = u.id
+               WHERE u.external_id IN ('alice', 'bob') GROUP BY u.external_id"""
+        ).fetchall()
+    expected = {row["external_id"]: str(row["active"]) for row in counted}
+    assert all(row["every"] > row["active"] for row in counted if row["external_id"] == "bob")
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/users")
+    listed = _counts_listed(browser)
+    assert {user: listed[user] for user in expected} == expected
 
 
 def test_export_downloads_the_users_memories_as_json(browser: WebDriver, console: Console) -> None:  # noqa: F811
@@ -270,3 +329,42 @@ def test_operations_lists_the_live_worker_and_its_queues(
     # Every queue has a consumer: no "no worker" warning.
     assert not browser.find_elements(By.ID, "unserved")
     assert "no worker" not in browser.find_element(By.ID, "queues").text
+
+
+@pytest.fixture
+def partial_worker(celery_stack: CeleryStack, no_shared_workers: None) -> Iterator[WorkerBeat]:
+    """The only live worker is one that consumes every queue but the last: the shared worker is stopped (it
+    rewrote its heartbeat every interval) and every heartbeat left is removed before this one is written, long
+    lived, so the page reads exactly this. The shared worker is started again afterwards, for later tests."""
+    client = get_redis()
+    try:
+        for stale in client.scan_iter(f"{KEY_PREFIX}*"):
+            client.delete(stale)
+        now = time.time()
+        beat = WorkerBeat(hostname="partial@console-test", pid=4242, queues=QUEUES[:-1], started_at=now, last_seen=now)
+        record(client, beat, interval_seconds=600)
+        assert [b.hostname for b in live_workers(client)] == [beat.hostname]
+        yield beat
+    finally:
+        client.delete(f"{KEY_PREFIX}partial@console-test")
+        celery_stack.ensure("anthropic")
+
+
+def test_operations_warns_of_a_queue_no_live_worker_consumes(
+    browser: WebDriver,  # noqa: F811
+    console: Console,  # noqa: F811
+    partial_worker: WorkerBeat,
+) -> None:
+    unserved = QUEUES[-1]
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/operations")
+    assert browser.find_element(By.ID, "unserved").text == f"No worker consumes {unserved}."
+    queues = browser.find_element(By.ID, "queues")
+    warned = [
+        d.find_element(By.XPATH, "preceding-sibling::dt[1]").text
+        for d in queues.find_elements(By.TAG_NAME, "dd")
+        if "no worker" in d.text
+    ]
+    assert warned == [unserved]  # beside that queue alone
+    (row,) = browser.find_elements(By.CSS_SELECTOR, "#workers tbody tr")
+    assert partial_worker.hostname in row.text and unserved not in row.text
