@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -343,3 +344,22 @@ def wait_turn(api: httpx.Client, turn_id: int, timeout: float = 60) -> dict[str,
         body: dict[str, Any] = response.json()
         if body["status"] in ("done", "failed") or remaining <= 0:
             return body
+
+
+@pytest.fixture
+def placeholder_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """For a test that imports workers.app without a broker: the module builds its Celery app from the settings at
+    import and only names its broker, so a placeholder address does. The workers modules imported here are
+    forgotten after the test: a later test in this process (a gateway sending a turn's drain) builds the app
+    again from its own settings instead of sending to the placeholder."""
+    from shared.config import get_settings
+
+    imported_before = "workers.app" in sys.modules
+    if "ENGRAM_REDIS_URL" not in os.environ:
+        monkeypatch.setenv("ENGRAM_REDIS_URL", "redis://127.0.0.1:1/0")
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+    if not imported_before:
+        for name in [name for name in sys.modules if name == "workers" or name.startswith("workers.")]:
+            del sys.modules[name]

@@ -10,10 +10,7 @@ from shared.config import get_settings
 
 
 @pytest.fixture
-def fresh_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
-    # create_celery only names its broker; nothing connects to it here.
-    monkeypatch.setenv("ENGRAM_REDIS_URL", "redis://127.0.0.1:1/0")
-    get_settings.cache_clear()
+def fresh_settings(placeholder_broker: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     yield monkeypatch
     get_settings.cache_clear()
 

@@ -10,20 +10,16 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from shared.config import Settings, get_settings
+from shared.config import Settings
 from shared.sentinel import SentinelTarget, parse_sentinels
 from shared.services import resolve_redis_sentinel
 
 
 @pytest.fixture
-def redis_conf(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    # Importing workers.app builds the Celery app from the environment; it only names its broker.
-    monkeypatch.setenv("ENGRAM_REDIS_URL", "redis://127.0.0.1:1/0")
-    get_settings.cache_clear()
+def redis_conf(placeholder_broker: None) -> Iterator[Any]:
     from workers.app import redis_conf
 
     yield redis_conf
-    get_settings.cache_clear()
 
 
 def settings(tmp_path: Path, **values: object) -> Settings:

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import pytest
 
 from shared import task_names
-from shared.config import get_settings
 from shared.maintenance.schedule import JOBS
 
 # Registering a task with a queue is what engram_task has always done; Celery's notice about it is not news here.
@@ -17,16 +16,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.CDeprecationW
 
 
 @pytest.fixture
-def celery_app(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    # The Celery app only names its broker; nothing connects to it here.
-    monkeypatch.setenv("ENGRAM_REDIS_URL", "redis://127.0.0.1:1/0")
-    get_settings.cache_clear()
+def celery_app(placeholder_broker: None) -> Iterator[object]:
     from workers.app import TASK_MODULES, app
 
     for module in TASK_MODULES:
         importlib.import_module(module)
     yield app
-    get_settings.cache_clear()
 
 
 def test_registered_tasks_are_the_listed_names(celery_app: object) -> None:

@@ -4,13 +4,10 @@ backoff (or a debounced task's delay) waits on the worker before the task runs, 
 from __future__ import annotations
 
 import importlib
-import os
-import sys
-from collections.abc import Iterator
 
 import pytest
 
-from shared.config import Settings, get_settings
+from shared.config import Settings
 from workers.limits import check_visibility_timeout, longest_retry_countdown
 
 
@@ -52,23 +49,7 @@ def test_a_debounce_delay_counts_like_a_backoff() -> None:
         check_visibility_timeout("engram.extraction.extract", {}, tight, countdown=15)
 
 
-@pytest.fixture
-def celery_app_importable(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # workers.app names its broker at import; nothing connects to it here.
-    imported_before = "workers.app" in sys.modules
-    if "ENGRAM_REDIS_URL" not in os.environ:
-        monkeypatch.setenv("ENGRAM_REDIS_URL", "redis://127.0.0.1:1/0")
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
-    if not imported_before:
-        # An app built here points at the placeholder broker: forget it, so a later test in this process
-        # (a gateway sending a turn's drain) builds the app again from its own settings.
-        for name in [name for name in sys.modules if name == "workers" or name.startswith("workers.")]:
-            del sys.modules[name]
-
-
-@pytest.mark.usefixtures("celery_app_importable")
+@pytest.mark.usefixtures("placeholder_broker")
 def test_the_real_tasks_pass_with_the_defaults_and_are_refused_when_it_is_too_short() -> None:
     from workers.app import TASK_MODULES
 
