@@ -17,17 +17,9 @@ from shared import db
 from shared.db import Conn
 from shared.dispatch import get_dispatcher
 from shared.logging import get_logger
-from shared.memory.store import (
-    MemoryInput,
-    Scope,
-    WriteResult,
-    correct_memory,
-    delete_memory,
-    find_active,
-    get_memory,
-    store_memory,
-    update_attributes,
-)
+from shared.memory.memory_input import MemoryInput
+from shared.memory.reads import find_active, get_memory
+from shared.memory.store import Scope, WriteResult, correct_memory, delete_memory, store_memory, update_attributes
 from shared.turns import ensure_user, find_user_id
 
 log = get_logger(__name__)

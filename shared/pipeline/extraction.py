@@ -28,7 +28,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from shared.memory.keys import MemoryRejected, normalize_key, sanitize
-from shared.memory.store import MemoryInput
+from shared.memory.memory_input import MemoryInput
 from shared.text import words
 
 CATEGORIES = ("preferences", "entities", "decisions", "styles", "artifacts")

@@ -22,7 +22,8 @@ from shared.llm.ledger import CallRecord, LedgerScope
 from shared.llm.types import ChatProvider
 from shared.logging import get_logger
 from shared.memory.keys import MemoryRejected
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, store_memory
 from shared.metrics import observe_extraction_lag
 from shared.pipeline.background_llm import complete
 from shared.pipeline.compaction import (

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shared.memory.keys import injection_category
-from shared.memory.store import prepare
+from shared.memory.memory_input import prepare
 from shared.pipeline.compaction import (
     EARLIER_MARKER,
     SUMMARY_HEADINGS,
