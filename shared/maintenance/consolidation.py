@@ -48,13 +48,12 @@ from shared.memory.search import SearchOptions, search
 from shared.memory.store import MEMORY_COLUMNS, Scope, add_sources, record_event, store_memory
 from shared.pipeline.background_llm import complete
 from shared.pipeline.extraction import (
-    ExtractedFacts,
     TranscriptMessage,
     build_extraction_prompt,
-    parse_extraction,
     select_for_extraction,
     to_memory_inputs,
 )
+from shared.pipeline.extraction_parsing import ExtractedFacts, parse_extraction
 from shared.pipeline.offline_extraction import offline_extract
 from shared.text import words
 

@@ -33,14 +33,13 @@ from shared.pipeline.compaction import (
     parse_summary,
 )
 from shared.pipeline.extraction import (
-    ExtractedFacts,
     TranscriptMessage,
     build_extraction_prompt,
-    parse_extraction,
     said_when,
     select_for_extraction,
     to_memory_inputs,
 )
+from shared.pipeline.extraction_parsing import ExtractedFacts, parse_extraction
 from shared.pipeline.offline_compaction import offline_active_task, offline_summary
 from shared.pipeline.offline_extraction import offline_extract
 from shared.pipeline.personality import (

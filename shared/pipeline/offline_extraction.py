@@ -12,15 +12,8 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 
 from shared.memory.keys import MemoryRejected, sanitize
-from shared.pipeline.extraction import (
-    CATEGORIES,
-    MAX_DERIVED_KEY_WORDS,
-    ExtractedFacts,
-    TranscriptMessage,
-    derive_key,
-    is_steering,
-    split_sentences,
-)
+from shared.pipeline.extraction import TranscriptMessage, is_steering, split_sentences
+from shared.pipeline.extraction_parsing import CATEGORIES, MAX_DERIVED_KEY_WORDS, ExtractedFacts, derive_key
 from shared.pipeline.offline_patterns import (
     APOSTROPHES,
     CHATTY_VERBS,
