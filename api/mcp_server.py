@@ -43,19 +43,14 @@ from shared.ingest import IngestMessage as StoredMessage
 from shared.ingest import ingest_messages
 from shared.memory import writes
 from shared.memory.keys import MemoryRejected
+from shared.memory.memory_input import MemoryInput
+from shared.memory.reads import get_memory, list_memories, recall, touch_accessed
 from shared.memory.search import SearchFilters, SearchResult
 from shared.memory.service import search_memories
 from shared.memory.store import (
-    MemoryInput,
-    WriteResult,
-    get_memory,
-    list_memories,
-    recall,
-    touch_accessed,
-)
-from shared.memory.store import (
     Scope as MemoryScope,
 )
+from shared.memory.store import WriteResult
 from shared.memory.writes import MemoryGone, UnknownUser, UserRef, find_scope
 from shared.quotas import turn_refusal
 from shared.transcript.sources import message_sources

@@ -7,7 +7,8 @@ both. `json_schema_extra={"doc_default": …}` gives the default those files sho
 none to show (unset, computed, generated) or spells one (it must parse to the object's default).
 
 Longer than other modules on purpose: one object holds every setting, so that one place validates them
-together and documents them all; its sections are the `# --- … ---` comments."""
+together and documents them all; splitting it would scatter that reference. Its sections are the
+`# --- … ---` comments."""
 
 from __future__ import annotations
 

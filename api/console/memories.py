@@ -21,7 +21,8 @@ from shared.console.paging import Page
 from shared.db import Conn
 from shared.memory import writes
 from shared.memory.keys import MemoryRejected
-from shared.memory.store import KINDS, MemoryInput, Scope
+from shared.memory.memory_input import KINDS, MemoryInput
+from shared.memory.store import Scope
 from shared.memory.writes import Attributes, MemoryGone, UnknownUser, UserRef, find_scope
 from shared.replicas import read
 

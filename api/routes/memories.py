@@ -32,19 +32,12 @@ from shared.db import Conn
 from shared.memory import writes
 from shared.memory.entities import entity_info, list_entities
 from shared.memory.keys import MemoryRejected
+from shared.memory.memory_input import KINDS, MAX_TAGS, MemoryInput
+from shared.memory.reads import get_memory, list_memories, memory_history
 from shared.memory.search import SearchFilters
 from shared.memory.service import search_memories
 from shared.memory.stats import memory_stats
-from shared.memory.store import (
-    KINDS,
-    MAX_TAGS,
-    MemoryInput,
-    Scope,
-    WriteResult,
-    get_memory,
-    list_memories,
-    memory_history,
-)
+from shared.memory.store import Scope, WriteResult
 from shared.memory.userdata import drop_live_state, erase_user, export_user
 from shared.memory.writes import Attributes, MemoryGone, NoSuchMemory, UnknownUser, UserRef, find_scope
 from shared.redis_client import get_redis

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import ID_PATTERN, Timestamp
 from shared.memory.keys import MAX_KEY_CHARS, MAX_VALUE_CHARS
-from shared.memory.store import KINDS, MAX_DECAY_RATE, MAX_NAMESPACE_CHARS, MAX_TAG_CHARS, MAX_TAGS
+from shared.memory.memory_input import KINDS, MAX_DECAY_RATE, MAX_NAMESPACE_CHARS, MAX_TAG_CHARS, MAX_TAGS
 from shared.text import SAFE_TEXT, STORABLE_TEXT, SafeText
 
 Kind = Literal["fact", "episode", "preference", "style", "directive", "artifact", "reflection", "summary", "document"]

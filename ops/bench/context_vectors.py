@@ -42,7 +42,8 @@ from shared.embeddings.cache import register_vector_types
 from shared.logging import configure_logging
 from shared.memory.indexing import _write_chunks, embedding_inputs
 from shared.memory.keys import MemoryRejected
-from shared.memory.store import CONTEXT_KEY, MemoryInput, Scope, store_memory
+from shared.memory.memory_input import CONTEXT_KEY, MemoryInput
+from shared.memory.store import Scope, store_memory
 from shared.migrate import apply_migrations
 from shared.turns import ensure_user
 

@@ -70,7 +70,7 @@ def context_windows(conversations: Sequence[Conversation], count: int) -> list[s
     """The first `count` model inputs ingest makes of the turns: each turn stored as an episode, its neighbours as
     `metadata.context`, made into model input by the product's own `embedding_inputs`."""
     from shared.memory.indexing import embedding_inputs
-    from shared.memory.store import CONTEXT_KEY, DEFAULT_NAMESPACE
+    from shared.memory.memory_input import CONTEXT_KEY, DEFAULT_NAMESPACE
 
     def every_window() -> Iterator[str]:
         for conv in conversations:

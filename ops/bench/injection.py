@@ -165,7 +165,8 @@ class Runner:
         """("stored" | "deduplicated" | "refused_injection" | "refused_other", reason) of one store_memory call."""
         from shared import db
         from shared.memory.keys import MemoryRejected
-        from shared.memory.store import MemoryInput, Scope, store_memory
+        from shared.memory.memory_input import MemoryInput
+        from shared.memory.store import Scope, store_memory
 
         try:
             with db.connection() as conn:

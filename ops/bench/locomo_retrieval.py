@@ -67,9 +67,10 @@ from shared.logging import configure_logging
 from shared.memory import service
 from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.keys import MemoryRejected
+from shared.memory.memory_input import CONTEXT_KEY, MAX_CONTEXT_CHARS, MemoryInput
 from shared.memory.search import Leg, SearchOptions, SearchResult, search
 from shared.memory.service import options_from_settings
-from shared.memory.store import CONTEXT_KEY, MAX_CONTEXT_CHARS, MemoryInput, Scope, store_memory
+from shared.memory.store import Scope, store_memory
 from shared.migrate import apply_migrations
 from shared.turns import ensure_user
 

@@ -27,7 +27,8 @@ from shared.channels.inbound import (
 )
 from shared.channels.telegram import TelegramMessage
 from shared.db import Conn
-from shared.memory.store import Scope, list_memories
+from shared.memory.reads import list_memories
+from shared.memory.store import Scope
 from shared.memory.userdata import erase_user
 
 FORGET_WINDOW_SECONDS = 600

@@ -8,9 +8,10 @@ from typing import Any
 
 from shared.console.paging import PAGE_SIZE, Page, make_page, page_bounds
 from shared.db import Conn
+from shared.memory.reads import get_memory, list_memories, memory_history
 from shared.memory.search import SearchFilters
 from shared.memory.service import search_memories
-from shared.memory.store import Scope, get_memory, list_memories, memory_history
+from shared.memory.store import Scope
 from shared.transcript.sources import MessageSource, message_sources
 
 ACTOR = "console"  # who the memories' history names for the console's writes

@@ -12,8 +12,10 @@ from typing import Any
 from shared.console.memories import MemoryFilters
 from shared.console.paging import Page, make_page, page_bounds
 from shared.db import Conn
+from shared.memory.memory_input import clean_tags
+from shared.memory.reads import namespace_prefix_sql
 from shared.memory.rows import MEMORY_COLUMNS
-from shared.memory.store import Scope, clean_tags, namespace_prefix_sql
+from shared.memory.store import Scope
 
 # The order's SQL for each choice the page offers, and what the page calls it. Changed-first and
 # changed-last read the (user, updated_at, id) index of active memories forwards or backwards, the two

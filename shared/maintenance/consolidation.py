@@ -43,17 +43,17 @@ from shared.llm.ledger import LedgerScope
 from shared.maintenance.budget import over_budget
 from shared.maintenance.runs import Page, RunHandle, UserRef
 from shared.memory.keys import MemoryRejected, content_fingerprint
+from shared.memory.memory_input import MemoryInput
 from shared.memory.search import SearchOptions, search
-from shared.memory.store import MEMORY_COLUMNS, MemoryInput, Scope, add_sources, record_event, store_memory
+from shared.memory.store import MEMORY_COLUMNS, Scope, add_sources, record_event, store_memory
 from shared.pipeline.background_llm import complete
 from shared.pipeline.extraction import (
-    ExtractedFacts,
     TranscriptMessage,
     build_extraction_prompt,
-    parse_extraction,
     select_for_extraction,
     to_memory_inputs,
 )
+from shared.pipeline.extraction_parsing import ExtractedFacts, parse_extraction
 from shared.pipeline.offline_extraction import offline_extract
 from shared.text import words
 

@@ -23,7 +23,8 @@ from shared.llm.factory import provider_name
 from shared.llm.ledger import LedgerScope
 from shared.maintenance.budget import over_budget
 from shared.maintenance.runs import RunHandle, UserRef
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, store_memory
 from shared.pipeline.background_llm import complete
 
 ACTOR = "reflection"

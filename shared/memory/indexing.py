@@ -30,7 +30,7 @@ from shared.db import Conn
 from shared.embeddings import Embedder, embed_texts, ensure_embedding_space, hold_space_for_write
 from shared.embeddings.cache import register_vector_types
 from shared.memory.chunking import Chunk, split_text
-from shared.memory.store import CONTEXT_KEY, DEFAULT_NAMESPACE
+from shared.memory.memory_input import CONTEXT_KEY, DEFAULT_NAMESPACE
 from shared.metrics import observe_embedding_lag
 
 

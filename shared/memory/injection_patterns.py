@@ -1,6 +1,10 @@
 """The prompt-injection detector's tables: each category's pattern, the cheap substring anchors that decide
 whether a pattern runs at all, and the phrases looked for in the letters-only view. Data, kept apart from
-the scan in injection.py so the rules read as one list; how they are used is documented there."""
+the scan in injection.py so the rules read as one list; how they are used is documented there.
+
+Longer than other modules on purpose: one table of every category's patterns, reviewed and extended as
+one list; splitting it would scatter the categories that share the building blocks (`_LEAD`, `_AI`, the
+verbs) defined at its top."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The memory write path and reads by id/key, used by agent tools, the REST API and extraction.
+"""The memory write path and changes by id, used by agent tools, the REST API and extraction.
 
 Rules (all inside the caller's transaction):
 - keys and namespaces are normalised, values sanitised; injections and oversize text are refused
-  with a reason (`MemoryRejected`);
+  with a reason (`MemoryRejected`; the checks are memory_input.py's `prepare` and `check_writer`);
 - the same key with the same value is a no-op; the same content under another key of the
   namespace is a no-op;
 - a new value for an existing key supersedes the old row (it gets `valid_until`, the new row
@@ -15,14 +15,15 @@ two concurrent writes never both insert an active row.
 
 Every UPDATE here filters by tenant and user itself, never trusting that an earlier read was scoped:
 a row handed in by a caller (or an id from a request) that belongs to someone else changes nothing.
+
+Reads by id and key, lists and history are reads.py's; what a write carries and its validation are
+memory_input.py's.
 """
 
 from __future__ import annotations
 
-import math
-import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -31,79 +32,28 @@ from psycopg.types.json import Jsonb
 from shared.db import Conn
 from shared.memory.derived import release_derived
 from shared.memory.entities import link_entities
-from shared.memory.keys import MemoryRejected, content_fingerprint, content_key, normalize_namespace, sanitize
+from shared.memory.keys import content_fingerprint, content_key
+from shared.memory.memory_input import (
+    MAX_DECAY_RATE,
+    MemoryInput,
+    check_writer,
+    clean_tags,
+    is_style,
+    prepare,
+    storable_real,
+)
+
+# search.py and service.py import these two from here; reads.py is where they live.
+from shared.memory.reads import FIND_ACTIVE, get_memory
+from shared.memory.reads import namespace_prefix_sql as namespace_prefix_sql
+from shared.memory.reads import touch_accessed as touch_accessed
 from shared.memory.rows import MEMORY_COLUMNS, Scope, record_event
-from shared.text import clean_text, escape_like, text_problem
-
-KINDS = ("fact", "episode", "preference", "style", "directive", "artifact", "reflection", "summary", "document")
-
-# Where a memory goes when the writer names no namespace.
-DEFAULT_NAMESPACE = {
-    "fact": "tacit/facts",
-    "preference": "tacit/preferences",
-    "style": "tacit/personality",
-    "directive": "tacit/personality",
-    "artifact": "tacit/artifacts",
-    "episode": "episodes",
-    "reflection": "reflections",
-    "summary": "summaries",
-    "document": "documents",
-}
-
-# Daily decay rate by kind (confidence × exp(−rate × days since access)); 0 = never decays.
-DEFAULT_DECAY_RATE = {
-    "fact": 0.01,
-    "preference": 0.005,
-    "style": 0.01,
-    "directive": 0.0,
-    "artifact": 0.005,
-    "episode": 0.02,
-    "reflection": 0.0,
-    "summary": 0.01,
-    "document": 0.0,
-}
-
-MAX_TAGS = 20
-MAX_TAG_CHARS = 64
-MAX_NAMESPACE_CHARS = 128
-
-# `metadata.context`: text from around the memory's source (for an episode, the neighbouring turns of
-# the conversation). A turn such as "Yes, twice last summer!" means nothing on its own; its context
-# makes it findable. The context is embedded with the memory and searchable at the lowest full-text
-# weight (migration 0005), but it is not part of the value: reads, dedup and search results show the
-# value alone.
-CONTEXT_KEY = "context"
-MAX_CONTEXT_CHARS = 2048
-
-# Daily decay rates above this make a memory worthless within hours; it also keeps the value inside
-# what the `real` column holds.
-MAX_DECAY_RATE = 10.0
-# `real` (float4) keeps about 7 significant digits and cannot hold magnitudes below ~1e-38 at all
-# (1e-127 raised "value out of range: underflow", a 500): scores are kept to 6 decimal places.
-REAL_DECIMALS = 6
 
 WriteAction = Literal["added", "superseded", "reinforced", "unchanged", "duplicate"]
 
 
 class MemoryNotActive(LookupError):
     """The memory is not an active memory of this scope (another user's, or superseded/deleted meanwhile)."""
-
-
-@dataclass
-class MemoryInput:
-    key: str
-    value: str
-    namespace: str | None = None
-    kind: str = "fact"
-    tags: Sequence[str] = ()
-    metadata: dict[str, Any] = field(default_factory=dict)
-    confidence: float = 1.0
-    decay_rate: float | None = None
-    event_time: datetime | None = None
-    source_session_id: int | None = None
-    source_message_ids: Sequence[int] = ()
-    # When it became true: for a fact learned from a conversation, when its messages were said. None = now.
-    valid_from: datetime | None = None
 
 
 @dataclass
@@ -118,132 +68,7 @@ class WriteResult:
         return self.action in ("added", "superseded")
 
 
-def storable_real(name: str, value: float, maximum: float) -> float:
-    """`value` checked against 0..maximum and rounded to what a `real` column keeps (1e-127 → 0.0)."""
-    if not math.isfinite(value) or not 0 <= value <= maximum:
-        raise MemoryRejected(f"{name} must be between 0 and {maximum:g}")
-    return round(float(value), REAL_DECIMALS)
-
-
-def clean_tags(tags: Sequence[str]) -> list[str]:
-    cleaned = []
-    for tag in tags:
-        tag = " ".join(clean_text(str(tag)).split()).casefold()
-        if not tag:
-            continue
-        if len(tag) > MAX_TAG_CHARS:
-            raise MemoryRejected(f"tag {tag[:20]!r}… is {len(tag)} characters; the limit is {MAX_TAG_CHARS}")
-        if tag not in cleaned:
-            cleaned.append(tag)
-    if len(cleaned) > MAX_TAGS:
-        raise MemoryRejected(f"{len(cleaned)} tags; the limit is {MAX_TAGS}")
-    return cleaned
-
-
-def _clean_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
-    cleaned = dict(metadata)
-    context = cleaned.pop(CONTEXT_KEY, None)
-    if context is None:
-        return cleaned
-    if not isinstance(context, str):
-        raise MemoryRejected(f"metadata.{CONTEXT_KEY} must be a string")
-    # Layout carries nothing for search or embedding, and control characters (NUL above all) cannot be
-    # stored in jsonb: whitespace runs become one space, other control characters go.
-    context = "".join(ch for ch in " ".join(context.split()) if unicodedata.category(ch) != "Cc")
-    if len(context) > MAX_CONTEXT_CHARS:
-        raise MemoryRejected(
-            f"metadata.{CONTEXT_KEY} is {len(context)} characters after cleaning; the limit is {MAX_CONTEXT_CHARS}"
-        )
-    if context:
-        cleaned[CONTEXT_KEY] = context
-    return cleaned
-
-
-def _check_storable(item: MemoryInput) -> None:
-    """Text Postgres cannot hold is refused here, for every writer (API, agent tools, extraction): lone
-    surrogates anywhere; NUL in namespace and tags (key and value lose control characters when cleaned)."""
-    context = item.metadata.get(CONTEXT_KEY)
-    fields: list[tuple[str, str, bool]] = [
-        ("key", item.key, False),
-        ("value", item.value, False),
-        ("namespace", item.namespace or "", True),
-        *(("tag", str(tag), True) for tag in item.tags),
-        *([(f"metadata.{CONTEXT_KEY}", context, False)] if isinstance(context, str) else []),
-    ]
-    for name, text, nul_matters in fields:
-        problem = text_problem(text)
-        if problem is not None and (nul_matters or "surrogate" in problem):
-            raise MemoryRejected(f"{name} {problem}")
-
-
-def prepare(item: MemoryInput) -> MemoryInput:
-    """Validate and normalise an input; raises MemoryRejected with the reason."""
-    if item.kind not in KINDS:
-        raise MemoryRejected(f"unknown kind {item.kind!r}; use one of {', '.join(KINDS)}")
-    _check_storable(item)
-    key, value = sanitize(item.key, item.value)
-    namespace = normalize_namespace(clean_text(item.namespace or DEFAULT_NAMESPACE[item.kind]))
-    if not namespace:
-        raise MemoryRejected("namespace is empty after normalisation")
-    if len(namespace) > MAX_NAMESPACE_CHARS:
-        raise MemoryRejected(f"namespace is {len(namespace)} characters; the limit is {MAX_NAMESPACE_CHARS}")
-    confidence = storable_real("confidence", item.confidence, 1.0)
-    decay_rate = None if item.decay_rate is None else storable_real("decay_rate", item.decay_rate, MAX_DECAY_RATE)
-    return MemoryInput(
-        key=key,
-        value=value,
-        namespace=namespace,
-        kind=item.kind,
-        tags=clean_tags(item.tags),
-        metadata=_clean_metadata(item.metadata),
-        confidence=confidence,
-        decay_rate=DEFAULT_DECAY_RATE[item.kind] if decay_rate is None else decay_rate,
-        event_time=item.event_time,
-        source_session_id=item.source_session_id,
-        source_message_ids=list(item.source_message_ids),
-        valid_from=item.valid_from,
-    )
-
-
-def is_style(item: MemoryInput) -> bool:
-    return item.kind == "style" or (item.namespace or "").startswith("tacit/personality/style")
-
-
-# The learned directive is shown to the model as instructions ("Personality (Learned)"), and style
-# observations are what it is synthesised from. Only personality synthesis writes the directive, and
-# the agent (a model that a tool result or a web page may have talked into it) cannot write either:
-# what it stores is shown as data, fenced (see shared/context/data_fence.py).
-DIRECTIVE_NAMESPACE, DIRECTIVE_KEY = "tacit/personality", "directive"
-PERSONALITY_NAMESPACE = "tacit/personality"
-DIRECTIVE_WRITERS = frozenset({"synthesis"})
-PERSONALITY_REFUSED_WRITERS = frozenset({"agent"})
-
-
-def _is_personality(namespace: str) -> bool:
-    return namespace == PERSONALITY_NAMESPACE or namespace.startswith(PERSONALITY_NAMESPACE + "/")
-
-
-def check_writer(item: MemoryInput, actor: str) -> None:
-    """Refuse (MemoryRejected) a prepared memory that this actor may not write: directives and the
-    directive slot are synthesis-only, and the agent writes nothing under tacit/personality."""
-    namespace = item.namespace or ""
-    if (item.kind == "directive" or (namespace, item.key) == (DIRECTIVE_NAMESPACE, DIRECTIVE_KEY)) and (
-        actor not in DIRECTIVE_WRITERS
-    ):
-        raise MemoryRejected(
-            "directives are synthesised from style observations and cannot be written directly; "
-            "store a preference or a style observation instead"
-        )
-    if actor in PERSONALITY_REFUSED_WRITERS and (item.kind == "style" or _is_personality(namespace)):
-        raise MemoryRejected(
-            "style observations are learned from the user's own messages and cannot be stored by the agent; "
-            "store it as a preference instead"
-        )
-
-
 _LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
-_FIND_ACTIVE = f"""SELECT {MEMORY_COLUMNS} FROM memories
-                   WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key = %s AND valid_until IS NULL"""
 
 
 def _lock_params(scope: Scope, namespace: str, key: str) -> tuple[str]:
@@ -252,10 +77,6 @@ def _lock_params(scope: Scope, namespace: str, key: str) -> tuple[str]:
 
 def _lock_key(conn: Conn, scope: Scope, namespace: str, key: str) -> None:
     conn.execute(_LOCK_KEY, _lock_params(scope, namespace, key))
-
-
-def find_active(conn: Conn, scope: Scope, namespace: str, key: str) -> dict[str, Any] | None:
-    return conn.execute(_FIND_ACTIVE, (scope.tenant_id, scope.user_id, namespace, key)).fetchone()
 
 
 def _lock_and_look(
@@ -272,7 +93,7 @@ def _lock_and_look(
     """
     with conn.pipeline():
         conn.execute(_LOCK_KEY, _lock_params(scope, namespace, key))
-        active = conn.execute(_FIND_ACTIVE, (scope.tenant_id, scope.user_id, namespace, key))
+        active = conn.execute(FIND_ACTIVE, (scope.tenant_id, scope.user_id, namespace, key))
         candidates = conn.execute(*same_content_statement(scope, namespace, key, value))
     return active.fetchone(), candidates.fetchall()
 
@@ -477,77 +298,6 @@ def _supersede(conn: Conn, scope: Scope, current: dict[str, Any], item: MemoryIn
     return WriteResult("superseded", memory, previous_id=current["id"])
 
 
-# ------------------------------------------------------------------------------------- reads
-
-
-def get_memory(conn: Conn, scope: Scope, memory_id: int) -> dict[str, Any] | None:
-    return conn.execute(
-        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s AND id = %s",
-        (scope.tenant_id, scope.user_id, memory_id),
-    ).fetchone()
-
-
-def recall(conn: Conn, scope: Scope, key: str, namespace: str | None = None) -> list[dict[str, Any]]:
-    """Active memories with this key (in one namespace, or in any)."""
-    key, _ = sanitize(key, "x")
-    if namespace is not None:
-        row = find_active(conn, scope, normalize_namespace(namespace), key)
-        return [row] if row else []
-    return conn.execute(
-        f"""SELECT {MEMORY_COLUMNS} FROM memories
-            WHERE tenant_id = %s AND user_id = %s AND key = %s AND valid_until IS NULL ORDER BY namespace""",
-        (scope.tenant_id, scope.user_id, key),
-    ).fetchall()
-
-
-def list_memories(
-    conn: Conn,
-    scope: Scope,
-    *,
-    namespace_prefix: str | None = None,
-    kinds: Sequence[str] | None = None,
-    tags: Sequence[str] | None = None,
-    include_superseded: bool = False,
-    limit: int = 50,
-    offset: int = 0,
-) -> list[dict[str, Any]]:
-    clauses = ["tenant_id = %(tenant)s", "user_id = %(user)s"]
-    params: dict[str, Any] = {"tenant": scope.tenant_id, "user": scope.user_id, "limit": limit, "offset": offset}
-    if not include_superseded:
-        clauses.append("valid_until IS NULL")
-    if namespace_prefix:
-        clauses.append(namespace_prefix_sql(namespace_prefix, params))
-    if kinds:
-        clauses.append("kind = ANY(%(kinds)s)")
-        params["kinds"] = list(kinds)
-    if tags:
-        clauses.append("tags @> %(tags)s")
-        params["tags"] = clean_tags(tags)
-    return conn.execute(
-        f"""SELECT {MEMORY_COLUMNS} FROM memories WHERE {" AND ".join(clauses)}
-            ORDER BY updated_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s""",
-        params,
-    ).fetchall()
-
-
-def namespace_prefix_sql(prefix: str, params: dict[str, Any], alias: str = "") -> str:
-    """A namespace and everything under it (`tacit` matches `tacit/preferences`); sets the parameters."""
-    column = f"{alias}.namespace" if alias else "namespace"
-    params["ns"] = normalize_namespace(prefix)
-    params["ns_like"] = escape_like(params["ns"]) + "/%"
-    return f"({column} = %(ns)s OR {column} LIKE %(ns_like)s)"
-
-
-def touch_accessed(conn: Conn, scope: Scope, memory_ids: Sequence[int]) -> None:
-    """Returning memories to the agent counts as use: decay is measured from the last access."""
-    if memory_ids:
-        conn.execute(
-            """UPDATE memories SET access_count = access_count + 1, last_accessed_at = now()
-               WHERE tenant_id = %s AND user_id = %s AND id = ANY(%s)""",
-            (scope.tenant_id, scope.user_id, list(memory_ids)),
-        )
-
-
 # ------------------------------------------------------------------------------ changes by id
 
 
@@ -678,16 +428,3 @@ def confirm_memory(conn: Conn, scope: Scope, memory_id: int, actor: str) -> dict
     if row is not None:
         record_event(conn, scope, row, "confirm", actor)
     return row
-
-
-def memory_history(conn: Conn, scope: Scope, memory_id: int) -> list[dict[str, Any]] | None:
-    """Every event of the memory's (namespace, key) chain, oldest first; None if no such memory."""
-    memory = get_memory(conn, scope, memory_id)
-    if memory is None:
-        return None
-    return conn.execute(
-        """SELECT id, memory_id, action, namespace, key, old_value, new_value, actor, details, created_at
-           FROM memory_events
-           WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key = %s ORDER BY id""",
-        (scope.tenant_id, scope.user_id, memory["namespace"], memory["key"]),
-    ).fetchall()

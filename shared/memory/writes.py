@@ -17,15 +17,14 @@ from shared import db
 from shared.db import Conn
 from shared.dispatch import get_dispatcher
 from shared.logging import get_logger
+from shared.memory.memory_input import MemoryInput
+from shared.memory.reads import find_active, get_memory
 from shared.memory.store import (
-    MemoryInput,
     Scope,
     WriteResult,
     correct_memory,
     delete_memories,
     delete_memory,
-    find_active,
-    get_memory,
     store_memory,
     update_attributes,
 )

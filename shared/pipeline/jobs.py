@@ -22,7 +22,8 @@ from shared.llm.ledger import CallRecord, LedgerScope
 from shared.llm.types import ChatProvider
 from shared.logging import get_logger
 from shared.memory.keys import MemoryRejected
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, store_memory
 from shared.metrics import observe_extraction_lag
 from shared.pipeline.background_llm import complete
 from shared.pipeline.compaction import (
@@ -32,14 +33,13 @@ from shared.pipeline.compaction import (
     parse_summary,
 )
 from shared.pipeline.extraction import (
-    ExtractedFacts,
     TranscriptMessage,
     build_extraction_prompt,
-    parse_extraction,
     said_when,
     select_for_extraction,
     to_memory_inputs,
 )
+from shared.pipeline.extraction_parsing import ExtractedFacts, parse_extraction
 from shared.pipeline.offline_compaction import offline_active_task, offline_summary
 from shared.pipeline.offline_extraction import offline_extract
 from shared.pipeline.personality import (

@@ -12,14 +12,57 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 
 from shared.memory.keys import MemoryRejected, sanitize
-from shared.pipeline.extraction import (
-    CATEGORIES,
-    MAX_DERIVED_KEY_WORDS,
-    ExtractedFacts,
-    TranscriptMessage,
-    derive_key,
-    is_steering,
-    split_sentences,
+from shared.pipeline.extraction import TranscriptMessage, is_steering, split_sentences
+from shared.pipeline.extraction_parsing import CATEGORIES, MAX_DERIVED_KEY_WORDS, ExtractedFacts, derive_key
+from shared.pipeline.offline_patterns import (
+    APOSTROPHES,
+    CHATTY_VERBS,
+    CLAUSE_END,
+    CODE_FENCE,
+    CONNECTORS,
+    EMAIL,
+    JOBS,
+    LANGUAGES,
+    NOT_A_NAME,
+    NOT_CURRENT_JOB,
+    P_ALLERGIC,
+    P_ALLERGY,
+    P_CALL_ME,
+    P_DECIDED,
+    P_DIET,
+    P_DISLIKE,
+    P_FAVOURITE,
+    P_FLUENT,
+    P_FROM,
+    P_FROM_NOW_ON,
+    P_GOING_TO,
+    P_HAVE_KIDS,
+    P_IM_A,
+    P_LEARNING,
+    P_LIKE,
+    P_LIVE,
+    P_MOVED,
+    P_MY_EMAIL,
+    P_MY_RELATIVE_NAMED,
+    P_NAME,
+    P_NO_EAT,
+    P_PET,
+    P_PLAN,
+    P_PLEASE,
+    P_PLEASE_ALWAYS,
+    P_PREFER,
+    P_RATHER,
+    P_RELATION,
+    P_SPEAK,
+    P_WORK_AS,
+    P_WORK_AT,
+    PETS,
+    QUOTES,
+    TITLES,
+    TRAILING,
+    TRAILING_FROM_NOW_ON,
+    VAGUE_FIRST,
+    VAGUE_PREFIXES,
 )
 
 # Principles, in order:
@@ -32,159 +75,10 @@ from shared.pipeline.extraction import (
 # - quoted lines and fenced code are skipped: they are someone else's words or data.
 # A missed fact is cheap (a model provider will find it); a wrong one is shown in every prompt.
 
-_APOSTROPHES = str.maketrans({"’": "'", "‘": "'", "ʼ": "'"})
-_CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
-_LEAD = (
-    r"^(?:(?:hi|hello|hey|well|ok|okay|so|also|and|but|btw|by the way|oh|actually|fyi|anyway|"
-    r"just so you know|for the record|for context|for reference)\b[\s,!.:;-]*)*"
-)
-_EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
-_QUOTES = "\"'“”‘’«»"
-_TRAILING = " \t.,;:!?…" + _QUOTES + ")"
-
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-_CONNECTORS = frozenset({"of", "de", "del", "der", "van", "von", "da", "di", "du", "la", "le", "los", "el"})
-_TITLES = frozenset({"Mr.", "Mrs.", "Ms.", "Dr.", "Prof.", "St."})
-_NOT_A_NAME = _words(
-    "I A An The My Your Our His Her Their This That These Those It Not Just Very So Also Here There Now "
-    "Currently Still Always Never Sometimes Really Actually Probably Maybe Sure Yes No Okay Ok Fine "
-    "Good Great Happy Sorry Busy Tired Back Home Later Soon Please"
-)
-# First words (or first two) of objects too vague to be a fact: "I like that", "I love the idea".
-_VAGUE_FIRST = _words(
-    "that this these those it it's its them they him her you your yours what how when where why if whether "
-    "which who everything anything something nothing all both each such so very too much more most"
-)
-_VAGUE_PREFIXES = (
-    "the idea",
-    "the way",
-    "the plan",
-    "the suggestion",
-    "the answer",
-    "the sound",
-    "the look",
-    "the first",
-    "the second",
-    "the last",
-    "the other",
-    "the one",
-    "to think",
-    "to believe",
-    "to say",
-    "to know",
-)
-_CLAUSE_END = re.compile(
-    r"(?:[,;:()\[\]—–]|\s-\s|\b(?:but|because|since|although|though|so|which|while|unless|except|"
-    r"whereas)\b|\band\s+(?:I|we|you|he|she|they|it|my|then|also)\b).*$",
-    re.IGNORECASE | re.DOTALL,
-)
-_JOBS = _words(
-    "engineer developer programmer designer architect scientist researcher analyst consultant manager "
-    "teacher professor lecturer student nurse doctor physician surgeon dentist pharmacist therapist "
-    "psychologist lawyer attorney accountant writer author journalist editor artist musician photographer "
-    "chef cook baker farmer pilot mechanic electrician plumber carpenter firefighter paramedic marketer "
-    "entrepreneur founder ceo cto cfo administrator technician librarian translator veterinarian barista "
-    "waiter waitress cashier recruiter intern freelancer contractor tutor coach economist statistician "
-    "mathematician physicist chemist biologist illustrator animator producer director"
-)
-_NOT_CURRENT_JOB = frozenset({"former", "retired", "ex", "aspiring", "future", "wannabe", "not", "bit", "big", "huge"})
-_RELATIONS = (
-    r"wife|husband|partner|spouse|boyfriend|girlfriend|fianc[eé]e?|brother|sister|sibling|mother|mom|mum|"
-    r"father|dad|son|daughter|friend|boss|manager|colleague|coworker|co-worker|roommate|flatmate|"
-    r"grandmother|grandma|grandfather|grandpa|aunt|uncle|cousin|niece|nephew|dog|cat|pet"
-)
-_PETS = frozenset({"dog", "cat", "pet"})
-# "I'm going to …" is mostly conversation ("I'm going to paste the log"), not a plan.
-_CHATTY_VERBS = _words(
-    "be ask say tell give paste share send show explain try need have let check think sleep see wait repeat "
-    "rephrase answer reply clarify describe copy upload attach type quote list start stop keep look read "
-    "bed cry die lose"
-)
-
-
-def _compile(pattern: str) -> re.Pattern[str]:
-    return re.compile(_LEAD + pattern, re.IGNORECASE | re.DOTALL)
-
-
-_P_NAME = _compile(r"my name(?: is|'s)\s+(?P<rest>.+)")
-_P_CALL_ME = _compile(r"(?:(?:you can |please )?call me|i go by)\s+(?P<rest>.+)")
-_P_LIVE = _compile(r"i (?:currently |now |still )?live in\s+(?P<rest>.+)")
-_P_MOVED = _compile(r"i(?:'ve| have)? (?:just |recently )?moved to\s+(?P<rest>.+)")
-_P_FROM = _compile(r"i(?:'m| am) (?:originally )?from\s+(?P<rest>.+)")
-_P_WORK_AT = _compile(r"i (?:currently )?work (?:at|for)\s+(?P<rest>.+)")
-_P_WORK_AS = _compile(r"i (?:currently )?work as (?:an? )?(?P<rest>.+)")
-_P_IM_A = _compile(r"i(?:'m| am) (?:an?)\s+(?P<rest>.+)")
-_P_PREFER = _compile(r"i (?:really |much |generally |usually |strongly |definitely )?prefer\s+(?P<rest>.+)")
-_P_RATHER = _compile(r"i(?:'d| would) rather\s+(?P<rest>.+)")
-_P_LIKE = _compile(r"i (?:really |also |absolutely |do |truly )?(?:like|love|enjoy)\s+(?P<rest>.+)")
-_P_DISLIKE = _compile(
-    r"i (?:really )?(?:(?:don't|do not|dont) (?:really )?(?:like|enjoy)|hate|dislike|can't stand|cannot stand)"
-    r"\s+(?P<rest>.+)"
-)
-_P_RELATION = _compile(
-    rf"my (?P<adj>best |older |younger |little |big |twin )?(?P<rel>{_RELATIONS})"
-    r"(?:'s name is| is called| is named| is| called| named)\s+(?P<rest>.+)"
-)
-_P_DECIDED = _compile(r"(?:i|we)(?:'ve| have)? (?:finally |just )?decided (?P<prep>to|on)\s+(?P<rest>.+)")
-_P_GOING_TO = _compile(r"i(?:'m| am) (?:going to|gonna)\s+(?P<rest>.+)")
-_P_PLEASE_ALWAYS = _compile(r"please (?P<adv>always|never)\s+(?P<rest>.+)")
-_P_FROM_NOW_ON = _compile(r"(?:from now on|going forward|in future|in the future)[\s,:]+(?:please\s+)?(?P<rest>.+)")
-_TRAILING_FROM_NOW_ON = re.compile(r"\b(?:from now on|going forward)\W*$", re.IGNORECASE)
-_P_PLEASE = _compile(r"please\s+(?P<rest>.+)")
-_P_MY_EMAIL = _compile(r"my (?:work |personal |school |private )?e-?mail(?: address)? is\s+(?P<rest>\S+)")
-# The personal facts people mention most: pets, allergies, diet, favourites, languages, family, plans.
-_ANIMALS = (
-    r"dogs?|cats?|pupp(?:y|ies)|kittens?|rabbits?|bunn(?:y|ies)|hamsters?|guinea pigs?|parrots?|birds?|"
-    r"fish|horses?|turtles?|tortoises?|snakes?|lizards?|ferrets?|chickens?|goats?"
-)
-_P_PET = _compile(
-    r"(?:i|we)(?:'ve| have)? (?:just |recently |finally )?(?:have|got|own|adopted|rescued|bought)"
-    r"(?: got)? (?P<count>an?|one|two|three|four|\d+) (?:new |little |young |old |rescue |sweet )*"
-    rf"(?P<animal>{_ANIMALS})\b(?:\s+(?:named|called)\s+(?P<name>.+))?"
-)
-_P_ALLERGIC = _compile(r"i(?:'m| am) (?:very |severely |mildly |quite |also |really )?allergic to\s+(?P<rest>.+)")
-_P_ALLERGY = _compile(r"i have (?:an? |severe |bad |mild )*(?P<rest>[a-z][a-z -]{1,30}?) allerg(?:y|ies)\b")
-_DIETS = (
-    r"vegetarian|vegan|pescatarian|pescetarian|gluten-free|gluten free|lactose intolerant|coeliac|celiac|"
-    r"diabetic|teetotal|sober|on a diet|keto|kosher|halal|dairy-free"
-)
-_P_DIET = _compile(rf"i(?:'m| am) (?:a |now |strictly |mostly |fully |also )*(?P<diet>{_DIETS})\b")
-_P_NO_EAT = _compile(r"i (?:don't|do not|never|can't|cannot) (?P<verb>eat|drink)\s+(?P<rest>.+)")
-_P_FAVOURITE = _compile(
-    r"my (?:all-time |absolute )?favou?rite (?P<what>[a-z][a-z -]{1,30}?)(?: of all time| ever)? (?:is|are)"
-    r"\s+(?P<rest>.+)"
-)
-_P_SPEAK = _compile(r"i (?:can )?speak\s+(?P<rest>.+)")
-_P_FLUENT = _compile(r"i(?:'m| am) (?:fluent|native) in\s+(?P<rest>.+)")
-_P_LEARNING = _compile(
-    r"i(?:'ve| have)?(?:'m| am| been) (?:currently |now |also |still )?(?:learning|studying)\s+(?P<rest>.+)"
-)
-_P_MY_RELATIVE_NAMED = _compile(
-    rf"my (?P<adj>best |older |younger |little |big |twin )?(?P<rel>{_RELATIONS}),?\s+(?P<rest>[A-Z].+)"
-)
-_KIDS = r"kids?|children|child|sons?|daughters?|grandchildren|grandkids|brothers?|sisters?|siblings?"
-_P_HAVE_KIDS = _compile(
-    rf"(?:i|we) have (?P<count>an?|one|two|three|four|five|\d+) (?:little |young |grown-up |adult )*(?P<who>{_KIDS})\b"
-)
-_P_PLAN = _compile(
-    r"(?:i|we)(?:'m| am|'re| are)? (?:planning|plan|hoping|intending) (?:to|on)\s+(?P<rest>.+)"
-    r"|(?:we)(?:'re| are) (?:going to|gonna)\s+(?P<rest2>.+)"
-)
-_LANGUAGES = _words(
-    "English French Spanish German Italian Portuguese Dutch Swedish Norwegian Danish Finnish Polish Czech Russian "
-    "Ukrainian Greek Turkish Arabic Hebrew Persian Hindi Urdu Bengali Punjabi Tamil Chinese Mandarin Cantonese "
-    "Japanese Korean Vietnamese Thai Indonesian Malay Tagalog Swahili Hungarian Romanian Catalan Irish Welsh Latin "
-    "ASL"
-)
-
 
 def _clause(rest: str, max_words: int) -> str | None:
     """The object of a statement: up to the first clause break, trailing punctuation stripped."""
-    text = _CLAUSE_END.sub("", rest).strip().rstrip(_TRAILING).strip()
+    text = CLAUSE_END.sub("", rest).strip().rstrip(TRAILING).strip()
     text = " ".join(text.split())
     words = text.split()
     if not words or len(words) > max_words:
@@ -195,7 +89,7 @@ def _clause(rest: str, max_words: int) -> str | None:
 def _is_vague(phrase: str) -> bool:
     lowered = phrase.lower()
     first = lowered.split()[0]
-    return first in _VAGUE_FIRST or any(lowered == p or lowered.startswith(p + " ") for p in _VAGUE_PREFIXES)
+    return first in VAGUE_FIRST or any(lowered == p or lowered.startswith(p + " ") for p in VAGUE_PREFIXES)
 
 
 def _third_person(phrase: str) -> str:
@@ -208,22 +102,22 @@ def _proper_noun(rest: str, max_words: int, *, allow_digits: bool = False) -> st
     """The capitalised name at the start of `rest` ("Ana Lopez", "Bank of America"), or None."""
     parts: list[str] = []
     for raw in rest.split():
-        if raw in _TITLES:
+        if raw in TITLES:
             parts.append(raw)
             continue
-        word = raw.rstrip(_TRAILING)
+        word = raw.rstrip(TRAILING)
         ended = word != raw  # punctuation after a word ends the name
         first = word[:1]
         is_name = bool(first) and (first.isupper() or (allow_digits and first.isdigit()))
-        is_name = is_name and re.fullmatch(r"[\w&'.-]+", word) is not None and word not in _NOT_A_NAME
+        is_name = is_name and re.fullmatch(r"[\w&'.-]+", word) is not None and word not in NOT_A_NAME
         # A lowercase connector ("Bank of America") continues a name but never starts one.
-        if is_name or (parts and word.lower() in _CONNECTORS and not ended):
+        if is_name or (parts and word.lower() in CONNECTORS and not ended):
             parts.append(word)
         else:
             break
         if ended:
             break
-    while parts and (parts[-1].lower() in _CONNECTORS or parts[-1] in _TITLES):
+    while parts and (parts[-1].lower() in CONNECTORS or parts[-1] in TITLES):
         parts.pop()
     if not parts or len(parts) > max_words:
         return None
@@ -250,7 +144,7 @@ def _occupation(rest: str) -> tuple[str | None, str | None]:
     employer_text: str | None = None
     raw_words = rest.split()
     for index, raw in enumerate(raw_words):
-        word = raw.rstrip(_TRAILING)
+        word = raw.rstrip(TRAILING)
         lowered = word.lower()
         if lowered in {"at", "for"}:
             employer_text = " ".join(raw_words[index + 1 :])
@@ -260,9 +154,9 @@ def _occupation(rest: str) -> tuple[str | None, str | None]:
         words.append(word)
         if word != raw:
             break
-    if not 1 <= len(words) <= 4 or words[-1].lower() not in _JOBS:
+    if not 1 <= len(words) <= 4 or words[-1].lower() not in JOBS:
         return None, None
-    if any(w.lower().strip("-") in _NOT_CURRENT_JOB or not re.fullmatch(r"[A-Za-z-]+", w) for w in words):
+    if any(w.lower().strip("-") in NOT_CURRENT_JOB or not re.fullmatch(r"[A-Za-z-]+", w) for w in words):
         return None, None
     employer = _proper_noun(employer_text, 5, allow_digits=True) if employer_text else None
     return " ".join(words), employer
@@ -277,7 +171,7 @@ def _slug(text: str, max_words: int = MAX_DERIVED_KEY_WORDS) -> str:
 
 
 def _is_question(sentence: str) -> bool:
-    return sentence.rstrip(" \t" + _QUOTES + ")").endswith("?")
+    return sentence.rstrip(" \t" + QUOTES + ")").endswith("?")
 
 
 class _Collector:
@@ -305,7 +199,7 @@ def _user_sentences(messages: Iterable[TranscriptMessage]) -> Iterator[str]:
     for message in messages:
         if message.role != "user" or is_steering(message.content):
             continue
-        text = _CODE_FENCE.sub("\n", message.content.translate(_APOSTROPHES))
+        text = CODE_FENCE.sub("\n", message.content.translate(APOSTROPHES))
         lines = [line for line in text.splitlines() if not line.lstrip().startswith(">")]
         yield from split_sentences("\n".join(lines))
 
@@ -318,9 +212,9 @@ def offline_extract(messages: Sequence[TranscriptMessage]) -> ExtractedFacts:
     """
     out = _Collector()
     for sentence in _user_sentences(messages):
-        for email in _EMAIL.findall(sentence):
+        for email in EMAIL.findall(sentence):
             out.add("entities", f"email/{email.lower()}", f"Email address mentioned by the user: {email}")
-        if _is_question(sentence) or sentence[:1] in _QUOTES:
+        if _is_question(sentence) or sentence[:1] in QUOTES:
             continue
         for clause in _CLAUSE_SPLIT.split(sentence):
             clause = clause.strip().rstrip(",").strip()
@@ -332,78 +226,78 @@ def offline_extract(messages: Sequence[TranscriptMessage]) -> ExtractedFacts:
 def _extract_sentence(sentence: str, out: _Collector) -> None:
     # Each sentence yields at most the facts of the first matching statement family, except that
     # an occupation may also name an employer.
-    if m := _P_MY_EMAIL.match(sentence):
-        email_match = _EMAIL.fullmatch(m.group("rest").rstrip(_TRAILING))
+    if m := P_MY_EMAIL.match(sentence):
+        email_match = EMAIL.fullmatch(m.group("rest").rstrip(TRAILING))
         if email_match:
             out.found["entities"].pop(f"email/{email_match.group(0).lower()}", None)
             out.add("entities", "user/email", f"User's email address is {email_match.group(0)}")
         return
-    if m := _P_NAME.match(sentence):
+    if m := P_NAME.match(sentence):
         if name := _proper_noun(m.group("rest"), 3):
             out.add("entities", "user/name", f"User's name is {name}")
         return
-    if m := _P_CALL_ME.match(sentence):
+    if m := P_CALL_ME.match(sentence):
         if name := _proper_noun(m.group("rest"), 3):
             out.add("preferences", "preferred-name", f"Prefers to be called {name}")
         return
     for pattern, key, template in (
-        (_P_LIVE, "user/location", "User lives in {}"),
-        (_P_MOVED, "user/location", "User moved to {}"),
-        (_P_FROM, "user/hometown", "User is from {}"),
+        (P_LIVE, "user/location", "User lives in {}"),
+        (P_MOVED, "user/location", "User moved to {}"),
+        (P_FROM, "user/hometown", "User is from {}"),
     ):
         if m := pattern.match(sentence):
             if place := _place(m.group("rest")):
                 out.add("entities", key, template.format(place))
             return
-    if m := _P_WORK_AT.match(sentence):
+    if m := P_WORK_AT.match(sentence):
         if org := _proper_noun(m.group("rest"), 5, allow_digits=True):
             out.add("entities", "user/employer", f"User works at {org}")
         return
-    if (m := _P_WORK_AS.match(sentence)) or (m := _P_IM_A.match(sentence)):
+    if (m := P_WORK_AS.match(sentence)) or (m := P_IM_A.match(sentence)):
         job, employer = _occupation(m.group("rest"))
         if job:
             out.add("entities", "user/occupation", f"User works as {_article(job)} {job}")
             if employer:
                 out.add("entities", "user/employer", f"User works at {employer}")
         return
-    if m := _P_RATHER.match(sentence):
+    if m := P_RATHER.match(sentence):
         phrase = _clause(m.group("rest"), 12)
         pair = re.match(r"(?P<a>.+?)\s+than\s+(?P<b>.+)$", phrase or "", re.IGNORECASE)
         if pair and not _is_vague(pair.group("a")) and not _is_vague(pair.group("b")):
             _add_pair(out, pair.group("a"), pair.group("b"), "Would rather {} than {}")
         return
-    if m := _P_PREFER.match(sentence):
+    if m := P_PREFER.match(sentence):
         _prefer(out, m.group("rest"))
         return
-    if m := _P_DISLIKE.match(sentence):
+    if m := P_DISLIKE.match(sentence):
         if (phrase := _clause(m.group("rest"), 8)) and not _is_vague(phrase):
             out.add("preferences", _slug(phrase), f"Dislikes {_third_person(phrase)}")
         return
-    if m := _P_LIKE.match(sentence):
+    if m := P_LIKE.match(sentence):
         if (phrase := _clause(m.group("rest"), 8)) and not _is_vague(phrase):
             out.add("preferences", _slug(phrase), f"Likes {_third_person(phrase)}")
         return
     if _personal_fact(sentence, out):
         return
-    if m := _P_RELATION.match(sentence):
+    if m := P_RELATION.match(sentence):
         relation = (m.group("adj") or "") + m.group("rel").lower()
         if name := _proper_noun(m.group("rest"), 3):
-            kind = "pet" if m.group("rel").lower() in _PETS else "person"
+            kind = "pet" if m.group("rel").lower() in PETS else "person"
             out.add("entities", f"{kind}/{_slug(name)}", f"User's {relation} is {name}")
         return
-    if m := _P_DECIDED.match(sentence):
+    if m := P_DECIDED.match(sentence):
         if phrase := _clause(m.group("rest"), 15):
             prep = m.group("prep").lower()
             out.add("decisions", _slug(phrase), f"Decided {prep} {_third_person(phrase)}")
         return
-    if m := _P_GOING_TO.match(sentence):
+    if m := P_GOING_TO.match(sentence):
         phrase = _clause(m.group("rest"), 15)
         if not phrase or len(phrase.split()) < 2:
             return
         first = phrase.split()[0]
-        if first[0].isupper() and first not in _NOT_A_NAME:  # "I'm going to Lisbon in May"
+        if first[0].isupper() and first not in NOT_A_NAME:  # "I'm going to Lisbon in May"
             out.add("decisions", _slug(f"go to {phrase}"), f"Plans to go to {phrase}")
-        elif first.lower() not in _CHATTY_VERBS | {"the", "a", "an", "my", "your", "you"}:
+        elif first.lower() not in CHATTY_VERBS | {"the", "a", "an", "my", "your", "you"}:
             out.add("decisions", _slug(phrase), f"Plans to {_third_person(phrase)}")
         return
     _extract_style(sentence, out)
@@ -412,9 +306,9 @@ def _extract_sentence(sentence: str, out: _Collector) -> None:
 def _languages(rest: str) -> list[str]:
     """The language names at the start of `rest` ("French and a little Spanish" → French, Spanish)."""
     found = []
-    for raw in re.split(r",|\band\b|\bor\b|\bas well as\b", _CLAUSE_END.sub("", rest) if "," not in rest else rest):
-        words = [w.rstrip(_TRAILING) for w in raw.split()]
-        names = [w for w in words if w in _LANGUAGES]
+    for raw in re.split(r",|\band\b|\bor\b|\bas well as\b", CLAUSE_END.sub("", rest) if "," not in rest else rest):
+        words = [w.rstrip(TRAILING) for w in raw.split()]
+        names = [w for w in words if w in LANGUAGES]
         if not names:
             break
         found.extend(names)
@@ -423,7 +317,7 @@ def _languages(rest: str) -> list[str]:
 
 def _personal_fact(sentence: str, out: _Collector) -> bool:
     """Pets, allergies, diet, favourites, languages, family and plans; True when the sentence was one."""
-    if m := _P_PET.match(sentence):
+    if m := P_PET.match(sentence):
         animal = m.group("animal").lower()
         count = m.group("count").lower()
         name = _proper_noun(m.group("name"), 3) if m.group("name") else None
@@ -432,49 +326,49 @@ def _personal_fact(sentence: str, out: _Collector) -> bool:
         else:
             out.add("entities", f"pet/{_slug(animal)}", f"User has {count} {animal}")
         return True
-    if (m := _P_ALLERGIC.match(sentence)) or (m := _P_ALLERGY.match(sentence)):
+    if (m := P_ALLERGIC.match(sentence)) or (m := P_ALLERGY.match(sentence)):
         if (phrase := _clause(m.group("rest"), 6)) and not _is_vague(phrase):
             out.add("entities", f"user/allergy/{_slug(phrase, 3)}", f"User is allergic to {_third_person(phrase)}")
         return True
-    if m := _P_DIET.match(sentence):
+    if m := P_DIET.match(sentence):
         out.add("preferences", "diet", f"User is {m.group('diet').lower()}")
         return True
-    if m := _P_NO_EAT.match(sentence):
+    if m := P_NO_EAT.match(sentence):
         if (phrase := _clause(m.group("rest"), 5)) and not _is_vague(phrase):
             verb = m.group("verb").lower()
             out.add("preferences", f"no-{verb}/{_slug(phrase, 3)}", f"Does not {verb} {_third_person(phrase)}")
         return True
-    if m := _P_FAVOURITE.match(sentence):
+    if m := P_FAVOURITE.match(sentence):
         what = " ".join(m.group("what").split())
         if (phrase := _clause(m.group("rest"), 8)) and not _is_vague(phrase):
             out.add("preferences", f"favourite-{_slug(what, 3)}", f"User's favourite {what} is {_third_person(phrase)}")
         return True
-    if (m := _P_SPEAK.match(sentence)) or (m := _P_FLUENT.match(sentence)):
+    if (m := P_SPEAK.match(sentence)) or (m := P_FLUENT.match(sentence)):
         languages = _languages(m.group("rest"))
         for language in languages:
             out.add("entities", f"user/language/{_slug(language)}", f"User speaks {language}")
         return bool(languages)
-    if m := _P_LEARNING.match(sentence):
+    if m := P_LEARNING.match(sentence):
         languages = _languages(m.group("rest"))
         for language in languages:
             out.add("entities", f"user/learning/{_slug(language)}", f"User is learning {language}")
         if not languages and (phrase := _clause(m.group("rest"), 6)) and not _is_vague(phrase):
             out.add("entities", f"user/learning/{_slug(phrase, 4)}", f"User is learning {_third_person(phrase)}")
         return True
-    if m := _P_HAVE_KIDS.match(sentence):
+    if m := P_HAVE_KIDS.match(sentence):
         who = m.group("who").lower()
         out.add("entities", f"family/{_slug(who)}", f"User has {m.group('count').lower()} {who}")
         return True
-    if (m := _P_MY_RELATIVE_NAMED.match(sentence)) and not _P_RELATION.match(sentence):
+    if (m := P_MY_RELATIVE_NAMED.match(sentence)) and not P_RELATION.match(sentence):
         relation = (m.group("adj") or "") + m.group("rel").lower()
         if name := _proper_noun(m.group("rest"), 3):
-            kind = "pet" if m.group("rel").lower() in _PETS else "person"
+            kind = "pet" if m.group("rel").lower() in PETS else "person"
             out.add("entities", f"{kind}/{_slug(name)}", f"User's {relation} is {name}")
             return True
         return False
-    if m := _P_PLAN.match(sentence):
+    if m := P_PLAN.match(sentence):
         phrase = _clause(m.group("rest") or m.group("rest2"), 15)
-        if phrase and len(phrase.split()) >= 2 and phrase.split()[0].lower() not in _CHATTY_VERBS:
+        if phrase and len(phrase.split()) >= 2 and phrase.split()[0].lower() not in CHATTY_VERBS:
             out.add("decisions", _slug(phrase), f"Plans to {_third_person(phrase)}")
         return True
     return False
@@ -511,15 +405,15 @@ def _add_pair(out: _Collector, first: str, second: str, template: str) -> None:
 
 
 def _extract_style(sentence: str, out: _Collector) -> None:
-    if m := _P_PLEASE_ALWAYS.match(sentence):
+    if m := P_PLEASE_ALWAYS.match(sentence):
         if phrase := _clause(m.group("rest"), 15):
             adverb = m.group("adv").lower()
             out.add("styles", _slug(f"{adverb} {phrase}"), f"Asked the assistant to {adverb} {phrase}")
         return
-    m = _P_FROM_NOW_ON.match(sentence)
-    if m is None and (suffix := _TRAILING_FROM_NOW_ON.search(sentence)) is not None:
+    m = P_FROM_NOW_ON.match(sentence)
+    if m is None and (suffix := TRAILING_FROM_NOW_ON.search(sentence)) is not None:
         # "Please reply in French from now on": the suffix is cut first, then the request is read.
-        m = _P_PLEASE.match(sentence[: suffix.start()].rstrip().rstrip(",").rstrip())
+        m = P_PLEASE.match(sentence[: suffix.start()].rstrip().rstrip(",").rstrip())
     if m is None:
         return
     phrase = _clause(m.group("rest"), 15)

@@ -12,19 +12,12 @@ from shared import db
 from shared.memory import writes
 from shared.memory.entities import entity_info
 from shared.memory.keys import MemoryRejected
+from shared.memory.memory_input import KINDS, MemoryInput
+from shared.memory.reads import list_memories, recall, touch_accessed
 from shared.memory.search import TERM_WEIGHTS, SearchFilters
 from shared.memory.service import search_memories
 from shared.memory.stats import memory_stats
-from shared.memory.store import (
-    KINDS,
-    MemoryInput,
-    Scope,
-    WriteResult,
-    confirm_memory,
-    list_memories,
-    recall,
-    touch_accessed,
-)
+from shared.memory.store import Scope, WriteResult, confirm_memory
 from shared.memory.writes import MemoryGone
 from shared.tools.registry import Tool, ToolContext, ToolError
 

@@ -19,7 +19,8 @@ from ops.fake_llm import FakeLLM, FakeReply
 from shared import db
 from shared.auth import ensure_tenant
 from shared.keys import create_api_key
-from shared.memory.store import MemoryInput, Scope, add_sources, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, add_sources, store_memory
 from shared.turns import find_user_id
 from tests.conftest import CeleryStack, Gateway, clear_engram_keys, make_key, truncate_all, wait_turn
 from tests.support.browser import missing, save_failure, screenshot, start_browser

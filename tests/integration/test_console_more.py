@@ -22,7 +22,8 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from shared import db
 from shared.auth import ensure_tenant
 from shared.channels.connections import upsert_connection
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, store_memory
 from shared.queues import QUEUES
 from shared.redis_client import get_redis
 from shared.turns import find_user_id

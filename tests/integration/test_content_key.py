@@ -16,7 +16,9 @@ from shared.db import Conn, connect
 from shared.maintenance import jobs
 from shared.memory.content_keys import backfill_batch
 from shared.memory.keys import content_key
-from shared.memory.store import MemoryInput, Scope, list_memories, same_content_statement, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.reads import list_memories
+from shared.memory.store import Scope, same_content_statement, store_memory
 from tests.support.scopes import make_scope
 from tests.support.services import TestServices
 

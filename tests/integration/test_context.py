@@ -18,7 +18,8 @@ from shared.context.fences import contains_markers
 from shared.context.profiles import put_agent_profile
 from shared.context.static_prompt import what_you_know
 from shared.db import Conn
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, store_memory
 from shared.tools import default_registry
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_memory_store import make_scope

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from shared import db
 from shared.context.tokens import BpeTokenCounter
 from shared.memory.keys import MemoryRejected
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, store_memory
 from shared.turns import ensure_session, ensure_user
 from tests.conftest import Gateway
 from tests.integration.test_keys import client, issue

@@ -23,8 +23,9 @@ from shared.embeddings.space import (
 )
 from shared.memory import service
 from shared.memory.indexing import index_memory
+from shared.memory.memory_input import MemoryInput
 from shared.memory.service import forget_recent_queries
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.store import Scope, store_memory
 from tests.integration.test_memory_store import make_scope
 from tests.support.services import TestServices
 

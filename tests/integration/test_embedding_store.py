@@ -31,7 +31,8 @@ from shared.embeddings.space import (
 )
 from shared.memory import service
 from shared.memory.indexing import index_pending_memories
-from shared.memory.store import MemoryInput, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import store_memory
 from shared.turns import ensure_user
 from tests.integration.test_memory_store import make_scope
 from tests.support.services import TestServices

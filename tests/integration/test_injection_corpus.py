@@ -17,7 +17,8 @@ from shared import db
 from shared.context.data_fence import unfenced
 from shared.db import Conn
 from shared.memory.keys import MemoryRejected
-from shared.memory.store import MemoryInput, Scope, correct_memory, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, correct_memory, store_memory
 from shared.tools.memory_tools import memory_correct, memory_store
 from shared.tools.registry import ToolContext, ToolError
 from tests.integration.test_memory_store import make_scope

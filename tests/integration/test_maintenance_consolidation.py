@@ -17,7 +17,8 @@ from shared.config import Settings
 from shared.db import Conn
 from shared.maintenance import jobs
 from shared.maintenance.consolidation import jaccard, sessions_to_queue
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, store_memory
 from tests.support.scopes import make_scope
 
 # Consolidation is run by hand on conversations written here: no shared worker may mine them first.

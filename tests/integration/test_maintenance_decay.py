@@ -21,7 +21,8 @@ from shared.config import get_settings
 from shared.db import Conn
 from shared.maintenance import jobs
 from shared.maintenance.runs import UserRef
-from shared.memory.store import MemoryInput, Scope, confirm_memory, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, confirm_memory, store_memory
 from tests.support.scopes import make_scope
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,8 @@ from shared.db import Conn
 from shared.maintenance import jobs
 from shared.maintenance.enrichment import parse_entities
 from shared.memory.entities import entity_info
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, store_memory
 from shared.turns import ensure_user
 
 pytestmark = pytest.mark.integration

@@ -20,8 +20,9 @@ from shared.embeddings import LocalEmbedder, embed_texts
 from shared.maintenance import jobs
 from shared.maintenance.runs import UserRef
 from shared.memory.indexing import index_memory
+from shared.memory.memory_input import MemoryInput
 from shared.memory.search import SearchOptions, search
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.store import Scope, store_memory
 from shared.turns import ensure_user
 from tests.support.services import TestServices
 

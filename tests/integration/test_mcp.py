@@ -18,7 +18,8 @@ from mcp import types as mcp_types
 from mcp.client.streamable_http import streamable_http_client
 
 from shared import db
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, store_memory
 from tests.conftest import Gateway
 
 pytestmark = pytest.mark.integration

@@ -9,17 +9,9 @@ from shared.auth import ensure_tenant
 from shared.db import Conn
 from shared.memory.entities import entity_info
 from shared.memory.keys import MemoryRejected
-from shared.memory.store import (
-    MemoryInput,
-    Scope,
-    confirm_memory,
-    correct_memory,
-    delete_memory,
-    list_memories,
-    memory_history,
-    recall,
-    store_memory,
-)
+from shared.memory.memory_input import MemoryInput
+from shared.memory.reads import list_memories, memory_history, recall
+from shared.memory.store import Scope, confirm_memory, correct_memory, delete_memory, store_memory
 from shared.memory.userdata import erase_user, export_user
 from shared.turns import ensure_user
 

@@ -11,7 +11,8 @@ import pytest
 from shared import db
 from shared.auth import ensure_tenant
 from shared.memory import writes
-from shared.memory.store import MemoryInput, get_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.reads import get_memory
 from shared.memory.writes import Attributes, MemoryGone, NoSuchMemory, UnknownUser, UserRef, find_scope
 
 pytestmark = pytest.mark.integration

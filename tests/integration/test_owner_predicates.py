@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from shared.db import Conn
+from shared.memory.memory_input import MemoryInput, prepare
 from shared.memory.store import (
-    MemoryInput,
     MemoryNotActive,
     Scope,
     _reinforce,
@@ -17,7 +17,6 @@ from shared.memory.store import (
     confirm_memory,
     correct_memory,
     delete_memory,
-    prepare,
     store_memory,
     update_attributes,
 )

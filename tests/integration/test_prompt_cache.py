@@ -15,7 +15,8 @@ from ops.fake_llm import FakeLLM, FakeReply, RecordedRequest, engram_tail
 from shared.context.compiler import TurnContext, compile_request, prepare_turn
 from shared.context.epoch import COMPACTED, DELTA_BOUND, FIRST, MEMORY_CHANGED, PROMPT_CHANGED
 from shared.db import Conn
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, store_memory
 from shared.tools import default_registry
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_context import session_row

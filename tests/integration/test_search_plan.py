@@ -12,8 +12,9 @@ import pytest
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
 from shared.memory.indexing import embedding_inputs, index_memory
+from shared.memory.memory_input import MemoryInput
 from shared.memory.search import SearchOptions, _fuse, search, search_statement
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.store import Scope, store_memory
 from tests.integration.test_memory_store import make_scope
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,9 @@ import pytest
 from shared import db
 from shared.auth import ensure_tenant
 from shared.db import Conn
-from shared.memory.store import MemoryInput, Scope, WriteResult, memory_history, store_memory
+from shared.memory.memory_input import MemoryInput
+from shared.memory.reads import memory_history
+from shared.memory.store import Scope, WriteResult, store_memory
 from shared.turns import ensure_user
 from tests.support.locks import once_blocked
 from tests.support.wire import wire_messages

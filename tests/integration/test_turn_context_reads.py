@@ -16,9 +16,10 @@ from shared.context.profiles import patch_user_profile, put_agent_profile
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
 from shared.memory.indexing import index_memory
+from shared.memory.memory_input import MemoryInput
 from shared.memory.search import search
 from shared.memory.service import process_embedder
-from shared.memory.store import MemoryInput, Scope, store_memory
+from shared.memory.store import Scope, store_memory
 from shared.quotas import set_budget
 from shared.redis_client import get_redis
 from shared.tools import default_registry

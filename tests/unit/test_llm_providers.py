@@ -10,7 +10,8 @@ import anthropic
 import httpx2
 import pytest
 
-from ops.fake_llm import FakeLLM, FakeReply, estimate_tokens
+from ops.fake_cache import estimate_tokens
+from ops.fake_llm import FakeLLM, FakeReply
 from shared.llm.anthropic_layout import build_messages as anthropic_messages
 from shared.llm.anthropic_provider import AnthropicProvider
 from shared.llm.openai_provider import OpenAIProvider, parse_arguments

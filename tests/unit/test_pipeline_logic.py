@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shared.memory.keys import injection_category
-from shared.memory.store import prepare
+from shared.memory.memory_input import prepare
 from shared.pipeline.compaction import (
     EARLIER_MARKER,
     SUMMARY_HEADINGS,
@@ -27,14 +27,12 @@ from shared.pipeline.compaction import (
     parse_summary,
 )
 from shared.pipeline.extraction import (
-    CATEGORIES,
-    ExtractedFacts,
     TranscriptMessage,
     build_extraction_prompt,
-    parse_extraction,
     select_for_extraction,
     to_memory_inputs,
 )
+from shared.pipeline.extraction_parsing import CATEGORIES, ExtractedFacts, parse_extraction
 from shared.pipeline.offline_compaction import offline_active_task, offline_summary
 from shared.pipeline.offline_extraction import offline_extract
 from shared.pipeline.personality import (
