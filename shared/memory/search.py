@@ -42,6 +42,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.db import Conn, Query, fetch_together
+from shared.memory.reads import touch_accessed
+from shared.memory.rows import Scope
 from shared.memory.search_records import (
     ALL_LEGS,
     Ask,
@@ -60,7 +62,6 @@ from shared.memory.search_sql import (
     like_patterns,
     search_statement,
 )
-from shared.memory.store import Scope, touch_accessed
 
 __all__ = [
     "ALL_LEGS",

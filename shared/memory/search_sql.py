@@ -11,8 +11,9 @@ from typing import Any
 from pgvector import Vector
 
 from shared.memory.entity_extraction import query_entity_names
+from shared.memory.reads import namespace_prefix_sql
+from shared.memory.rows import Scope
 from shared.memory.search_records import SearchFilters, SearchOptions
-from shared.memory.store import Scope, namespace_prefix_sql
 from shared.text import clean_text, escape_like
 
 # Weighted mode: added per matched entity, scaled by the entity's specificity (a tie-breaker, not a

@@ -28,8 +28,9 @@ from shared.embeddings.providers import OnnxLocalEmbedder
 from shared.embeddings.space import follow_recorded_space
 from shared.logging import get_logger
 from shared.memory import query_parts
+from shared.memory.reads import touch_accessed
+from shared.memory.rows import Scope
 from shared.memory.search import Ask, Found, SearchFilters, SearchOptions, SearchResult, find, find_many
-from shared.memory.store import Scope, touch_accessed
 from shared.memory.time_window import TimeWindow, may_name_time, time_window
 from shared.metrics import observe_embedding_call
 

@@ -45,8 +45,6 @@ from shared.memory.memory_input import (
 
 # search.py and service.py import these two from here; reads.py is where they live.
 from shared.memory.reads import FIND_ACTIVE, get_memory
-from shared.memory.reads import namespace_prefix_sql as namespace_prefix_sql
-from shared.memory.reads import touch_accessed as touch_accessed
 from shared.memory.rows import MEMORY_COLUMNS, Scope, record_event
 
 WriteAction = Literal["added", "superseded", "reinforced", "unchanged", "duplicate"]
