@@ -156,7 +156,8 @@ def _load_counting_function(encoding: str) -> Callable[[str], int]:
     return lambda text: sum(len(encoder.encode_ordinary(piece)) for piece in _split_for_encoding(text)) if text else 0
 
 
-# Short texts whose counts each exact counter remembers (~1 MB at the longest texts), and how long they may be.
+# Short texts whose counts each exact counter remembers (under 9 MB were every one of them the longest allowed),
+# and how long they may be.
 LINE_MEMO_SIZE: Final = 8192
 LINE_MEMO_MAX_CHARS: Final = 1000
 
