@@ -4,9 +4,12 @@ hours with nothing in them included as zeros so every series lines up with its t
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from shared.db import Conn
+from shared.llm.pricing import call_cost
+from shared.llm.types import Usage
 
 MAX_DAYS = 90
 MAX_HOURS = 24 * 14
@@ -43,26 +46,48 @@ def cache_share_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
     }
 
 
-def calls_by_purpose_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
-    """LLM calls and tokens (input + output) per day for each purpose."""
+def calls_by_purpose_daily(
+    conn: Conn, tenant_id: int, days: int, prices: Mapping[str, Mapping[str, float]]
+) -> dict[str, Any]:
+    """LLM calls, tokens (input + output) and estimated cost in US$ per day for each purpose. The cost is
+    `call_cost` (the `llm_prices` setting) applied to each model's token sums of the day: prices are per token,
+    so pricing a sum is pricing each call. Models without a price cost nothing and are listed in
+    `unpriced_models`, so a chart of zeros is not read as "free"."""
     axis, index, rows = _daily_groups(
         conn,
-        """SELECT extract(epoch FROM date_trunc('day', created_at))::bigint AS t, purpose, count(*) AS calls,
-                  sum(input_tokens + output_tokens) AS tokens
+        """SELECT extract(epoch FROM date_trunc('day', created_at))::bigint AS t, purpose, model, count(*) AS calls,
+                  sum(input_tokens) AS input, sum(output_tokens) AS output,
+                  sum(cache_read_tokens) AS cache_read, sum(cache_write_tokens) AS cache_write
            FROM llm_calls
            WHERE tenant_id = %(tenant)s AND created_at >= date_trunc('day', now()) - make_interval(days => %(days)s - 1)
-           GROUP BY 1, 2""",
+           GROUP BY 1, 2, 3""",
         tenant_id,
         days,
     )
-    purposes: dict[str, dict[str, list[int]]] = defaultdict(
-        lambda: {"calls": [0] * len(axis), "tokens": [0] * len(axis)}
+    purposes: dict[str, dict[str, list[Any]]] = defaultdict(
+        lambda: {"calls": [0] * len(axis), "tokens": [0] * len(axis), "cost_usd": [0.0] * len(axis)}
     )
+    unpriced: set[str] = set()
     for row in rows:
-        if row["t"] in index:
-            purposes[row["purpose"]]["calls"][index[row["t"]]] = int(row["calls"])
-            purposes[row["purpose"]]["tokens"][index[row["t"]]] = int(row["tokens"] or 0)
-    return {"t": axis, "purposes": dict(sorted(purposes.items()))}
+        if row["t"] not in index:
+            continue
+        at, series = index[row["t"]], purposes[row["purpose"]]
+        usage = Usage(
+            input_tokens=int(row["input"] or 0),
+            output_tokens=int(row["output"] or 0),
+            cache_read_tokens=int(row["cache_read"] or 0),
+            cache_write_tokens=int(row["cache_write"] or 0),
+        )
+        series["calls"][at] += int(row["calls"])
+        series["tokens"][at] += usage.input_tokens + usage.output_tokens
+        cost = call_cost(row["model"], usage, prices)
+        if cost is None:
+            unpriced.add(row["model"])
+        else:
+            series["cost_usd"][at] += cost
+    for series in purposes.values():
+        series["cost_usd"] = [round(cost, 6) for cost in series["cost_usd"]]
+    return {"t": axis, "purposes": dict(sorted(purposes.items())), "unpriced_models": sorted(unpriced)}
 
 
 def turns_hourly(conn: Conn, tenant_id: int, hours: int) -> dict[str, Any]:

@@ -3,6 +3,7 @@ Redis and a Celery worker: one browser and one set of data for the whole module.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from ops.fake_llm import FakeLLM, FakeReply
 from shared import db
 from shared.auth import ensure_tenant
+from shared.config import get_settings
 from shared.keys import create_api_key
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, add_sources, store_memory
@@ -346,13 +348,40 @@ def test_operations_lists_the_jobs_and_runs_one_now(browser: WebDriver, console:
         browser.set_window_size(1280, 900)
 
 
-def test_charts_draw_from_postgres(browser: WebDriver, console: Console) -> None:
+@pytest.fixture
+def priced(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A known price for one model, read by the gateway (in this process) on its next request."""
+    monkeypatch.setenv(
+        "ENGRAM_LLM_PRICES", json.dumps({"console-priced": {"input": 2, "output": 10, "cache_read": 0.5}})
+    )
+    get_settings.cache_clear()
+    yield
+    monkeypatch.delenv("ENGRAM_LLM_PRICES")
+    get_settings.cache_clear()
+
+
+def test_charts_draw_from_postgres(browser: WebDriver, console: Console, priced: None) -> None:
+    # Three reflection calls three days ago (no other call is that old): two of a priced model, one unpriced.
+    with db.connection() as conn:
+        tenant_id = ensure_tenant(conn, "tenant-a")
+        conn.execute(
+            """INSERT INTO llm_calls (tenant_id, purpose, provider, model, input_tokens, output_tokens,
+                                      cache_read_tokens, created_at)
+               VALUES (%(t)s, 'reflection', 'anthropic', 'console-priced', 1000, 200, 4000, now() - interval '3 days'),
+                      (%(t)s, 'reflection', 'anthropic', 'console-priced', 1000, 200, 4000, now() - interval '3 days'),
+                      (%(t)s, 'reflection', 'anthropic', 'console-unpriced', 500, 50, 0, now() - interval '3 days')""",
+            {"t": tenant_id},
+        )
+        day = conn.execute(
+            "SELECT extract(epoch FROM date_trunc('day', now() - interval '3 days'))::bigint AS t"
+        ).fetchone()["t"]
     sign_in(browser, console, console.admin)
     browser.get(f"{console.url}/console/charts")
-    for name in ("cache", "llm-calls", "turns", "memories"):
+    for name in ("cache", "llm-calls", "llm-tokens", "llm-cost", "turns", "memories"):
         WebDriverWait(browser, WAIT_S).until(
             ec.presence_of_element_located((By.CSS_SELECTOR, f'[data-chart="{name}"][data-drawn="true"] canvas'))
         )
+    assert "console-unpriced" in browser.find_element(By.CSS_SELECTOR, '[data-chart="llm-cost"] .chart-note').text
     screenshot(browser, "charts")
     with httpx.Client(base_url=console.url, cookies=cookies_of(browser)) as client:
         turns = client.get("/console/api/charts/turns").json()
@@ -361,6 +390,12 @@ def test_charts_draw_from_postgres(browser: WebDriver, console: Console) -> None
     assert sum(turns["turns"]) == 1 and turns["p50_ms"][-1] > 0
     assert sum(memories["sources"]["api"]) >= 3
     assert sum(calls["purposes"]["chat"]["calls"]) >= 1
+    reflection, at = calls["purposes"]["reflection"], calls["t"].index(day)
+    assert reflection["calls"][at] == 3
+    assert reflection["tokens"][at] == 2 * 1200 + 550
+    # 2 x (1000 x $2 + 200 x $10 + 4000 x $0.5) per million tokens; the unpriced model adds nothing.
+    assert reflection["cost_usd"][at] == pytest.approx(0.012)
+    assert calls["unpriced_models"] and "console-unpriced" in calls["unpriced_models"]
 
 
 def test_an_admin_creates_a_bound_read_only_key_sees_its_secret_once_and_revokes_it(
