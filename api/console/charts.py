@@ -51,6 +51,7 @@ DAILY: dict[str, Series] = {
     "cache": charts.cache_share_daily,
     "llm-calls": _llm_calls,
     "memories": charts.memories_daily,
+    "lag": charts.lag_daily,
 }
 for _name, _chart in DAILY.items():
     router.add_api_route(f"/api/charts/{_name}", _daily(_chart), methods=["GET"], name=f"chart_{_name}")

@@ -1,5 +1,6 @@
-"""The console's chart series, straight from Postgres (llm_calls, turns, memories): one query a chart, days or
-hours with nothing in them included as zeros so every series lines up with its time axis (Unix seconds)."""
+"""The console's chart series, straight from Postgres (llm_calls, turns, memories, their source messages and
+chunks): one query a chart, days or hours with nothing in them included as zeros so every series lines up with
+its time axis (Unix seconds)."""
 
 from __future__ import annotations
 
@@ -130,6 +131,51 @@ def memories_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
         if row["t"] in index:
             sources[row["source"]][index[row["t"]]] = int(row["n"])
     return {"t": axis, "sources": dict(sorted(sources.items()))}
+
+
+LAG_KINDS = ("extraction", "memory_embedding", "message_embedding")
+
+
+def lag_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
+    """How long the pipeline takes, per day, p50 and p95 in seconds, each kind with how many rows it measured:
+    `extraction` is a memory's created_at minus the newest of its source messages said at or before it (what
+    was learned from a conversation, from the last message it came from to being stored); `memory_embedding`
+    is a memory's embedded_at minus its created_at; `message_embedding` is a transcript unit's (memory_chunks
+    with a message) embedded_at minus its created_at (when the message was stored). Rows still waiting are
+    not counted: the queue depths on the operations page show those."""
+    axis, index, rows = _daily_groups(
+        conn,
+        """WITH since AS (SELECT date_trunc('day', now()) - make_interval(days => %(days)s - 1) AS at),
+           lags AS (
+               SELECT 'extraction' AS kind, m.created_at AS at, m.created_at - s.said AS lag
+               FROM memories m
+               CROSS JOIN LATERAL (SELECT max(sm.created_at) AS said FROM session_messages sm
+                                   WHERE sm.id = ANY(m.source_message_ids) AND sm.created_at <= m.created_at) s
+               WHERE m.tenant_id = %(tenant)s AND m.created_at >= (SELECT at FROM since) AND s.said IS NOT NULL
+               UNION ALL
+               SELECT 'memory_embedding', created_at, embedded_at - created_at FROM memories
+               WHERE tenant_id = %(tenant)s AND created_at >= (SELECT at FROM since) AND embedded_at IS NOT NULL
+               UNION ALL
+               SELECT 'message_embedding', created_at, embedded_at - created_at FROM memory_chunks
+               WHERE tenant_id = %(tenant)s AND message_id IS NOT NULL AND created_at >= (SELECT at FROM since)
+                 AND embedded_at IS NOT NULL)
+           SELECT extract(epoch FROM date_trunc('day', at))::bigint AS t, kind, count(*) AS n,
+                  percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM lag)) AS p50,
+                  percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM lag)) AS p95
+           FROM lags GROUP BY 1, 2""",
+        tenant_id,
+        days,
+    )
+    kinds: dict[str, dict[str, list[Any]]] = {
+        kind: {"n": [0] * len(axis), "p50_s": [None] * len(axis), "p95_s": [None] * len(axis)} for kind in LAG_KINDS
+    }
+    for row in rows:
+        if row["t"] in index:
+            at, series = index[row["t"]], kinds[row["kind"]]
+            series["n"][at] = int(row["n"])
+            series["p50_s"][at] = round(row["p50"], 3)
+            series["p95_s"][at] = round(row["p95"], 3)
+    return {"t": axis, "kinds": kinds}
 
 
 def _daily_groups(

@@ -4,6 +4,7 @@ Redis and a Celery worker: one browser and one set of data for the whole module.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from shared.config import get_settings
 from shared.keys import create_api_key
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, add_sources, store_memory
-from shared.turns import find_user_id
+from shared.turns import ensure_session, ensure_user, find_user_id
 from tests.conftest import CeleryStack, Gateway, clear_engram_keys, make_key, truncate_all, wait_turn
 from tests.support.browser import missing, save_failure, screenshot, start_browser
 from tests.support.services import TestServices
@@ -453,3 +454,59 @@ def test_erasing_a_user_needs_their_id_typed(browser: WebDriver, console: Consol
     assert "Erased dora" in notice.text and "dora" not in browser.find_element(By.ID, "results").text
     browser.get(f"{console.url}/console/users/dora/memories")
     assert "no user 'dora'" in text(browser)
+
+
+def test_the_lag_chart_shows_extraction_and_embedding_lag_from_postgres(browser: WebDriver, console: Console) -> None:
+    # Rows at noon five days ago (nothing else is that old): a message, two memories learned from it 30 s and
+    # 90 s later and embedded 4 s and 8 s after that, and the message's unit embedded 2 s after it was stored.
+    # Each is written with its embedding already recorded, so the running workers never claim them.
+    deadline = time.monotonic() + WAIT_S
+    with db.connection() as conn:
+        while (
+            vector := conn.execute("SELECT embedding FROM memory_chunks WHERE embedding IS NOT NULL LIMIT 1").fetchone()
+        ) is None:
+            assert time.monotonic() < deadline, "no chunk was embedded"
+            time.sleep(0.2)
+    with db.connection() as conn:
+        tenant_id = ensure_tenant(conn, "tenant-a")
+        user_id = ensure_user(conn, tenant_id, "lagtester")
+        session_id = ensure_session(conn, tenant_id, user_id, "lag-1")
+        noon = conn.execute(
+            "SELECT date_trunc('day', now()) - interval '5 days' + interval '12 hours' AS at"
+        ).fetchone()["at"]
+        message = conn.execute(
+            """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content, created_at)
+               VALUES (%s, %s, %s, 'user', 'I moved to Oslo', %s) RETURNING id""",
+            (tenant_id, user_id, session_id, noon),
+        ).fetchone()["id"]
+        conn.execute(
+            """UPDATE memory_chunks SET embedding = %s, created_at = %s, embedded_at = %s + interval '2 seconds'
+               WHERE message_id = %s""",
+            (vector["embedding"], noon, noon, message),
+        )
+        for key, learned, embedded in (("city", 30, 4), ("country", 90, 8)):
+            conn.execute(
+                """INSERT INTO memories (tenant_id, user_id, namespace, key, value, source, source_message_ids,
+                                         created_at, updated_at, embedded_at)
+                   VALUES (%(t)s, %(u)s, 'tacit/facts', %(k)s, 'Oslo', 'extraction', ARRAY[%(m)s]::bigint[],
+                           %(at)s + make_interval(secs => %(l)s), %(at)s + make_interval(secs => %(l)s),
+                           %(at)s + make_interval(secs => %(l)s + %(e)s))""",
+                {"t": tenant_id, "u": user_id, "k": key, "m": message, "at": noon, "l": learned, "e": embedded},
+            )
+        day = conn.execute(
+            "SELECT extract(epoch FROM date_trunc('day', %s::timestamptz))::bigint AS t", (noon,)
+        ).fetchone()["t"]
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/charts")
+    WebDriverWait(browser, WAIT_S).until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, '[data-chart="lag"][data-drawn="true"] canvas'))
+    )
+    legend = browser.find_element(By.CSS_SELECTOR, '[data-chart="lag"] .u-legend').text
+    assert "extraction p95 s" in legend and "message embedding p50 s" in legend
+    with httpx.Client(base_url=console.url, cookies=cookies_of(browser)) as client:
+        lag = client.get("/console/api/charts/lag").json()
+    at = lag["t"].index(day)
+    extraction, memory, unit = (lag["kinds"][k] for k in ("extraction", "memory_embedding", "message_embedding"))
+    assert extraction["n"][at] == 2 and extraction["p50_s"][at] == 60 and extraction["p95_s"][at] == 87
+    assert memory["n"][at] == 2 and memory["p50_s"][at] == 6 and memory["p95_s"][at] == pytest.approx(7.8)
+    assert unit["n"][at] == 1 and unit["p50_s"][at] == 2

@@ -34,6 +34,16 @@
         axes: [{}, { label: "turns" }, { side: 1, scale: "ms", label: "ms", grid: { show: false } }],
       };
     }
+    if (name === "lag") {
+      var kinds = Object.keys(d.kinds);
+      var lagSeries = [{}], lagData = [d.t];
+      kinds.forEach(function (k, i) {
+        var label = k.replace("_", " ");
+        lagSeries.push(series(label + " p50 s", i), series(label + " p95 s", i, { dash: [6, 4] }));
+        lagData.push(d.kinds[k].p50_s, d.kinds[k].p95_s);
+      });
+      return { data: lagData, series: lagSeries, axes: [{}, { label: "seconds" }] };
+    }
     var sources = Object.keys(d.sources);
     return {
       data: [d.t].concat(sources.map(function (s) { return d.sources[s]; })),
