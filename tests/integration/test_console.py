@@ -319,6 +319,12 @@ def test_a_user_bound_key_sees_only_its_user_and_another_tenant_sees_nothing(
 
 
 def test_operations_lists_the_jobs_and_runs_one_now(browser: WebDriver, console: Console) -> None:
+    with db.connection() as conn:  # a finished all-users run with known counts
+        conn.execute(
+            """INSERT INTO job_runs (job, period, scope, status, as_of, counts, changed, started_at, finished_at)
+               VALUES ('consolidation', 'known-counts', 'all', 'done', now(), '{"merged": 3, "scanned": 17}', 3,
+                       now() - interval '1 hour', now() - interval '1 hour')"""
+        )
     sign_in(browser, console, console.admin)
     browser.get(f"{console.url}/console/operations")
     jobs = browser.find_element(By.ID, "jobs").text
@@ -339,6 +345,16 @@ def test_operations_lists_the_jobs_and_runs_one_now(browser: WebDriver, console:
         return bool(runs) and "alice" in runs[0].text and "done" in runs[0].text
 
     WebDriverWait(browser, 60, poll_frequency=0.5).until(run_listed)
+    known = browser.find_element(By.XPATH, "//table[@id='runs']//tr[td[contains(., 'known-counts')]]")
+    assert [li.text for li in known.find_elements(By.CSS_SELECTOR, "ul.counts li")] == ["merged: 3", "scanned: 17"]
+    with db.connection() as conn:  # the user's run shows the counts it stored
+        counts = conn.execute(
+            "SELECT counts FROM job_runs WHERE job = 'decay' AND scope LIKE 'user:%' ORDER BY started_at DESC LIMIT 1"
+        ).fetchone()["counts"]
+    alice = browser.find_element(
+        By.XPATH, "//table[@id='runs']//tr[td[contains(., 'alice')] and td[contains(., 'decay')]]"
+    )
+    assert all(f"{key}: {value}" in alice.text for key, value in counts.items())
     # The whole page in the picture: the runs, queues, workers and channels are below the jobs.
     chrome = int(browser.execute_script("return window.outerHeight - window.innerHeight"))
     height = int(browser.execute_script("return document.documentElement.scrollHeight"))
