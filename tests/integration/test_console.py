@@ -452,6 +452,39 @@ def test_an_admin_creates_a_bound_read_only_key_sees_its_secret_once_and_revokes
     assert "lacks the scope 'admin'" in text(browser)
 
 
+def test_a_bad_key_request_shows_its_error_beside_the_field_and_writes_nothing(
+    browser: WebDriver, console: Console
+) -> None:
+    def keys_stored() -> int:
+        with db.connection() as conn:
+            return int(conn.execute("SELECT count(*) AS n FROM api_keys").fetchone()["n"])
+
+    before = keys_stored()
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/keys")
+    browser.find_element(By.ID, "key-name").send_keys("no-scopes")
+    for box in browser.find_elements(By.CSS_SELECTOR, "#key-form input[name=scopes]"):
+        if box.is_selected():
+            box.click()
+    browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
+    error = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "key-scopes-error")))
+    assert "at least one scope" in error.text
+    assert browser.find_element(By.CSS_SELECTOR, "#key-form fieldset").get_attribute("aria-describedby") == (
+        "key-scopes-error"
+    )
+    assert not browser.find_elements(By.ID, "key-user-error")
+    assert browser.find_element(By.ID, "key-name").get_attribute("value") == "no-scopes"  # kept for the retry
+
+    browser.find_element(By.CSS_SELECTOR, "#key-form input[name=scopes][value='memory:read']").click()
+    browser.find_element(By.ID, "key-user").send_keys("not a user id!")
+    browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
+    error = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "key-user-error")))
+    assert "user id must be" in error.text
+    assert browser.find_element(By.ID, "key-user").get_attribute("aria-describedby") == "key-user-error"
+    assert not browser.find_elements(By.ID, "key-scopes-error")
+    assert keys_stored() == before
+
+
 def test_erasing_a_user_needs_their_id_typed(browser: WebDriver, console: Console) -> None:
     with httpx.Client(base_url=console.url, headers={"Authorization": f"Bearer {console.admin}"}) as api:
         api.post("/v1/users/dora/memories", json={"key": "pet", "value": "Has a parrot"}).raise_for_status()
