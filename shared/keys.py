@@ -20,7 +20,12 @@ KEY_COLUMNS = """id, name, key_prefix, scopes, user_external_id, created_at, las
 
 
 class KeyRequestInvalid(ValueError):
-    """A key request that cannot be carried out as asked (unknown scope, bad user id, …)."""
+    """A key request that cannot be carried out as asked (unknown scope, bad user id, …); `field` names the
+    request's field at fault (`name`, `scopes` or `user_id`), so a form can show the message beside it."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -36,18 +41,22 @@ def parse_scopes(scopes: Iterable[str] | str | None) -> list[str]:
     items = scopes.split(",") if isinstance(scopes, str) else list(scopes)
     wanted = {item.strip() for item in items if item.strip()}
     if not wanted:
-        raise KeyRequestInvalid(f"a key needs at least one scope: {', '.join(SCOPES)}")
+        raise KeyRequestInvalid(f"a key needs at least one scope: {', '.join(SCOPES)}", "scopes")
     unknown = sorted(wanted - set(SCOPES))
     if unknown:
-        raise KeyRequestInvalid(f"unknown scope {', '.join(map(repr, unknown))}; scopes are {', '.join(SCOPES)}")
+        raise KeyRequestInvalid(
+            f"unknown scope {', '.join(map(repr, unknown))}; scopes are {', '.join(SCOPES)}", "scopes"
+        )
     return [scope for scope in SCOPES if scope in wanted]
 
 
 def _check(name: str, user_external_id: str | None) -> None:
     if len(name) > MAX_KEY_NAME_CHARS:
-        raise KeyRequestInvalid(f"key name is {len(name)} characters; the limit is {MAX_KEY_NAME_CHARS}")
+        raise KeyRequestInvalid(f"key name is {len(name)} characters; the limit is {MAX_KEY_NAME_CHARS}", "name")
     if user_external_id is not None and not _USER_ID.match(user_external_id):
-        raise KeyRequestInvalid("user id must be 1-128 letters, digits and . _ : @ - (starting with a letter or digit)")
+        raise KeyRequestInvalid(
+            "user id must be 1-128 letters, digits and . _ : @ - (starting with a letter or digit)", "user_id"
+        )
 
 
 def _insert(

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse
 from api.console.render import page
 from api.console.session import Admin, Signed
 from shared import db
+from shared.config import get_settings
 from shared.console import charts
 from shared.db import Conn
 
@@ -40,11 +41,17 @@ def _daily(series: Series) -> Callable[..., dict[str, Any]]:
     return route
 
 
+def _llm_calls(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
+    # The prices are read per request: the settings object is the one place they live.
+    return charts.calls_by_purpose_daily(conn, tenant_id, days, get_settings().llm_prices)
+
+
 # The daily charts, each a route of the same shape: GET /console/api/charts/<name>?days=N.
 DAILY: dict[str, Series] = {
     "cache": charts.cache_share_daily,
-    "llm-calls": charts.calls_by_purpose_daily,
+    "llm-calls": _llm_calls,
     "memories": charts.memories_daily,
+    "lag": charts.lag_daily,
 }
 for _name, _chart in DAILY.items():
     router.add_api_route(f"/api/charts/{_name}", _daily(_chart), methods=["GET"], name=f"chart_{_name}")

@@ -23,7 +23,7 @@ def _page(
     signed: Signed,
     *,
     issued: dict[str, Any] | None = None,
-    error: str = "",
+    errors: dict[str, str] | None = None,
     values: dict[str, Any] | None = None,
     code: int = 200,
 ) -> HTMLResponse:
@@ -36,7 +36,7 @@ def _page(
         {
             "keys": keys,
             "issued": issued,
-            "error": error,
+            "errors": errors or {},
             "scopes": SCOPES,
             "values": values or {"scopes": list(DEFAULT_SCOPES)},
         },
@@ -68,7 +68,9 @@ def create_key(
                 user_external_id=user_id.strip() or None,
             )
     except KeyRequestInvalid as exc:
-        return _page(request, signed, error=str(exc), values=values, code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+        # Beside the field it concerns, as the memory forms show theirs.
+        errors = {exc.field: str(exc)}
+        return _page(request, signed, errors=errors, values=values, code=status.HTTP_422_UNPROCESSABLE_CONTENT)
     return _page(request, signed, issued={"key": issued.key, **issued.record}, code=status.HTTP_201_CREATED)
 
 

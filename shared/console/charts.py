@@ -1,12 +1,16 @@
-"""The console's chart series, straight from Postgres (llm_calls, turns, memories): one query a chart, days or
-hours with nothing in them included as zeros so every series lines up with its time axis (Unix seconds)."""
+"""The console's chart series, straight from Postgres (llm_calls, turns, memories, their source messages and
+chunks): one query a chart, days or hours with nothing in them included as zeros so every series lines up with
+its time axis (Unix seconds)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from shared.db import Conn
+from shared.llm.pricing import call_cost
+from shared.llm.types import Usage
 
 MAX_DAYS = 90
 MAX_HOURS = 24 * 14
@@ -43,26 +47,48 @@ def cache_share_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
     }
 
 
-def calls_by_purpose_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
-    """LLM calls and tokens (input + output) per day for each purpose."""
+def calls_by_purpose_daily(
+    conn: Conn, tenant_id: int, days: int, prices: Mapping[str, Mapping[str, float]]
+) -> dict[str, Any]:
+    """LLM calls, tokens (input + output) and estimated cost in US$ per day for each purpose. The cost is
+    `call_cost` (the `llm_prices` setting) applied to each model's token sums of the day: prices are per token,
+    so pricing a sum is pricing each call. Models without a price cost nothing and are listed in
+    `unpriced_models`, so a chart of zeros is not read as "free"."""
     axis, index, rows = _daily_groups(
         conn,
-        """SELECT extract(epoch FROM date_trunc('day', created_at))::bigint AS t, purpose, count(*) AS calls,
-                  sum(input_tokens + output_tokens) AS tokens
+        """SELECT extract(epoch FROM date_trunc('day', created_at))::bigint AS t, purpose, model, count(*) AS calls,
+                  sum(input_tokens) AS input, sum(output_tokens) AS output,
+                  sum(cache_read_tokens) AS cache_read, sum(cache_write_tokens) AS cache_write
            FROM llm_calls
            WHERE tenant_id = %(tenant)s AND created_at >= date_trunc('day', now()) - make_interval(days => %(days)s - 1)
-           GROUP BY 1, 2""",
+           GROUP BY 1, 2, 3""",
         tenant_id,
         days,
     )
-    purposes: dict[str, dict[str, list[int]]] = defaultdict(
-        lambda: {"calls": [0] * len(axis), "tokens": [0] * len(axis)}
+    purposes: dict[str, dict[str, list[Any]]] = defaultdict(
+        lambda: {"calls": [0] * len(axis), "tokens": [0] * len(axis), "cost_usd": [0.0] * len(axis)}
     )
+    unpriced: set[str] = set()
     for row in rows:
-        if row["t"] in index:
-            purposes[row["purpose"]]["calls"][index[row["t"]]] = int(row["calls"])
-            purposes[row["purpose"]]["tokens"][index[row["t"]]] = int(row["tokens"] or 0)
-    return {"t": axis, "purposes": dict(sorted(purposes.items()))}
+        if row["t"] not in index:
+            continue
+        at, series = index[row["t"]], purposes[row["purpose"]]
+        usage = Usage(
+            input_tokens=int(row["input"] or 0),
+            output_tokens=int(row["output"] or 0),
+            cache_read_tokens=int(row["cache_read"] or 0),
+            cache_write_tokens=int(row["cache_write"] or 0),
+        )
+        series["calls"][at] += int(row["calls"])
+        series["tokens"][at] += usage.input_tokens + usage.output_tokens
+        cost = call_cost(row["model"], usage, prices)
+        if cost is None:
+            unpriced.add(row["model"])
+        else:
+            series["cost_usd"][at] += cost
+    for series in purposes.values():
+        series["cost_usd"] = [round(cost, 6) for cost in series["cost_usd"]]
+    return {"t": axis, "purposes": dict(sorted(purposes.items())), "unpriced_models": sorted(unpriced)}
 
 
 def turns_hourly(conn: Conn, tenant_id: int, hours: int) -> dict[str, Any]:
@@ -105,6 +131,51 @@ def memories_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
         if row["t"] in index:
             sources[row["source"]][index[row["t"]]] = int(row["n"])
     return {"t": axis, "sources": dict(sorted(sources.items()))}
+
+
+LAG_KINDS = ("extraction", "memory_embedding", "message_embedding")
+
+
+def lag_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
+    """How long the pipeline takes, per day, p50 and p95 in seconds, each kind with how many rows it measured:
+    `extraction` is a memory's created_at minus the newest of its source messages said at or before it (what
+    was learned from a conversation, from the last message it came from to being stored); `memory_embedding`
+    is a memory's embedded_at minus its created_at; `message_embedding` is a transcript unit's (memory_chunks
+    with a message) embedded_at minus its created_at (when the message was stored). Rows still waiting are
+    not counted: the queue depths on the operations page show those."""
+    axis, index, rows = _daily_groups(
+        conn,
+        """WITH since AS (SELECT date_trunc('day', now()) - make_interval(days => %(days)s - 1) AS at),
+           lags AS (
+               SELECT 'extraction' AS kind, m.created_at AS at, m.created_at - s.said AS lag
+               FROM memories m
+               CROSS JOIN LATERAL (SELECT max(sm.created_at) AS said FROM session_messages sm
+                                   WHERE sm.id = ANY(m.source_message_ids) AND sm.created_at <= m.created_at) s
+               WHERE m.tenant_id = %(tenant)s AND m.created_at >= (SELECT at FROM since) AND s.said IS NOT NULL
+               UNION ALL
+               SELECT 'memory_embedding', created_at, embedded_at - created_at FROM memories
+               WHERE tenant_id = %(tenant)s AND created_at >= (SELECT at FROM since) AND embedded_at IS NOT NULL
+               UNION ALL
+               SELECT 'message_embedding', created_at, embedded_at - created_at FROM memory_chunks
+               WHERE tenant_id = %(tenant)s AND message_id IS NOT NULL AND created_at >= (SELECT at FROM since)
+                 AND embedded_at IS NOT NULL)
+           SELECT extract(epoch FROM date_trunc('day', at))::bigint AS t, kind, count(*) AS n,
+                  percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM lag)) AS p50,
+                  percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM lag)) AS p95
+           FROM lags GROUP BY 1, 2""",
+        tenant_id,
+        days,
+    )
+    kinds: dict[str, dict[str, list[Any]]] = {
+        kind: {"n": [0] * len(axis), "p50_s": [None] * len(axis), "p95_s": [None] * len(axis)} for kind in LAG_KINDS
+    }
+    for row in rows:
+        if row["t"] in index:
+            at, series = index[row["t"]], kinds[row["kind"]]
+            series["n"][at] = int(row["n"])
+            series["p50_s"][at] = round(row["p50"], 3)
+            series["p95_s"][at] = round(row["p95"], 3)
+    return {"t": axis, "kinds": kinds}
 
 
 def _daily_groups(

@@ -3,6 +3,8 @@ Redis and a Celery worker: one browser and one set of data for the whole module.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +20,11 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from ops.fake_llm import FakeLLM, FakeReply
 from shared import db
 from shared.auth import ensure_tenant
+from shared.config import get_settings
 from shared.keys import create_api_key
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, add_sources, store_memory
-from shared.turns import find_user_id
+from shared.turns import ensure_session, ensure_user, find_user_id
 from tests.conftest import CeleryStack, Gateway, clear_engram_keys, make_key, truncate_all, wait_turn
 from tests.support.browser import missing, save_failure, screenshot, start_browser
 from tests.support.services import TestServices
@@ -316,6 +319,12 @@ def test_a_user_bound_key_sees_only_its_user_and_another_tenant_sees_nothing(
 
 
 def test_operations_lists_the_jobs_and_runs_one_now(browser: WebDriver, console: Console) -> None:
+    with db.connection() as conn:  # a finished all-users run with known counts
+        conn.execute(
+            """INSERT INTO job_runs (job, period, scope, status, as_of, counts, changed, started_at, finished_at)
+               VALUES ('consolidation', 'known-counts', 'all', 'done', now(), '{"merged": 3, "scanned": 17}', 3,
+                       now() - interval '1 hour', now() - interval '1 hour')"""
+        )
     sign_in(browser, console, console.admin)
     browser.get(f"{console.url}/console/operations")
     jobs = browser.find_element(By.ID, "jobs").text
@@ -336,6 +345,16 @@ def test_operations_lists_the_jobs_and_runs_one_now(browser: WebDriver, console:
         return bool(runs) and "alice" in runs[0].text and "done" in runs[0].text
 
     WebDriverWait(browser, 60, poll_frequency=0.5).until(run_listed)
+    known = browser.find_element(By.XPATH, "//table[@id='runs']//tr[td[contains(., 'known-counts')]]")
+    assert [li.text for li in known.find_elements(By.CSS_SELECTOR, "ul.counts li")] == ["merged: 3", "scanned: 17"]
+    with db.connection() as conn:  # the user's run shows the counts it stored
+        counts = conn.execute(
+            "SELECT counts FROM job_runs WHERE job = 'decay' AND scope LIKE 'user:%' ORDER BY started_at DESC LIMIT 1"
+        ).fetchone()["counts"]
+    alice = browser.find_element(
+        By.XPATH, "//table[@id='runs']//tr[td[contains(., 'alice')] and td[contains(., 'decay')]]"
+    )
+    assert all(f"{key}: {value}" in alice.text for key, value in counts.items())
     # The whole page in the picture: the runs, queues, workers and channels are below the jobs.
     chrome = int(browser.execute_script("return window.outerHeight - window.innerHeight"))
     height = int(browser.execute_script("return document.documentElement.scrollHeight"))
@@ -346,13 +365,40 @@ def test_operations_lists_the_jobs_and_runs_one_now(browser: WebDriver, console:
         browser.set_window_size(1280, 900)
 
 
-def test_charts_draw_from_postgres(browser: WebDriver, console: Console) -> None:
+@pytest.fixture
+def priced(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A known price for one model, read by the gateway (in this process) on its next request."""
+    monkeypatch.setenv(
+        "ENGRAM_LLM_PRICES", json.dumps({"console-priced": {"input": 2, "output": 10, "cache_read": 0.5}})
+    )
+    get_settings.cache_clear()
+    yield
+    monkeypatch.delenv("ENGRAM_LLM_PRICES")
+    get_settings.cache_clear()
+
+
+def test_charts_draw_from_postgres(browser: WebDriver, console: Console, priced: None) -> None:
+    # Three reflection calls three days ago (no other call is that old): two of a priced model, one unpriced.
+    with db.connection() as conn:
+        tenant_id = ensure_tenant(conn, "tenant-a")
+        conn.execute(
+            """INSERT INTO llm_calls (tenant_id, purpose, provider, model, input_tokens, output_tokens,
+                                      cache_read_tokens, created_at)
+               VALUES (%(t)s, 'reflection', 'anthropic', 'console-priced', 1000, 200, 4000, now() - interval '3 days'),
+                      (%(t)s, 'reflection', 'anthropic', 'console-priced', 1000, 200, 4000, now() - interval '3 days'),
+                      (%(t)s, 'reflection', 'anthropic', 'console-unpriced', 500, 50, 0, now() - interval '3 days')""",
+            {"t": tenant_id},
+        )
+        day = conn.execute(
+            "SELECT extract(epoch FROM date_trunc('day', now() - interval '3 days'))::bigint AS t"
+        ).fetchone()["t"]
     sign_in(browser, console, console.admin)
     browser.get(f"{console.url}/console/charts")
-    for name in ("cache", "llm-calls", "turns", "memories"):
+    for name in ("cache", "llm-calls", "llm-tokens", "llm-cost", "turns", "memories"):
         WebDriverWait(browser, WAIT_S).until(
             ec.presence_of_element_located((By.CSS_SELECTOR, f'[data-chart="{name}"][data-drawn="true"] canvas'))
         )
+    assert "console-unpriced" in browser.find_element(By.CSS_SELECTOR, '[data-chart="llm-cost"] .chart-note').text
     screenshot(browser, "charts")
     with httpx.Client(base_url=console.url, cookies=cookies_of(browser)) as client:
         turns = client.get("/console/api/charts/turns").json()
@@ -361,6 +407,12 @@ def test_charts_draw_from_postgres(browser: WebDriver, console: Console) -> None
     assert sum(turns["turns"]) == 1 and turns["p50_ms"][-1] > 0
     assert sum(memories["sources"]["api"]) >= 3
     assert sum(calls["purposes"]["chat"]["calls"]) >= 1
+    reflection, at = calls["purposes"]["reflection"], calls["t"].index(day)
+    assert reflection["calls"][at] == 3
+    assert reflection["tokens"][at] == 2 * 1200 + 550
+    # 2 x (1000 x $2 + 200 x $10 + 4000 x $0.5) per million tokens; the unpriced model adds nothing.
+    assert reflection["cost_usd"][at] == pytest.approx(0.012)
+    assert calls["unpriced_models"] and "console-unpriced" in calls["unpriced_models"]
 
 
 def test_an_admin_creates_a_bound_read_only_key_sees_its_secret_once_and_revokes_it(
@@ -400,6 +452,39 @@ def test_an_admin_creates_a_bound_read_only_key_sees_its_secret_once_and_revokes
     assert "lacks the scope 'admin'" in text(browser)
 
 
+def test_a_bad_key_request_shows_its_error_beside_the_field_and_writes_nothing(
+    browser: WebDriver, console: Console
+) -> None:
+    def keys_stored() -> int:
+        with db.connection() as conn:
+            return int(conn.execute("SELECT count(*) AS n FROM api_keys").fetchone()["n"])
+
+    before = keys_stored()
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/keys")
+    browser.find_element(By.ID, "key-name").send_keys("no-scopes")
+    for box in browser.find_elements(By.CSS_SELECTOR, "#key-form input[name=scopes]"):
+        if box.is_selected():
+            box.click()
+    browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
+    error = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "key-scopes-error")))
+    assert "at least one scope" in error.text
+    assert browser.find_element(By.CSS_SELECTOR, "#key-form fieldset").get_attribute("aria-describedby") == (
+        "key-scopes-error"
+    )
+    assert not browser.find_elements(By.ID, "key-user-error")
+    assert browser.find_element(By.ID, "key-name").get_attribute("value") == "no-scopes"  # kept for the retry
+
+    browser.find_element(By.CSS_SELECTOR, "#key-form input[name=scopes][value='memory:read']").click()
+    browser.find_element(By.ID, "key-user").send_keys("not a user id!")
+    browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
+    error = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "key-user-error")))
+    assert "user id must be" in error.text
+    assert browser.find_element(By.ID, "key-user").get_attribute("aria-describedby") == "key-user-error"
+    assert not browser.find_elements(By.ID, "key-scopes-error")
+    assert keys_stored() == before
+
+
 def test_erasing_a_user_needs_their_id_typed(browser: WebDriver, console: Console) -> None:
     with httpx.Client(base_url=console.url, headers={"Authorization": f"Bearer {console.admin}"}) as api:
         api.post("/v1/users/dora/memories", json={"key": "pet", "value": "Has a parrot"}).raise_for_status()
@@ -418,3 +503,59 @@ def test_erasing_a_user_needs_their_id_typed(browser: WebDriver, console: Consol
     assert "Erased dora" in notice.text and "dora" not in browser.find_element(By.ID, "results").text
     browser.get(f"{console.url}/console/users/dora/memories")
     assert "no user 'dora'" in text(browser)
+
+
+def test_the_lag_chart_shows_extraction_and_embedding_lag_from_postgres(browser: WebDriver, console: Console) -> None:
+    # Rows at noon five days ago (nothing else is that old): a message, two memories learned from it 30 s and
+    # 90 s later and embedded 4 s and 8 s after that, and the message's unit embedded 2 s after it was stored.
+    # Each is written with its embedding already recorded, so the running workers never claim them.
+    deadline = time.monotonic() + WAIT_S
+    with db.connection() as conn:
+        while (
+            vector := conn.execute("SELECT embedding FROM memory_chunks WHERE embedding IS NOT NULL LIMIT 1").fetchone()
+        ) is None:
+            assert time.monotonic() < deadline, "no chunk was embedded"
+            time.sleep(0.2)
+    with db.connection() as conn:
+        tenant_id = ensure_tenant(conn, "tenant-a")
+        user_id = ensure_user(conn, tenant_id, "lagtester")
+        session_id = ensure_session(conn, tenant_id, user_id, "lag-1")
+        noon = conn.execute(
+            "SELECT date_trunc('day', now()) - interval '5 days' + interval '12 hours' AS at"
+        ).fetchone()["at"]
+        message = conn.execute(
+            """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content, created_at)
+               VALUES (%s, %s, %s, 'user', 'I moved to Oslo', %s) RETURNING id""",
+            (tenant_id, user_id, session_id, noon),
+        ).fetchone()["id"]
+        conn.execute(
+            """UPDATE memory_chunks SET embedding = %s, created_at = %s, embedded_at = %s + interval '2 seconds'
+               WHERE message_id = %s""",
+            (vector["embedding"], noon, noon, message),
+        )
+        for key, learned, embedded in (("city", 30, 4), ("country", 90, 8)):
+            conn.execute(
+                """INSERT INTO memories (tenant_id, user_id, namespace, key, value, source, source_message_ids,
+                                         created_at, updated_at, embedded_at)
+                   VALUES (%(t)s, %(u)s, 'tacit/facts', %(k)s, 'Oslo', 'extraction', ARRAY[%(m)s]::bigint[],
+                           %(at)s + make_interval(secs => %(l)s), %(at)s + make_interval(secs => %(l)s),
+                           %(at)s + make_interval(secs => %(l)s + %(e)s))""",
+                {"t": tenant_id, "u": user_id, "k": key, "m": message, "at": noon, "l": learned, "e": embedded},
+            )
+        day = conn.execute(
+            "SELECT extract(epoch FROM date_trunc('day', %s::timestamptz))::bigint AS t", (noon,)
+        ).fetchone()["t"]
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/charts")
+    WebDriverWait(browser, WAIT_S).until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, '[data-chart="lag"][data-drawn="true"] canvas'))
+    )
+    legend = browser.find_element(By.CSS_SELECTOR, '[data-chart="lag"] .u-legend').text
+    assert "extraction p95 s" in legend and "message embedding p50 s" in legend
+    with httpx.Client(base_url=console.url, cookies=cookies_of(browser)) as client:
+        lag = client.get("/console/api/charts/lag").json()
+    at = lag["t"].index(day)
+    extraction, memory, unit = (lag["kinds"][k] for k in ("extraction", "memory_embedding", "message_embedding"))
+    assert extraction["n"][at] == 2 and extraction["p50_s"][at] == 60 and extraction["p95_s"][at] == 87
+    assert memory["n"][at] == 2 and memory["p50_s"][at] == 6 and memory["p95_s"][at] == pytest.approx(7.8)
+    assert unit["n"][at] == 1 and unit["p50_s"][at] == 2
