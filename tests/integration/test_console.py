@@ -14,6 +14,7 @@ import httpx
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -114,6 +115,13 @@ def sign_in(browser: WebDriver, console: Console, key: str) -> None:
     WebDriverWait(browser, WAIT_S).until(ec.url_contains("/console/users"))
 
 
+def shown(browser: WebDriver, element_id: str) -> WebElement:
+    """The element once the page the last click sent for has it: a form's POST is answered with a new page, and
+    a click returns before that page is loaded."""
+    found: WebElement = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, element_id)))
+    return found
+
+
 def text(browser: WebDriver) -> str:
     return browser.find_element(By.TAG_NAME, "main").text
 
@@ -146,7 +154,7 @@ def test_sign_in_with_a_key_shows_the_users_and_sign_out_ends_it(browser: WebDri
     screenshot(browser, "sign-in")
     browser.find_element(By.ID, "api_key").send_keys("egm_not-a-key")
     browser.find_element(By.ID, "sign-in").click()
-    assert "not valid" in browser.find_element(By.ID, "api_key-error").text
+    assert "not valid" in shown(browser, "api_key-error").text
 
     sign_in(browser, console, console.admin)
     page = text(browser)
@@ -217,7 +225,7 @@ def test_create_edit_and_delete_a_memory_in_the_browser(browser: WebDriver, cons
     browser.get(f"{console.url}/console/users/alice/memories/new")
     browser.find_element(By.ID, "key").send_keys("garden")
     browser.find_element(By.CSS_SELECTOR, "#memory-form button").click()  # no value: refused, nothing written
-    assert browser.find_element(By.ID, "value-error").text
+    assert shown(browser, "value-error").text
     with db.connection() as conn:
         assert conn.execute("SELECT count(*) AS n FROM memories WHERE key = 'garden'").fetchone()["n"] == 0
 
@@ -493,7 +501,7 @@ def test_erasing_a_user_needs_their_id_typed(browser: WebDriver, console: Consol
     browser.find_element(By.ID, "erase-link").click()
     WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "confirm"))).send_keys("dor")
     browser.find_element(By.CSS_SELECTOR, "#erase-form button").click()
-    assert "exactly" in browser.find_element(By.ID, "confirm-error").text  # nothing erased
+    assert "exactly" in shown(browser, "confirm-error").text  # nothing erased
     with db.connection() as conn:
         assert conn.execute("SELECT count(*) AS n FROM users WHERE external_id = 'dora'").fetchone()["n"] == 1
 
