@@ -27,7 +27,7 @@ from shared.embeddings.cache import cache_model, check_vectors, register_vector_
 from shared.embeddings.providers import OnnxLocalEmbedder
 from shared.embeddings.space import follow_recorded_space
 from shared.logging import get_logger
-from shared.memory import query_parts
+from shared.memory import follow_up, query_parts
 from shared.memory.reads import touch_accessed
 from shared.memory.rows import Scope
 from shared.memory.search import Ask, Found, SearchFilters, SearchOptions, SearchResult, find, find_many
@@ -163,7 +163,8 @@ def search_memories(
     """The best `limit` results for `query`. When it names a time (resolved against `as_of`, default now) and
     the filters set none, what falls in that window is searched for on its own too and ranks first: "what
     did I say last May" puts May's excerpt above a closer match from June. When it names several people
-    who speak in the user's conversations, it is also asked once per person (query_parts)."""
+    who speak in the user's conversations, it is also asked once per person (query_parts). What its best hit
+    leads to is searched for too (follow_up)."""
     settings = get_settings()
     options = options_from_settings(settings, limit)
     if mode in ("weighted", "rrf"):
@@ -178,20 +179,28 @@ def search_memories(
     whole = find(conn, scope, query, query_vector=vector, filters=filters, options=options)
     window = resolving.result() if resolving is not None else None
     asked_apart = query_parts.parts(query, whole.named_speakers)
-    if window is None and not asked_apart:
-        results = whole.results
-    else:
-        # What else is asked (the window's search, each person's part and its window) goes in one round trip,
-        # the parts' vectors from one model call.
-        within = dataclasses.replace(filters, since=window.start, until=window.end) if window else None
-        part_vectors = query_vectors(conn, asked_apart, space_rows) if asked_apart else None
-        questions = [Ask(query, vector, filters)] + [
-            Ask(part, part_vectors[index] if part_vectors else None, filters) for index, part in enumerate(asked_apart)
-        ]
-        asks = [ask for question in questions for ask in _asks_of(question, within)][1:]  # the whole one ran
-        found = iter([whole, *find_many(conn, scope, asks, options)])
-        ranked = [_window_first(next(found), next(found) if within else None, options) for _ in questions]
-        results = ranked[0] if len(ranked) == 1 else query_parts.take_turns(ranked, limit)
+    following = follow_up.follow_up_query(query, whole.results)
+    if window is None and not asked_apart and following is None:
+        return _touched(conn, scope, whole.results, touch)
+    # What else is asked (the window's search, each person's part and its window, the follow-up of the best hit)
+    # goes in one round trip, the parts' vectors from one model call.
+    within = dataclasses.replace(filters, since=window.start, until=window.end) if window else None
+    part_vectors = query_vectors(conn, asked_apart, space_rows) if asked_apart else None
+    questions = [Ask(query, vector, filters)] + [
+        Ask(part, part_vectors[index] if part_vectors else None, filters) for index, part in enumerate(asked_apart)
+    ]
+    asks = [ask for question in questions for ask in _asks_of(question, within)][1:]  # the whole one ran
+    if following is not None:
+        asks.append(Ask(following, None, filters))  # no vector: the follow-up is the full-text leg's
+    found = iter([whole, *find_many(conn, scope, asks, options)])
+    ranked = [_window_first(next(found), next(found) if within else None, options) for _ in questions]
+    results = ranked[0] if len(ranked) == 1 else query_parts.take_turns(ranked, limit)
+    if following is not None:
+        results = follow_up.merge(results, next(found).results, limit)
+    return _touched(conn, scope, results, touch)
+
+
+def _touched(conn: Conn, scope: Scope, results: list[SearchResult], touch: bool) -> list[SearchResult]:
     if touch:
         touch_accessed(conn, scope, [r.id for r in results if r.id is not None])
     return results

@@ -277,6 +277,36 @@ def test_a_question_about_two_people_brings_back_what_each_of_them_said(
     assert {name for name, _ in found("What did Ann cook?")} == {"Ann"}
 
 
+def test_what_the_best_hit_leads_to_is_found_though_it_shares_no_word_with_the_question(
+    api: httpx.Client, recall_stack: CeleryStack
+) -> None:
+    best = "My old neighbourhood was hit by a nasty flood last week, so many homes were ruined"
+    led_to = "I want to help rebuild my old neighbourhood, Westbrook, over the summer"
+    others = ["The flood warnings on the news scared me", "Heavy rain flooded the parking lot at work",
+              "The storm hit the coast on Monday", "We went to the gym after a flood of emails",
+              "That song was a big hit on the radio", "The river flooded the fields near the farm",
+              "Flood insurance is so expensive now", "I hit my head on the cupboard door",
+              "A flood of tourists arrived for the festival"]  # fmt: skip
+    said = [
+        {"role": "user", "name": "Maria", "content": text, "created_at": f"2023-05-08T10:{n:02d}:00Z"}
+        for n, text in enumerate([best, led_to, *others])
+    ]
+    _ingest(api, "news", *said)
+    wait_idle(api, "news")
+
+    def found(limit: int) -> list[str]:
+        body = {"query": "What was hit by a flood?", "limit": limit}
+        response = api.post("/v1/users/alice/memories/search", json=body)
+        assert response.status_code == 200, response.text
+        return [r["value"] for r in response.json()["results"]]
+
+    # The first seven places are the question's own search: its words are in every other line, not in this one.
+    first_seven = found(7)
+    assert first_seven[0] == best and led_to not in first_seven, first_seven
+    # The best hit's own words ("old neighbourhood") lead to it: the follow-up's first new result takes place 8.
+    assert found(8)[7] == led_to
+
+
 def test_a_short_budget_holds_no_fact_beside_the_excerpt_it_came_from(
     api: httpx.Client, recall_stack: CeleryStack
 ) -> None:

@@ -88,7 +88,7 @@ class _Provider:
     name = "anthropic"
 
 
-def test_a_turns_context_is_two_round_trips(conn: Conn) -> None:
+def test_a_turns_context_is_three_round_trips(conn: Conn) -> None:
     # The embedding space as a running system has it: committed. The suite has every search check it again
     # (ENGRAM_EMBEDDING_SPACE_CHECK_SECONDS=0): that check uses the row read with the others.
     with db.connection() as setup:
@@ -112,8 +112,9 @@ def test_a_turns_context_is_two_round_trips(conn: Conn) -> None:
     with wire_messages(conn) as sent:
         history, context = read_turn_context(conn, second, deps)
 
-    # The reads together (the embedding space among them); the search with its settings.
-    assert waits(sent) == 2, sent
+    # The reads together (the embedding space among them); the search with its settings; the follow-up of its best
+    # hit (shared/memory/follow_up.py), which needs that hit's words first.
+    assert waits(sent) == 3, sent
     assert [m.content for m in history] == ["Hello, I am Alice.", "Which dog does she own?"]
     assert [m["value"] for m in context.dynamic.relevant] == [FACTS["pet"]]
     assert context.knowledge is not None and context.knowledge.rebuilt is None
