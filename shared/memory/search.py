@@ -38,7 +38,6 @@ The benchmark page of the docs has the figures (ops/bench/locomo_retrieval.py).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -177,10 +176,9 @@ def find_many(conn: Conn, scope: Scope, asks: Sequence[Ask], options: SearchOpti
     """Several searches of one user with the same options, sent in one round trip (the parts of a question, its
     time window): each statement still runs on its own, in order."""
     options = options or SearchOptions()
-    each = [options if ask.limit is None else dataclasses.replace(options, limit=ask.limit) for ask in asks]
     statements = [
-        search_statement(scope, ask.query, query_vector=ask.query_vector, filters=ask.filters, options=ask_options)
-        for ask, ask_options in zip(asks, each, strict=True)
+        search_statement(scope, ask.query, query_vector=ask.query_vector, filters=ask.filters, options=options)
+        for ask in asks
     ]
     queries: dict[str, Query] = {}
     if any("qvec" in params for _, params in statements):
@@ -192,10 +190,7 @@ def find_many(conn: Conn, scope: Scope, asks: Sequence[Ask], options: SearchOpti
         )
     queries.update({str(index): statement for index, statement in enumerate(statements)})
     rows = fetch_together(conn, queries)
-    return [
-        _found(rows[str(index)], ask_options, "qvec" in params)
-        for index, ((_, params), ask_options) in enumerate(zip(statements, each, strict=True))
-    ]
+    return [_found(rows[str(index)], options, "qvec" in params) for index, (_, params) in enumerate(statements)]
 
 
 def _found(rows: Sequence[dict[str, Any]], options: SearchOptions, use_vector: bool) -> Found:

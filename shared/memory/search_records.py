@@ -102,10 +102,8 @@ class Found:
 
 @dataclass(frozen=True)
 class Ask:
-    """One search of `find_many`: a query, its vector (None = no vector leg), its filters and how many results it
-    needs (None = the options' limit)."""
+    """One search of `find_many`: a query, its vector (None = no vector leg) and its filters."""
 
     query: str
     query_vector: Sequence[float] | None = None
     filters: SearchFilters | None = None
-    limit: int | None = None
