@@ -4,7 +4,8 @@
   holding fifty, and the statements the gateway sends Postgres (counted from libpq's trace of every pooled
   connection) are the same;
 - every list pages on, with links that keep the page's other parameters;
-- a bad filter or page number is said beside its field, and the list is shown as without it."""
+- a bad filter or page number is said beside its field, and the list is shown as without it;
+- the lag chart reads one tenant's transcript units by their index."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from psycopg import ClientCursor
 from psycopg.types.json import Jsonb
 
 from api.console.session import KEY_COOKIE, NONCE_COOKIE
 from shared import db
 from shared.auth import ensure_tenant
 from shared.channels.connections import upsert_connection
+from shared.console.charts import LAG_SQL
 from shared.keys import create_api_key
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, add_sources, store_memory
@@ -158,6 +161,31 @@ def test_a_page_issues_as_many_statements_for_fifty_rows_as_for_one(
         assert shown[MANY].count('class="turn"') == MANY and shown[FEW].count('class="turn"') == FEW
     else:
         assert 'rel="next"' in shown[MANY] and 'rel="next"' not in shown[FEW]
+
+
+def test_the_lag_chart_reads_one_tenants_transcript_units_by_their_index(tenants: dict[int, Tenant]) -> None:
+    # A crowded tenant's 3,000 units (300 sessions of 10 messages) beside the seeded tenants' few: reading one
+    # tenant's by scanning every tenant's is the plan the index replaces.
+    with db.connection() as conn:
+        crowd = ensure_tenant(conn, "crowd")
+        talker = ensure_user(conn, crowd, "talker")
+        conn.execute(
+            """INSERT INTO sessions (tenant_id, user_id, channel, session_key)
+               SELECT %s, %s, 'api', 'chat-' || i FROM generate_series(1, 300) AS i""",
+            (crowd, talker),
+        )
+        conn.execute(
+            """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content)
+               SELECT %s, %s, s.id, 'user', 'message ' || i
+               FROM sessions s CROSS JOIN generate_series(1, 10) AS i WHERE s.user_id = %s""",
+            (crowd, talker, talker),
+        )
+        conn.execute("ANALYZE memory_chunks")
+        quiet = ensure_tenant(conn, f"rows-{FEW}")
+        explained = ClientCursor(conn).execute("EXPLAIN " + LAG_SQL, {"tenant": quiet, "days": 30}).fetchall()
+    plan = "\n".join(str(row["QUERY PLAN"]) for row in explained)
+    print(plan)
+    assert "memory_chunks_tenant_created_idx" in plan and "Seq Scan on memory_chunks" not in plan, plan
 
 
 def _rows(text: str, table: str, row_start: str) -> int:
