@@ -95,11 +95,21 @@ def tenant_id_of(conn: Conn, tenant_name: str) -> int | None:
     return int(row["id"]) if row else None
 
 
-def list_api_keys(conn: Conn, tenant_id: int, *, include_revoked: bool = False) -> list[dict[str, Any]]:
+def list_api_keys(
+    conn: Conn,
+    tenant_id: int,
+    *,
+    include_revoked: bool = False,
+    newest_first: bool = False,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
+    """The tenant's keys in id order (newest first if asked): all of them, or `limit` from `offset` on."""
+    order = "id DESC" if newest_first else "id"
     return conn.execute(
         f"""SELECT {KEY_COLUMNS} FROM api_keys
-            WHERE tenant_id = %s AND (%s OR revoked_at IS NULL) ORDER BY id""",
-        (tenant_id, include_revoked),
+            WHERE tenant_id = %s AND (%s OR revoked_at IS NULL) ORDER BY {order} LIMIT %s OFFSET %s""",
+        (tenant_id, include_revoked, limit, offset),
     ).fetchall()
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, Path, Request, status
+from fastapi import APIRouter, Form, Path, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from api.console.filters import Filters
 from api.console.render import page
 from api.console.session import Admin, AdminPost, ConsoleError, Signed
 from shared import db
 from shared.auth import DEFAULT_SCOPES, SCOPES
+from shared.console.paging import make_page, page_bounds
 from shared.keys import KeyRequestInvalid, create_api_key, list_api_keys, revoke_api_key, rotate_api_key
 
 router = APIRouter(prefix="/console/keys", include_in_schema=False)
@@ -26,9 +28,13 @@ def _page(
     errors: dict[str, str] | None = None,
     values: dict[str, Any] | None = None,
     code: int = 200,
+    number: int = 1,
 ) -> HTMLResponse:
+    """The keys page: a page of the tenant's active keys, newest first (a key just made is on the first)."""
+    limit, offset = page_bounds(number)
     with db.connection() as conn:
-        keys = list_api_keys(conn, signed.principal.id)
+        rows = list_api_keys(conn, signed.principal.id, newest_first=True, limit=limit, offset=offset)
+    keys = make_page(rows, number)
     return page(
         request,
         "keys.html",
@@ -39,14 +45,19 @@ def _page(
             "errors": errors or {},
             "scopes": SCOPES,
             "values": values or {"scopes": list(DEFAULT_SCOPES)},
+            "query": {},
         },
         status_code=code,
     )
 
 
 @router.get("", response_class=HTMLResponse)
-def keys_page(request: Request, signed: Admin) -> HTMLResponse:
-    return _page(request, signed)
+def keys_page(
+    request: Request, signed: Admin, page_number: Annotated[str, Query(alias="page", max_length=2000)] = ""
+) -> HTMLResponse:
+    given = Filters()
+    number = given.page(page_number)
+    return _page(request, signed, errors=given.errors, code=given.status_code, number=number)
 
 
 @router.post("", response_class=HTMLResponse)

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
+from api.console.filters import Filters
 from api.console.memories import UserId, user_scope
 from api.console.render import page
 from api.console.session import MemoryReader
@@ -15,19 +16,30 @@ from shared import db
 from shared.console.knowledge import MEMORIES_PER_ENTITY, entity_page, reflection_page
 
 router = APIRouter(prefix="/console/users/{user_id}", include_in_schema=False)
-PageNumber = Annotated[int, Query(alias="page", ge=1, le=400)]
+PageNumber = Annotated[str, Query(alias="page", max_length=2000)]
 
 
 @router.get("/entities", response_class=HTMLResponse)
-def entities(request: Request, user_id: UserId, signed: MemoryReader, page_number: PageNumber = 1) -> HTMLResponse:
+def entities(request: Request, user_id: UserId, signed: MemoryReader, page_number: PageNumber = "") -> HTMLResponse:
+    given = Filters()
+    number = given.page(page_number)
     with db.connection() as conn:
-        found = entity_page(conn, user_scope(conn, signed.principal.id, user_id), page=page_number)
-    context = {"user_id": user_id, "entities": found, "query": {}, "per_entity": MEMORIES_PER_ENTITY}
-    return page(request, "entities.html", signed, context)
+        found = entity_page(conn, user_scope(conn, signed.principal.id, user_id), page=number)
+    context = {
+        "user_id": user_id,
+        "entities": found,
+        "query": {},
+        "per_entity": MEMORIES_PER_ENTITY,
+        "errors": given.errors,
+    }
+    return page(request, "entities.html", signed, context, status_code=given.status_code)
 
 
 @router.get("/reflections", response_class=HTMLResponse)
-def reflections(request: Request, user_id: UserId, signed: MemoryReader, page_number: PageNumber = 1) -> HTMLResponse:
+def reflections(request: Request, user_id: UserId, signed: MemoryReader, page_number: PageNumber = "") -> HTMLResponse:
+    given = Filters()
+    number = given.page(page_number)
     with db.connection() as conn:
-        found = reflection_page(conn, user_scope(conn, signed.principal.id, user_id), page=page_number)
-    return page(request, "reflections.html", signed, {"user_id": user_id, "reflections": found, "query": {}})
+        found = reflection_page(conn, user_scope(conn, signed.principal.id, user_id), page=number)
+    context = {"user_id": user_id, "reflections": found, "query": {}, "errors": given.errors}
+    return page(request, "reflections.html", signed, context, status_code=given.status_code)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import date
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Path, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from api.console.filters import Filters
 from api.console.forms import check, split_tags
 from api.console.render import page
 from api.console.session import ConsoleError, MemoryReader, MemoryWriter, Signed
@@ -48,15 +48,10 @@ def _owner(signed: Signed, user_id: str) -> UserRef:
     return UserRef(signed.principal.id, user_id)
 
 
-def _day(name: str, text: str) -> date | None:
-    if not text.strip():
-        return None
-    try:
-        return date.fromisoformat(text.strip())
-    except ValueError as exc:
-        raise ConsoleError(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, f"{name}: expected a date such as 2026-03-01 (it was {text!r})"
-        ) from exc
+# Each text filter's longest value, said beside its field when exceeded. `Raw`'s bound only keeps a crafted URL
+# cheap: beyond it the request gets the error page.
+LONGEST = {"q": 500, "namespace": 200, "tag": 100}
+Raw = Annotated[str, Query(max_length=2000)]
 
 
 @router.get("", response_class=HTMLResponse)
@@ -64,41 +59,52 @@ def memory_list(
     request: Request,
     user_id: UserId,
     signed: MemoryReader,
-    q: Annotated[str, Query(max_length=500)] = "",
-    kind: Annotated[str, Query(max_length=20)] = "",
-    namespace: Annotated[str, Query(max_length=200)] = "",
-    tag: Annotated[str, Query(max_length=100)] = "",
-    sort: Annotated[str, Query(max_length=20)] = DEFAULT_SORT,
-    field: Annotated[str, Query(alias="date", max_length=20)] = "updated",
-    start: Annotated[str, Query(alias="from", max_length=40)] = "",  # a form's empty date field sends ""
-    end: Annotated[str, Query(alias="to", max_length=40)] = "",
-    page_number: Annotated[int, Query(alias="page", ge=1, le=400)] = 1,
+    q: Raw = "",
+    kind: Raw = "",
+    namespace: Raw = "",
+    tag: Raw = "",
+    sort: Raw = DEFAULT_SORT,
+    field: Annotated[str, Query(alias="date", max_length=2000)] = "updated",
+    start: Annotated[str, Query(alias="from", max_length=2000)] = "",  # a form's empty date field sends ""
+    end: Annotated[str, Query(alias="to", max_length=2000)] = "",
+    page_number: Annotated[str, Query(alias="page", max_length=2000)] = "",
     deleted: Annotated[int, Query(ge=0, le=1000, description="How many a bulk delete just deleted")] = 0,
 ) -> HTMLResponse:
-    if kind and kind not in KINDS:
-        raise ConsoleError(status.HTTP_400_BAD_REQUEST, f"unknown kind {kind!r}; kinds are {', '.join(KINDS)}")
-    filters = MemoryFilters(kind=kind or None, namespace=namespace.strip() or None, tag=tag.strip() or None)
-    window = TimeWindow(field=field, start=_day("from", start), end=_day("to", end))
+    given = Filters()
+    q = given.text(q, "q", LONGEST["q"])
+    namespace = given.text(namespace, "namespace", LONGEST["namespace"])
+    tag = given.text(tag, "tag", LONGEST["tag"])
+    kind = given.choice(kind, KINDS, "kind", "kind")
+    sort = given.choice(sort, SORTS, "sort", "order", DEFAULT_SORT)
+    window = TimeWindow(
+        field=given.choice(field, TIME_FIELDS, "date", "date field", "updated"),
+        start=given.day(start, "from"),
+        end=given.day(end, "to"),
+    )
     try:
         check_list(sort, window)
-    except ListRefused as exc:
-        raise ConsoleError(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
+    except ListRefused as exc:  # the window ends before it starts: listed without it
+        given.refuse("to", str(exc))
+        window = TimeWindow(field=window.field)
+    number = given.page(page_number)
+    filters = MemoryFilters(kind=kind or None, namespace=namespace.strip() or None, tag=tag.strip() or None)
     searching = bool(q.strip())
 
     def run(conn: Conn) -> Page:
         scope = user_scope(conn, signed.principal.id, user_id)
         if searching:  # ranked best first over every active memory: the order and dates are the list's
-            return memories.memory_page(conn, scope, query=q.strip(), filters=filters, page=page_number)
-        return list_page(conn, scope, filters, sort=sort, window=window, page=page_number)
+            return memories.memory_page(conn, scope, query=q.strip(), filters=filters, page=number)
+        return list_page(conn, scope, filters, sort=sort, window=window, page=number)
 
     found = read(run)
+    # The fields and the links to other pages carry the filters in use; a bad value is quoted in its message.
     query = {
         "q": q,
         "kind": kind,
         "namespace": namespace,
         "tag": tag,
         "sort": "" if sort == DEFAULT_SORT else sort,
-        "date": "" if field == "updated" else field,
+        "date": "" if window.field == "updated" else window.field,
         "from": window.start.isoformat() if window.start else "",
         "to": window.end.isoformat() if window.end else "",
     }
@@ -110,6 +116,7 @@ def memory_list(
             "user_id": user_id,
             "memories": found,
             "query": query,
+            "errors": given.errors,
             "kinds": KINDS,
             "sorts": SORTS,
             "sort": sort,
@@ -118,6 +125,7 @@ def memory_list(
             "searching": searching,
             "deleted": deleted,
         },
+        status_code=given.status_code,
     )
 
 
@@ -166,24 +174,41 @@ def create_memory(
 
 
 def _detail_page(
-    request: Request, signed: Signed, user_id: str, memory_id: int, errors: dict[str, str], code: int = 200
+    request: Request,
+    signed: Signed,
+    user_id: str,
+    memory_id: int,
+    errors: dict[str, str],
+    code: int = 200,
+    *,
+    history_page: int = 1,
 ) -> HTMLResponse:
     with db.connection() as conn:
-        detail = memories.memory_detail(conn, user_scope(conn, signed.principal.id, user_id), memory_id)
+        detail = memories.memory_detail(
+            conn, user_scope(conn, signed.principal.id, user_id), memory_id, history_page=history_page
+        )
     if detail is None:
         raise ConsoleError(status.HTTP_404_NOT_FOUND, f"user {user_id!r} has no memory {memory_id}")
     return page(
         request,
         "memory.html",
         signed,
-        {"user_id": user_id, "detail": detail, "m": detail.memory, "errors": errors},
+        {"user_id": user_id, "detail": detail, "m": detail.memory, "errors": errors, "query": {}},
         status_code=code,
     )
 
 
 @router.get("/{memory_id}", response_class=HTMLResponse)
-def memory_page(request: Request, user_id: UserId, memory_id: MemoryId, signed: MemoryReader) -> HTMLResponse:
-    return _detail_page(request, signed, user_id, memory_id, {})
+def memory_page(
+    request: Request,
+    user_id: UserId,
+    memory_id: MemoryId,
+    signed: MemoryReader,
+    history: Annotated[str, Query(max_length=2000, description="The history's page")] = "",
+) -> HTMLResponse:
+    given = Filters()
+    number = given.page(history, "history")
+    return _detail_page(request, signed, user_id, memory_id, given.errors, given.status_code, history_page=number)
 
 
 @router.post("/{memory_id}")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Request, status
+from fastapi import APIRouter, Form, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from api.console.filters import Filters
 from api.console.render import page
 from api.console.session import Admin, AdminPost, Signed
 from shared import db
@@ -16,15 +17,43 @@ from shared.console.operations import RunRefused, operations, run_now
 router = APIRouter(prefix="/console/operations", include_in_schema=False)
 
 
-def _page(request: Request, signed: Signed, *, error: str = "", queued: str = "", code: int = 200) -> HTMLResponse:
+PageNumber = Annotated[str, Query(max_length=2000)]
+
+
+def _page(
+    request: Request,
+    signed: Signed,
+    *,
+    error: str = "",
+    queued: str = "",
+    code: int = 200,
+    runs: int = 1,
+    deliveries: int = 1,
+    errors: dict[str, str] | None = None,
+) -> HTMLResponse:
     with db.connection() as conn:
-        ops = operations(conn, get_settings(), signed.principal.id)
-    return page(request, "operations.html", signed, {"ops": ops, "error": error, "queued": queued}, status_code=code)
+        ops = operations(conn, get_settings(), signed.principal.id, runs_page=runs, deliveries_page=deliveries)
+    # Each list's page links keep the other list's page.
+    query = {"runs": runs if runs > 1 else "", "deliveries": deliveries if deliveries > 1 else ""}
+    context = {"ops": ops, "error": error, "queued": queued, "query": query, "errors": errors or {}}
+    return page(request, "operations.html", signed, context, status_code=code)
 
 
 @router.get("", response_class=HTMLResponse)
-def operations_page(request: Request, signed: Admin, queued: str = "") -> HTMLResponse:
-    return _page(request, signed, queued=queued[:100])
+def operations_page(
+    request: Request, signed: Admin, queued: str = "", runs: PageNumber = "", deliveries: PageNumber = ""
+) -> HTMLResponse:
+    given = Filters()
+    runs_page, deliveries_page = given.page(runs, "runs"), given.page(deliveries, "deliveries")
+    return _page(
+        request,
+        signed,
+        queued=queued[:100],
+        runs=runs_page,
+        deliveries=deliveries_page,
+        errors=given.errors,
+        code=given.status_code,
+    )
 
 
 @router.post("/run")

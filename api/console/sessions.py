@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, status
 from fastapi.responses import HTMLResponse
 
+from api.console.filters import Filters
 from api.console.memories import UserId, user_scope
 from api.console.render import page
 from api.console.session import ChatReader, ConsoleError
@@ -21,6 +22,7 @@ router = APIRouter(prefix="/console/users/{user_id}/sessions", include_in_schema
 
 SessionKey = Annotated[str, Path(pattern=ID_PATTERN)]
 Channel = Annotated[str, Query(pattern=ID_PATTERN)]
+PageNumber = Annotated[str, Query(alias="page", max_length=2000)]
 
 
 @router.get("", response_class=HTMLResponse)
@@ -28,10 +30,13 @@ def sessions(
     request: Request,
     user_id: UserId,
     signed: ChatReader,
-    page_number: Annotated[int, Query(alias="page", ge=1, le=400)] = 1,
+    page_number: PageNumber = "",
 ) -> HTMLResponse:
-    found = read(lambda conn: list_sessions(conn, user_scope(conn, signed.principal.id, user_id), page=page_number))
-    return page(request, "sessions.html", signed, {"user_id": user_id, "sessions": found, "query": {}})
+    given = Filters()
+    number = given.page(page_number)
+    found = read(lambda conn: list_sessions(conn, user_scope(conn, signed.principal.id, user_id), page=number))
+    context = {"user_id": user_id, "sessions": found, "query": {}, "errors": given.errors}
+    return page(request, "sessions.html", signed, context, status_code=given.status_code)
 
 
 @router.get("/{session_key}", response_class=HTMLResponse)
@@ -41,9 +46,11 @@ def session_transcript(
     session_key: SessionKey,
     signed: ChatReader,
     channel: Channel = "api",
-    page_number: Annotated[int, Query(alias="page", ge=1, le=400)] = 1,
+    page_number: PageNumber = "",
     message: Annotated[int, Query(ge=0, le=2**63 - 1, description="Show the page holding this message")] = 0,
 ) -> HTMLResponse:
+    given = Filters()
+    number = given.page(page_number)
     with db.connection() as conn:
         found = transcript(
             conn,
@@ -51,7 +58,7 @@ def session_transcript(
             user_id,
             session_key,
             channel=channel,
-            page=page_number,
+            page=number,
             message_id=message,
         )
     if found is None:
@@ -66,7 +73,9 @@ def session_transcript(
             "t": found,
             "highlight": message,
             "query": {"channel": channel if channel != "api" else ""},
+            "errors": given.errors,
         },
+        status_code=given.status_code,
     )
 
 

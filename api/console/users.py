@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, status
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from api.console.filters import Filters
 from api.console.render import page
-from api.console.session import ConsoleError, MemoryReader
+from api.console.session import MemoryReader
 from shared.console.users import ORDERS, list_users
 from shared.replicas import read
 
 router = APIRouter(prefix="/console", include_in_schema=False)
+LONGEST_SEARCH = 200
 
 
 @router.get("")
@@ -25,17 +27,19 @@ def home() -> RedirectResponse:
 def users(
     request: Request,
     signed: MemoryReader,
-    q: Annotated[str, Query(max_length=200)] = "",
+    q: Annotated[str, Query(max_length=2000)] = "",
     erased: Annotated[str, Query(max_length=200)] = "",
-    sort: Annotated[str, Query(max_length=20)] = "id",
-    page_number: Annotated[int, Query(alias="page", ge=1, le=400)] = 1,
+    sort: Annotated[str, Query(max_length=2000)] = "id",
+    page_number: Annotated[str, Query(alias="page", max_length=2000)] = "",
 ) -> HTMLResponse:
-    if sort not in ORDERS:
-        raise ConsoleError(status.HTTP_400_BAD_REQUEST, f"unknown order {sort!r}; orders are {', '.join(ORDERS)}")
+    given = Filters()
+    q = given.text(q, "q", LONGEST_SEARCH)
+    sort = given.choice(sort, ORDERS, "sort", "order", "id")
+    number = given.page(page_number)
     principal = signed.principal
     found = read(
         lambda conn: list_users(
-            conn, principal.id, search=q.strip(), only=principal.user_external_id, order=sort, page=page_number
+            conn, principal.id, search=q.strip(), only=principal.user_external_id, order=sort, page=number
         )
     )
     return page(
@@ -49,5 +53,7 @@ def users(
             "orders": ORDERS,
             "query": {"q": q, "sort": "" if sort == "id" else sort},
             "erased": erased,
+            "errors": given.errors,
         },
+        status_code=given.status_code,
     )

@@ -169,10 +169,12 @@ def _pages(memory_id: int, sessions: int) -> dict[str, str]:
         "transcript": f"/console/users/heavy/sessions/{middle}",
         "context": f"/console/users/heavy/sessions/{middle}/context",
         "operations": "/console/operations",
+        "keys": "/console/keys",
         "chart cache": "/console/api/charts/cache",
         "chart llm-calls": "/console/api/charts/llm-calls",
         "chart turns": "/console/api/charts/turns",
         "chart memories": "/console/api/charts/memories",
+        "chart lag": "/console/api/charts/lag",
     }
 
 

@@ -99,9 +99,15 @@ def deliveries_to_redrive(conn: Conn, stalled_seconds: float, limit: int = 200) 
 
 
 def list_deliveries(
-    conn: Conn, tenant_id: int, status: str | None = None, limit: int = 100, before_id: int | None = None
+    conn: Conn,
+    tenant_id: int,
+    status: str | None = None,
+    limit: int = 100,
+    before_id: int | None = None,
+    offset: int = 0,
 ) -> list[dict[str, Any]]:
-    """Newest first. The text is left out: it is the user's conversation, readable through their export."""
+    """Newest first (`limit` from `offset` on, older than `before_id` if given). The text is left out: it is the
+    user's conversation, readable through their export."""
     return conn.execute(
         """SELECT d.id, c.kind, c.slug AS connection, u.external_id AS user_id, d.turn_id, d.target, d.status,
                   d.attempts, d.parts_sent, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.sent_at
@@ -109,6 +115,6 @@ def list_deliveries(
              JOIN channel_connections c ON c.id = d.connection_id
              LEFT JOIN users u ON u.id = d.user_id
             WHERE d.tenant_id = %s AND (%s::text IS NULL OR d.status = %s) AND (%s::bigint IS NULL OR d.id < %s)
-            ORDER BY d.id DESC LIMIT %s""",
-        (tenant_id, status, status, before_id, before_id, limit),
+            ORDER BY d.id DESC LIMIT %s OFFSET %s""",
+        (tenant_id, status, status, before_id, before_id, limit, offset),
     ).fetchall()

@@ -136,16 +136,9 @@ def memories_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
 LAG_KINDS = ("extraction", "memory_embedding", "message_embedding")
 
 
-def lag_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
-    """How long the pipeline takes, per day, p50 and p95 in seconds, each kind with how many rows it measured:
-    `extraction` is a memory's created_at minus the newest of its source messages said at or before it (what
-    was learned from a conversation, from the last message it came from to being stored); `memory_embedding`
-    is a memory's embedded_at minus its created_at; `message_embedding` is a transcript unit's (memory_chunks
-    with a message) embedded_at minus its created_at (when the message was stored). Rows still waiting are
-    not counted: the queue depths on the operations page show those."""
-    axis, index, rows = _daily_groups(
-        conn,
-        """WITH since AS (SELECT date_trunc('day', now()) - make_interval(days => %(days)s - 1) AS at),
+# Each kind's rows of one tenant since a day: read by the tenant and creation-time indexes (memories by
+# tenant; transcript units by tenant and created_at, migration 0022), not by scanning every tenant's rows.
+LAG_SQL = """WITH since AS (SELECT date_trunc('day', now()) - make_interval(days => %(days)s - 1) AS at),
            lags AS (
                SELECT 'extraction' AS kind, m.created_at AS at, m.created_at - s.said AS lag
                FROM memories m
@@ -162,10 +155,17 @@ def lag_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
            SELECT extract(epoch FROM date_trunc('day', at))::bigint AS t, kind, count(*) AS n,
                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM lag)) AS p50,
                   percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM lag)) AS p95
-           FROM lags GROUP BY 1, 2""",
-        tenant_id,
-        days,
-    )
+           FROM lags GROUP BY 1, 2"""
+
+
+def lag_daily(conn: Conn, tenant_id: int, days: int) -> dict[str, Any]:
+    """How long the pipeline takes, per day, p50 and p95 in seconds, each kind with how many rows it measured:
+    `extraction` is a memory's created_at minus the newest of its source messages said at or before it (what
+    was learned from a conversation, from the last message it came from to being stored); `memory_embedding`
+    is a memory's embedded_at minus its created_at; `message_embedding` is a transcript unit's (memory_chunks
+    with a message) embedded_at minus its created_at (when the message was stored). Rows still waiting are
+    not counted: the queue depths on the operations page show those."""
+    axis, index, rows = _daily_groups(conn, LAG_SQL, tenant_id, days)
     kinds: dict[str, dict[str, list[Any]]] = {
         kind: {"n": [0] * len(axis), "p50_s": [None] * len(axis), "p95_s": [None] * len(axis)} for kind in LAG_KINDS
     }

@@ -8,7 +8,7 @@ from typing import Any
 
 from shared.console.paging import PAGE_SIZE, Page, make_page, page_bounds
 from shared.db import Conn
-from shared.memory.reads import get_memory, list_memories, memory_history
+from shared.memory.reads import get_memory, list_memories, memory_events
 from shared.memory.search import SearchFilters
 from shared.memory.service import search_memories
 from shared.memory.store import Scope
@@ -62,7 +62,7 @@ def memory_page(conn: Conn, scope: Scope, *, query: str, filters: MemoryFilters,
 @dataclass(frozen=True)
 class MemoryDetail:
     memory: dict[str, Any]
-    history: list[dict[str, Any]]
+    history: Page  # a page of the memory's events, oldest first
     sources: list[MessageSource]
     entities: list[dict[str, Any]] = field(default_factory=list)
 
@@ -75,13 +75,14 @@ class MemoryDetail:
         return self.memory["valid_until"] is None
 
 
-def memory_detail(conn: Conn, scope: Scope, memory_id: int) -> MemoryDetail | None:
-    """The memory, its history (every event of its namespace and key), its source messages with their text,
-    and its entities: four queries whatever the memory."""
+def memory_detail(conn: Conn, scope: Scope, memory_id: int, *, history_page: int = 1) -> MemoryDetail | None:
+    """The memory, a page of its history (the events of its namespace and key), its source messages with their
+    text, and its entities: four queries whatever the memory."""
     memory = get_memory(conn, scope, memory_id)
     if memory is None:
         return None
-    history = memory_history(conn, scope, memory_id) or []
+    limit, offset = page_bounds(history_page)
+    history = make_page(memory_events(conn, scope, memory, limit=limit, offset=offset), history_page)
     sources = message_sources(conn, scope, memory["source_message_ids"], excerpts=True)
     entities = conn.execute(
         """SELECT e.canonical_name, e.entity_type, e.mention_count FROM memory_entities me

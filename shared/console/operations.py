@@ -10,6 +10,7 @@ from typing import Any
 from shared.channels.connections import list_connections
 from shared.channels.deliveries import list_deliveries
 from shared.config import Settings
+from shared.console.paging import Page, make_page, page_bounds
 from shared.db import Conn
 from shared.dispatch import get_dispatcher
 from shared.maintenance.jobs import overview
@@ -19,27 +20,31 @@ from shared.redis_client import get_redis
 from shared.turns import find_user_id
 from shared.worker_heartbeats import WorkerBeat, live_workers, unserved_queues
 
-RECENT_RUNS = 30
-RECENT_DELIVERIES = 20
+# Page sizes of the two lists that grow: the runs (a few a day per job and user) and the deliveries.
+RUNS_PAGE = 30
+DELIVERIES_PAGE = 20
 
 
 @dataclass(frozen=True)
 class Operations:
     jobs: list[dict[str, Any]]
-    runs: list[dict[str, Any]]
+    runs: Page
     queues: dict[str, int] | None  # None: the broker did not answer
     workers: list[WorkerBeat] | None  # None: Redis did not answer
     unserved: list[str]  # queues no live worker consumes
     # As the admin API lists them: a connection says which secrets are set, never their values; a delivery
     # leaves out the reply's text, and its error was redacted of the connection's secrets when stored.
     connections: list[dict[str, Any]]
-    deliveries: list[dict[str, Any]]
+    deliveries: Page
 
 
-def operations(conn: Conn, settings: Settings, tenant_id: int) -> Operations:
-    """Every job's schedule and last all-users run, the runs of every user of this tenant and the all-users
-    runs (most recent first), how many messages wait in each queue, the workers with a live heartbeat, and the
-    tenant's channels."""
+def operations(
+    conn: Conn, settings: Settings, tenant_id: int, *, runs_page: int = 1, deliveries_page: int = 1
+) -> Operations:
+    """Every job's schedule and last all-users run, a page of the runs of every user of this tenant and the
+    all-users runs (most recent first), how many messages wait in each queue, the workers with a live
+    heartbeat, the tenant's channels and a page of their deliveries (newest first)."""
+    runs_limit, runs_offset = page_bounds(runs_page, RUNS_PAGE)
     runs = conn.execute(
         """SELECT r.job, r.period, r.scope, r.status, r.changed, r.counts, r.error, r.started_at, r.finished_at,
                   u.external_id AS user_id
@@ -47,9 +52,11 @@ def operations(conn: Conn, settings: Settings, tenant_id: int) -> Operations:
            LEFT JOIN users u
                   ON u.id = CASE WHEN r.scope LIKE 'user:%%' THEN split_part(r.scope, ':', 3)::bigint END
            WHERE r.scope = 'all' OR r.scope LIKE %s
-           ORDER BY r.started_at DESC LIMIT %s""",
-        (f"user:{tenant_id}:%", RECENT_RUNS),
+           ORDER BY r.started_at DESC, r.id DESC LIMIT %s OFFSET %s""",
+        (f"user:{tenant_id}:%", runs_limit, runs_offset),
     ).fetchall()
+    deliveries_limit, deliveries_offset = page_bounds(deliveries_page, DELIVERIES_PAGE)
+    deliveries = list_deliveries(conn, tenant_id, limit=deliveries_limit, offset=deliveries_offset)
     try:
         depths: dict[str, int] | None = queue_depths(get_redis(), QUEUES)
     except Exception:  # the broker away: the page still shows the jobs
@@ -60,12 +67,12 @@ def operations(conn: Conn, settings: Settings, tenant_id: int) -> Operations:
         workers = None
     return Operations(
         jobs=overview(conn, settings),
-        runs=runs,
+        runs=make_page(runs, runs_page, RUNS_PAGE),
         queues=depths,
         workers=workers,
         unserved=[] if workers is None else unserved_queues(workers, QUEUES),
         connections=list_connections(conn, tenant_id),
-        deliveries=list_deliveries(conn, tenant_id, limit=RECENT_DELIVERIES),
+        deliveries=make_page(deliveries, deliveries_page, DELIVERIES_PAGE),
     )
 
 

@@ -98,9 +98,17 @@ def memory_history(conn: Conn, scope: Scope, memory_id: int) -> list[dict[str, A
     memory = get_memory(conn, scope, memory_id)
     if memory is None:
         return None
+    return memory_events(conn, scope, memory)
+
+
+def memory_events(
+    conn: Conn, scope: Scope, memory: dict[str, Any], *, limit: int | None = None, offset: int = 0
+) -> list[dict[str, Any]]:
+    """The events of a memory already read (its namespace and key name the chain), oldest first: all of them,
+    or `limit` from `offset` on (a page)."""
     return conn.execute(
         """SELECT id, memory_id, action, namespace, key, old_value, new_value, actor, details, created_at
            FROM memory_events
-           WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key = %s ORDER BY id""",
-        (scope.tenant_id, scope.user_id, memory["namespace"], memory["key"]),
+           WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key = %s ORDER BY id LIMIT %s OFFSET %s""",
+        (scope.tenant_id, scope.user_id, memory["namespace"], memory["key"], limit, offset),
     ).fetchall()

@@ -275,12 +275,30 @@ def test_a_read_only_key_sees_no_edit_controls_and_its_posts_are_refused(browser
 
     token = browser.find_element(By.CSS_SELECTOR, ".sign-out input[name=csrf_token]").get_attribute("value")
     assert token
+    # Not an admin: no operations or keys in the menu, and their pages refuse it (no run-now, no key controls).
+    menu = browser.find_element(By.CSS_SELECTOR, "header nav").text
+    assert "Operations" not in menu and "API keys" not in menu
+    for admin_page in ("/console/operations", "/console/keys"):
+        browser.get(f"{console.url}{admin_page}")
+        assert "lacks the scope 'admin'" in text(browser), admin_page
+        assert not browser.find_elements(By.ID, "run-form") and not browser.find_elements(By.ID, "key-form")
+
+    def keys_state() -> list[dict[str, Any]]:
+        with db.connection() as conn:
+            return conn.execute("SELECT id, key_hash, revoked_at FROM api_keys ORDER BY id").fetchall()
+
+    keys_before = keys_state()
+    some_key = keys_before[0]["id"]
     writes = {
         "/console/users/alice/memories": {"key": "sneaky", "value": "Should not be stored"},
         f"/console/users/alice/memories/{memory_id('bike')}": {"value": "Changed"},
         f"/console/users/alice/memories/{memory_id('bike')}/delete": {},
+        f"/console/users/alice/memories/{memory_id('bike')}/restore": {},
         "/console/operations/run": {"job": "decay", "user_id": "alice"},
         "/console/users/alice/erase": {"confirm": "alice"},
+        "/console/keys": {"name": "sneaky-key", "scopes": "admin"},
+        f"/console/keys/{some_key}/rotate": {},
+        f"/console/keys/{some_key}/revoke": {},
     }
     for path, fields in writes.items():
         assert post_from_page(browser, path, {**fields, "csrf_token": token}) == 403, path
@@ -288,6 +306,7 @@ def test_a_read_only_key_sees_no_edit_controls_and_its_posts_are_refused(browser
         assert conn.execute("SELECT count(*) AS n FROM memories WHERE key = 'sneaky'").fetchone()["n"] == 0
         bike = conn.execute("SELECT value FROM memories WHERE key = 'bike' AND valid_until IS NULL").fetchone()
     assert bike["value"] == "Rides a red bicycle to work"
+    assert keys_state() == keys_before  # no key made, rotated or revoked
 
 
 def test_a_post_without_the_csrf_token_is_refused_even_with_the_cookie(browser: WebDriver, console: Console) -> None:

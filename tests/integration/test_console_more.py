@@ -1,6 +1,6 @@
 """More of the web console in a real browser: the memory list's orders and date window, the users' memory counts,
 bulk delete, export, users by last activity, entities and reflections, the operations page's channels, live workers
-and unserved queues, and the error page for a malformed URL. The browser, gateway, worker and data come from
+and unserved queues, and a bad filter said beside its field. The browser, gateway, worker and data come from
 test_console's fixtures (a module of its own, so its own data)."""
 
 from __future__ import annotations
@@ -149,13 +149,30 @@ def test_the_memory_list_orders_by_creation(browser: WebDriver, console: Console
     assert selected == "Oldest created first"
 
 
-def test_a_malformed_url_shows_the_error_page(browser: WebDriver, console: Console) -> None:  # noqa: F811
+def test_a_bad_filter_is_said_beside_its_field_and_correcting_it_clears_the_message(
+    browser: WebDriver,  # noqa: F811
+    console: Console,  # noqa: F811
+) -> None:
     sign_in(browser, console, console.admin)
-    browser.get(f"{console.url}/console/users/alice/memories?from=yesterday")
-    page = text(browser)
-    assert "Cannot show this page" in page and "from: expected a date such as 2026-03-01 (it was 'yesterday')" in page
+    browser.get(f"{console.url}/console/users/alice/memories?kind=factt&from=yesterday")
+    kind_error = browser.find_element(By.ID, "kind-error")
+    assert kind_error.is_displayed() and "unknown kind 'factt'; kinds are" in kind_error.text
+    kind = browser.find_element(By.ID, "kind")
+    assert kind.get_attribute("aria-invalid") == "true" and kind.get_attribute("aria-describedby") == "kind-error"
+    from_error = browser.find_element(By.ID, "from-error")
+    assert from_error.text == "expected a date such as 2026-03-01 (it was 'yesterday')"
+    assert "Cannot show this page" not in text(browser)
+    assert {"favourite-tea", "bike"} <= set(_keys_listed(browser))  # listed as without the bad filters
+
+    # A corrected field (the list's own htmx request) takes its message away with the bad value.
+    Select(browser.find_element(By.ID, "kind")).select_by_value("fact")
+    _until(browser, lambda b: not b.find_element(By.ID, "kind-error").is_displayed())
+    assert not browser.find_element(By.ID, "from-error").is_displayed()
+    assert "kind=fact" in browser.current_url and "yesterday" not in browser.current_url
+
     browser.get(f"{console.url}/console/users/alice/sessions?page=0")
-    assert "page: Input should be greater than or equal to 1" in text(browser)
+    assert "page: expected a page number from 1 to 400 (it was '0')" in browser.find_element(By.ID, "page-error").text
+    assert "trip-1" in text(browser)  # the first page, shown
     with httpx.Client(base_url=console.url, headers={"Authorization": f"Bearer {console.admin}"}) as api:
         answer = api.get("/v1/users/alice/memories", params={"limit": "many"})
     assert answer.status_code == 422 and answer.json()["code"] == "validation_error"

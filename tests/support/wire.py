@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from psycopg import pq
@@ -40,3 +40,27 @@ def wire_messages(conn: Conn) -> Iterator[Counter[str]]:
                 # psycopg preparing a statement (its fifth execution on the connection): a wait of its own,
                 # except in pipeline mode, where the Parse goes along with the statements around it
                 counts["Prepare"] += 1
+
+
+@contextmanager
+def pool_statements() -> Iterator[Counter[str]]:
+    """Count what every connection of this process's pool sends while the block runs (the gateway of the tests
+    runs in this process, on this pool): each connection is borrowed once to start its trace, and the pool keeps
+    the traces on while the block's requests borrow them. The counter is filled when the block ends."""
+    from shared import db
+    from shared.config import get_settings
+
+    total: Counter[str] = Counter()
+    counters: list[Counter[str]] = []
+    with ExitStack() as traces:
+        with ExitStack() as borrowed:
+            conns = [borrowed.enter_context(db.connection()) for _ in range(get_settings().db_pool_size)]
+            counters = [traces.enter_context(wire_messages(conn)) for conn in conns]
+        yield total
+    for counts in counters:
+        total.update(counts)
+
+
+def statements(counts: Counter[str]) -> int:
+    """The statements among counted messages: each extended-protocol `Execute`, each simple `Query`."""
+    return counts["Execute"] + counts["Query"]
