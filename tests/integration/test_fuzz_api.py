@@ -79,11 +79,12 @@ def drop_queued_tasks() -> Iterator[None]:
 
 @pytest.fixture
 def fuzz_env(gateway: Gateway) -> Iterator[None]:
-    """Long polls and event streams end within a second: a fuzzed `wait=` or a stream on a queued turn
-    would otherwise hold a request for a minute."""
+    """Long polls and event streams end within a fifth of a second: a fuzzed `wait=` or a stream on the
+    seeded turn (queued: no worker runs here) would otherwise hold a request for a minute, and every request
+    that reaches the turn waits out the whole cap. A short cap still answers with the full response."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ENGRAM_MAX_WAIT_SECONDS", "1")
-        patch.setenv("ENGRAM_SSE_MAX_SECONDS", "1")
+        patch.setenv("ENGRAM_MAX_WAIT_SECONDS", "0.2")
+        patch.setenv("ENGRAM_SSE_MAX_SECONDS", "0.2")
         get_settings.cache_clear()
         yield
     get_settings.cache_clear()

@@ -15,6 +15,7 @@ import pytest
 from shared import db
 from tests.conftest import CeleryStack
 from tests.support.processes import CeleryProcess, beat, worker
+from tests.support.shifted_clock import SHIFT_LINE, shifted_argv
 
 pytestmark = pytest.mark.integration
 
@@ -27,6 +28,27 @@ BEAT_ENV = {
     "ENGRAM_JOB_CACHE_EVICTION_ENABLED": "false",
     "ENGRAM_BEAT_LOCK_TIMEOUT_SECONDS": "12",
 }
+
+
+# Cron fires on whole minutes. The beats read their schedules by shifted clocks (tests/support/shifted_clock.py)
+# so the test need not wait for the real ones: the leader's first minute comes LEADER_LEAD_SECONDS after it set up
+# its schedule, and the standby's clock runs STANDBY_AHEAD_SECONDS ahead of the leader's, so its next minute comes
+# 60 - STANDBY_AHEAD_SECONDS after the leader's fire: after the leader is killed and its lock times out (12 s,
+# plus up to a 5 s retry), and well before the leader's own next minute.
+LEADER_LEAD_SECONDS = 5
+STANDBY_AHEAD_SECONDS = 25
+
+
+def shifted_beat(env: dict[str, str], log_dir: Path, name: str, **shift: float) -> CeleryProcess:
+    process = beat(env, log_dir, name=name)
+    process.argv = shifted_argv(process.argv, **shift)
+    return process
+
+
+def clock_shift(process: CeleryProcess) -> float:
+    found = SHIFT_LINE.search(process.tail(200_000))
+    assert found is not None, process.tail()
+    return float(found.group(1))
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -70,12 +92,12 @@ def test_two_beats_one_leader_one_run_per_period_and_the_standby_takes_over(
 ) -> None:
     background = maintenance_worker()
     env = celery_stack.env("offline", BEAT_ENV)
-    first = beat(env, tmp_path, name="beat-a").start()
+    first = shifted_beat(env, tmp_path, "beat-a", lead=LEADER_LEAD_SECONDS).start()
     first.wait_ready("beat: Acquired lock")
-    second = beat(env, tmp_path, name="beat-b").start()
+    second = shifted_beat(env, tmp_path, "beat-b", offset=clock_shift(first) + STANDBY_AHEAD_SECONDS).start()
     try:
         second.wait_ready("beat: Starting...")
-        # Beat fires decay at the next minute; the run's period is the day.
+        # Beat fires decay at the next minute of its clock; the run's period is the day.
         done = wait_for(lambda: [r for r in runs("decay") if r["status"] == "done"], 90, "a decay run")
         assert len(done) == 1 and done[0]["scope"] == "all"
         # Only the leader sends; the standby waits for the lock.
@@ -84,7 +106,7 @@ def test_two_beats_one_leader_one_run_per_period_and_the_standby_takes_over(
         assert "Acquired lock" not in second.tail(200_000)
 
         # The leader dies without releasing its lock: the standby takes over once the lock times out
-        # (12 s here; ENGRAM_BEAT_LOCK_TIMEOUT_SECONDS), well before the next minute's fire.
+        # (12 s here; ENGRAM_BEAT_LOCK_TIMEOUT_SECONDS), before the next minute of its clock.
         first.kill_hard()
         second.wait_ready("beat: Acquired lock", timeout=40)
         # That fire comes from the new leader and falls in the same period: the task finds the run done
