@@ -16,12 +16,13 @@ import pytest
 from ops.fake_llm import FakeLLM, FakeReply
 from shared import db
 from shared.config import Settings, get_settings
-from shared.embeddings import LocalEmbedder, embed_texts
+from shared.embeddings import embed_texts
 from shared.maintenance import jobs
 from shared.maintenance.runs import UserRef
 from shared.memory.indexing import index_memory
 from shared.memory.memory_input import MemoryInput
 from shared.memory.search import SearchOptions, search
+from shared.memory.service import process_embedder
 from shared.memory.store import Scope, store_memory
 from shared.turns import ensure_user
 from tests.support.services import TestServices
@@ -147,7 +148,9 @@ def test_a_deleted_fact_is_found_by_no_search_leg_and_shown_in_no_prompt_section
     ids = add_facts(api, "alice")
     theremin = ids[0]
     alice = scope_of("alice")
-    embedder = LocalEmbedder()
+    # The model the workers use too: a worker already running may embed these facts (the gateway asks for it)
+    # before this test does, and a second model would then meet a space that is not its own.
+    embedder = process_embedder()
     with db.connection() as conn:
         for memory_id in ids:
             index_memory(conn, embedder, memory_id)
