@@ -366,6 +366,19 @@ class Settings(BaseSettings):
         60, ge=5, description="open turns untouched this long (and unlocked) are re-enqueued"
     )
     sweep_interval_seconds: float = Field(30.0, gt=0, description="how often beat looks for stalled turns")
+    tenant_max_active_sessions: int = Field(
+        2,
+        ge=0,
+        description="sessions of one tenant whose turns are on the `turns` queue or running at a time; more wait "
+        "in Postgres for a free slot, so one tenant's backlog cannot queue ahead of another tenant's turns "
+        "(docs/concepts/turns.md, Fairness). Keep it at or below the turn workers' processes; 0 = no bound",
+    )
+    drain_max_turns: int = Field(
+        1,
+        ge=1,
+        description="turns one drain task runs before its session goes to the back of the queue (with "
+        "ENGRAM_TENANT_MAX_ACTIVE_SESSIONS: how long another tenant's turn can wait for a worker)",
+    )
     broker_visibility_timeout: int = Field(
         3600,
         ge=60,

@@ -23,6 +23,9 @@ class AcceptedWork(Protocol):
     def session_id(self) -> int | None: ...
 
     @property
+    def tenant_id(self) -> int | None: ...
+
+    @property
     def delivery_id(self) -> int | None: ...
 
     @property
@@ -43,8 +46,9 @@ class Dispatcher(Protocol):
         """Carry the trace context in the messages this process sends (tracing on)."""
         ...
 
-    def drain_soon(self, session_id: int) -> None:
-        """Best effort: run the session's stored turns."""
+    def drain_soon(self, session_id: int, tenant_id: int) -> None:
+        """Best effort: run the session's stored turns (when the tenant's fair share allows: a drain of its
+        ending later sends them otherwise)."""
         ...
 
     def schedule_memory_work(self, session_id: int, session: dict[str, Any] | None = None) -> None:

@@ -361,5 +361,24 @@ def placeholder_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     get_settings.cache_clear()
     if not imported_before:
-        for name in [name for name in sys.modules if name == "workers" or name.startswith("workers.")]:
-            del sys.modules[name]
+        forget_workers_modules()
+
+
+def forget_workers_modules() -> None:
+    """The next `from workers import ...` in this process builds the Celery app again, from the settings then."""
+    for name in [name for name in sys.modules if name == "workers" or name.startswith("workers.")]:
+        del sys.modules[name]
+
+
+@pytest.fixture(autouse=True)
+def celery_app_on_the_test_broker(request: pytest.FixtureRequest) -> None:
+    """Every test with the services publishes to their Redis. The in-process gateway sends through the Celery app
+    this process built first, from the settings of that moment: one built before the services (a module importing
+    workers.app without them, a developer's `engram up` named by the data dir) sends every drain elsewhere, the
+    gateway logs "broker unavailable" and answers 202, and no turn of any later test runs. That app is forgotten
+    here, and the next publish builds one for the test broker."""
+    if "services" not in request.fixturenames:
+        return
+    module = sys.modules.get("workers.app")
+    if module is not None and module.app.conf.broker_url != os.environ.get("ENGRAM_REDIS_URL"):
+        forget_workers_modules()

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from kombu.exceptions import OperationalError as BrokerUnavailable
 from redis.exceptions import RedisError
 
-from shared import db
+from shared import db, fairness
 from shared import task_names as names
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.dispatch import AcceptedWork
 from shared.embeddings.drain import DrainKind, claim_request, token_key
+from shared.fairness import Admission
 from shared.logging import get_logger
 from shared.maintenance.schedule import spec_of
 from shared.memory.userdata import Erasure, drop_live_state
@@ -48,8 +50,34 @@ def warm_publishers() -> int:
     return len(producers)
 
 
-def enqueue_drain(session_id: int) -> None:
-    app.send_task(names.TURNS_DRAIN, kwargs={"session_id": session_id}, queue="turns")
+def enqueue_drain(session_id: int, priority: int | None = None) -> None:
+    """Send the session's drain as it is (re-drives of running turns); new work goes through
+    `send_drain_fairly`."""
+    # No tenant in the message: a worker of the previous release (a rolling upgrade) knows no `tenant_id`
+    # argument and would fail the task. This release's drain accepts one and otherwise reads it (one indexed
+    # lookup); the next release may send it (expand, then contract: docs/operations/runbooks/upgrade.md).
+    app.send_task(names.TURNS_DRAIN, kwargs={"session_id": session_id}, queue="turns", priority=priority)
+
+
+def send_drain_fairly(session_id: int, tenant_id: int, *, resend_in_flight: bool = False) -> bool:
+    """Send the session's drain if it gets one of its tenant's slots (shared/fairness.py); whether it was sent.
+    `resend_in_flight`: also when the session holds a slot already (the stalled-turn sweep: its drain was
+    found lost). Raises like `enqueue_drain` when Redis or the broker is away; a slot taken for a drain that
+    could not be sent is given back."""
+    client = get_redis()
+    limits = fairness.limits(get_settings())
+    ticket = fairness.admit(client, tenant_id, session_id, limits)
+    admission = ticket.admission
+    if admission is Admission.HELD or (admission is Admission.IN_FLIGHT and not resend_in_flight):
+        return False
+    try:
+        enqueue_drain(session_id, ticket.priority)
+    except BaseException:
+        if admission is Admission.SEND and limits.max_sessions > 0:
+            with contextlib.suppress(RedisError, OSError):
+                client.zrem(fairness.slots_key(tenant_id), session_id)
+        raise
+    return True
 
 
 def enqueue_embed_memory(memory_id: int) -> None:
@@ -171,7 +199,10 @@ def dispatch_accepted(accepted: AcceptedWork) -> None:
     stalled-delivery sweeps pick the work up from Postgres."""
     try:
         if accepted.session_id is not None:
-            enqueue_drain(accepted.session_id)
+            if accepted.tenant_id is None:
+                enqueue_drain(accepted.session_id)
+            else:
+                send_drain_fairly(accepted.session_id, accepted.tenant_id)
         if accepted.delivery_id is not None:
             enqueue_delivery(accepted.delivery_id)
     except (BrokerUnavailable, RedisError, OSError) as exc:
@@ -185,10 +216,12 @@ def dispatch_accepted(accepted: AcceptedWork) -> None:
         drop_live_state(get_redis(), Erasure(turn_ids=list(accepted.erased_turn_ids)))
 
 
-def drain_soon(session_id: int) -> None:
-    """Best effort: enqueue the drain of a session whose turn was just stored. With the broker away the
-    turn is still safe in Postgres, and the stalled-turn sweep enqueues it once the broker is back."""
+def drain_soon(session_id: int, tenant_id: int) -> None:
+    """Best effort: enqueue the drain of a session whose turn was just stored, when the session gets one of
+    its tenant's slots (otherwise the turn waits in Postgres until a drain of the tenant ends and frees one).
+    With the broker away the turn is still safe in Postgres, and the stalled-turn sweep enqueues it once the
+    broker is back."""
     try:
-        enqueue_drain(session_id)
+        send_drain_fairly(session_id, tenant_id)
     except (BrokerUnavailable, RedisError, OSError) as exc:
         log.warning("broker unavailable; turn will be re-driven by the sweep", session_id=session_id, error=str(exc))

@@ -30,10 +30,10 @@ class CeleryDispatcher:
 
         install_publish_tracing()
 
-    def drain_soon(self, session_id: int) -> None:
+    def drain_soon(self, session_id: int, tenant_id: int) -> None:
         from workers import dispatch
 
-        dispatch.drain_soon(session_id)
+        dispatch.drain_soon(session_id, tenant_id)
 
     def schedule_memory_work(self, session_id: int, session: dict[str, Any] | None = None) -> None:
         from workers import dispatch

@@ -14,6 +14,7 @@ from shared import db
 from shared.channels.deliveries import deliveries_to_redrive
 from shared.config import get_settings
 from shared.db import DatabaseUnavailable
+from shared.fairness import tenant_of_sessions
 from shared.llm.types import LLMError
 from shared.locks import is_locked
 from shared.logging import get_logger
@@ -29,10 +30,10 @@ from workers.base import alone_on_session, engram_task
 from workers.dispatch import (
     enqueue_consolidate_session,
     enqueue_delivery,
-    enqueue_drain,
     enqueue_embed_memory,
     enqueue_extraction,
     enqueue_job,
+    send_drain_fairly,
 )
 
 log = get_logger(__name__)
@@ -69,11 +70,16 @@ def redrive_stalled_turns() -> int:
     with db.connection() as conn:
         session_ids = sessions_to_redrive(conn, get_redis(), settings.stalled_turn_seconds)
         touch_open_turns(conn, session_ids)
-    for session_id in session_ids:
-        enqueue_drain(session_id)
-    if session_ids:
-        log.info("re-enqueued stalled sessions", sessions=session_ids)
-    return len(session_ids)
+        tenants = tenant_of_sessions(conn, session_ids)
+    # Through the tenant's slots: a tenant's backlog waiting for them looks stalled too, and must not be sent
+    # all at once. A session that holds a slot is sent again: nobody drains it (no session lock), so its
+    # drain was lost.
+    sent = [
+        sid for sid in session_ids if sid in tenants and send_drain_fairly(sid, tenants[sid], resend_in_flight=True)
+    ]
+    if sent:
+        log.info("re-enqueued stalled sessions", sessions=sent)
+    return len(sent)
 
 
 # ------------------------------------------------------------------------------------ maintenance jobs

@@ -12,8 +12,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from shared import db
+from shared import db, fairness
 from shared.agent import LockLost, drain_session, sessions_with_running_turns
+from shared.config import get_settings
 from shared.db import DatabaseUnavailable
 from shared.diagnostics import answer_ping
 from shared.logging import get_logger
@@ -50,8 +51,19 @@ def after_turn(session_id: int, turn_id: int, session: dict[str, Any] | None) ->
     retry_backoff_max=8,
     max_retries=60,
 )
-def drain(session_id: int) -> int:
-    outcome = _drain_waiting_for_redis(session_id)
+def drain(session_id: int, tenant_id: int | None = None) -> int:
+    settings = get_settings()
+    limits = fairness.limits(settings)
+    if tenant_id is None:  # a message of an older gateway, or a re-drive that knew only the session
+        with db.connection() as conn:
+            tenant_id = fairness.tenant_of_sessions(conn, [session_id]).get(session_id)
+    fair = tenant_id is not None and limits.max_sessions > 0
+    if fair:
+        assert tenant_id is not None
+        fairness.renew(get_redis(), tenant_id, session_id, limits)
+    # With a bound per tenant, a drain runs a few turns and hands the session back (`finish` below), so a
+    # tenant's long session holds a worker no longer than another tenant's turn should wait.
+    outcome = _drain_waiting_for_redis(session_id, settings.drain_max_turns if fair else None)
     if outcome.recheck_in is not None:
         # Another worker holds the session and turns are open. If it is alive it drains them; if it
         # died, its lock expires by `recheck_in` and this task, retried then, resumes the turns.
@@ -59,10 +71,23 @@ def drain(session_id: int) -> int:
         if rechecks < MAX_LOCK_RECHECKS:
             raise drain.retry(countdown=outcome.recheck_in, max_retries=MAX_LOCK_RECHECKS)
         log.warning("session still held by another worker; leaving it to the sweep", session_id=session_id)
+    if fair:
+        assert tenant_id is not None
+        hand_on(tenant_id, session_id, limits)
     return outcome.processed
 
 
-def _drain_waiting_for_redis(session_id: int) -> Any:
+def hand_on(tenant_id: int, session_id: int, limits: fairness.FairnessLimits) -> None:
+    """Free the drain's slot and send the drains of the tenant's sessions that waited longest. A worker that
+    dies before sending them leaves slots that expire with their lease; the stalled-turn sweep then sends
+    the sessions again (their turns are queued in Postgres)."""
+    with db.connection() as conn:
+        admitted = fairness.finish(conn, get_redis(), tenant_id, session_id, limits)
+    for waiting, priority in admitted:
+        enqueue_drain(waiting, priority)
+
+
+def _drain_waiting_for_redis(session_id: int, max_turns: int | None) -> Any:
     """`drain_session`, tried again in this process while Redis does not answer (up to REDIS_PATIENCE_SECONDS).
 
     A Redis that stopped answering fails the drain at its session lock, before any work; Celery's retry would
@@ -73,7 +98,7 @@ def _drain_waiting_for_redis(session_id: int) -> Any:
     pause = 0.5
     while True:
         try:
-            return drain_session(session_id, turn_deps(embed_later, after_turn, deliver_later))
+            return drain_session(session_id, turn_deps(embed_later, after_turn, deliver_later), max_turns)
         except (RedisConnectionError, RedisTimeoutError) as exc:
             if time.monotonic() + pause > deadline:
                 raise

@@ -178,7 +178,7 @@ async def chat_completions(
     submitted = await asyncio.to_thread(_submit, principal, session_key, user, plan, fingerprint, idempotency_key)
     turn = submitted.turn
     if not submitted.replayed:
-        get_dispatcher().drain_soon(turn["session_id"])
+        get_dispatcher().drain_soon(turn["session_id"], principal.id)
     headers = {"X-Engram-Turn-Id": str(turn["turn_id"]), "X-Engram-Session": session_key}
     head = {
         "id": f"chatcmpl-engram-{turn['turn_id']}",

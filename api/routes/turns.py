@@ -83,7 +83,7 @@ def post_turn(
     # reached the broker (a stalled Redis, answered `dependency_timeout`), which would leave it to the sweep.
     # A drain is idempotent; a second one costs a look.
     if not submitted.replayed or turn["status"] == "queued":
-        get_dispatcher().drain_soon(turn["session_id"])
+        get_dispatcher().drain_soon(turn["session_id"], tenant.id)
     return TurnAccepted(turn_id=turn["turn_id"], session_id=turn["session_id"], status=turn["status"])
 
 

@@ -64,10 +64,13 @@ class DrainOutcome:
     # Another worker holds the session while turns are open: look again after this many seconds
     # (when its lock can have expired, should that worker have died). None: nothing left to wait for.
     recheck_in: float | None = None
+    # The drain stopped after `max_turns` with turns possibly left: the caller sends the session again.
+    yielded: bool = False
 
 
-def drain_session(session_id: int, deps: TurnDeps) -> DrainOutcome:
-    """Run every queued turn of the session, in order."""
+def drain_session(session_id: int, deps: TurnDeps, max_turns: int | None = None) -> DrainOutcome:
+    """Run the session's queued turns, in order: every one, or at most `max_turns` (then the session goes
+    back to the queue behind other sessions' turns: shared/fairness.py)."""
     name = session_lock_name(session_id)
     lock = HeartbeatLock(deps.redis, name, deps.lock_ttl_seconds)
     processed = 0
@@ -79,8 +82,9 @@ def drain_session(session_id: int, deps: TurnDeps) -> DrainOutcome:
                 log.warning("took over the session lock of a worker that died", session_id=session_id)
                 continue
             return DrainOutcome(processed, _recheck_in(deps, name) if has_open_turns(session_id) else None)
+        more = False
         try:
-            while (turn := claim_next_turn(session_id)) is not None:
+            while (max_turns is None or processed < max_turns) and (turn := claim_next_turn(session_id)) is not None:
                 more = run_claimed_turn(turn, deps, lock)
                 processed += 1
                 if not more:
@@ -89,6 +93,8 @@ def drain_session(session_id: int, deps: TurnDeps) -> DrainOutcome:
                     break
         finally:
             lock.release()
+        if max_turns is not None and processed >= max_turns:
+            return DrainOutcome(processed, yielded=more or has_open_turns(session_id))
         # A turn queued between our last claim and the release saw the lock held and left the
         # work to us: look once more after letting go.
         if not has_open_turns(session_id):

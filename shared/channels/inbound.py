@@ -40,6 +40,7 @@ class InboundMessage:
 class Accepted:
     duplicate: bool = False
     session_id: int | None = None  # a turn was queued: drain this session
+    tenant_id: int | None = None  # the session's tenant (its drain takes one of the tenant's slots)
     turn_id: int | None = None
     delivery_id: int | None = None  # an answer is ready now: deliver it
     erased_turn_ids: tuple[int, ...] = ()  # /forget erased a user: drop these turns' live streams after commit
@@ -129,4 +130,4 @@ def submit_channel_turn(
            VALUES (%s, %s, %s, %s, %s, %s, 'waiting')""",
         (connection.tenant_id, connection.id, identity.user_id, event_row, turn["turn_id"], Jsonb(message.target)),
     )
-    return Accepted(session_id=int(turn["session_id"]), turn_id=int(turn["turn_id"]))
+    return Accepted(session_id=int(turn["session_id"]), tenant_id=connection.tenant_id, turn_id=int(turn["turn_id"]))
