@@ -38,10 +38,10 @@ The benchmark page of the docs has the figures (ops/bench/locomo_retrieval.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shared.db import Conn, Query, fetch_together
+from shared.db import Conn, DictRow, Query, fetch_together
 from shared.memory.reads import touch_accessed
 from shared.memory.rows import Scope
 from shared.memory.search_records import (
@@ -78,6 +78,7 @@ __all__ = [
     "fetch_size",
     "find",
     "find_many",
+    "find_many_with",
     "like_patterns",
     "search",
     "search_statement",
@@ -175,6 +176,17 @@ def find(
 def find_many(conn: Conn, scope: Scope, asks: Sequence[Ask], options: SearchOptions | None = None) -> list[Found]:
     """Several searches of one user with the same options, sent in one round trip (the parts of a question, its
     time window): each statement still runs on its own, in order."""
+    return find_many_with(conn, scope, asks, options)[0]
+
+
+def find_many_with(
+    conn: Conn,
+    scope: Scope,
+    asks: Sequence[Ask],
+    options: SearchOptions | None = None,
+    also: Mapping[str, Query] | None = None,
+) -> tuple[list[Found], dict[str, list[DictRow]]]:
+    """`find_many`, with other reads (`also`, by name) sent in the same round trip after the searches."""
     options = options or SearchOptions()
     statements = [
         search_statement(scope, ask.query, query_vector=ask.query_vector, filters=ask.filters, options=options)
@@ -189,8 +201,10 @@ def find_many(conn: Conn, scope: Scope, asks: Sequence[Ask], options: SearchOpti
             (str(max(40, min(1000, fetch_size(options)))),),
         )
     queries.update({str(index): statement for index, statement in enumerate(statements)})
+    queries.update({f"also:{name}": query for name, query in (also or {}).items()})
     rows = fetch_together(conn, queries)
-    return [_found(rows[str(index)], options, "qvec" in params) for index, (_, params) in enumerate(statements)]
+    found = [_found(rows[str(index)], options, "qvec" in params) for index, (_, params) in enumerate(statements)]
+    return found, {name: rows[f"also:{name}"] for name in also or {}}
 
 
 def _found(rows: Sequence[dict[str, Any]], options: SearchOptions, use_vector: bool) -> Found:

@@ -118,7 +118,7 @@ def _memory_filter_sql(filters: SearchFilters, params: dict[str, Any], alias: st
     return " AND ".join(clauses)
 
 
-def _transcript_filter_sql(filters: SearchFilters, params: dict[str, Any]) -> str:
+def transcript_filter_sql(filters: SearchFilters, params: dict[str, Any]) -> str:
     """Transcript units (alias c) that pass the filters. They have no namespace, kind or tags: a filter on
     those excludes them. Their time is when the message was said."""
     if not filters.include_transcripts or filters.namespace_prefix or filters.kinds or filters.tags:
@@ -147,7 +147,7 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
     memory_filter = _memory_filter_sql(filters, params)
     # Chunks carry their memory's tenant and user (copied at indexing), and vec_raw filters on them.
     chunk_memory_filter = _memory_filter_sql(filters, params, scoped=False)
-    transcript_filter = _transcript_filter_sql(filters, params)
+    transcript_filter = transcript_filter_sql(filters, params)
     # A disabled leg is a literal `false` in its WHERE clause, so the planner drops it outright.
     text_on = "true" if "text" in options.legs else "false"
     entity_on = "true" if "entity" in options.legs else "false"

@@ -27,10 +27,10 @@ from shared.embeddings.cache import cache_model, check_vectors, register_vector_
 from shared.embeddings.providers import OnnxLocalEmbedder
 from shared.embeddings.space import follow_recorded_space
 from shared.logging import get_logger
-from shared.memory import follow_up, query_parts
+from shared.memory import follow_up, query_parts, speaker_lines
 from shared.memory.reads import touch_accessed
 from shared.memory.rows import Scope
-from shared.memory.search import Ask, Found, SearchFilters, SearchOptions, SearchResult, find, find_many
+from shared.memory.search import Ask, Found, SearchFilters, SearchOptions, SearchResult, find, find_many_with
 from shared.memory.time_window import TimeWindow, may_name_time, time_window
 from shared.metrics import observe_embedding_call
 
@@ -180,10 +180,11 @@ def search_memories(
     window = resolving.result() if resolving is not None else None
     asked_apart = query_parts.parts(query, whole.named_speakers)
     following = follow_up.follow_up_query(query, whole.results)
-    if window is None and not asked_apart and following is None:
+    around = speaker_lines.around_query(scope, whole.results, filters, limit)
+    if window is None and not asked_apart and following is None and around is None:
         return _touched(conn, scope, whole.results, touch)
-    # What else is asked (the window's search, each person's part and its window, the follow-up of the best hit)
-    # goes in one round trip, the parts' vectors from one model call.
+    # What else is asked (the window's search, each person's part and its window, the follow-up of the best hit,
+    # the lines around the best hits) goes in one round trip, the parts' vectors from one model call.
     within = dataclasses.replace(filters, since=window.start, until=window.end) if window else None
     part_vectors = query_vectors(conn, asked_apart, space_rows) if asked_apart else None
     questions = [Ask(query, vector, filters)] + [
@@ -192,11 +193,14 @@ def search_memories(
     asks = [ask for question in questions for ask in _asks_of(question, within)][1:]  # the whole one ran
     if following is not None:
         asks.append(Ask(following, None, filters))  # no vector: the follow-up is the full-text leg's
-    found = iter([whole, *find_many(conn, scope, asks, options)])
+    searched, rows = find_many_with(conn, scope, asks, options, {"around": around} if around else None)
+    found = iter([whole, *searched])
     ranked = [_window_first(next(found), next(found) if within else None, options) for _ in questions]
     results = ranked[0] if len(ranked) == 1 else query_parts.take_turns(ranked, limit)
     if following is not None:
         results = follow_up.merge(results, next(found).results, limit)
+    if around is not None:
+        results = speaker_lines.insert(results, speaker_lines.around_results(rows["around"]), limit)
     return _touched(conn, scope, results, touch)
 
 

@@ -174,6 +174,9 @@ SWEEPS: dict[str, str] = {
     "SELECT DISTINCT session_id FROM session_messages WHERE extracted_at IS NULL AND created_at <": (
         "unmined-messages sweep (workers/maintenance.py), when ENGRAM_AUTO_MEMORY is on"
     ),
+    "SELECT session_id FROM turns WHERE tenant_id = $1 AND status = 'queued' GROUP BY session_id": (
+        "per-tenant fairness: a tenant's sessions with queued turns, across its users (shared/fairness.py)"
+    ),
 }
 
 # Statements that would not route today: the work to do before `create_distributed_table`
@@ -193,6 +196,7 @@ UNROUTED_GAPS: dict[str, str] = {
     "UPDATE turns SET status = $1, reply = $2": "turn runner: by turn id",
     "UPDATE turns SET details = $1 WHERE id = $2": "ingest: by turn id",
     "SELECT * FROM sessions WHERE id = $1": "by session id",
+    "SELECT id, tenant_id FROM sessions WHERE id = ANY($1)": "fairness: the tenants of sessions by session id",
     "SELECT 1 FROM sessions WHERE id = $1 FOR NO KEY UPDATE": "session lock by id (shared/turns.py)",
     "UPDATE sessions SET updated_at = now()": "token count by session id (and its session_messages subquery)",
     "UPDATE sessions SET last_embedded_message_id": "transcript units: by session id",

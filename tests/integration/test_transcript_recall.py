@@ -307,6 +307,48 @@ def test_what_the_best_hit_leads_to_is_found_though_it_shares_no_word_with_the_q
     assert found(8)[7] == led_to
 
 
+def test_what_a_person_said_next_comes_with_their_best_line(api: httpx.Client, recall_stack: CeleryStack) -> None:
+    hit = "I just finished reading The Hobbit, what a great book"
+    said_next = "Next on my list is Mistborn by Brandon Sanderson"
+    # John answers twice: a unit carries the two messages before it, so Tim's next line shares nothing with the
+    # question, not even through its neighbours.
+    replies = [("John", "Nice, that one was a favourite of mine when I was a kid"),
+               ("John", "My grandfather gave me his old copy and we talked about dragons all summer")]  # fmt: skip
+    talk = [("Tim", hit), *replies, ("Tim", said_next), ("John", "Enjoy it!")]
+    others = ["I read the news every morning", "My book club meets on Fridays", "Reading glasses are expensive",
+              "The library has a new reading room", "I read that article you sent", "Book fairs are fun",
+              "I want to read more poetry", "She read me a story last night", "I lost my book on the train",
+              "Audio books help on long drives", "I read about the election", "That book cover is lovely",
+              "I read a recipe for pancakes", "The book shop on the corner closed", "I read the manual twice",
+              "Reading on the beach is my favourite", "My sister wrote a book about bees", "I read your letter",
+              "A book of stamps costs more now", "I read slowly in the evenings", "The phone book is useless now",
+              "Reading maps is hard for me", "Her book tour starts in May",
+              "I read the poem at the wedding"]  # fmt: skip
+    _ingest(api, "books", *[
+        {"role": "user", "name": name, "content": text, "created_at": f"2023-05-08T10:{n:02d}:00Z"}
+        for n, (name, text) in enumerate(talk)
+    ])  # fmt: skip
+    _ingest(api, "misc", *[
+        {"role": "user", "name": "Tim", "content": text, "created_at": f"2023-05-09T10:{n:02d}:00Z"}
+        for n, text in enumerate(others)
+    ])  # fmt: skip
+    wait_idle(api, "books")
+    wait_idle(api, "misc")
+
+    def found(limit: int) -> list[str]:
+        body = {"query": "What books has Tim read?", "limit": limit}
+        response = api.post("/v1/users/alice/memories/search", json=body)
+        assert response.status_code == 200, response.text
+        return [r["value"] for r in response.json()["results"]]
+
+    # Two dozen more of Tim's lines share the question's words; his next line shares none and is not among the first
+    # twenty.
+    first_ten = found(10)
+    assert hit in first_ten[:3] and said_next not in first_ten, first_ten
+    # With room for more, what Tim said next in that conversation follows the first ten.
+    assert said_next in found(20)[10:16]
+
+
 def test_a_short_budget_holds_no_fact_beside_the_excerpt_it_came_from(
     api: httpx.Client, recall_stack: CeleryStack
 ) -> None:
