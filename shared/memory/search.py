@@ -82,6 +82,7 @@ __all__ = [
     "like_patterns",
     "search",
     "search_statement",
+    "transcript_result",
 ]
 
 
@@ -219,24 +220,30 @@ def _found(rows: Sequence[dict[str, Any]], options: SearchOptions, use_vector: b
     return Found(results[: options.limit], list(rows[0]["named_speakers"] or []) if rows else [])
 
 
+def transcript_result(row: Mapping[str, Any], score: float, legs: dict[str, dict[str, Any]]) -> SearchResult:
+    """A transcript unit's result from a row naming it as the search statement does (unit_id, unit_session_id,
+    message_id, said_at, speaker, message_content, session_key)."""
+    return SearchResult(
+        source="transcript",
+        id=None,
+        namespace="transcripts",
+        key=f"session-{row['unit_session_id']}",
+        value=row["message_content"],
+        kind="transcript",
+        score=score,
+        legs=legs,
+        chunk_id=row["unit_id"],
+        session_id=row["unit_session_id"],
+        created_at=row["said_at"],
+        message_id=row["message_id"],
+        speaker=row["speaker"],
+        session_key=row["session_key"],
+    )
+
+
 def _result(row: dict[str, Any], score: float, legs: dict[str, dict[str, Any]]) -> SearchResult:
     if row["doc"] < 0:
-        return SearchResult(
-            source="transcript",
-            id=None,
-            namespace="transcripts",
-            key=f"session-{row['unit_session_id']}",
-            value=row["message_content"],
-            kind="transcript",
-            score=score,
-            legs=legs,
-            chunk_id=row["unit_id"],
-            session_id=row["unit_session_id"],
-            created_at=row["said_at"],
-            message_id=row["message_id"],
-            speaker=row["speaker"],
-            session_key=row["session_key"],
-        )
+        return transcript_result(row, score, legs)
     return SearchResult(
         source="memory",
         id=row["doc"],

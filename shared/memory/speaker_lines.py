@@ -18,6 +18,7 @@ from typing import Any, Final
 from shared.db import DictRow, Query
 from shared.memory.query_parts import result_key
 from shared.memory.rows import Scope
+from shared.memory.search import transcript_result
 from shared.memory.search_records import SearchFilters, SearchResult
 from shared.memory.search_sql import transcript_filter_sql
 
@@ -34,8 +35,8 @@ def around_query(scope: Scope, results: Sequence[SearchResult], filters: SearchF
     passes = transcript_filter_sql(filters, params)
     same = "c.tenant_id = %(tenant)s AND c.user_id = %(user)s AND c.session_id = h.session_id AND c.speaker = h.speaker"
     sql = f"""
-    SELECT n.id AS chunk_id, n.session_id, n.message_id, n.said_at, n.speaker, sm.content, s.session_key,
-           hit.rank, n.after
+    SELECT n.id AS unit_id, n.session_id AS unit_session_id, n.message_id, n.said_at, n.speaker,
+           sm.content AS message_content, s.session_key, hit.rank, n.after
     FROM unnest(%(hits)s::bigint[]) WITH ORDINALITY AS hit(id, rank)
     JOIN memory_chunks h ON h.id = hit.id AND h.tenant_id = %(tenant)s AND h.user_id = %(user)s
     CROSS JOIN LATERAL (
@@ -53,25 +54,7 @@ def around_query(scope: Scope, results: Sequence[SearchResult], filters: SearchF
 
 
 def around_results(rows: Sequence[DictRow]) -> list[SearchResult]:
-    return [
-        SearchResult(
-            source="transcript",
-            id=None,
-            namespace="transcripts",
-            key=f"session-{row['session_id']}",
-            value=row["content"],
-            kind="transcript",
-            score=0.0,
-            legs={"around": {"rank": None, "hit": int(row["rank"])}},
-            chunk_id=row["chunk_id"],
-            session_id=row["session_id"],
-            created_at=row["said_at"],
-            message_id=row["message_id"],
-            speaker=row["speaker"],
-            session_key=row["session_key"],
-        )
-        for row in rows
-    ]
+    return [transcript_result(row, 0.0, {"around": {"rank": None, "hit": int(row["rank"])}}) for row in rows]
 
 
 def insert(results: Sequence[SearchResult], around: Sequence[SearchResult], limit: int) -> list[SearchResult]:

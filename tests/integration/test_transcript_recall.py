@@ -152,6 +152,20 @@ def _context(api: httpx.Client, query: str, max_tokens: int = 1000, **extra: Any
     return body
 
 
+def _lines(talk: list[tuple[str, str]], day: str) -> list[dict[str, Any]]:
+    """(speaker, text) lines said one minute apart from 10:00 on `day`, as ingest messages."""
+    return [
+        {"role": "user", "name": name, "content": text, "created_at": f"{day}T10:{n:02d}:00Z"}
+        for n, (name, text) in enumerate(talk)
+    ]
+
+
+def _found(api: httpx.Client, query: str, limit: int) -> list[str]:
+    response = api.post("/v1/users/alice/memories/search", json={"query": query, "limit": limit})
+    assert response.status_code == 200, response.text
+    return [r["value"] for r in response.json()["results"]]
+
+
 def test_ingested_messages_come_back_through_context_in_their_own_words(
     api: httpx.Client, recall_stack: CeleryStack
 ) -> None:
@@ -255,12 +269,7 @@ def test_a_question_about_two_people_brings_back_what_each_of_them_said(
     ann = ["I cooked pasta for the neighbours", "I cooked risotto on Sunday", "I cooked pancakes with the kids",
            "I cooked a lentil soup for lunch"]  # fmt: skip
     bob = ["I went running by the river", "I baked sourdough bread in the oven", "My dog chased a squirrel"]
-    lines = [("Ann", text) for text in ann] + [("Bob", text) for text in bob]
-    said = [
-        {"role": "user", "name": name, "content": text, "created_at": f"2023-05-08T10:{n:02d}:00Z"}
-        for n, (name, text) in enumerate(lines)
-    ]
-    _ingest(api, "kitchen", *said)
+    _ingest(api, "kitchen", *_lines([("Ann", text) for text in ann] + [("Bob", text) for text in bob], "2023-05-08"))
     wait_idle(api, "kitchen")
 
     def found(query: str) -> list[tuple[str, str]]:
@@ -287,24 +296,14 @@ def test_what_the_best_hit_leads_to_is_found_though_it_shares_no_word_with_the_q
               "That song was a big hit on the radio", "The river flooded the fields near the farm",
               "Flood insurance is so expensive now", "I hit my head on the cupboard door",
               "A flood of tourists arrived for the festival"]  # fmt: skip
-    said = [
-        {"role": "user", "name": "Maria", "content": text, "created_at": f"2023-05-08T10:{n:02d}:00Z"}
-        for n, text in enumerate([best, led_to, *others])
-    ]
-    _ingest(api, "news", *said)
+    _ingest(api, "news", *_lines([("Maria", text) for text in [best, led_to, *others]], "2023-05-08"))
     wait_idle(api, "news")
 
-    def found(limit: int) -> list[str]:
-        body = {"query": "What was hit by a flood?", "limit": limit}
-        response = api.post("/v1/users/alice/memories/search", json=body)
-        assert response.status_code == 200, response.text
-        return [r["value"] for r in response.json()["results"]]
-
     # The first seven places are the question's own search: its words are in every other line, not in this one.
-    first_seven = found(7)
+    first_seven = _found(api, "What was hit by a flood?", 7)
     assert first_seven[0] == best and led_to not in first_seven, first_seven
     # The best hit's own words ("old neighbourhood") lead to it: the follow-up's first new result takes place 8.
-    assert found(8)[7] == led_to
+    assert _found(api, "What was hit by a flood?", 8)[7] == led_to
 
 
 def test_what_a_person_said_next_comes_with_their_best_line(api: httpx.Client, recall_stack: CeleryStack) -> None:
@@ -324,29 +323,17 @@ def test_what_a_person_said_next_comes_with_their_best_line(api: httpx.Client, r
               "A book of stamps costs more now", "I read slowly in the evenings", "The phone book is useless now",
               "Reading maps is hard for me", "Her book tour starts in May",
               "I read the poem at the wedding"]  # fmt: skip
-    _ingest(api, "books", *[
-        {"role": "user", "name": name, "content": text, "created_at": f"2023-05-08T10:{n:02d}:00Z"}
-        for n, (name, text) in enumerate(talk)
-    ])  # fmt: skip
-    _ingest(api, "misc", *[
-        {"role": "user", "name": "Tim", "content": text, "created_at": f"2023-05-09T10:{n:02d}:00Z"}
-        for n, text in enumerate(others)
-    ])  # fmt: skip
+    _ingest(api, "books", *_lines(talk, "2023-05-08"))
+    _ingest(api, "misc", *_lines([("Tim", text) for text in others], "2023-05-09"))
     wait_idle(api, "books")
     wait_idle(api, "misc")
 
-    def found(limit: int) -> list[str]:
-        body = {"query": "What books has Tim read?", "limit": limit}
-        response = api.post("/v1/users/alice/memories/search", json=body)
-        assert response.status_code == 200, response.text
-        return [r["value"] for r in response.json()["results"]]
-
     # Two dozen more of Tim's lines share the question's words; his next line shares none and is not among the first
     # twenty.
-    first_ten = found(10)
+    first_ten = _found(api, "What books has Tim read?", 10)
     assert hit in first_ten[:3] and said_next not in first_ten, first_ten
     # With room for more, what Tim said next in that conversation follows the first ten.
-    assert said_next in found(20)[10:16]
+    assert said_next in _found(api, "What books has Tim read?", 20)[10:16]
 
 
 def test_a_short_budget_holds_no_fact_beside_the_excerpt_it_came_from(
