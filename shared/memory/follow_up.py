@@ -15,11 +15,10 @@ place within the budget of a context block instead of after everything loosely s
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Final
 
-from shared.memory.query_parts import result_key
+from shared.memory.query_parts import in_rank_order, result_key
 from shared.memory.search import SearchResult
 
 FOLLOW_AFTER: Final = 3
@@ -63,5 +62,4 @@ def merge(first: Sequence[SearchResult], follow: Sequence[SearchResult], limit: 
         if len(taken) < limit and take_next(other):
             more = True
     merged = list(taken.values())[:limit]
-    scores = sorted((result.score for result in merged), reverse=True)
-    return [dataclasses.replace(result, score=score) for result, score in zip(merged, scores, strict=True)]
+    return in_rank_order(merged, [result.score for result in merged])

@@ -73,8 +73,15 @@ def take_turns(lists: Sequence[Sequence[SearchResult]], limit: int) -> list[Sear
             if rank < len(results) and (key := result_key(results[rank])) not in taken:
                 taken[key] = results[rank]
     merged = list(taken.values())[:limit]
-    scores = sorted((result.score for result in merged), reverse=True)
-    return [dataclasses.replace(result, score=score) for result, score in zip(merged, scores, strict=True)]
+    return in_rank_order(merged, [result.score for result in merged])
+
+
+def in_rank_order(merged: Sequence[SearchResult], scores: Sequence[float]) -> list[SearchResult]:
+    """`merged` in its order with `scores` handed out again from the highest down, so an order by score (as the
+    context block packs) keeps this order; results past the end of `scores` get the lowest of them."""
+    ordered = sorted(scores, reverse=True)
+    ordered += [ordered[-1] if ordered else 0.0] * (len(merged) - len(ordered))
+    return [dataclasses.replace(result, score=score) for result, score in zip(merged, ordered, strict=False)]
 
 
 def result_key(result: SearchResult) -> tuple[str, int]:

@@ -11,12 +11,11 @@ search's filters like any unit, and their lookup goes in the same round trip as 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any, Final
 
 from shared.db import DictRow, Query
-from shared.memory.query_parts import result_key
+from shared.memory.query_parts import in_rank_order, result_key
 from shared.memory.rows import Scope
 from shared.memory.search import transcript_result
 from shared.memory.search_records import SearchFilters, SearchResult
@@ -63,7 +62,4 @@ def insert(results: Sequence[SearchResult], around: Sequence[SearchResult], limi
     taken: dict[tuple[str, int], SearchResult] = {}
     for result in [*results[:AROUND_AFTER], *around, *results[AROUND_AFTER:]]:
         taken.setdefault(result_key(result), result)
-    merged = list(taken.values())[:limit]
-    scores = sorted((r.score for r in results), reverse=True)
-    scores += [scores[-1] if scores else 0.0] * (len(merged) - len(scores))
-    return [dataclasses.replace(result, score=score) for result, score in zip(merged, scores, strict=False)]
+    return in_rank_order(list(taken.values())[:limit], [r.score for r in results])
