@@ -31,11 +31,12 @@ from shared.client_options import ClientOptions, merged_tools
 from shared.context.compiler import IntegrityViolation, TurnContext, context_queries, prepare_turn
 from shared.context.history import relevant_memories, turn_start, turn_start_queries
 from shared.db import Conn, fetch_together
-from shared.embeddings import SPACE_QUERY
 from shared.events import TurnEventPublisher
 from shared.llm.types import ChatMessage, LLMError, ToolCall
 from shared.locks import HeartbeatLock, holder, session_lock_name, take_over_if_holder_dead
 from shared.logging import get_logger
+from shared.memory.rows import Scope
+from shared.memory.search_reads import SearchReads, search_read_queries
 from shared.metrics import observe_turn
 from shared.text import estimate_tokens
 from shared.tools import ToolContext
@@ -263,17 +264,17 @@ def read_turn_context(
     conn: Conn, turn: dict[str, Any], deps: TurnDeps, client: ClientOptions | None = None
 ) -> tuple[list[ChatMessage], TurnContext]:
     """What the turn's model calls are built from: its history and its context (prompt, dynamic inputs,
-    steering). The history, the session, every read of the prompt and the embedding space go to Postgres
-    together, then the relevant-memory search: two round trips, where one per read made fifteen (each a trip
-    through the scheduler for the worker and a Postgres backend, on a busy machine the larger part of a
-    turn's overhead)."""
+    steering). The history, the session, every read of the prompt and what the relevant-memory search reads
+    first (the embedding space, the user's speakers) go to Postgres together, then that search's statements: a
+    few round trips, where one per read made fifteen (each a trip through the scheduler for the worker and a
+    Postgres backend, on a busy machine the larger part of a turn's overhead)."""
     ids = {"tenant_id": turn["tenant_id"], "user_id": turn["user_id"], "session_id": turn["session_id"]}
     queries = {**turn_start_queries(turn), **context_queries(**ids, turn_id=turn["id"])}
     if deps.relevant_memory:
-        queries["embedding_space"] = SPACE_QUERY
+        queries.update(search_read_queries(Scope(turn["tenant_id"], turn["user_id"])))
     reads = fetch_together(conn, queries)
     history, session = turn_start(reads)
-    relevant = relevant_memories(conn, turn, history, reads["embedding_space"]) if deps.relevant_memory else []
+    relevant = relevant_memories(conn, turn, history, SearchReads.from_rows(reads)) if deps.relevant_memory else []
     context = prepare_turn(
         conn,
         session=session,

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from shared.context.dynamic import RELEVANT_LIMIT
 from shared.db import Conn, Query
 from shared.llm.types import ChatMessage, ToolCall
 from shared.text import estimate_tokens
+
+if TYPE_CHECKING:
+    from shared.memory.search_reads import SearchReads
 
 UNANSWERED_CALL = "error: no result: the calling application did not run this tool and went on"
 
@@ -87,15 +90,15 @@ def relevant_memories(
     conn: Conn,
     turn: dict[str, Any],
     history: list[ChatMessage],
-    space_rows: Sequence[Mapping[str, Any]] | None = None,
+    prior: SearchReads | None = None,
     max_tokens: int | None = None,
 ) -> list[dict[str, Any]]:
     """Facts and excerpts of the user's other conversations that bear on the latest user message, best first,
     within `max_tokens` (default ENGRAM_TURN_RECALL_TOKENS; shown, not counted as use: counting them would churn
     the "What You Know" selection every turn). An excerpt is listed under its day and conversation with its
     speaker, as `{"namespace": "8 May 2023, conversation chat-1", "key": "Melanie", "value": "…"}`; a fact as
-    stored. `space_rows`: the embedding space as read along with the turn's other reads (SPACE_QUERY); None =
-    read it here."""
+    stored. `prior`: what the search reads first (search_reads.py), read along with the turn's other reads;
+    None = read it here."""
     latest = next((m.content for m in reversed(history) if m.role == "user"), "")
     if not latest.strip():
         return []
@@ -112,7 +115,7 @@ def relevant_memories(
         latest[:2000],
         limit=max(RELEVANT_LIMIT, budget // 25),
         filters=SearchFilters(exclude_session_id=turn["session_id"]),
-        space_rows=space_rows,
+        prior=prior,
     )
     chosen: list[dict[str, Any]] = []
     used = 0

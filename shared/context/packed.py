@@ -41,9 +41,9 @@ from shared.context.static_prompt import (
 )
 from shared.context.tokens import BpeTokenCounter, TokenCounter, counter_for
 from shared.db import Conn, Query, fetch_together, first
-from shared.embeddings import SPACE_QUERY
 from shared.llm.factory import chat_model
 from shared.memory.search import SearchFilters
+from shared.memory.search_reads import SearchReads, search_read_queries
 from shared.memory.service import search_memories
 from shared.memory.store import Scope
 from shared.turns import find_user_id, session_query
@@ -353,7 +353,7 @@ def _search_items(
     query: str,
     max_tokens: int,
     as_of: datetime | None,
-    space_rows: Sequence[Mapping[str, Any]],
+    prior: SearchReads,
 ) -> list[Item]:
     results = search_memories(
         conn,
@@ -362,7 +362,7 @@ def _search_items(
         limit=search_limit(max_tokens),
         filters=SearchFilters(),
         as_of=as_of,
-        space_rows=space_rows,
+        prior=prior,
     )
     best = max((r.score for r in results), default=0.0) or 1.0
     items = []
@@ -449,7 +449,7 @@ def compile_context(
     if session_key and wanted & {"active_task", "summary"}:
         queries["session"] = session_query(tenant_id, user_external_id, session_key)
     if searching:
-        queries["space"] = SPACE_QUERY
+        queries.update(search_read_queries(scope))
     if "what_you_know" in wanted:
         queries["known"] = what_you_know_query(tenant_id, user_id)
     if "reflection" in wanted:
@@ -461,7 +461,7 @@ def compile_context(
     if (session := first(reads.get("session", []))) is not None:
         candidates += [i for i in _session_items(session) if i.section in wanted]
     if searching and query:
-        found = _search_items(conn, scope, query, max_tokens, as_of, reads["space"])
+        found = _search_items(conn, scope, query, max_tokens, as_of, SearchReads.from_rows(reads))
         candidates += [i for i in found if i.section in wanted]
     if "known" in reads:
         candidates += _known_items(select_what_you_know(reads["known"]), {i.id for i in candidates})

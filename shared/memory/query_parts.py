@@ -7,9 +7,14 @@ words and vectors happen to favour fill the results. Asked once per person ("Wha
 both done?"), each part ranks that person's own lines first; the whole query and its parts then take turns
 (`take_turns`), so each person's best lines are among the first results.
 
-Who counts as a person is what the first search saw: the speakers of its candidates (not only of the
-results it kept) that the query names. Role labels (a message without a name is said by "user" or
-"assistant") are not people.
+The names also stay out of the question's vector (`what_is_asked`). In a conversation between two people
+every line is said by one of them and often addressed to the other by name, so "What activities does Melanie
+partake in?" embedded as it is comes closest to lines that say "Melanie", which Caroline says; the speaker bonus
+already favours Melanie's own lines, and the vector is left to match what they are about. Every part of a
+question then has the same vector: the names are all that tells the parts apart.
+
+Who counts as a person is who speaks in the user's conversations (search_reads.py), read before the first
+search. Role labels (a message without a name is said by "user" or "assistant") are not people.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Final
 
+from shared.memory.entity_extraction import query_entity_names
 from shared.memory.search import SearchResult
 
 ROLE_LABELS: Final = frozenset({"user", "assistant", "system", "tool"})
@@ -53,9 +59,18 @@ def without_names(query: str, names: Sequence[str]) -> str:
     return re.sub(r"\s+([?.!,;:])", r"\1", " ".join(query.split()))
 
 
+def what_is_asked(query: str, names: Sequence[str]) -> str:
+    """The query without these names, for its vector; the query as it is when nothing but stop words would be
+    left ("Who is Caroline?" is about her, not about something she said)."""
+    if not names:
+        return query
+    rest = without_names(query, names)
+    return rest if query_entity_names(rest) else query
+
+
 def parts(query: str, speakers: Iterable[str]) -> list[str]:
     """One query per person named, each without the others; [] when the query names fewer than two.
-    `speakers`: who speaks in the user's conversations, as far as the search saw (search.Found)."""
+    `speakers`: who speaks in the user's conversations (search_reads.SearchReads)."""
     names = named_speakers(query, speakers)
     if len(names) < 2:
         return []

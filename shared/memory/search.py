@@ -47,7 +47,6 @@ from shared.memory.rows import Scope
 from shared.memory.search_records import (
     ALL_LEGS,
     Ask,
-    Found,
     FusionMode,
     Leg,
     SearchFilters,
@@ -69,18 +68,15 @@ __all__ = [
     "SPEAKER_BONUS",
     "TERM_WEIGHTS",
     "Ask",
-    "Found",
     "FusionMode",
     "Leg",
     "SearchFilters",
     "SearchOptions",
     "SearchResult",
     "fetch_size",
-    "find",
-    "find_many",
-    "find_many_with",
     "like_patterns",
     "search",
+    "search_many",
     "search_statement",
     "transcript_result",
 ]
@@ -155,39 +151,21 @@ def search(
     touch: bool = False,
 ) -> list[SearchResult]:
     """Search one user's memories (and transcript units). `query_vector` None = no vector leg."""
-    results = find(conn, scope, query, query_vector=query_vector, filters=filters, options=options).results
+    results = search_many(conn, scope, [Ask(query, query_vector, filters)], options)[0][0]
     if touch:
         touch_accessed(conn, scope, [r.id for r in results if r.id is not None])
     return results
 
 
-def find(
-    conn: Conn,
-    scope: Scope,
-    query: str,
-    *,
-    query_vector: Sequence[float] | None = None,
-    filters: SearchFilters | None = None,
-    options: SearchOptions | None = None,
-) -> Found:
-    """`search`, with the speakers the query names."""
-    return find_many(conn, scope, [Ask(query, query_vector, filters)], options)[0]
-
-
-def find_many(conn: Conn, scope: Scope, asks: Sequence[Ask], options: SearchOptions | None = None) -> list[Found]:
-    """Several searches of one user with the same options, sent in one round trip (the parts of a question, its
-    time window): each statement still runs on its own, in order."""
-    return find_many_with(conn, scope, asks, options)[0]
-
-
-def find_many_with(
+def search_many(
     conn: Conn,
     scope: Scope,
     asks: Sequence[Ask],
     options: SearchOptions | None = None,
     also: Mapping[str, Query] | None = None,
-) -> tuple[list[Found], dict[str, list[DictRow]]]:
-    """`find_many`, with other reads (`also`, by name) sent in the same round trip after the searches."""
+) -> tuple[list[list[SearchResult]], dict[str, list[DictRow]]]:
+    """Several searches of one user with the same options (a question, its parts, its time window), and other
+    reads (`also`, by name), sent in one round trip: each statement still runs on its own, in order."""
     options = options or SearchOptions()
     statements = [
         search_statement(scope, ask.query, query_vector=ask.query_vector, filters=ask.filters, options=options)
@@ -204,11 +182,11 @@ def find_many_with(
     queries.update({str(index): statement for index, statement in enumerate(statements)})
     queries.update({f"also:{name}": query for name, query in (also or {}).items()})
     rows = fetch_together(conn, queries)
-    found = [_found(rows[str(index)], options, "qvec" in params) for index, (_, params) in enumerate(statements)]
+    found = [_results(rows[str(index)], options, "qvec" in params) for index, (_, params) in enumerate(statements)]
     return found, {name: rows[f"also:{name}"] for name in also or {}}
 
 
-def _found(rows: Sequence[dict[str, Any]], options: SearchOptions, use_vector: bool) -> Found:
+def _results(rows: Sequence[dict[str, Any]], options: SearchOptions, use_vector: bool) -> list[SearchResult]:
     fused = [(row, *_fuse(row, options, use_vector)) for row in rows]
     best = max((score for _, score, _ in fused), default=0.0)
     results = [
@@ -217,7 +195,7 @@ def _found(rows: Sequence[dict[str, Any]], options: SearchOptions, use_vector: b
         if options.mode != "weighted" or score >= options.relative_floor * best - 1e-9
     ]
     results.sort(key=lambda r: (-r.score, r.id if r.id is not None else -(r.chunk_id or 0)))
-    return Found(results[: options.limit], list(rows[0]["named_speakers"] or []) if rows else [])
+    return results[: options.limit]
 
 
 def transcript_result(row: Mapping[str, Any], score: float, legs: dict[str, dict[str, Any]]) -> SearchResult:

@@ -93,16 +93,8 @@ class SearchResult:
 
 
 @dataclass(frozen=True)
-class Found:
-    """A search's results, and the speakers the query names among its candidates (not only the results kept)."""
-
-    results: list[SearchResult]
-    named_speakers: list[str]
-
-
-@dataclass(frozen=True)
 class Ask:
-    """One search of `find_many`: a query, its vector (None = no vector leg) and its filters."""
+    """One search of `search.search_many`: a query, its vector (None = no vector leg) and its filters."""
 
     query: str
     query_vector: Sequence[float] | None = None

@@ -292,9 +292,6 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
         ORDER BY score DESC, doc
         LIMIT %(keep)s)
     SELECT kept.*,
-           -- Who, of the people the query names, speaks in the candidates (query_parts asks for each apart).
-           (SELECT array_agg(DISTINCT n.speaker ORDER BY n.speaker) FROM named n WHERE n.speaker_named)
-               AS named_speakers,
            m.namespace, m.key, m.value, m.kind, m.tags, m.confidence, m.created_at, m.event_time,
            m.valid_from, m.source_message_ids,
            u.id AS unit_id, u.session_id AS unit_session_id, u.message_id, u.said_at, u.speaker,

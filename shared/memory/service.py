@@ -30,7 +30,8 @@ from shared.logging import get_logger
 from shared.memory import follow_up, query_parts, speaker_lines
 from shared.memory.reads import touch_accessed
 from shared.memory.rows import Scope
-from shared.memory.search import Ask, Found, SearchFilters, SearchOptions, SearchResult, find, find_many_with
+from shared.memory.search import Ask, SearchFilters, SearchOptions, SearchResult, search_many
+from shared.memory.search_reads import SearchReads, read_before_search
 from shared.memory.time_window import TimeWindow, may_name_time, time_window
 from shared.metrics import observe_embedding_call
 
@@ -108,17 +109,8 @@ def forget_recent_queries() -> None:
 
 
 def query_vector(conn: Conn, text: str, space_rows: Sequence[Mapping[str, Any]] | None = None) -> list[float] | None:
-    """The query's embedding, or None when vector search cannot run (see `query_vectors`)."""
-    vectors = query_vectors(conn, [text], space_rows)
-    return None if vectors is None else vectors[0]
-
-
-def query_vectors(
-    conn: Conn, texts: Sequence[str], space_rows: Sequence[Mapping[str, Any]] | None = None
-) -> list[list[float]] | None:
-    """The queries' embeddings, or None when vector search cannot run (no space yet, re-indexing, or the
-    embedding provider failed) — search then runs on its lexical legs alone. One query is memoised (see
-    `_embed_query`); several (the parts of a question) are embedded in one model call. `space_rows`: the
+    """The query's embedding, or None when vector search cannot run (no space yet, re-indexing, or the embedding
+    provider failed) — search then runs on its lexical legs alone. Memoised (see `_embed_query`). `space_rows`: the
     embedding space as the caller read it along with its other reads (SPACE_QUERY); None = read it here."""
     try:
         embedder = process_embedder()
@@ -132,12 +124,7 @@ def query_vectors(
         # another process, its cache lookup and insert cost round trips on every search, and a cached
         # query vector would outlive the query (it is no chunk's text, so forget_unused never drops it).
         # A copy of the memo's tuple: callers may not alias each other's vectors.
-        if len(texts) == 1:
-            return [list(_embed_query(cache_model(embedder), embedder.dimension, texts[0]))]
-        vectors = embedder.embed(list(texts))
-        check_vectors(embedder, vectors, expected_count=len(texts), dimension=embedder.dimension)
-        observe_embedding_call(cache_model(embedder), len(texts))
-        return vectors
+        return list(_embed_query(cache_model(embedder), embedder.dimension, text))
     except EmbeddingError as exc:
         log.warning("query embedding failed; searching without vectors", error=str(exc))
         return None
@@ -157,48 +144,49 @@ def search_memories(
     filters: SearchFilters | None = None,
     touch: bool = False,
     mode: str | None = None,
-    space_rows: Sequence[Mapping[str, Any]] | None = None,
+    prior: SearchReads | None = None,
     as_of: datetime | None = None,
 ) -> list[SearchResult]:
     """The best `limit` results for `query`. When it names a time (resolved against `as_of`, default now) and
     the filters set none, what falls in that window is searched for on its own too and ranks first: "what
     did I say last May" puts May's excerpt above a closer match from June. When it names several people
-    who speak in the user's conversations, it is also asked once per person (query_parts). What its best hit
-    leads to is searched for too (follow_up)."""
+    who speak in the user's conversations, it is also asked once per person, and the names stay out of its
+    vector (query_parts). What its best hit leads to is searched for next (follow_up, speaker_lines).
+    `prior`: what search reads first (search_reads.py), as the caller read it with its own reads; None = read
+    it here, in one round trip."""
     settings = get_settings()
     options = options_from_settings(settings, limit)
     if mode in ("weighted", "rrf"):
         options.mode = mode  # type: ignore[assignment]
     filters = filters or SearchFilters()
     # Reading a time out of the query takes dateparser milliseconds of Python: it runs beside the query's
-    # embedding (onnx lets go of the GIL) and the search (a wait on Postgres) rather than before them.
+    # embedding (onnx lets go of the GIL) rather than before it.
     resolving: Future[TimeWindow | None] | None = None
     if filters.since is None and filters.until is None and may_name_time(query):
         resolving = _time_reader().submit(time_window, query, as_of)
-    vector = query_vector(conn, query, space_rows)
-    whole = find(conn, scope, query, query_vector=vector, filters=filters, options=options)
+    prior = prior or read_before_search(conn, scope)
+    named = query_parts.named_speakers(query, prior.speakers)
+    vector = query_vector(conn, query_parts.what_is_asked(query, named), prior.space)
     window = resolving.result() if resolving is not None else None
-    asked_apart = query_parts.parts(query, whole.named_speakers)
-    following = follow_up.follow_up_query(query, whole.results)
-    around = speaker_lines.around_query(scope, whole.results, filters, limit)
-    if window is None and not asked_apart and following is None and around is None:
-        return _touched(conn, scope, whole.results, touch)
-    # What else is asked (the window's search, each person's part and its window, the follow-up of the best hit,
-    # the lines around the best hits) goes in one round trip, the parts' vectors from one model call.
     within = dataclasses.replace(filters, since=window.start, until=window.end) if window else None
-    part_vectors = query_vectors(conn, asked_apart, space_rows) if asked_apart else None
-    questions = [Ask(query, vector, filters)] + [
-        Ask(part, part_vectors[index] if part_vectors else None, filters) for index, part in enumerate(asked_apart)
-    ]
-    asks = [ask for question in questions for ask in _asks_of(question, within)][1:]  # the whole one ran
-    if following is not None:
-        asks.append(Ask(following, None, filters))  # no vector: the follow-up is the full-text leg's
-    searched, rows = find_many_with(conn, scope, asks, options, {"around": around} if around else None)
-    found = iter([whole, *searched])
-    ranked = [_window_first(next(found), next(found) if within else None, options) for _ in questions]
+    # The question, each person's part and the time window go in one round trip; every part has the
+    # question's vector (its names are what the vector leaves out).
+    questions = [Ask(query, vector, filters)] + [Ask(part, vector, filters) for part in query_parts.parts(query, named)]
+    asks = [ask for question in questions for ask in _asks_of(question, within)]
+    searched = iter(search_many(conn, scope, asks, options)[0])
+    whole = next(searched)
+    ranked = [_window_first(whole, next(searched) if within else None, options)]
+    ranked += [_window_first(next(searched), next(searched) if within else None, options) for _ in questions[1:]]
     results = ranked[0] if len(ranked) == 1 else query_parts.take_turns(ranked, limit)
+    # What the question's own best hits lead to: one more round trip, after the first.
+    following = follow_up.follow_up_query(query, whole)
+    around = speaker_lines.around_query(scope, whole, filters, limit)
+    if following is None and around is None:
+        return _touched(conn, scope, results, touch)
+    more = [Ask(following, None, filters)] if following is not None else []  # no vector: the full-text leg's
+    followed, rows = search_many(conn, scope, more, options, {"around": around} if around else None)
     if following is not None:
-        results = follow_up.merge(results, next(found).results, limit)
+        results = follow_up.merge(results, followed[0], limit)
     if around is not None:
         results = speaker_lines.insert(results, speaker_lines.around_results(rows["around"]), limit)
     return _touched(conn, scope, results, touch)
@@ -215,9 +203,11 @@ def _asks_of(question: Ask, within: SearchFilters | None) -> list[Ask]:
     return [question] if within is None else [question, dataclasses.replace(question, filters=within)]
 
 
-def _window_first(found: Found, inside: Found | None, options: SearchOptions) -> list[SearchResult]:
-    """`found`'s results with what the query's time window holds (`inside`, searched for on its own) first."""
-    return found.results if inside is None else rank_window_first(inside.results, found.results, options.limit)
+def _window_first(
+    found: list[SearchResult], inside: list[SearchResult] | None, options: SearchOptions
+) -> list[SearchResult]:
+    """`found` with what the query's time window holds (`inside`, searched for on its own) first."""
+    return found if inside is None else rank_window_first(inside, found, options.limit)
 
 
 @lru_cache(maxsize=1)

@@ -23,6 +23,16 @@ def make_scope(conn: Conn, user: str = "alice", tenant: str = "t1") -> Scope:
     return Scope(tenant_id, ensure_user(conn, tenant_id, user))
 
 
+def make_session(conn: Conn, scope: Scope, key: str = "s") -> int:
+    """A session of the scope's user, by key; its id."""
+    row = conn.execute(
+        "INSERT INTO sessions (tenant_id, user_id, session_key) VALUES (%s, %s, %s) RETURNING id",
+        (scope.tenant_id, scope.user_id, key),
+    ).fetchone()
+    assert row is not None
+    return int(row["id"])
+
+
 def test_keys_are_normalised_and_namespaces_defaulted(conn: Conn) -> None:
     scope = make_scope(conn)
     result = store_memory(

@@ -14,8 +14,9 @@ from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
 from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.memory_input import MemoryInput
 from shared.memory.search import SearchOptions, _fuse, search, search_statement
+from shared.memory.search_reads import speakers_query
 from shared.memory.store import Scope, store_memory
-from tests.integration.test_memory_store import make_scope
+from tests.integration.test_memory_store import make_scope, make_session
 
 pytestmark = pytest.mark.integration
 
@@ -137,3 +138,24 @@ def test_the_statement_returns_only_the_best_rows_the_same_as_fusing_every_candi
         expected = sorted(fused, key=lambda pair: (-pair[0], pair[1]))[:limit]
         results = search(conn, scope, query, query_vector=vector, options=options)
         assert [(r.id, pytest.approx(r.score, abs=1e-12)) for r in results] == [(m, s) for s, m in expected]
+
+
+def test_who_speaks_is_read_in_one_index_step_per_person_not_a_step_per_line(conn: Conn) -> None:
+    scope = make_scope(conn)
+    session_id = make_session(conn, scope, "long")
+    conn.execute(
+        """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content, name)
+           SELECT %s, %s, %s, 'user', 'line ' || n, CASE WHEN n %% 2 = 0 THEN 'Ann' ELSE 'Bob' END
+           FROM generate_series(1, 2000) AS n""",
+        (scope.tenant_id, scope.user_id, session_id),
+    )
+    conn.execute("ANALYZE memory_chunks")
+    sql, params = speakers_query(scope)
+    row = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()
+    assert row is not None
+    plan = list(nodes(next(iter(row.values()))[0]["Plan"]))
+    scans = [node for node in plan if node.get("Relation Name") == "memory_chunks"]
+    assert scans and all(node["Node Type"] in ("Index Scan", "Index Only Scan") for node in scans), scans
+    # Two people, 2,000 lines: each scan stops at its first row, once per person (and once to find no more).
+    assert sum(node["Actual Rows"] * node["Actual Loops"] for node in scans) <= 3, scans
+    assert [r["speaker"] for r in conn.execute(sql, params).fetchall()] == ["Ann", "Bob"]

@@ -17,10 +17,11 @@ from ops.fake_llm import FakeLLM
 from shared import db
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, ensure_embedding_space
+from shared.memory.search_reads import read_before_search
 from shared.memory.userdata import erase_user
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_ingest_pipeline import configured, wait_idle
-from tests.integration.test_memory_store import make_scope
+from tests.integration.test_memory_store import make_scope, make_session
 from tests.integration.test_pipeline import PIPELINE_ENV, eventually
 
 pytestmark = pytest.mark.integration
@@ -46,12 +47,7 @@ def _units(conn: Conn, session_id: int) -> dict[int, dict[str, Any]]:
 
 def test_units_follow_their_messages_in_the_writers_transaction(conn: Conn) -> None:
     scope = make_scope(conn)
-    session = conn.execute(
-        "INSERT INTO sessions (tenant_id, user_id, session_key) VALUES (%s, %s, 's') RETURNING id",
-        (scope.tenant_id, scope.user_id),
-    ).fetchone()
-    assert session is not None
-    sid = session["id"]
+    sid = make_session(conn, scope)
     a = _message(conn, sid, scope, "We adopted a puppy", "Ann")
     b = _message(conn, sid, scope, "What breed?", "Bob")
     c = _message(conn, sid, scope, "A beagle called Toast", "Ann")
@@ -129,6 +125,17 @@ def test_units_follow_their_messages_in_the_writers_transaction(conn: Conn) -> N
     erase_user(conn, scope)
     left = conn.execute("SELECT count(*) AS n FROM memory_chunks WHERE user_id = %s", (scope.user_id,)).fetchone()
     assert left is not None and left["n"] == 0
+
+
+def test_search_knows_who_speaks_in_the_users_conversations_before_it_searches(conn: Conn) -> None:
+    scope, other = make_scope(conn), make_scope(conn, "bob")
+    for owner, names in ((scope, ["Tim", "Ann", "Tim", None, "Ann", "assistant"]), (other, ["Zed"])):
+        session_id = make_session(conn, owner, "talk")
+        for n, name in enumerate(names):
+            _message(conn, session_id, owner, f"line {n}", name)
+    # Each name once, in order; a message without a name is said by its role; another user's speakers are theirs.
+    assert read_before_search(conn, scope).speakers == ("Ann", "Tim", "assistant", "user")
+    assert read_before_search(conn, other).speakers == ("Zed",)
 
 
 @pytest.fixture
@@ -284,6 +291,31 @@ def test_a_question_about_two_people_brings_back_what_each_of_them_said(
     assert any(name == "Ann" for name, _ in both), both
     # One person named: one question, Ann's cooking first.
     assert {name for name, _ in found("What did Ann cook?")} == {"Ann"}
+
+
+def test_a_question_about_a_person_finds_what_they_did_not_lines_that_name_them(
+    api: httpx.Client, recall_stack: CeleryStack
+) -> None:
+    did = "I took the kids kayaking on the river on Saturday, we paddled for hours"
+    # Caroline talks to Melanie by name; Melanie's other lines say little.
+    caroline = ["Melanie, how have you been lately?", "Thanks Melanie, that means a lot to me",
+                "Melanie, you always know what to say", "Good to hear from you, Melanie!",
+                "Melanie, I hope your week is going well", "Talk soon, Melanie, take care"]  # fmt: skip
+    melanie = ["Thanks for asking, all good here", did, "Yes, I agree with you", "See you soon!"]
+    talk = [line for pair in zip(caroline, [*melanie, "Bye!", "Ok"], strict=True) for line in pair]
+    names = ["Caroline", "Melanie"] * len(caroline)
+    _ingest(api, "catch-up", *_lines(list(zip(names, talk, strict=True)), "2023-05-08"))
+    wait_idle(api, "catch-up")
+
+    # The vector is asked what the question is about, without her name: her kayaking is the best line. With the
+    # name in it, the lines where her name is said come closest: Caroline's, and Melanie's short replies, whose
+    # units carry them as context.
+    response = api.post(
+        "/v1/users/alice/memories/search", json={"query": "What activities does Melanie do?", "limit": 3}
+    )
+    assert response.status_code == 200, response.text
+    results = [(r["speaker"], r["value"]) for r in response.json()["results"]]
+    assert results[0] == ("Melanie", did), results
 
 
 def test_what_the_best_hit_leads_to_is_found_though_it_shares_no_word_with_the_question(

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.memory.query_parts import named_speakers, parts, take_turns, without_names
+from shared.memory.query_parts import named_speakers, parts, take_turns, what_is_asked, without_names
 from shared.memory.search import SearchResult
 
 
@@ -46,6 +46,24 @@ def test_parts_are_one_per_speaker_the_question_names() -> None:
     assert parts("What did John say to the user?", found) == []
     assert parts("What did John and Rosa cook?", found) == []
     assert parts("Did Johnny and Marianne meet?", found) == []  # names are whole words
+
+
+@pytest.mark.parametrize(
+    ("query", "names", "asked"),
+    [
+        ("What activities does Melanie partake in?", ["Melanie"], "What activities does partake in?"),
+        ("When did Caroline and Melanie go camping?", ["Caroline", "Melanie"], "When did go camping?"),
+        ("What is Caroline's identity?", ["Caroline"], "What is identity?"),
+        # Nothing but stop words would be left: the question is about the person.
+        ("Who is Caroline?", ["Caroline"], "Who is Caroline?"),
+        ("caroline?", ["Caroline"], "caroline?"),
+        ("What did Caroline say?", [], "What did Caroline say?"),
+    ],
+)
+def test_the_vector_is_asked_the_question_without_the_names_of_who_speaks(
+    query: str, names: list[str], asked: str
+) -> None:
+    assert what_is_asked(query, names) == asked
 
 
 def test_the_searches_take_turns_and_keep_the_scores_in_rank_order() -> None:
