@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # selenium loads only when a test starts a browser
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMIUM = "/usr/bin/chromium"
-_FAILED = pytest.StashKey[bool]()
+FAILED = pytest.StashKey[bool]()  # set on a test whose call failed
 
 
 def missing() -> str | None:
@@ -67,12 +67,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     if report.when == "call" and report.failed:
-        item.stash[_FAILED] = True
+        item.stash[FAILED] = True
 
 
 def save_failure(item: pytest.Item, driver: WebDriver, tmp_dir: Path) -> Path | None:
     """A failed test's screenshot and HTML, for whoever reads the failure."""
-    if not item.stash.get(_FAILED, False):
+    if not item.stash.get(FAILED, False):
         return None
     target = Path(os.environ.get("ENGRAM_CONSOLE_FAILURES") or tmp_dir) / item.name
     shutil.rmtree(target, ignore_errors=True)
