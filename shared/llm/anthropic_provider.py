@@ -10,36 +10,21 @@ import anthropic
 from anthropic.types import Message
 
 from shared.llm.anthropic_layout import build_system, build_tools, layout_messages
-from shared.llm.retry import DEFAULT_RETRY_POLICY, DeltaTracker, RetryPolicy, call_with_retries
+from shared.llm.retry import DeltaTracker
 from shared.llm.sdk import anthropic_client
-from shared.llm.types import ChatRequest, ChatResult, DeltaCallback, ToolCall, Usage
+from shared.llm.streamed import StreamedProvider
+from shared.llm.types import ChatRequest, ChatResult, ToolCall, Usage
 
 
-class AnthropicProvider:
+class AnthropicProvider(StreamedProvider[Message]):
     name: str = "anthropic"
+    client: anthropic.Anthropic
 
-    def __init__(
-        self,
-        *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        timeout: float = 120.0,
-        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
-    ) -> None:
-        # The SDK's own retries are off so `retry` is the only policy; only the arguments configure the
-        # client, never ANTHROPIC_* variables (see sdk.py).
-        self.client = anthropic_client(api_key=api_key, base_url=_without_v1(base_url), timeout=timeout)
-        self.retry = retry
+    def _client(self, *, api_key: str | None, base_url: str | None, timeout: float) -> anthropic.Anthropic:
+        return anthropic_client(api_key=api_key, base_url=_without_v1(base_url), timeout=timeout)
 
-    def chat(self, request: ChatRequest, on_delta: DeltaCallback | None = None) -> ChatResult:
-        tracker = DeltaTracker(on_delta)
-        message = call_with_retries(
-            lambda: self._stream_once(request, tracker),
-            provider=self.name,
-            policy=self.retry,
-            replay_safe=lambda: not tracker.delivered,
-        )
-        return _to_result(message, provider=self.name)
+    def _result(self, streamed: Message, request: ChatRequest) -> ChatResult:
+        return _to_result(streamed, provider=self.name)
 
     def _stream_once(self, request: ChatRequest, on_text: DeltaTracker) -> Message:
         system = build_system(request)

@@ -11,35 +11,21 @@ from openai.types.chat import ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
 from shared.llm.openai_layout import build_messages, build_tools
-from shared.llm.retry import DEFAULT_RETRY_POLICY, DeltaTracker, RetryPolicy, call_with_retries
+from shared.llm.retry import DeltaTracker
 from shared.llm.sdk import openai_client
-from shared.llm.types import ChatRequest, ChatResult, DeltaCallback, ToolCall, Usage
+from shared.llm.streamed import StreamedProvider
+from shared.llm.types import ChatRequest, ChatResult, ToolCall, Usage
 
 
-class OpenAIProvider:
+class OpenAIProvider(StreamedProvider["_StreamState"]):
     name: str = "openai"
+    client: openai.OpenAI
 
-    def __init__(
-        self,
-        *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        timeout: float = 120.0,
-        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
-    ) -> None:
-        # Only the arguments configure the client, never OPENAI_* variables (see sdk.py).
-        self.client = openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
-        self.retry = retry
+    def _client(self, *, api_key: str | None, base_url: str | None, timeout: float) -> openai.OpenAI:
+        return openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
 
-    def chat(self, request: ChatRequest, on_delta: DeltaCallback | None = None) -> ChatResult:
-        tracker = DeltaTracker(on_delta)
-        stream = call_with_retries(
-            lambda: self._stream_once(request, tracker),
-            provider=self.name,
-            policy=self.retry,
-            replay_safe=lambda: not tracker.delivered,
-        )
-        return stream.to_result(provider=self.name, fallback_model=request.model)
+    def _result(self, streamed: _StreamState, request: ChatRequest) -> ChatResult:
+        return streamed.to_result(provider=self.name, fallback_model=request.model)
 
     def _stream_once(self, request: ChatRequest, on_text: DeltaTracker) -> _StreamState:
         tools = build_tools(request.tools)
