@@ -443,7 +443,7 @@ def test_charts_draw_from_postgres(browser: WebDriver, console: Console, priced:
     assert calls["unpriced_models"] and "console-unpriced" in calls["unpriced_models"]
 
 
-def test_an_admin_creates_a_bound_read_only_key_sees_its_secret_once_and_revokes_it(
+def test_an_admin_creates_a_bound_read_only_key_sees_its_secret_once_rotates_and_revokes_it(
     browser: WebDriver, console: Console
 ) -> None:
     sign_in(browser, console, console.admin)
@@ -465,6 +465,21 @@ def test_an_admin_creates_a_bound_read_only_key_sees_its_secret_once_and_revokes
         assert api.get("/v1/users/bob/memories").status_code == 403
         browser.get(f"{console.url}/console/keys")  # a reload: the secret is not shown again
         assert secret not in browser.page_source
+
+        # Rotating issues a new secret, shown once, with the same scopes and user; the old one stops working.
+        browser.find_element(
+            By.XPATH, "//tr[th[contains(., 'alice-reader')]]//form[contains(@action, '/rotate')]//button"
+        ).click()
+        rotated = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "new-secret"))).text
+        assert rotated.startswith("egm_") and rotated != secret
+        assert api.get("/v1/users/alice/memories").status_code == 401
+        api.headers["Authorization"] = f"Bearer {rotated}"
+        assert api.get("/v1/users/alice/memories").status_code == 200
+        assert api.get("/v1/users/bob/memories").status_code == 403
+        row = browser.find_element(By.XPATH, "//table[@id='keys']//tr[th[contains(., 'alice-reader')]]")
+        assert "memory:read" in row.text and "alice" in row.text
+
+        browser.get(f"{console.url}/console/keys")
         listed = browser.find_element(By.ID, "keys")
         browser.find_element(
             By.XPATH, "//tr[th[contains(., 'alice-reader')]]//form[contains(@action, '/revoke')]//button"
