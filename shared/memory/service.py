@@ -173,10 +173,13 @@ def search_memories(
     # question's vector (its names are what the vector leaves out).
     questions = [Ask(query, vector, filters)] + [Ask(part, vector, filters) for part in query_parts.parts(query, named)]
     asks = [ask for question in questions for ask in _asks_of(question, within)]
-    searched = iter(search_many(conn, scope, asks, options)[0])
-    whole = next(searched)
-    ranked = [_window_first(whole, next(searched) if within else None, options)]
-    ranked += [_window_first(next(searched), next(searched) if within else None, options) for _ in questions[1:]]
+    searched = search_many(conn, scope, asks, options)[0]
+    whole = searched[0]
+    step = 2 if within else 1  # each question's search, then its search inside the window if any
+    ranked = [
+        _window_first(searched[at], searched[at + 1] if within else None, options)
+        for at in range(0, len(searched), step)
+    ]
     results = ranked[0] if len(ranked) == 1 else query_parts.take_turns(ranked, limit)
     # What the question's own best hits lead to: one more round trip, after the first.
     following = follow_up.follow_up_query(query, whole)

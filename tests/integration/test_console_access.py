@@ -102,23 +102,27 @@ def _loaded(driver: WebDriver, url: str) -> None:
         assert "/console/sign-in" not in driver.current_url, f"{url}: sent to sign in"
 
 
+def _audit(driver: WebDriver, page: str) -> dict[str, Any]:
+    """The loaded page's unnamed controls and low-contrast text, by page and check; {} when it has none."""
+    found = {
+        check: driver.execute_script(script)
+        for check, script in (("unnamed", _UNNAMED), ("low contrast", _LOW_CONTRAST))
+    }
+    return {f"{page}: {check}": items for check, items in found.items() if items}
+
+
 def test_every_page_names_its_controls_reads_clearly_and_fits_a_phone(
     browser: WebDriver,  # noqa: F811
     console: Console,  # noqa: F811
 ) -> None:
     browser.delete_all_cookies()
     _loaded(browser, f"{console.url}/console/sign-in")
-    problems: dict[str, Any] = {}
-    for check, script in (("unnamed", _UNNAMED), ("low contrast", _LOW_CONTRAST)):
-        if found := browser.execute_script(script):
-            problems[f"sign-in: {check}"] = found
+    problems = _audit(browser, "sign-in")
     sign_in(browser, console, console.admin)
     pages = _pages(console)
     for url in pages:
         _loaded(browser, url)
-        for check, script in (("unnamed", _UNNAMED), ("low contrast", _LOW_CONTRAST)):
-            if found := browser.execute_script(script):
-                problems[f"{url}: {check}"] = found
+        problems.update(_audit(browser, url))
     browser.set_window_size(*PHONE)
     try:
         for url in pages:
