@@ -115,7 +115,7 @@ async def _read_memories(caller: Caller, empty: T, read: Callable[[db.Conn, Memo
     (reading must not create users)."""
 
     def work() -> T:
-        with db.connection() as conn:
+        with db.connection() as conn, db.lending_spares():
             scope = find_scope(conn, caller.principal.id, caller.user)
             return empty if scope is None else read(conn, scope)
 

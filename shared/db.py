@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import psycopg
@@ -46,6 +47,10 @@ KEEPALIVES: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 10, "keepalive
 
 _pool: ConnectionPool[Conn] | None = None
 _pool_lock = threading.Lock()
+# The pool a read-only piece of work (`lending_spares`) may borrow a second connection from.
+_spare_pool: ContextVar[ConnectionPool[Conn] | None] = ContextVar("engram_spare_pool", default=None)
+# How long a spare checkout waits: only for a connection that is free now, never for one to be made.
+_SPARE_WAIT_SECONDS = 0.001
 
 # Errors that mean "the database is not reachable right now" rather than "this query is wrong".
 UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
@@ -231,6 +236,41 @@ def connection(timeout: float | None = None, *, patience: float = 0.0, autocommi
         raise DatabaseUnavailable(f"database unavailable: {exc}".strip()) from exc
     finally:
         pool.putconn(conn)
+
+
+@contextmanager
+def lending_spares(pool: ConnectionPool[Conn] | None = None) -> Iterator[None]:
+    """Inside, `spare_connection` may lend a second connection of `pool` (default: the primary's). Only for work
+    that does not write: a spare does not see the caller's transaction."""
+    token = _spare_pool.set(pool or get_pool())
+    try:
+        yield
+    finally:
+        _spare_pool.reset(token)
+
+
+@contextmanager
+def spare_connection() -> Iterator[Conn | None]:
+    """A second connection, in a transaction of its own, for reads that can run beside the caller's: from the
+    pool of the surrounding `lending_spares` when one is free at once. None outside `lending_spares` or when
+    every connection is busy (then the caller runs its reads on its own connection, one after another). On a
+    busy pool a miss is the right answer: a request does not make another wait for its extra speed."""
+    pool = _spare_pool.get()
+    conn: Conn | None = None
+    if pool is not None:
+        try:
+            conn = pool.getconn(timeout=_SPARE_WAIT_SECONDS)
+        except PoolTimeout:
+            conn = None
+    if conn is None:
+        yield None
+        return
+    try:
+        conn.autocommit = False
+        with conn:
+            yield conn
+    finally:
+        pool.putconn(conn)  # type: ignore[union-attr]
 
 
 def connect(url: str | None = None, *, autocommit: bool = False) -> Conn:

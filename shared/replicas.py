@@ -219,7 +219,7 @@ class _Router:
             return False, None
         try:
             conn.autocommit = False
-            with conn:
+            with conn, db.lending_spares(replica.pool):
                 result = fn(conn)
         except _REPLICA_ERRORS as exc:
             if conn.broken or conn.closed:
@@ -281,7 +281,8 @@ def replicas_configured() -> bool:
 
 
 def read(fn: Callable[[db.Conn], T], *, min_lsn: int | None = None) -> T:
-    """`fn(conn)` inside one read-only transaction, on a fresh replica when one is usable, else on the primary.
+    """`fn(conn)` inside one read-only transaction, on a fresh replica when one is usable, else on the primary;
+    `fn` may borrow a second connection of the same server (`db.spare_connection`) for reads beside its own.
 
     `fn` may run twice (a replica that fails mid-read is retried on the primary), so it must not write or
     have other effects. Exceptions of its own (a 404) pass through. With no replicas configured this is
@@ -293,7 +294,7 @@ def read(fn: Callable[[db.Conn], T], *, min_lsn: int | None = None) -> T:
             served, result = router.run_on(replica, fn)
             if served:
                 return result  # type: ignore[return-value]
-    with db.connection() as conn:
+    with db.connection() as conn, db.lending_spares():
         return fn(conn)
 
 

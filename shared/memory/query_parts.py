@@ -96,7 +96,11 @@ def in_rank_order(merged: Sequence[SearchResult], scores: Sequence[float]) -> li
     context block packs) keeps this order; results past the end of `scores` get the lowest of them."""
     ordered = sorted(scores, reverse=True)
     ordered += [ordered[-1] if ordered else 0.0] * (len(merged) - len(ordered))
-    return [dataclasses.replace(result, score=score) for result, score in zip(merged, ordered, strict=False)]
+    # A result keeps its object when its score stays (most do): a copy per result was most of this call's time.
+    return [
+        result if result.score == score else dataclasses.replace(result, score=score)
+        for result, score in zip(merged, ordered, strict=False)
+    ]
 
 
 def result_key(result: SearchResult) -> tuple[str, int]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -169,30 +170,52 @@ def search_memories(
     vector = query_vector(conn, query_parts.what_is_asked(query, named), prior.space)
     window = resolving.result() if resolving is not None else None
     within = dataclasses.replace(filters, since=window.start, until=window.end) if window else None
-    # The question, each person's part and the time window go in one round trip; every part has the
-    # question's vector (its names are what the vector leaves out).
+    # The question, each person's part and the time window: the question's own search first; the others on a
+    # spare connection beside it when there is one (they only join the ranking at the end), else after it in
+    # the same round trip. Every part has the question's vector (its names are what the vector leaves out).
     questions = [Ask(query, vector, filters)] + [Ask(part, vector, filters) for part in query_parts.parts(query, named)]
     asks = [ask for question in questions for ask in _asks_of(question, within)]
-    searched = search_many(conn, scope, asks, options)[0]
-    whole = searched[0]
+    with db.spare_connection() if len(asks) > 1 else nullcontext() as spare:
+        beside = _searcher().submit(_search_on_spare, spare, scope, asks[1:], options) if spare else None
+        try:
+            searched = search_many(conn, scope, asks if beside is None else asks[:1], options)[0]
+            whole = searched[0]
+            # What the question's own best hits lead to: the next round trip, while the others run.
+            following = follow_up.follow_up_query(query, whole)
+            around = speaker_lines.around_query(scope, whole, filters, limit)
+            more = [Ask(following, None, filters)] if following is not None else []  # no vector: full text's
+            followed, rows = (
+                search_many(conn, scope, more, options, {"around": around} if around else None)
+                if more or around is not None
+                else ([], {})
+            )
+        finally:
+            if beside is not None:
+                wait([beside])  # the spare goes back to the pool only when its reads are done
+        if beside is not None:
+            searched += beside.result()
     step = 2 if within else 1  # each question's search, then its search inside the window if any
     ranked = [
         _window_first(searched[at], searched[at + 1] if within else None, options)
         for at in range(0, len(searched), step)
     ]
     results = ranked[0] if len(ranked) == 1 else query_parts.take_turns(ranked, limit)
-    # What the question's own best hits lead to: one more round trip, after the first.
-    following = follow_up.follow_up_query(query, whole)
-    around = speaker_lines.around_query(scope, whole, filters, limit)
-    if following is None and around is None:
-        return _touched(conn, scope, results, touch)
-    more = [Ask(following, None, filters)] if following is not None else []  # no vector: the full-text leg's
-    followed, rows = search_many(conn, scope, more, options, {"around": around} if around else None)
     if following is not None:
         results = follow_up.merge(results, followed[0], limit)
     if around is not None:
         results = speaker_lines.insert(results, speaker_lines.around_results(rows["around"]), limit)
     return _touched(conn, scope, results, touch)
+
+
+def _search_on_spare(conn: Conn, scope: Scope, asks: Sequence[Ask], options: SearchOptions) -> list[list[SearchResult]]:
+    register_vector_types(conn)
+    return search_many(conn, scope, asks, options)[0]
+
+
+@lru_cache(maxsize=1)
+def _searcher() -> ThreadPoolExecutor:
+    # Each job holds a spare pooled connection, so the pool's size bounds how many run at once.
+    return ThreadPoolExecutor(max_workers=get_settings().db_pool_size, thread_name_prefix="search-beside")
 
 
 def _touched(conn: Conn, scope: Scope, results: list[SearchResult], touch: bool) -> list[SearchResult]:
