@@ -8,7 +8,9 @@ from typing import Any
 
 from shared.console.paging import PAGE_SIZE, Page, make_page, page_bounds
 from shared.db import Conn
+from shared.maintenance.decay import protection
 from shared.memory.reads import get_memory, list_memories, memory_events
+from shared.memory.rows import MEMORY_COLUMNS
 from shared.memory.search import SearchFilters
 from shared.memory.service import search_memories
 from shared.memory.store import Scope
@@ -67,8 +69,9 @@ class MemoryDetail:
     entities: list[dict[str, Any]] = field(default_factory=list)
 
     @property
-    def protected(self) -> bool:
-        return float(self.memory["decay_rate"]) == 0.0
+    def protection(self) -> str | None:
+        """Why the nightly decay never touches this memory, or None when it decays."""
+        return protection(self.memory)
 
     @property
     def active(self) -> bool:
@@ -78,7 +81,7 @@ class MemoryDetail:
 def memory_detail(conn: Conn, scope: Scope, memory_id: int, *, history_page: int = 1) -> MemoryDetail | None:
     """The memory, a page of its history (the events of its namespace and key), its source messages with their
     text, and its entities: four queries whatever the memory."""
-    memory = get_memory(conn, scope, memory_id)
+    memory = get_memory(conn, scope, memory_id, columns=f"{MEMORY_COLUMNS}, decayed_at")  # the page says when
     if memory is None:
         return None
     limit, offset = page_bounds(history_page)

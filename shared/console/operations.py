@@ -24,6 +24,18 @@ from shared.worker_heartbeats import WorkerBeat, live_workers, unserved_queues
 RUNS_PAGE = 30
 DELIVERIES_PAGE = 20
 
+# The tenant's runs and the all-users runs, newest first. job_runs holds every tenant's runs: the
+# (started_at, id) index yields them in the page's order and the scan stops once the page is full. Every day
+# brings the all-users runs of each job, so a page is found within its last few days of runs, however many
+# other tenants run jobs.
+RUNS_SQL = """
+SELECT r.job, r.period, r.scope, r.status, r.changed, r.counts, r.error, r.started_at, r.finished_at,
+       u.external_id AS user_id
+FROM job_runs r
+LEFT JOIN users u ON u.id = CASE WHEN r.scope LIKE 'user:%%' THEN split_part(r.scope, ':', 3)::bigint END
+WHERE r.scope = 'all' OR r.scope LIKE %(scope)s
+ORDER BY r.started_at DESC, r.id DESC LIMIT %(limit)s OFFSET %(offset)s"""
+
 
 @dataclass(frozen=True)
 class Operations:
@@ -46,14 +58,7 @@ def operations(
     heartbeat, the tenant's channels and a page of their deliveries (newest first)."""
     runs_limit, runs_offset = page_bounds(runs_page, RUNS_PAGE)
     runs = conn.execute(
-        """SELECT r.job, r.period, r.scope, r.status, r.changed, r.counts, r.error, r.started_at, r.finished_at,
-                  u.external_id AS user_id
-           FROM job_runs r
-           LEFT JOIN users u
-                  ON u.id = CASE WHEN r.scope LIKE 'user:%%' THEN split_part(r.scope, ':', 3)::bigint END
-           WHERE r.scope = 'all' OR r.scope LIKE %s
-           ORDER BY r.started_at DESC, r.id DESC LIMIT %s OFFSET %s""",
-        (f"user:{tenant_id}:%", runs_limit, runs_offset),
+        RUNS_SQL, {"scope": f"user:{tenant_id}:%", "limit": runs_limit, "offset": runs_offset}
     ).fetchall()
     deliveries_limit, deliveries_offset = page_bounds(deliveries_page, DELIVERIES_PAGE)
     deliveries = list_deliveries(conn, tenant_id, limit=deliveries_limit, offset=deliveries_offset)

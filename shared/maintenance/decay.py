@@ -51,16 +51,19 @@ _DECAYABLE = f"""
 """
 
 
-def is_protected(memory: dict[str, Any]) -> bool:
-    """The rule `_DECAYABLE` applies in SQL, for one row (tests and callers that hold a row)."""
-    namespace, key = memory["namespace"], memory["key"]
-    return (
-        float(memory["decay_rate"]) <= 0
-        or memory["kind"] in PROTECTED_KINDS
-        or namespace == "profile"
-        or namespace.startswith("profile/")
-        or (namespace == "entity/default" and key.startswith("user/"))
-    )
+def protection(memory: dict[str, Any]) -> str | None:
+    """Why decay never touches this memory, in words, or None when it decays: the rule `_DECAYABLE` applies
+    in SQL, for one row (the console's memory page says it)."""
+    namespace, key, kind = memory["namespace"], memory["key"], memory["kind"]
+    if kind in PROTECTED_KINDS:
+        return f"a {kind}"
+    if namespace == "profile" or namespace.startswith("profile/"):
+        return "part of the user's profile"
+    if namespace == "entity/default" and key.startswith("user/"):
+        return "an identity fact"
+    if float(memory["decay_rate"]) <= 0:
+        return "decay rate 0 (confirmed by the user or set so)"
+    return None
 
 
 def decayed(confidence: float, rate: float, since: datetime, as_of: datetime) -> float:

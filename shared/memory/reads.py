@@ -25,9 +25,9 @@ def find_active(conn: Conn, scope: Scope, namespace: str, key: str) -> dict[str,
     return conn.execute(FIND_ACTIVE, (scope.tenant_id, scope.user_id, namespace, key)).fetchone()
 
 
-def get_memory(conn: Conn, scope: Scope, memory_id: int) -> dict[str, Any] | None:
+def get_memory(conn: Conn, scope: Scope, memory_id: int, *, columns: str = MEMORY_COLUMNS) -> dict[str, Any] | None:
     return conn.execute(
-        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s AND id = %s",
+        f"SELECT {columns} FROM memories WHERE tenant_id = %s AND user_id = %s AND id = %s",
         (scope.tenant_id, scope.user_id, memory_id),
     ).fetchone()
 

@@ -73,7 +73,12 @@ def console(services: TestServices, gateway: Gateway, celery_stack: CeleryStack,
             ("bob", "city", "Lives in Porto"),
         ):
             api.post(f"/v1/users/{user}/memories", json={"key": key, "value": value}).raise_for_status()
-        fake_llm_server.script(FakeReply(text="Lisbon in spring is lovely."), match="trip to Lisbon")
+        # The model looks up the time in Lisbon before it answers: the turn has a tool call and its result.
+        fake_llm_server.script(
+            FakeReply(tool_calls=[("current_time", {"timezone": "Europe/Lisbon"})]),
+            FakeReply(text="Lisbon in spring is lovely."),
+            match="trip to Lisbon",
+        )
         accepted = api.post(
             "/v1/sessions/trip-1/turns", json={"user_id": "alice", "text": "I am planning a trip to Lisbon in May"}
         )
@@ -211,6 +216,14 @@ def test_a_session_transcript_and_what_the_model_sees_next(browser: WebDriver, c
     assert "Lisbon in spring is lovely." in transcript and "I am planning a trip to Lisbon in May" in transcript
     turn = browser.find_element(By.CSS_SELECTOR, ".turn").text
     assert "done" in turn and "cache read" in turn and "output" in turn and " ms" in turn
+    # The turn's tool call, named where it was made, its arguments a click away; then the result it got.
+    call = browser.find_element(By.CSS_SELECTOR, "#transcript details.tool-calls")
+    assert call.find_element(By.TAG_NAME, "summary").text == "Tool calls: current_time"
+    assert "Europe/Lisbon" not in call.text  # folded until opened
+    call.find_element(By.TAG_NAME, "summary").click()
+    assert '"timezone": "Europe/Lisbon"' in call.find_element(By.TAG_NAME, "pre").text
+    result = browser.find_element(By.XPATH, "//details[contains(@class, 'tool-result')]/..")
+    assert "Result of current_time" in result.text and "Europe/Lisbon" in result.text  # the time it told
     screenshot(browser, "transcript")
 
     browser.find_element(By.ID, "context-link").click()

@@ -10,23 +10,26 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
 from psycopg.types.json import Jsonb
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from shared import db
 from shared.auth import ensure_tenant
 from shared.channels.connections import upsert_connection
+from shared.config import get_settings
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, store_memory
 from shared.queues import QUEUES
 from shared.redis_client import get_redis
-from shared.turns import find_user_id
+from shared.turns import ensure_session, ensure_user, find_user_id
 from shared.worker_heartbeats import KEY_PREFIX, WorkerBeat, live_workers, record
 from tests.conftest import CeleryStack
 from tests.integration.test_console import (  # noqa: F401  (browser, console, keep_failures: fixtures)
@@ -386,3 +389,231 @@ def test_operations_warns_of_a_queue_no_live_worker_consumes(
     assert warned == [unserved]  # beside that queue alone
     (row,) = browser.find_elements(By.CSS_SELECTOR, "#workers tbody tr")
     assert partial_worker.hostname in row.text and unserved not in row.text
+
+
+def _users_listed(driver: WebDriver) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#results tbody th a")]
+
+
+def _search_users(driver: WebDriver, words: str) -> None:
+    """Type into the users' search field as a person does (htmx asks for the list once typing stops)."""
+    field = driver.find_element(By.ID, "q")
+    field.clear()
+    field.send_keys(words)
+
+
+def test_searching_users_narrows_the_list_by_id_or_name_and_says_when_none_match(
+    browser: WebDriver,  # noqa: F811
+    console: Console,  # noqa: F811
+) -> None:
+    with db.connection() as conn:
+        conn.execute("UPDATE users SET display_name = 'Roberto Bianchi' WHERE external_id = 'bob'")
+    sign_in(browser, console, console.admin)
+    browser.get(f"{console.url}/console/users")
+    assert {"alice", "bob"} <= set(_users_listed(browser))
+
+    _search_users(browser, "LIC")  # a part of an id, in any case
+    _until(browser, lambda b: _users_listed(b) == ["alice"])
+    assert "q=LIC" in browser.current_url  # the search is linkable
+
+    _search_users(browser, "bianch")  # a part of a display name
+    _until(browser, lambda b: _users_listed(b) == ["bob"])
+    assert "Roberto Bianchi" in browser.find_element(By.ID, "results").text
+
+    _search_users(browser, "nobody-like-this")
+    _until(browser, lambda b: "No users match “nobody-like-this”." in b.find_element(By.ID, "results").text)
+    assert _users_listed(browser) == []
+
+
+@pytest.fixture(scope="module")
+def work_memories(console: Console) -> dict[str, int]:  # noqa: F811
+    """alice's memories to filter by namespace (`work` and what is under it, not `workshop`) and by tag, one of
+    them linked to an entity and decayed once, and a profile fact the nightly decay never touches."""
+    ids = {
+        "desk": _store("alice", "desk", "Works at a standing desk", namespace="work", tags=["office"]),
+        "laptop": _store("alice", "laptop", "Carries a light laptop", namespace="work/gear", tags=["gear"]),
+        "bench": _store("alice", "bench", "Keeps a workbench in the garage", namespace="workshop", tags=["office"]),
+        "full-name": _store("alice", "full-name", "Alice Martins", namespace="profile"),
+    }
+    scope = _scope("alice")
+    with db.connection() as conn:
+        entity = conn.execute(
+            """INSERT INTO entities (tenant_id, user_id, canonical_name, normalized_name, entity_type, mention_count)
+               VALUES (%s, %s, 'Acme', 'acme', 'organization', 2) RETURNING id""",
+            (scope.tenant_id, scope.user_id),
+        ).fetchone()
+        conn.execute("INSERT INTO memory_entities (memory_id, entity_id) VALUES (%s, %s)", (ids["desk"], entity["id"]))
+        conn.execute(
+            "UPDATE memories SET decayed_at = '2026-03-04 04:00+00', confidence = 0.8 WHERE id = %s", (ids["desk"],)
+        )
+    return ids
+
+
+def test_the_namespace_and_tag_filters_list_only_matching_memories_and_stay_in_the_url(
+    browser: WebDriver,  # noqa: F811
+    console: Console,  # noqa: F811
+    work_memories: dict[str, int],
+) -> None:
+    sign_in(browser, console, console.reader)
+    browser.get(f"{console.url}/console/users/alice/memories")
+    browser.find_element(By.ID, "namespace").send_keys("work", Keys.ENTER)
+    _until(browser, lambda b: "namespace=work" in b.current_url)
+    assert sorted(_keys_listed(browser)) == ["desk", "laptop"]  # work and under it; not workshop
+
+    browser.find_element(By.ID, "tag").send_keys("office", Keys.ENTER)
+    _until(browser, lambda b: "tag=office" in b.current_url)
+    assert _keys_listed(browser) == ["desk"]  # both filters at once
+    assert browser.find_element(By.ID, "namespace").get_attribute("value") == "work"
+
+    browser.get(f"{console.url}/console/users/alice/memories?tag=office")  # the link alone: the same list
+    assert sorted(_keys_listed(browser)) == ["bench", "desk"]
+    assert browser.find_element(By.ID, "tag").get_attribute("value") == "office"
+    # A search keeps to the filters too.
+    browser.get(f"{console.url}/console/users/alice/memories?q=desk+laptop+workbench&namespace=work")
+    assert sorted(_keys_listed(browser)) == ["desk", "laptop"]
+
+
+def _embedded(key: str) -> bool:
+    with db.connection() as conn:
+        row = conn.execute("SELECT embedded_at FROM memories WHERE key = %s AND valid_until IS NULL", (key,)).fetchone()
+    return row is not None and row["embedded_at"] is not None
+
+
+def test_a_search_worded_unlike_the_memory_finds_it_by_meaning(
+    browser: WebDriver,  # noqa: F811
+    console: Console,  # noqa: F811
+) -> None:
+    # The console has one search, full-text and semantic together: a question sharing no word with the memory
+    # ("Loves jasmine tea in the morning") is answered by its meaning alone, once the memory has its vector.
+    WebDriverWait(browser, WAIT_S).until(lambda _: _embedded("favourite-tea"))
+    sign_in(browser, console, console.reader)
+    browser.get(f"{console.url}/console/users/alice/memories")
+    question = "what hot drink does she have at breakfast"
+    browser.find_element(By.ID, "q").send_keys(question)
+    _until(browser, lambda b: parse_qs(urlparse(b.current_url).query).get("q") == [question])
+    _until(browser, lambda b: _keys_listed(b)[:1] == ["favourite-tea"])
+    assert "score" in browser.find_element(By.CSS_SELECTOR, "#results .card .muted").text
+
+
+def test_a_memory_page_shows_its_entities_and_how_it_decays_or_why_it_never_does(
+    browser: WebDriver,  # noqa: F811
+    console: Console,  # noqa: F811
+    work_memories: dict[str, int],
+) -> None:
+    sign_in(browser, console, console.reader)
+    browser.get(f"{console.url}/console/users/alice/memories/{work_memories['desk']}")
+    assert browser.find_element(By.ID, "entities").text == "Acme (organization)"
+    assert browser.find_element(By.ID, "decay").text == "0.01 a day, last decayed 2026-03-04 04:00 UTC"
+    assert "0.80" in browser.find_element(By.CSS_SELECTOR, "dl.facts").text  # the confidence decay left
+
+    # A profile fact keeps its default decay rate, but the nightly decay passes the profile by.
+    browser.get(f"{console.url}/console/users/alice/memories/{work_memories['full-name']}")
+    assert browser.find_element(By.ID, "decay").text == "protected, never decays: part of the user's profile"
+
+
+SUMMARY = "Erin is planning a week in Lisbon in May; the flights are booked, the hotel is not."
+TASK = "Book a hotel in Alfama"
+LONG_RESULT = "\n".join(f"Hotel note {i}: a room near the castle, breakfast included, {i * 7} euros" for i in range(90))
+
+
+def _compacted_session() -> None:
+    """erin's session `long-1` as a compaction leaves it: its first turn folded into the summary (its messages
+    marked compacted), the task it found pinned, the recovery note due on the next request; then the turns
+    after it, the first of which called memory_search and got a long result back."""
+    with db.connection() as conn:
+        tenant_id = ensure_tenant(conn, "tenant-a")
+        user_id = ensure_user(conn, tenant_id, "erin")
+        session_id = ensure_session(conn, tenant_id, user_id, "long-1")
+        call = {"id": "call-1", "name": "memory_search", "arguments": {"query": "hotel"}}
+        turns: list[list[tuple[str, str, Any, Any]]] = [
+            [("user", "Help me plan a week in Lisbon", None, None), ("assistant", "Gladly: when?", None, None)],
+            [
+                ("user", "What did I note about hotels?", None, None),
+                ("assistant", "", Jsonb([call]), None),
+                ("tool", LONG_RESULT, None, Jsonb({"tool_call_id": "call-1", "name": "memory_search"})),
+                ("assistant", "You noted ninety hotels near the castle.", None, None),
+            ],
+            *[
+                [("user", f"And day {day}?", None, None), ("assistant", f"Day {day}: Belém.", None, None)]
+                for day in (2, 3, 4)
+            ],
+        ]
+        for number, said in enumerate(turns):
+            turn_id = conn.execute(
+                """INSERT INTO turns (tenant_id, user_id, session_id, status, finished_at)
+                   VALUES (%s, %s, %s, 'done', now()) RETURNING id""",
+                (tenant_id, user_id, session_id),
+            ).fetchone()["id"]
+            for role, content, calls, results in said:
+                conn.execute(
+                    """INSERT INTO session_messages (tenant_id, user_id, session_id, turn_id, role, content,
+                                                     tool_calls, tool_results, is_compacted)
+                       VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+                    (tenant_id, user_id, session_id, turn_id, role, content, calls, results, number == 0),
+                )
+        conn.execute(
+            """UPDATE sessions SET summary = %s, active_task = %s, compaction_count = 1, recovery_pending = true,
+                                   compacted_at = '2026-03-04 10:00+00'
+               WHERE id = %s""",
+            (SUMMARY, TASK, session_id),
+        )
+
+
+@pytest.fixture
+def small_window(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A 4,000-token context window for the gateway (in this process) from its next request: a long tool result
+    is then worth pruning."""
+    monkeypatch.setenv("ENGRAM_CONTEXT_WINDOW_TOKENS", "4000")
+    get_settings.cache_clear()
+    yield
+    monkeypatch.delenv("ENGRAM_CONTEXT_WINDOW_TOKENS")
+    get_settings.cache_clear()
+
+
+def _section_tokens(driver: WebDriver, part: str) -> dict[str, int]:
+    """Each section of the context page's `part` (static or dynamic) with the tokens its summary line says."""
+    found = {}
+    for line in driver.find_elements(By.XPATH, f"//section[h2[@id='{part}-heading']]//details/summary"):
+        said = re.fullmatch(r"(\S+) · (\d+) tokens", line.text)
+        assert said, line.text
+        found[said[1]] = int(said[2])
+    return found
+
+
+def test_a_compacted_session_shows_its_summary_and_the_next_request_its_steering_and_pruning(
+    browser: WebDriver,  # noqa: F811
+    console: Console,  # noqa: F811
+    small_window: None,
+) -> None:
+    _compacted_session()
+    sign_in(browser, console, console.reader)
+    browser.get(f"{console.url}/console/users/erin/sessions/long-1")
+    assert browser.find_element(By.ID, "summary").text == SUMMARY
+    assert "1, last 2026-03-04 10:00 UTC" in browser.find_element(By.CSS_SELECTOR, "dl.facts").text
+    folded = browser.find_elements(By.CSS_SELECTOR, "#transcript .msg.compacted")
+    assert [m.find_element(By.TAG_NAME, "p").text for m in folded] == ["Help me plan a week in Lisbon", "Gladly: when?"]
+    assert all("compacted" in m.find_element(By.CSS_SELECTOR, ".muted").text for m in folded)
+    live = browser.find_elements(By.CSS_SELECTOR, "#transcript .msg:not(.compacted)")
+    assert len(live) == 10
+
+    browser.find_element(By.ID, "context-link").click()
+    steering = WebDriverWait(browser, WAIT_S).until(lambda b: b.find_element(By.ID, "steering"))
+    reasons = [s.text for s in steering.find_elements(By.CSS_SELECTOR, "details summary")]
+    assert "compaction_recovery · the conversation was just compacted (end)" in reasons
+    assert "objective_nudge · a task is active and this turn has not used a tool yet (end)" in reasons
+    dynamic = _section_tokens(browser, "dynamic")
+    assert dynamic["summary"] > 0 and dynamic["active_task"] > 0
+    totals = browser.find_element(By.ID, "token-totals").text
+    assert f"Dynamic sections\n{sum(dynamic.values())} tokens" in totals
+    assert f"Static prefix\n{sum(_section_tokens(browser, 'static').values())} tokens" in totals
+    summary = browser.find_element(By.XPATH, "//section[h2[@id='dynamic-heading']]//details[.//strong[.='summary']]")
+    summary.find_element(By.TAG_NAME, "summary").click()
+    assert SUMMARY in summary.text  # what the model reads in place of the folded turn
+
+    # What was pruned, as the inspection API reports it: the old long result, trimmed to its head and tail.
+    with httpx.Client(base_url=console.url, headers={"Authorization": f"Bearer {console.admin}"}) as api:
+        view = api.get("/v1/sessions/long-1/context", params={"user_id": "erin"}).json()
+    pruning = browser.find_element(By.ID, "pruning").text
+    assert view["pruning"]["budget_tokens"] == 4000 - get_settings().max_output_tokens
+    assert pruning == f"{view['pruning']['summary']} (stages: soft_trim)"
+    assert "trimmed 1 long tool result(s) to head and tail" in pruning

@@ -5,7 +5,7 @@
   connection) are the same;
 - every list pages on, with links that keep the page's other parameters;
 - a bad filter or page number is said beside its field, and the list is shown as without it;
-- the lag chart reads one tenant's transcript units by their index."""
+- the lag chart reads one tenant's transcript units by their index, the runs list the job runs by theirs."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from shared import db
 from shared.auth import ensure_tenant
 from shared.channels.connections import upsert_connection
 from shared.console.charts import LAG_SQL
+from shared.console.operations import RUNS_PAGE, RUNS_SQL
 from shared.keys import create_api_key
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, add_sources, store_memory
@@ -186,6 +187,34 @@ def test_the_lag_chart_reads_one_tenants_transcript_units_by_their_index(tenants
     plan = "\n".join(str(row["QUERY PLAN"]) for row in explained)
     print(plan)
     assert "memory_chunks_tenant_created_idx" in plan and "Seq Scan on memory_chunks" not in plan, plan
+
+
+def test_the_runs_list_reads_the_job_runs_newest_first_by_their_index(tenants: dict[int, Tenant]) -> None:
+    # A year of other tenants' runs beside the seeded tenants' few: each day the five jobs' all-users runs and
+    # twenty user runs. Sorting every run ever recorded for a page of 30 is the plan the index replaces. Rolled
+    # back afterwards: the all-users runs are listed for every tenant, and the page counts below are this
+    # module's runs alone.
+    with db.connection() as conn:
+        conn.execute(
+            """INSERT INTO job_runs (job, period, scope, status, as_of, started_at, finished_at)
+               SELECT job, 'd' || day, scope, 'done', now(), now() - make_interval(days => day),
+                      now() - make_interval(days => day)
+               FROM generate_series(1, 365) AS day,
+                    unnest(ARRAY['decay', 'consolidation', 'enrichment', 'reflection', 'cache_eviction']) AS job,
+                    LATERAL (SELECT 'all' AS scope UNION ALL
+                             SELECT 'user:0:' || n FROM generate_series(1, 4) AS n) AS scopes"""
+        )
+        conn.execute("ANALYZE job_runs")
+        quiet = ensure_tenant(conn, f"rows-{FEW}")
+        explained = (
+            ClientCursor(conn)
+            .execute("EXPLAIN " + RUNS_SQL, {"scope": f"user:{quiet}:%", "limit": RUNS_PAGE, "offset": 0})
+            .fetchall()
+        )
+        conn.rollback()
+    plan = "\n".join(str(row["QUERY PLAN"]) for row in explained)
+    print(plan)
+    assert "job_runs_started_idx" in plan and "Sort" not in plan, plan
 
 
 def _rows(text: str, table: str, row_start: str) -> int:
