@@ -10,13 +10,17 @@ worker, beat) with every maintenance job scheduled every five minutes, so decay,
 reflection and cache eviction fire during the run. A round is a chat turn (sent, then waited for until done),
 a memory search and a context request (a user's chat starts a new session every TURNS_PER_SESSION turns,
 as people start new conversations). First it measures the sustainable rate: `--calibrate` seconds of
-closed-loop rounds from twice as many clients as the turn worker has processes. Then, open loop (an operation's
+closed-loop rounds from twice as many clients as the turn worker has processes, with the side load below
+beside them, then the time the stack takes to finish the background work those rounds left (extraction,
+embeddings, compaction): the rate counts both, since a stack that answers rounds faster than its pipeline
+keeps up falls further behind in every window. Then, open loop (an operation's
 latency counts from when it was due, so a stalled stack cannot hide behind a slow client), it sends half that
 many rounds per second, plus an ingest of 20 messages every 10 s and a memory write every 5 s, spread over
 `--users` users.
 
-Per window: errors (a non-2xx answer, a turn that failed, a client-side exception) and latency p95 per
-operation. Per process (gateway, workers, beat, fake model, Postgres, valkey; each with its children): RSS,
+Per window: errors (a non-2xx answer, a turn that failed, a client-side exception), latency p95 per
+operation, and the CPU the whole stack used per round (per process too), which shows a cost that grows with
+the users' data. Per process (gateway, workers, beat, fake model, Postgres, valkey; each with its children): RSS,
 open file descriptors and TCP connections at the end of the first window (warm-up) and at the end.
 
 Goals (issue 30): zero errors; RSS growth of engram's processes (gateway, workers, beat) ≤ 10 % after
@@ -26,6 +30,7 @@ warm-up; every later window's p95 within 20 % of their median. The figures are i
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import threading
 import time
@@ -38,8 +43,19 @@ from typing import Any
 
 import httpx
 import psutil
+import psycopg
+from psycopg.rows import dict_row
 
-from ops.bench.harness import BenchRun, add_json_flag, add_keep_flag, distribution, emit, megabytes, run_main
+from ops.bench.harness import (
+    BenchRun,
+    add_json_flag,
+    add_keep_flag,
+    cpu_seconds,
+    distribution,
+    emit,
+    megabytes,
+    run_main,
+)
 from ops.bench.stack import BenchError, LocalStack, up_workers
 
 JOBS = ("enrichment", "consolidation", "decay", "reflection", "cache_eviction")
@@ -50,6 +66,9 @@ P95_FLAT_GOAL = 0.20
 # A user's chat moves to a new session after this many turns, as people start new conversations: one session
 # growing for the whole soak would measure compaction of ever longer histories, not steady load.
 TURNS_PER_SESSION = 30
+USER_PREFIX = "soak-user-"
+# How long calibration waits for the backlog its rounds left (a stack that never catches up is reported).
+SETTLE_TIMEOUT_S = 600.0
 TOPICS = ("hiking in the Alps", "a sourdough starter", "learning Japanese", "the new job", "a cat named Miso")
 
 
@@ -79,7 +98,7 @@ class Load:
 
     def __init__(self, url: str, api_key: str, users: int) -> None:
         self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {api_key}"}, timeout=120)
-        self.users = [f"soak-user-{i}" for i in range(users)]
+        self.users = [f"{USER_PREFIX}{i}" for i in range(users)]
         self._count = 0
         self._turns: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
@@ -144,11 +163,34 @@ class Load:
         self._ok(self.http.post(f"/v1/users/{user}/memories", json=body))
 
 
-def calibrate(load: Load, sessions: int, seconds: float) -> float:
-    """Rounds per second the stack sustains, a round being what the soak sends per turn (a turn, a search and a
-    context request), from `sessions` clients each starting its next round when the last is done."""
+@dataclass(frozen=True)
+class Calibration:
+    rounds: int
+    loop_s: float  # the closed loop, side load beside it
+    settle_s: float  # then until the work the rounds left behind was done (`backlog`)
+    settled: bool
+
+    @property
+    def answered_per_s(self) -> float:
+        """Rounds per second as the clients saw them answered."""
+        return self.rounds / self.loop_s
+
+    @property
+    def sustainable_per_s(self) -> float:
+        """Rounds per second the stack can keep up with: their background work (extraction, embeddings,
+        compaction) done too, not left queued."""
+        return self.rounds / (self.loop_s + self.settle_s)
+
+
+def calibrate(load: Load, sessions: int, seconds: float, database_url: str) -> Calibration:
+    """The sustainable rate, a round being what the soak sends per turn (a turn, a search and a context request):
+    `sessions` clients each start their next round when the last is done, with the soak's side load (an ingest
+    every 10 s, a memory write every 5 s) beside them, for `seconds`; then the stack gets the time it needs to do
+    what those rounds left behind. A rate measured on answered rounds alone is one the background cannot keep
+    up with: the soak at half of it fell further behind every window."""
     deadline = time.monotonic() + seconds
     done = [0] * sessions
+    stop = threading.Event()
 
     def client(index: int) -> None:
         while time.monotonic() < deadline:
@@ -157,11 +199,53 @@ def calibrate(load: Load, sessions: int, seconds: float) -> float:
             load.context()
             done[index] += 1
 
+    def side_load() -> None:
+        for tick in itertools.count(1):
+            if stop.wait(5.0):
+                return
+            load.remember()
+            if tick % 2 == 0:
+                load.ingest()
+
     started = time.monotonic()
-    with ThreadPoolExecutor(sessions) as pool:
+    with ThreadPoolExecutor(sessions + 1) as pool:
+        beside = pool.submit(side_load)
         for future in [pool.submit(client, i) for i in range(sessions)]:
             future.result()
-    return sum(done) / (time.monotonic() - started)
+        loop_s = time.monotonic() - started
+        stop.set()
+        beside.result()
+    settling = time.monotonic()
+    settled = False
+    while time.monotonic() - settling < SETTLE_TIMEOUT_S:
+        if not any(backlog(database_url, USER_PREFIX).values()):
+            settled = True
+            break
+        time.sleep(1.0)
+    return Calibration(sum(done), loop_s, time.monotonic() - settling, settled)
+
+
+def backlog(database_url: str, user_prefix: str) -> dict[str, int]:
+    """What the stack still owes the benchmark's users: turns not finished, user messages not mined, memories
+    and transcript units without a vector."""
+    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row, connect_timeout=5) as conn:
+        row = conn.execute(
+            """SELECT
+                 (SELECT count(*) FROM turns t JOIN users u ON u.id = t.user_id
+                   WHERE u.external_id LIKE %(p)s AND t.status IN ('queued', 'running')) AS open_turns,
+                 (SELECT count(*) FROM session_messages m JOIN users u ON u.id = m.user_id
+                   WHERE u.external_id LIKE %(p)s AND m.role = 'user' AND m.extracted_at IS NULL) AS unmined_messages,
+                 (SELECT count(*) FROM memories m JOIN users u ON u.id = m.user_id
+                   WHERE u.external_id LIKE %(p)s AND m.valid_until IS NULL AND NOT EXISTS
+                     (SELECT 1 FROM memory_chunks c WHERE c.memory_id = m.id AND c.embedding IS NOT NULL))
+                   AS unembedded_memories,
+                 (SELECT count(*) FROM memory_chunks c JOIN users u ON u.id = c.user_id
+                   WHERE u.external_id LIKE %(p)s AND c.message_id IS NOT NULL AND c.embedding IS NULL)
+                   AS unembedded_units""",
+            {"p": user_prefix + "%"},
+        ).fetchone()
+    assert row is not None
+    return {key: int(value) for key, value in row.items()}
 
 
 def run_open_loop(
@@ -245,6 +329,7 @@ def windows(samples: list[Sample], window_s: float, count: int) -> list[dict[str
             {
                 "window": index + 1,
                 "operations": len(inside),
+                "rounds": sum(s.op == "turn" for s in inside),
                 "errors": sum(not s.ok for s in inside),
                 "p95_ms": {op: distribution(values, (95,))["p95"] for op, values in sorted(by_op.items())},
             }
@@ -298,14 +383,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         run.callback(load.http.close)
         load.prepare()
         rate = args.rate
+        calibration: Calibration | None = None
         if rate is None:
-            sustainable = calibrate(load, workers[0].concurrency * 2, args.calibrate)
-            rate = sustainable / 2
+            calibration = calibrate(load, workers[0].concurrency * 2, args.calibrate, stack.database_url)
+            if not calibration.settled:
+                raise BenchError(f"the stack did not catch up within {SETTLE_TIMEOUT_S:.0f} s of calibrating")
+            rate = calibration.sustainable_per_s / 2
             print(
-                f"sustainable: {sustainable:.2f} rounds/s (turn + search + context); soaking at {rate:.2f}", flush=True
+                f"sustainable: {calibration.sustainable_per_s:.2f} rounds/s (turn + search + context, their "
+                f"background work done; answered at {calibration.answered_per_s:.2f}, then "
+                f"{calibration.settle_s:.0f} s to catch up); soaking at {rate:.2f}",
+                flush=True,
             )
-        else:
-            sustainable = None
         if rate <= 0:
             raise BenchError("the stack completed no turn while calibrating")
         roots = {child.name: child.pid for child in stack.children}
@@ -316,10 +405,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         recorder = Recorder()
         snapshots: list[dict[str, dict[str, float | int | None]]] = []
+        cpu_marks = [cpu_seconds(roots)]
 
         def on_window() -> None:
             stack.check_alive()
             snapshots.append(process_figures(roots))
+            cpu_marks.append(cpu_seconds(roots))
             print(
                 f"window {len(snapshots)}: {len(recorder.samples)} operations, "
                 f"{sum(not s.ok for s in recorder.samples)} errors",
@@ -330,6 +421,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     count = int(seconds // window_s)
     table = windows(recorder.samples, window_s, count)
+    for window, before, after in zip(table, cpu_marks, cpu_marks[1:], strict=False):
+        # What a round cost the stack (every process, Postgres and valkey included) in that window: a cost that
+        # grows with the users' data shows here before it shows as latency.
+        used = sum(after.values()) - sum(before.values())
+        rounds = window["rounds"] or None
+        window["cpu_s"] = {name: round(after[name] - before.get(name, 0.0), 1) for name in after}
+        window["cpu_ms_per_round"] = round(1000 * used / rounds, 1) if rounds else None
     warm, end = snapshots[0], snapshots[-1]
     growth = {
         name: round((end[name]["rss_mb"] or 0) / warm[name]["rss_mb"] - 1, 3)  # type: ignore[operator]
@@ -345,7 +443,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     summary = {
         "minutes": args.minutes,
-        "sustainable_rounds_per_s": None if sustainable is None else round(sustainable, 2),
+        "sustainable_rounds_per_s": None if calibration is None else round(calibration.sustainable_per_s, 2),
+        "answered_rounds_per_s": None if calibration is None else round(calibration.answered_per_s, 2),
+        "calibration_settle_s": None if calibration is None else round(calibration.settle_s, 1),
         "rounds_per_s": round(rate, 2),
         "operations": len(recorder.samples),
         "errors": errors,
@@ -358,7 +458,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     lines = [f"{len(recorder.samples)} operations at {rate:.2f} rounds/s, {errors} errors"]
     lines += [
-        f"  window {w['window']}: {w['operations']} ops, {w['errors']} errors, p95 ms {w['p95_ms']}" for w in table
+        f"  window {w['window']}: {w['operations']} ops, {w['errors']} errors, p95 ms {w['p95_ms']}, "
+        f"CPU {w.get('cpu_ms_per_round')} ms a round"
+        for w in table
     ]
     lines += [
         f"  {name}: rss {warm[name]['rss_mb']} -> {end[name]['rss_mb']} MB, fds {warm[name]['fds']} -> "

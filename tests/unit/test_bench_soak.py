@@ -3,7 +3,7 @@ happened, and one window after warm-up is not enough to call latency flat."""
 
 from __future__ import annotations
 
-from ops.bench.soak import Sample, flatness, windows
+from ops.bench.soak import Calibration, Sample, flatness, windows
 
 
 def _samples(window_s: float, p95s: list[float], op: str = "turn") -> list[Sample]:
@@ -36,3 +36,10 @@ def test_a_window_that_strays_more_than_a_fifth_from_the_median_is_not_flat() ->
 def test_one_window_after_warm_up_gives_no_verdict() -> None:
     table = windows(_samples(60, [100, 100]), 60, 2)
     assert flatness(table[1:]) == {"turn": None}
+
+
+def test_the_sustainable_rate_counts_the_time_the_background_needed_to_catch_up() -> None:
+    caught_up = Calibration(rounds=600, loop_s=60.0, settle_s=0.0, settled=True)
+    behind = Calibration(rounds=600, loop_s=60.0, settle_s=60.0, settled=True)
+    assert caught_up.sustainable_per_s == caught_up.answered_per_s == 10.0
+    assert behind.answered_per_s == 10.0 and behind.sustainable_per_s == 5.0
