@@ -366,12 +366,14 @@ class Settings(BaseSettings):
         60, ge=5, description="open turns untouched this long (and unlocked) are re-enqueued"
     )
     sweep_interval_seconds: float = Field(30.0, gt=0, description="how often beat looks for stalled turns")
-    tenant_max_active_sessions: int = Field(
-        2,
+    tenant_max_active_sessions: int | None = Field(
+        None,
         ge=0,
         description="sessions of one tenant whose turns are on the `turns` queue or running at a time; more wait "
         "in Postgres for a free slot, so one tenant's backlog cannot queue ahead of another tenant's turns "
-        "(docs/concepts/turns.md, Fairness). Keep it at or below the turn workers' processes; 0 = no bound",
+        "(docs/concepts/turns.md, Fairness). Unset: as many as one turns worker runs at once "
+        "(ENGRAM_TURN_WORKER_CONCURRENCY), so a tenant alone keeps every process busy; 0 = no bound",
+        json_schema_extra={"doc_default": "as ENGRAM_TURN_WORKER_CONCURRENCY"},
     )
     drain_max_turns: int = Field(
         1,
@@ -708,6 +710,13 @@ class Settings(BaseSettings):
     def pool_processes(self, pool: str) -> tuple[int, int]:
         """(min, max) processes of a worker pool (shared/queues.py POOLS), Celery's --autoscale bounds."""
         return int(getattr(self, f"pool_{pool}_min_processes")), int(getattr(self, f"pool_{pool}_max_processes"))
+
+    @property
+    def turn_slots_per_tenant(self) -> int:
+        """ENGRAM_TENANT_MAX_ACTIVE_SESSIONS, or the turns worker's processes when it is unset (0 = no bound)."""
+        if self.tenant_max_active_sessions is not None:
+            return self.tenant_max_active_sessions
+        return self.turn_worker_concurrency
 
     @property
     def run_dir(self) -> Path:

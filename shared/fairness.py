@@ -152,6 +152,6 @@ def tenant_of_sessions(conn: Conn, session_ids: list[int]) -> dict[int, int]:
 
 
 def limits(settings: Settings) -> FairnessLimits:
-    """ENGRAM_TENANT_MAX_ACTIVE_SESSIONS slots, leased as long as a turn may stay untouched before the
+    """The tenant's slots (Settings.turn_slots_per_tenant), leased as long as a turn may stay untouched before the
     stalled-turn sweep looks at it (ENGRAM_STALLED_TURN_SECONDS)."""
-    return FairnessLimits(max_sessions=settings.tenant_max_active_sessions, lease_seconds=settings.stalled_turn_seconds)
+    return FairnessLimits(max_sessions=settings.turn_slots_per_tenant, lease_seconds=settings.stalled_turn_seconds)

@@ -193,7 +193,7 @@ def bench(args: argparse.Namespace) -> int:
         env["ENGRAM_AUTO_MEMORY"] = "false"
     defaults = Settings.model_fields
     max_active = args.max_active_sessions
-    max_active = defaults["tenant_max_active_sessions"].default if max_active is None else max_active
+    max_active = Settings().turn_slots_per_tenant if max_active is None else max_active
     drain_turns = args.drain_max_turns
     drain_turns = defaults["drain_max_turns"].default if drain_turns is None else drain_turns
     with BenchRun(keep=args.keep) as run:

@@ -58,7 +58,7 @@ def test_a_burst_does_not_hold_back_another_tenants_turn(
         ]
         assert {r.status_code for r in burst} == {202}
         # Every turn is accepted at once; only the tenant's slots' worth of drains went to the queue.
-        limit = get_settings().tenant_max_active_sessions
+        limit = get_settings().turn_slots_per_tenant
         queued = sum(get_redis().llen(k) for k in broker_keys("turns"))
         assert queued == limit, f"{queued} drains on the queue after the burst, {limit} expected (slots per tenant)"
         quiet = b.post("/v1/sessions/b1/turns", json={"user_id": "bob", "text": "hello from the quiet tenant"})
