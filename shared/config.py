@@ -310,7 +310,8 @@ class Settings(BaseSettings):
     compaction_threshold_tokens: int | None = Field(
         None,
         ge=200,
-        description="compact a session when its live messages reach this many tokens",
+        description="compact a session when its live messages reach this many tokens (its next extraction "
+        "compacts it, in the same model call)",
         json_schema_extra={"doc_default": "60 % of the window"},
     )
     flush_ratio: float = Field(
@@ -332,12 +333,12 @@ class Settings(BaseSettings):
         60.0, ge=0, description="…but no later than this after the first turn waiting for extraction"
     )
     extraction_debounce_stretch: float = Field(
-        0.0,
+        1.5,
         ge=0,
         description="a chatty session (its previous turn came less than the max wait before) is extracted once it "
         "has been quiet for this many times that gap, at least the debounce and at most the max wait: a user "
         "still talking is not extracted turn by turn (fewer model calls, memories up to the max wait later); "
-        "`0` (the default) = always the plain debounce",
+        "`0` = always the plain debounce",
     )
     eta_task_limit: int = Field(
         1000, ge=1, description="delayed (countdown) tasks a worker holds in memory at most (`worker_eta_task_limit`)"

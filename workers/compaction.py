@@ -1,4 +1,8 @@
-"""Queue `compaction`: summarise and retire old messages when a session outgrows its threshold."""
+"""Queue `compaction`: summarise and retire old messages when a session outgrows its threshold.
+
+After a turn the session's extraction compacts it, in its own model call (shared.pipeline.jobs.
+extract_and_compact), so nothing sends this task after a turn; it still runs a compaction sent to the queue
+(one queued before an upgrade, or by an operator)."""
 
 from __future__ import annotations
 

@@ -124,15 +124,11 @@ def enqueue_flush(session_id: int) -> None:
     app.send_task(names.FLUSH, kwargs={"session_id": session_id}, queue="flush")
 
 
-def enqueue_compaction(session_id: int) -> None:
-    app.send_task(names.COMPACTION_COMPACT, kwargs={"session_id": session_id}, queue="compaction")
-
-
 def schedule_memory_work(session_id: int, session: dict[str, Any] | None = None) -> None:
     """After new messages in a session (a chat turn, an ingested batch): the embedding drain for their
-    transcript units, always; debounced extraction, and a flush or a compaction when the session has grown
-    enough, as ENGRAM_AUTO_MEMORY says. `session`: its row as the caller just committed it (a turn's last
-    transaction returns it); None = read.
+    transcript units, always; debounced extraction (which also compacts the session once it has reached the
+    threshold), and a flush when the session has grown enough, as ENGRAM_AUTO_MEMORY says. `session`: its row
+    as the caller just committed it (a turn's last transaction returns it); None = read.
 
     Best effort: the messages are already saved, and the pending-work sweeps catch anything lost here."""
     settings = get_settings()
@@ -155,11 +151,10 @@ def schedule_memory_work(session_id: int, session: dict[str, Any] | None = None)
                 session = conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
         if session is None:
             return
-        follow = plan_after_turn(session, settings)
-        if follow.flush:
+        # A compaction that is due is left to the extraction just scheduled: that run summarises and mines in
+        # one model call (shared.pipeline.jobs.extract_and_compact), within the debounce or its cap.
+        if plan_after_turn(session, settings).flush:
             enqueue_flush(session_id)
-        if follow.compact:
-            enqueue_compaction(session_id)
     except (RedisError, BrokerUnavailable, DatabaseUnavailable, OSError) as exc:
         log.warning("could not schedule memory work; the sweeps will", session_id=session_id, error=str(exc))
 

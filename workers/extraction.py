@@ -7,7 +7,14 @@ from shared.db import DatabaseUnavailable
 from shared.llm.types import LLMError
 from shared.logging import get_logger
 from shared.pipeline import debounce
-from shared.pipeline.jobs import JobOutcome, extract_session, session_owner, synthesize_personality
+from shared.pipeline.jobs import (
+    CompactionOutcome,
+    JobOutcome,
+    extract_and_compact,
+    extract_session,
+    session_owner,
+    synthesize_personality,
+)
 from shared.redis_client import get_redis
 from workers.base import alone_on_session, engram_task
 from workers.dispatch import enqueue_extraction, enqueue_follow_up
@@ -45,19 +52,28 @@ def extract(session_id: int, token: str) -> str:
     if not decision.run:
         return "superseded by a later turn"
 
-    def work() -> JobOutcome:
+    def work() -> tuple[JobOutcome, CompactionOutcome | None]:
         debounce.started(client, "extract", session_id)
-        return extract_session(session_id, settings)
+        # A session over the compaction threshold is compacted by this run, in the same model call as its
+        # extraction: the turn that crossed the threshold sent no compaction task of its own.
+        both = alone_on_session("compact", session_id, lambda: extract_and_compact(session_id, settings))
+        if both is None:  # a compaction task holds the session and summarises it: this run only mines
+            return extract_session(session_id, settings), None
+        return both
 
-    outcome = alone_on_session("extract", session_id, work)
-    if outcome is None:
+    ran = alone_on_session("extract", session_id, work)
+    if ran is None:
         raise SessionBusy(f"session {session_id} is being extracted")
+    outcome, compaction = ran
     session = session_owner(session_id)
     enqueue_follow_up(outcome, *session)
     log.info(
         "extraction done", session_id=session_id, memories=len(outcome.changed_memory_ids), skipped=outcome.skipped
     )
-    return outcome.skipped or f"{len(outcome.changed_memory_ids)} memories"
+    done = outcome.skipped or f"{len(outcome.changed_memory_ids)} memories"
+    if compaction is not None and compaction.compacted:
+        return f"{done}; compacted {compaction.compacted}, kept {compaction.kept}, documents {compaction.documents}"
+    return done
 
 
 @engram_task("extraction", autoretry_for=(DatabaseUnavailable, LLMError), retry_backoff=2, max_retries=5)

@@ -37,6 +37,8 @@ from ops.fake_llm import FakeReply, Json
 OPENING = "Hi!"
 ACK = "OK."
 NOTHING_EXTRACTED = json.dumps({"preferences": [], "entities": [], "decisions": [], "styles": [], "artifacts": []})
+# A compaction is made in an extraction's call: nothing extracted, the fixed summary.
+COMPACTED = json.dumps({**json.loads(NOTHING_EXTRACTED), "summary": SUMMARY})
 TURN_TIMEOUT_S = 120.0
 
 
@@ -89,6 +91,8 @@ class Script:
         kind = kind_of(body)
         if kind == "extraction":  # flush calls use the same prompt
             return FakeReply(text=NOTHING_EXTRACTED)
+        if kind == "compaction":
+            return FakeReply(text=COMPACTED)
         if kind == "summary":
             return FakeReply(text=SUMMARY)
         if kind == "synthesis":

@@ -19,7 +19,8 @@ The model is the fake Anthropic server of ops/fake_llm.py, in this process, answ
 latency: a chat call gets an echo; an extraction (or flush) call gets JSON with one fact per user
 message it was shown, derived from that message's unique reference token ("ref pq…"), so every
 turn should end up as a stored, embedded memory that can be traced back to it; a summary call gets
-a fixed five-heading summary.
+a fixed five-heading summary; a compaction made by an extraction (one call that summarises and extracts)
+gets that JSON, for the user messages not marked as read before, with the summary in it.
 
 Each session is one thread and one user, sending its turns one after another (each waits for the
 previous to finish) with a think time drawn from the session's profile:
@@ -85,6 +86,7 @@ from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
 from shared import task_names
 from shared.config import Settings
 from shared.pipeline.debounce import quiet_period
+from shared.pipeline.memory_prompt import TASK_BOTH, TASK_SUMMARY
 from shared.queues import BACKGROUND_QUEUES, QUEUES
 
 TERMINAL = ("done", "failed")
@@ -103,10 +105,10 @@ MAX_RETRY_AFTER_S = 5.0
 
 EMBEDDING_RUNTIME_SETTINGS = ("ENGRAM_EMBEDDING_ONNX_PATH",)
 
-# How the fake recognises background requests: phrases of the system prompts in shared/pipeline
-# (the same markers tests/integration/test_pipeline.py uses).
-EXTRACTION_MARKER = "pick out durable memories"
-SUMMARY_MARKER = "You summarise part of a conversation"
+# How the fake recognises background requests: the memory instructions every extraction and compaction
+# call opens with (shared/pipeline/memory_prompt.py), and the task line that opens its user message (the
+# same markers tests/integration/test_pipeline.py uses); the personality synthesis by its own system prompt.
+MEMORY_MARKER = "You are the memory worker"
 SYNTHESIS_MARKER = "personality directive"
 
 SUMMARY = """## Decisions
@@ -231,19 +233,22 @@ def make_plans(args: argparse.Namespace, run_id: str) -> list[SessionPlan]:
 
 
 def kind_of(body: Json) -> str:
+    """extraction, summary, compaction (a summary that also extracts, in one call), synthesis or chat."""
     system = json.dumps(body.get("system", ""))
-    if EXTRACTION_MARKER in system:
-        return "extraction"
-    if SUMMARY_MARKER in system:
-        return "summary"
+    if MEMORY_MARKER in system:
+        task = last_user_text(body).lstrip()
+        if task.startswith(TASK_BOTH):
+            return "compaction"
+        return "summary" if task.startswith(TASK_SUMMARY) else "extraction"
     if SYNTHESIS_MARKER in system:
         return "synthesis"
     return "chat"
 
 
-def extraction_json(prompt: str) -> str:
+def extraction_entities(prompt: str) -> list[dict[str, str]]:
     """One entity per user message in the transcript that carries a reference token: what a model
-    would pick out of "ref X about Y", and traceable back to the turn that said it."""
+    would pick out of "ref X about Y", and traceable back to the turn that said it. Lines marked as read
+    before (a compaction's context) are skipped, as the instructions say."""
     entities = []
     for line in _USER_LINE.findall(prompt):
         token = _TOKEN.search(line)
@@ -254,13 +259,28 @@ def extraction_json(prompt: str) -> str:
         entities.append(
             {"key": f"note/{token.group(1)}", "value": f"User filed reference {token.group(1)} about {about}"}
         )
-    return json.dumps({"preferences": [], "entities": entities, "decisions": [], "styles": [], "artifacts": []})
+    return entities
+
+
+def extraction_json(prompt: str, summary: str | None = None) -> str:
+    answer: dict[str, Any] = {
+        "preferences": [],
+        "entities": extraction_entities(prompt),
+        "decisions": [],
+        "styles": [],
+        "artifacts": [],
+    }
+    if summary is not None:
+        answer["summary"] = summary
+    return json.dumps(answer)
 
 
 def pipeline_reply(body: Json) -> FakeReply:
     kind = kind_of(body)
     if kind == "extraction":  # flush calls use the same prompt
         return FakeReply(text=extraction_json(last_user_text(body)))
+    if kind == "compaction":
+        return FakeReply(text=extraction_json(last_user_text(body), SUMMARY))
     if kind == "summary":
         return FakeReply(text=SUMMARY)
     if kind == "synthesis":
@@ -1189,13 +1209,26 @@ def compaction_section(run: RunData) -> dict[str, Any]:
     done = [
         t for t in run.tasks if t.name == task_names.COMPACTION_COMPACT and (t.result or "").startswith("'compacted")
     ]
+    # A session over the threshold is compacted by its next extraction, in the extraction's model call.
+    with_extraction = [
+        t for t in run.tasks if t.name == task_names.EXTRACTION_EXTRACT and "compacted" in (t.result or "")
+    ]
     return {
-        "method": "Celery task events of the engram.compaction.compact tasks that compacted: task-started -> "
-        "task-succeeded (it returns right after its commit; runtime as Celery measured it); queue wait = "
-        "task-sent (by the turn worker's after_turn) -> task-started; summary call = llm_calls.duration_ms",
-        "count": len(done),
-        "run": dist([t.runtime for t in done if t.runtime is not None]),
-        "queue_wait": dist([t.started - t.sent for t in done if t.started and t.sent]),
+        "method": "Celery task events of the tasks that compacted (engram.compaction.compact, or an "
+        "engram.extraction.extract whose result says it compacted too): task-started -> task-succeeded (it "
+        "returns right after its commit; runtime as Celery measured it); queue wait = task-sent (by the turn "
+        "worker's after_turn), or its ETA for a delayed extraction, -> task-started; summary call = "
+        "llm_calls.duration_ms",
+        "count": len(done) + len(with_extraction),
+        "by_extraction": len(with_extraction),
+        "run": dist([t.runtime for t in [*done, *with_extraction] if t.runtime is not None]),
+        "queue_wait": dist(
+            [
+                t.started - due
+                for t in [*done, *with_extraction]
+                if t.started is not None and (due := t.eta or t.sent) is not None
+            ]
+        ),
         "trigger_to_commit": dist([t.succeeded - t.sent for t in done if t.succeeded and t.sent]),
         "summary_call": dist([c["duration_ms"] / 1000 for c in run.db["calls"] if c["purpose"] == "summary"], 3),
         "per_session": dist([float(s["compaction_count"]) for s in run.db["sessions"]]),
@@ -1526,11 +1559,12 @@ def _render_lag(lag: dict[str, Any]) -> list[str]:
 def _render_compaction(comp: dict[str, Any]) -> list[str]:
     return [
         "",
-        f"3. compaction: {comp['count']} compactions, per session {_d(comp['per_session'], '')}",
+        f"3. compaction: {comp['count']} compactions ({comp['by_extraction']} by an extraction), "
+        f"per session {_d(comp['per_session'], '')}",
         f"   {comp['method']}",
         f"     run (start -> commit)   {_d(comp['run'])}",
         f"     queue wait              {_d(comp['queue_wait'])}",
-        f"     trigger -> commit       {_d(comp['trigger_to_commit'])}",
+        f"     trigger -> commit       {_d(comp['trigger_to_commit'])} (compaction tasks)",
         f"     summary call            {_d(comp['summary_call'])}",
     ]
 

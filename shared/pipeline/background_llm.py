@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from shared.config import Settings
 from shared.llm.factory import chat_model, chat_provider, cheap_model
 from shared.llm.ledger import CallRecord, LedgerScope, Purpose, record_call
-from shared.llm.types import ChatMessage, ChatProvider, ChatRequest, LLMError, Usage
+from shared.llm.types import ChatProvider, ChatRequest, LLMError, Usage
 
 
 @dataclass
@@ -37,10 +37,14 @@ def complete(
     error: LLMError | None = None
     for model in models:
         began = time.monotonic()
+        # The fixed instructions are the static prompt, which the provider caches; what differs per call is
+        # the dynamic tail, sent uncached: as a message it would carry the history's cache breakpoint and be
+        # written to the cache (billed above plain input) by a call that never reads it back.
         request = ChatRequest(
             model=model,
-            messages=(ChatMessage("user", user),),
+            messages=(),
             system_static=system,
+            dynamic_tail=user,
             max_tokens=max_tokens,
             temperature=0.0,
         )

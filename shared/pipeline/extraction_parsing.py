@@ -96,6 +96,25 @@ def parse_extraction(text: str) -> ExtractedFacts:
         return ExtractedFacts()
 
 
+def summary_in_answer(text: str) -> str | None:
+    """The "summary" string of an answer that carries memories and a summary in one JSON object (a
+    compaction's combined call), or None when it has none; never raises."""
+    try:
+        source = text[:MAX_PARSE_CHARS] if isinstance(text, str) else ""
+        sources = [m.group(1) for m in _FENCED_BLOCK.finditer(source)] + [source]
+        for candidate in sources:
+            for variant in (candidate, _TRAILING_COMMA.sub(r"\1", candidate)):
+                for decoded in _decode_objects(variant):
+                    if not isinstance(decoded, dict):
+                        continue
+                    for key, value in decoded.items():
+                        if str(key).strip().lower() == "summary" and isinstance(value, str) and value.strip():
+                            return value
+    except Exception:  # untrusted text: no summary, and the caller asks for one on its own
+        return None
+    return None
+
+
 def _find_category_object(text: str) -> dict[str, Any] | None:
     sources = [m.group(1) for m in _FENCED_BLOCK.finditer(text)] + [text]
     for source in sources:

@@ -27,6 +27,9 @@ from shared.memory.store import Scope, store_memory
 from shared.metrics import observe_extraction_lag
 from shared.pipeline.background_llm import complete
 from shared.pipeline.compaction import (
+    SUMMARY_MESSAGE_CHARS,
+    SUMMARY_TOTAL_CHARS,
+    build_compaction_prompt,
     build_summary_prompt,
     choose_keep,
     cumulative_summary,
@@ -35,11 +38,12 @@ from shared.pipeline.compaction import (
 from shared.pipeline.extraction import (
     TranscriptMessage,
     build_extraction_prompt,
+    is_conversational,
     said_when,
     select_for_extraction,
     to_memory_inputs,
 )
-from shared.pipeline.extraction_parsing import ExtractedFacts, parse_extraction
+from shared.pipeline.extraction_parsing import ExtractedFacts, parse_extraction, summary_in_answer
 from shared.pipeline.offline_compaction import offline_active_task, offline_summary
 from shared.pipeline.offline_extraction import offline_extract
 from shared.pipeline.personality import (
@@ -165,12 +169,18 @@ def extract_session(
         ).fetchall()
     if not rows:
         return JobOutcome(skipped="nothing new")
-    ids = [row["id"] for row in rows]
     items, outcome = _mine(settings, provider, "extraction", session, rows, now)
+    return _store_mined(session, rows, items, outcome)
+
+
+def _store_mined(
+    session: dict[str, Any], rows: Sequence[dict[str, Any]], items: list[MemoryInput], outcome: JobOutcome
+) -> JobOutcome:
+    """The memories mined from these messages and their marks, in one transaction."""
     with db.connection() as conn:
-        if not _mark_mined(conn, session_id, ids):  # another run mined (some of) these meanwhile: keep its result
-            conn.rollback()
-            return JobOutcome(skipped="raced with another extraction")
+        if not _mark_mined(conn, session["id"], [row["id"] for row in rows]):
+            conn.rollback()  # another run mined (some of) these meanwhile: keep its result
+            return JobOutcome(calls=outcome.calls, skipped="raced with another extraction")
         _store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "extraction", outcome)
     _observe_lag(rows)
     return outcome
@@ -276,7 +286,7 @@ class CompactionOutcome:
 
 def _plan_compaction(conn: Conn, session: dict[str, Any], threshold: int) -> tuple[list[dict[str, Any]], int] | None:
     live = conn.execute(
-        """SELECT id, turn_id, role, content, name, token_estimate FROM session_messages
+        """SELECT id, turn_id, role, content, name, created_at, token_estimate FROM session_messages
            WHERE session_id = %s AND NOT is_compacted ORDER BY turn_id NULLS FIRST, id""",
         (session["id"],),
     ).fetchall()
@@ -297,7 +307,28 @@ def _plan_compaction(conn: Conn, session: dict[str, Any], threshold: int) -> tup
 
 
 def compact_session(session_id: int, settings: Settings, provider: ChatProvider | None = None) -> CompactionOutcome:
-    threshold = compaction_threshold(settings)
+    """Summarise and retire the session's oldest messages once it has reached the threshold (one summary call)."""
+    found = _read_compaction(session_id, compaction_threshold(settings))
+    if isinstance(found, CompactionOutcome):
+        return found
+    session, messages, kept, tool_rows = found
+    transcript = _transcript(messages)
+    outcome = CompactionOutcome(kept=kept)
+    if provider_name(settings) == "offline":
+        new_summary, task = offline_summary(transcript), offline_active_task(transcript)
+    else:
+        system, user = build_summary_prompt(transcript, session["summary"])
+        result = complete(settings, "summary", system, user, ledger=_ledger(session), provider=provider)
+        outcome.calls = result.calls
+        new_summary, task = parse_summary(result.text)
+    return _apply_compaction(session, messages, tool_rows, new_summary, task, outcome)
+
+
+_Compactable = tuple[dict[str, Any], list[dict[str, Any]], int, list[dict[str, Any]]]
+
+
+def _read_compaction(session_id: int, threshold: int) -> _Compactable | CompactionOutcome:
+    """(session, messages to compact, how many stay, their tool rows), or why there is nothing to compact."""
     with db.connection() as conn:
         session = _session(conn, session_id)
         if session is None:
@@ -310,15 +341,19 @@ def compact_session(session_id: int, settings: Settings, provider: ChatProvider 
             "SELECT id, content, tool_results FROM session_messages WHERE id = ANY(%s) AND role = 'tool'",
             ([m["id"] for m in messages],),
         ).fetchall()
-    transcript = _transcript(messages)
-    outcome = CompactionOutcome(kept=kept)
-    if provider_name(settings) == "offline":
-        new_summary, task = offline_summary(transcript), offline_active_task(transcript)
-    else:
-        system, user = build_summary_prompt(transcript, session["summary"])
-        result = complete(settings, "summary", system, user, ledger=_ledger(session), provider=provider)
-        outcome.calls = result.calls
-        new_summary, task = parse_summary(result.text)
+    return session, messages, kept, tool_rows
+
+
+def _apply_compaction(
+    session: dict[str, Any],
+    messages: list[dict[str, Any]],
+    tool_rows: list[dict[str, Any]],
+    new_summary: str,
+    task: str | None,
+    outcome: CompactionOutcome,
+) -> CompactionOutcome:
+    """Store the cumulative summary and retire the messages, compared-and-set on the compaction count."""
+    session_id = session["id"]
     outcome.summary = cumulative_summary(session["summary"], new_summary)
     outcome.active_task = task or session["active_task"]
     ids = [m["id"] for m in messages]
@@ -331,7 +366,7 @@ def compact_session(session_id: int, settings: Settings, provider: ChatProvider 
         ).fetchone()
         if updated is None:  # a concurrent compaction finished first: its result stands
             conn.rollback()
-            return CompactionOutcome(skipped="another compaction won")
+            return CompactionOutcome(calls=outcome.calls, skipped="another compaction won")
         conn.execute("UPDATE session_messages SET is_compacted = true WHERE id = ANY(%s)", (ids,))
         for row in tool_rows:
             if len(row["content"]) > DOCUMENT_THRESHOLD_CHARS:
@@ -339,6 +374,77 @@ def compact_session(session_id: int, settings: Settings, provider: ChatProvider 
         refresh_token_count(conn, session_id)
     outcome.compacted = len(ids)
     return outcome
+
+
+def extract_and_compact(
+    session_id: int, settings: Settings, provider: ChatProvider | None = None, now: datetime | None = None
+) -> tuple[JobOutcome, CompactionOutcome]:
+    """The session's due extraction, and its compaction when the session has reached the threshold, in one
+    model call that summarises the messages being compacted and mines every message not mined yet.
+
+    Separate calls would read the same messages twice, and the compaction's would come on top of the
+    session's extractions (one summary call per compaction cycle). Falls back to the two calls when one
+    answer cannot do both: offline rules, nothing to compact or nothing with a user message to mine, unmined
+    messages older than those being compacted (a compaction task retired them and left their mining to this
+    run), or an answer without its summary (its memories are kept; the summary gets a call of its own)."""
+    now = now or datetime.now(UTC)
+    threshold = compaction_threshold(settings)
+    with db.connection() as conn:
+        due = conn.execute(
+            "SELECT token_count >= %s AS due FROM sessions WHERE id = %s", (threshold, session_id)
+        ).fetchone()
+    if due is None or not due["due"]:
+        return extract_session(session_id, settings, provider, now), CompactionOutcome(skipped="under the threshold")
+    found = _read_compaction(session_id, threshold)
+    if isinstance(found, CompactionOutcome):
+        return extract_session(session_id, settings, provider, now), found
+    session, messages, kept, tool_rows = found
+    with db.connection() as conn:
+        rows = conn.execute(
+            """SELECT id, role, content, name, created_at FROM session_messages
+               WHERE session_id = %s AND extracted_at IS NULL ORDER BY id LIMIT 400""",
+            (session_id,),
+        ).fetchall()
+    compacted_ids = {m["id"] for m in messages}
+    transcript = _transcript(messages)
+    summarised = [m for m in transcript if is_conversational(m)]
+    later = [row for row in rows if row["id"] not in compacted_ids]
+    if (
+        provider_name(settings) == "offline"
+        or not summarised
+        or not any(row["role"] == "user" for row in rows)
+        or any(row["id"] < summarised[-1].id for row in later)
+    ):
+        return extract_session(session_id, settings, provider, now), compact_session(session_id, settings, provider)
+    unmined = {row["id"] for row in rows}
+    shown = select_for_extraction(
+        [*transcript, *_transcript(later)], per_message_chars=SUMMARY_MESSAGE_CHARS, total_chars=SUMMARY_TOTAL_CHARS
+    )
+    mined = [m for m in shown if m.id in unmined]
+    said = said_when(mined) or now
+    system, user = build_compaction_prompt(
+        shown,
+        summarise_until=summarised[-1].id,
+        read_before=frozenset(m.id for m in shown if m.id not in unmined),
+        previous_summary=session["summary"],
+        today=said.date(),
+    )
+    result = complete(settings, "summary", system, user, ledger=_ledger(session), provider=provider)
+    items = to_memory_inputs(
+        parse_extraction(result.text), today=said.date(), source_session_id=session_id, messages=mined
+    )
+    extraction = _store_mined(session, rows, items, JobOutcome())
+    summary = summary_in_answer(result.text)
+    if summary is None:
+        log.info("combined answer without a summary; summarising on its own", session_id=session_id)
+        compaction = compact_session(session_id, settings, provider)
+        compaction.calls = [*result.calls, *compaction.calls]
+        return extraction, compaction
+    new_summary, task = parse_summary(summary)
+    compaction = _apply_compaction(
+        session, messages, tool_rows, new_summary, task, CompactionOutcome(kept=kept, calls=result.calls)
+    )
+    return extraction, compaction
 
 
 def _move_to_document(conn: Conn, session: dict[str, Any], row: dict[str, Any]) -> int:

@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from ops.fake_llm import FakeLLM, FakeReply, echo_reply, engram_tail
+from ops.fake_llm import FakeLLM, FakeReply, echo_reply, engram_tail, last_user_text
 from shared import db
+from shared.pipeline.memory_prompt import TASK_BOTH, TASK_SUMMARY
 from shared.redis_client import get_redis
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_turns import post_turn
@@ -54,14 +55,21 @@ DIRECTIVE = (
 
 
 def kind_of(body: dict[str, Any]) -> str:
+    """extraction, summary, compaction (a summary that also extracts, in one call), synthesis or chat."""
     system = json.dumps(body.get("system", ""))
-    if "pick out durable memories" in system:
-        return "extraction"
-    if "You summarise part of a conversation" in system:
-        return "summary"
+    if "You are the memory worker" in system:
+        task = last_user_text(body).lstrip()
+        if task.startswith(TASK_BOTH):
+            return "compaction"
+        return "summary" if task.startswith(TASK_SUMMARY) else "extraction"
     if "personality directive" in system:
         return "synthesis"
     return "chat"
+
+
+def with_summary(extraction: str) -> str:
+    """A compaction's combined answer: the memories object with the summary in it."""
+    return json.dumps({**json.loads(extraction), "summary": SUMMARY})
 
 
 def responder(
@@ -71,6 +79,8 @@ def responder(
         kind = kind_of(body)
         if kind == "extraction":
             return FakeReply(text=extraction, delay_s=delay(kind))
+        if kind == "compaction":
+            return FakeReply(text=with_summary(extraction), delay_s=delay(kind))
         if kind == "summary":
             return FakeReply(text=SUMMARY, delay_s=delay(kind))
         if kind == "synthesis":
@@ -104,6 +114,12 @@ def eventually(check: Callable[[], bool], timeout: float = 45, message: str = "c
     while not check():
         assert time.monotonic() < deadline, message
         time.sleep(0.25)
+
+
+def session_or_none(key: str) -> dict[str, Any] | None:
+    with db.connection() as conn:
+        row: dict[str, Any] | None = conn.execute("SELECT * FROM sessions WHERE session_key = %s", (key,)).fetchone()
+    return row
 
 
 def active_memories() -> list[dict[str, Any]]:
@@ -307,13 +323,14 @@ def test_second_compaction_is_cumulative_and_bounded(
 ) -> None:
     fake_llm.default = responder()
     celery_stack.ensure("anthropic", **PIPELINE_ENV, ENGRAM_COMPACTION_THRESHOLD_TOKENS="600")
-    text = "Notes about the Kyoto trip, hotels, trains and temples. " * 4
-    for i in range(12):
-        wait_turn(api, post_turn(api, "twice", f"{i}: {text}").json()["turn_id"])
-        if session("twice")["compaction_count"] >= 2:
-            break
-        time.sleep(0.5)
-    eventually(lambda: session("twice")["compaction_count"] >= 2, message="second compaction did not happen")
+    text = "Notes about the Kyoto trip, hotels, trains and temples. " * 8
+    said = 0
+    for cycle in (1, 2):  # talk until the session is over the threshold; its next extraction compacts it
+        while session_or_none("twice") is None or session("twice")["token_count"] < 600:
+            assert said < 12, "the session never reached the compaction threshold"
+            wait_turn(api, post_turn(api, "twice", f"{said}: {text}").json()["turn_id"])
+            said += 1
+        eventually(lambda cycle=cycle: session("twice")["compaction_count"] >= cycle, message=f"compaction {cycle}")
     summary = session("twice")["summary"]
     assert summary.startswith("[Earlier]")
     earlier = summary.split("\n\n", 1)[0]

@@ -15,11 +15,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from ops.fake_cache import OPENAI_MIN_TOKENS, estimate_tokens, min_cacheable_tokens
+from shared.llm.factory import DEFAULT_MODELS
 from shared.memory.keys import injection_category
 from shared.memory.memory_input import prepare
 from shared.pipeline.compaction import (
     EARLIER_MARKER,
     SUMMARY_HEADINGS,
+    build_compaction_prompt,
     build_summary_prompt,
     choose_keep,
     compress_previous,
@@ -32,7 +35,8 @@ from shared.pipeline.extraction import (
     select_for_extraction,
     to_memory_inputs,
 )
-from shared.pipeline.extraction_parsing import CATEGORIES, ExtractedFacts, parse_extraction
+from shared.pipeline.extraction_parsing import CATEGORIES, ExtractedFacts, parse_extraction, summary_in_answer
+from shared.pipeline.memory_prompt import MEMORY_SYSTEM, READ_BEFORE, TASK_BOTH, TASK_MEMORIES, TASK_SUMMARY
 from shared.pipeline.offline_compaction import offline_active_task, offline_summary
 from shared.pipeline.offline_extraction import offline_extract
 from shared.pipeline.personality import (
@@ -658,6 +662,62 @@ def test_summary_prompt_lists_the_headings_and_the_active_task_line() -> None:
     assert "Use Redis for locks" in prompt
     _, without_previous = build_summary_prompt(messages, previous_summary=None)
     assert "before these messages" not in without_previous
+
+
+def test_a_compaction_prompt_marks_what_was_mined_before_and_where_the_summary_ends() -> None:
+    messages = [
+        msg(1, "user", "We chose Postgres."),
+        msg(2, "assistant", "Good."),
+        msg(3, "tool", "TOOL OUTPUT 123"),
+        msg(4, "user", "My sister Ana has a van."),
+        msg(5, "user", "Keep answers short."),
+    ]
+    system, prompt = build_compaction_prompt(
+        messages,
+        summarise_until=4,
+        read_before=frozenset({1, 2}),
+        previous_summary="## Decisions\n- Use Redis",
+        today=TODAY,
+    )
+    assert system == MEMORY_SYSTEM
+    assert prompt.startswith(TASK_BOTH) and "2026-03-05 (Thursday)" in prompt
+    assert f"[user #1, {READ_BEFORE}]: We chose Postgres." in prompt
+    assert f"[assistant #2, {READ_BEFORE}]: Good." in prompt
+    assert "[user #4]: My sister Ana has a van." in prompt and "[user #5]: Keep answers short." in prompt
+    assert "TOOL OUTPUT" not in prompt
+    assert "up to and including #4" in prompt and "Use Redis" in prompt
+
+
+def test_every_memory_call_opens_with_the_same_instructions_long_enough_for_the_prompt_cache() -> None:
+    # The provider caches a prefix only from the model's minimum length on; shorter, every call pays it all.
+    transcript = [msg(1, "user", "I prefer tabs.")]
+    prompts = [
+        build_extraction_prompt(transcript, today=TODAY),
+        build_summary_prompt(transcript, previous_summary=None),
+        build_compaction_prompt(
+            transcript, summarise_until=1, read_before=frozenset(), previous_summary=None, today=TODAY
+        ),
+    ]
+    assert {system for system, _ in prompts} == {MEMORY_SYSTEM}
+    assert [user.split("\n", 1)[0] for _, user in prompts] == [TASK_MEMORIES, TASK_SUMMARY, TASK_BOTH]
+    for model in (DEFAULT_MODELS["anthropic"][1], DEFAULT_MODELS["anthropic"][0]):
+        assert estimate_tokens(MEMORY_SYSTEM) >= min_cacheable_tokens(model)
+    assert estimate_tokens(MEMORY_SYSTEM) >= OPENAI_MIN_TOKENS
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ('{"entities": [], "summary": "## Decisions\\n- Ship"}', "## Decisions\n- Ship"),
+        ('Here:\n```json\n{"preferences": [], "Summary": "x",}\n```', "x"),
+        ('{"entities": [{"key": "a", "value": "b"}]}', None),
+        ('{"summary": "   "}', None),
+        ('{"summary": ["not", "text"]}', None),
+        ("no json at all", None),
+    ],
+)
+def test_the_summary_of_a_combined_answer_is_read_or_reported_missing(answer: str, expected: str | None) -> None:
+    assert summary_in_answer(answer) == expected
 
 
 MESSY_SUMMARY = """Sure! Here's the summary:
