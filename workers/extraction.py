@@ -13,8 +13,8 @@ from shared.pipeline.jobs import (
     extract_and_compact,
     extract_session,
     session_owner,
-    synthesize_personality,
 )
+from shared.pipeline.personality_job import synthesize_personality
 from shared.redis_client import get_redis
 from workers.base import alone_on_session, engram_task
 from workers.dispatch import enqueue_extraction, enqueue_follow_up

@@ -218,7 +218,7 @@ class Runner:
                 raise BenchError(f"seeding a style observation failed: {reason}")
 
     def _synthesize(self, user_id: int) -> None:
-        from shared.pipeline.jobs import synthesize_personality
+        from shared.pipeline.personality_job import synthesize_personality
 
         synthesize_personality(self.tenant_id, user_id, self.settings, provider=self.provider, now=NOW)
 

@@ -29,10 +29,10 @@ from shared.context.prompt_text import (
 )
 from shared.db import Conn, Query, first
 from shared.llm.types import ToolSpec
+from shared.memory.memory_input import DIRECTIVE_KEY, DIRECTIVE_NAMESPACE
 
 WHAT_YOU_KNOW_LIMIT = 50
 PERSONALITY_LIMIT = 10
-DIRECTIVE_NAMESPACE, DIRECTIVE_KEY = "tacit/personality", "directive"
 DEFAULT_AGENT_NAME = "Engram"
 CONTEXT_FILES = ("SOUL.md", "AGENTS.md", "MEMORY.md")
 _FILE_LIMIT = 20_000  # characters read from each context file

@@ -31,8 +31,8 @@ from shared.maintenance.runs import Page, RunHandle, UserRef
 from shared.memory.content_keys import backfill_batch
 from shared.memory.derived import release_derived
 from shared.memory.store import MEMORY_COLUMNS, Scope, record_event
-from shared.pipeline.jobs import synthesize_personality
 from shared.pipeline.personality import DECAY_DAYS
+from shared.pipeline.personality_job import synthesize_personality
 
 ACTOR = "decay"
 PROTECTED_KINDS = ("reflection", "directive", "document")

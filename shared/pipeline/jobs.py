@@ -46,20 +46,11 @@ from shared.pipeline.extraction import (
 from shared.pipeline.extraction_parsing import ExtractedFacts, parse_extraction, summary_in_answer
 from shared.pipeline.offline_compaction import offline_active_task, offline_summary
 from shared.pipeline.offline_extraction import offline_extract
-from shared.pipeline.personality import (
-    StyleObservation,
-    active_styles,
-    build_synthesis_prompt,
-    clean_directive,
-    offline_directive,
-    should_synthesize,
-)
 from shared.turns import refresh_token_count
 
 log = get_logger(__name__)
 
 DOCUMENT_THRESHOLD_CHARS = 5000
-DIRECTIVE_NAMESPACE, DIRECTIVE_KEY = "tacit/personality", "directive"
 COMPACTION_SHARE_OF_WINDOW = 0.6
 
 
@@ -114,7 +105,7 @@ def _facts(
     return parse_extraction(result.text), result.calls
 
 
-def _store_all(conn: Conn, scope: Scope, items: list[MemoryInput], actor: str, outcome: JobOutcome) -> None:
+def store_all(conn: Conn, scope: Scope, items: list[MemoryInput], actor: str, outcome: JobOutcome) -> None:
     for item in items:
         try:
             result = store_memory(conn, scope, item, actor)
@@ -181,7 +172,7 @@ def _store_mined(
         if not _mark_mined(conn, session["id"], [row["id"] for row in rows]):
             conn.rollback()  # another run mined (some of) these meanwhile: keep its result
             return JobOutcome(calls=outcome.calls, skipped="raced with another extraction")
-        _store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "extraction", outcome)
+        store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "extraction", outcome)
     _observe_lag(rows)
     return outcome
 
@@ -262,7 +253,7 @@ def flush_session(
         if not _mark_mined(conn, session_id, [row["id"] for row in unmined]):
             conn.rollback()  # an extraction mined them meanwhile: its facts stand, the next trigger closes the cycle
             return JobOutcome(skipped="raced with an extraction")
-        _store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "flush", outcome)
+        store_all(conn, Scope(session["tenant_id"], session["user_id"]), items, "flush", outcome)
     if not unmined:
         outcome.skipped = "left to the pending extraction" if not mine else "extraction had mined every message"
     else:
@@ -462,72 +453,6 @@ def _move_to_document(conn: Conn, session: dict[str, Any], row: dict[str, Any]) 
         (f"[{name} result stored as document {created['id']}; read it with read_document]", row["id"]),
     )
     return 1
-
-
-# ---------------------------------------------------------------------- personality synthesis
-
-
-def _style_observations(conn: Conn, scope: Scope) -> list[StyleObservation]:
-    rows = conn.execute(
-        """SELECT key, value, metadata, created_at, updated_at FROM memories
-           WHERE tenant_id = %s AND user_id = %s AND valid_until IS NULL
-             AND (kind = 'style' OR namespace LIKE 'tacit/personality/style%%')""",
-        (scope.tenant_id, scope.user_id),
-    ).fetchall()
-    observations = []
-    for row in rows:
-        meta = row["metadata"] or {}
-        first = _parse_time(meta.get("first_observed")) or row["created_at"]
-        last = _parse_time(meta.get("last_reinforced")) or row["updated_at"]
-        observations.append(
-            StyleObservation(row["key"], row["value"], int(meta.get("reinforced_count", 1)), first, last)
-        )
-    return observations
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
-
-
-def synthesize_personality(
-    tenant_id: int, user_id: int, settings: Settings, provider: ChatProvider | None = None, now: datetime | None = None
-) -> JobOutcome:
-    """Turn live style observations into the directive the static prompt shows."""
-    now = now or datetime.now(UTC)
-    scope = Scope(tenant_id, user_id)
-    with db.connection() as conn:
-        active = active_styles(_style_observations(conn, scope), now=now)
-    outcome = JobOutcome()
-    if not should_synthesize(active):
-        outcome.skipped = f"{len(active)} live style observations; need at least 3"
-        return outcome
-    if provider_name(settings) == "offline":
-        directive: str | None = offline_directive(active)
-    else:
-        system, user = build_synthesis_prompt(active)
-        result = complete(
-            settings,
-            "synthesis",
-            system,
-            user,
-            ledger=LedgerScope(tenant_id, user_id, None),
-            provider=provider,
-            max_tokens=400,
-        )
-        outcome.calls = result.calls
-        directive = clean_directive(result.text)
-    with db.connection() as conn:
-        if directive:
-            item = MemoryInput(key=DIRECTIVE_KEY, value=directive, namespace=DIRECTIVE_NAMESPACE, kind="directive")
-            _store_all(conn, scope, [item], "synthesis", outcome)
-        else:
-            outcome.skipped = "the model's directive was unusable"
-    return outcome
 
 
 # ------------------------------------------------------------------------------- triggers

@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from shared.memory.keys import MemoryRejected, injection_category, sanitize
+from shared.memory.memory_input import DIRECTIVE_KEY
 
 DECAY_DAYS = 14
 TOP_OBSERVATIONS = 15
 MIN_OBSERVATIONS = 3
 MIN_SENTENCES = 3
 MAX_SENTENCES = 5
-DIRECTIVE_KEY = "directive"
-DIRECTIVE_NAMESPACE = "tacit/personality"
 
 
 @dataclass(frozen=True)
