@@ -55,6 +55,18 @@ def _scope(user: str) -> Scope:
         return Scope(tenant_id, find_user_id(conn, tenant_id, user) or 0)
 
 
+def _link_entity(scope: Scope, memory: int, name: str, entity_type: str, *, mentions: int) -> None:
+    """An entity of the user's named `name`, linked to `memory`."""
+    with db.connection() as conn:
+        entity = conn.execute(
+            """INSERT INTO entities (tenant_id, user_id, canonical_name, normalized_name, entity_type, mention_count)
+               VALUES (%s, %s, %s, %s, %s, %s) RETURNING id""",
+            (scope.tenant_id, scope.user_id, name, name.lower(), entity_type, mentions),
+        ).fetchone()
+        assert entity is not None
+        conn.execute("INSERT INTO memory_entities (memory_id, entity_id) VALUES (%s, %s)", (memory, entity["id"]))
+
+
 def _changed_on(key: str, when: datetime) -> None:
     """Set when a memory was created and last changed (the list's order and window read these)."""
     with db.connection() as conn:
@@ -275,14 +287,7 @@ def test_users_ordered_by_last_activity(browser: WebDriver, console: Console) ->
 
 def test_entities_and_weekly_reflections(browser: WebDriver, console: Console) -> None:  # noqa: F811
     scope = _scope("alice")
-    trip = memory_id("next-trip")
-    with db.connection() as conn:
-        entity = conn.execute(
-            """INSERT INTO entities (tenant_id, user_id, canonical_name, normalized_name, entity_type, mention_count)
-               VALUES (%s, %s, 'Lisbon', 'lisbon', 'place', 3) RETURNING id""",
-            (scope.tenant_id, scope.user_id),
-        ).fetchone()
-        conn.execute("INSERT INTO memory_entities (memory_id, entity_id) VALUES (%s, %s)", (trip, entity["id"]))
+    _link_entity(scope, memory_id("next-trip"), "Lisbon", "place", mentions=3)
     for week, day, text_ in (("2026-w10", 2, "Planned a spring trip."), ("2026-w11", 9, "Booked the flights.")):
         _store(
             "alice",
@@ -435,14 +440,8 @@ def work_memories(console: Console) -> dict[str, int]:  # noqa: F811
         "bench": _store("alice", "bench", "Keeps a workbench in the garage", namespace="workshop", tags=["office"]),
         "full-name": _store("alice", "full-name", "Alice Martins", namespace="profile"),
     }
-    scope = _scope("alice")
+    _link_entity(_scope("alice"), ids["desk"], "Acme", "organization", mentions=2)
     with db.connection() as conn:
-        entity = conn.execute(
-            """INSERT INTO entities (tenant_id, user_id, canonical_name, normalized_name, entity_type, mention_count)
-               VALUES (%s, %s, 'Acme', 'acme', 'organization', 2) RETURNING id""",
-            (scope.tenant_id, scope.user_id),
-        ).fetchone()
-        conn.execute("INSERT INTO memory_entities (memory_id, entity_id) VALUES (%s, %s)", (ids["desk"], entity["id"]))
         conn.execute(
             "UPDATE memories SET decayed_at = '2026-03-04 04:00+00', confidence = 0.8 WHERE id = %s", (ids["desk"],)
         )
