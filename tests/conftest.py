@@ -185,9 +185,12 @@ def fake_llm_server() -> Iterator[FakeLLM]:
 
 
 @pytest.fixture
-def fake_llm(fake_llm_server: FakeLLM) -> FakeLLM:
+def fake_llm(fake_llm_server: FakeLLM) -> Iterator[FakeLLM]:
+    """The session's fake model, reset before and after the test: a default reply or a script a test set must
+    not answer the next test's calls (a test that only uses the stack reaches this server too)."""
     fake_llm_server.reset()
-    return fake_llm_server
+    yield fake_llm_server
+    fake_llm_server.reset()
 
 
 class Gateway:
