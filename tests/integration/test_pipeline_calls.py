@@ -77,6 +77,16 @@ def stored_facts() -> set[str]:
     return {m["key"] for m in active_memories() if m["namespace"] == "entity/default"}
 
 
+def unmined(session_id: int) -> int:
+    """The session's messages no extraction has mined yet."""
+    with db.connection() as conn:
+        row = conn.execute(
+            "SELECT count(*) AS n FROM session_messages WHERE session_id = %s AND extracted_at IS NULL", (session_id,)
+        ).fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
 def test_a_user_who_keeps_talking_is_extracted_in_fewer_calls_than_turns_and_every_fact_is_stored(
     api: httpx.Client, celery_stack: CeleryStack, clean_state: Any, fake_llm: FakeLLM
 ) -> None:
@@ -93,11 +103,7 @@ def test_a_user_who_keeps_talking_is_extracted_in_fewer_calls_than_turns_and_eve
     # The first turn has no gap to go by (plain debounce); the later ones stretch the wait past the next turn.
     assert ledger(sid, "extraction") <= 2
     assert ledger(sid, "flush") == 0
-    with db.connection() as conn:
-        row = conn.execute(
-            "SELECT count(*) AS n FROM session_messages WHERE session_id = %s AND extracted_at IS NULL", (sid,)
-        ).fetchone()
-    assert row is not None and row["n"] == 0
+    assert unmined(sid) == 0
 
 
 def test_flushes_crossing_at_once_leave_the_mining_to_the_pending_extraction(
@@ -153,11 +159,7 @@ def test_a_session_over_the_threshold_is_compacted_by_its_extraction_in_one_mode
     # One call summarised and mined: the compaction's summary call was the session's only background call.
     assert ledger(sid, "summary") == 1 and ledger(sid, "extraction") == 0
     assert "Travel to Kyoto" in session("compacts")["summary"]
-    with db.connection() as conn:
-        row = conn.execute(
-            "SELECT count(*) AS n FROM session_messages WHERE session_id = %s AND extracted_at IS NULL", (sid,)
-        ).fetchone()
-    assert row is not None and row["n"] == 0
+    assert unmined(sid) == 0
 
 
 def compactable_session(fake_llm: FakeLLM, said: int) -> tuple[int, list[int], Settings]:
@@ -203,11 +205,7 @@ def test_one_call_summarises_the_compacted_messages_and_mines_only_those_not_min
     assert stored_facts() == {f"note/fact{i}" for i in (1, 2, 3)}  # fact0 was mined before: context only
     assert len(mined.changed_memory_ids) == 3
     assert ledger(sid, "summary") == 1 and ledger(sid, "extraction") == 0
-    with db.connection() as conn:
-        row = conn.execute(
-            "SELECT count(*) AS n FROM session_messages WHERE session_id = %s AND extracted_at IS NULL", (sid,)
-        ).fetchone()
-    assert row is not None and row["n"] == 0
+    assert unmined(sid) == 0
 
 
 def test_an_answer_without_its_summary_keeps_its_memories_and_the_summary_call_reads_the_cached_instructions(
