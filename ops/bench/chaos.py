@@ -79,7 +79,16 @@ import psycopg
 import redis
 from psycopg.rows import dict_row
 
-from ops.bench.harness import BenchError, BenchRun, add_json_flag, add_keep_flag, emit, percentile, run_main
+from ops.bench.harness import (
+    BenchError,
+    BenchRun,
+    add_json_flag,
+    add_keep_flag,
+    backlog_sql,
+    emit,
+    percentile,
+    run_main,
+)
 from ops.bench.pipeline import kind_of, pipeline_reply, user_text
 from ops.bench.stalls import STALL_KINDS, RequestLog, outcome_of, process_tree, stopped
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
@@ -698,19 +707,7 @@ class Chaos:
 
 
 def settle_state(database_url: str) -> dict[str, int]:
-    rows = query(
-        database_url,
-        """SELECT
-             (SELECT count(*) FROM turns t JOIN users u ON u.id = t.user_id
-               WHERE u.external_id LIKE %(p)s AND t.status IN ('queued', 'running')) AS open_turns,
-             (SELECT count(*) FROM session_messages m JOIN users u ON u.id = m.user_id
-               WHERE u.external_id LIKE %(p)s AND m.role = 'user' AND m.extracted_at IS NULL) AS unmined_messages,
-             (SELECT count(*) FROM memories m JOIN users u ON u.id = m.user_id
-               WHERE u.external_id LIKE %(p)s AND m.valid_until IS NULL
-                 AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.memory_id = m.id AND c.embedding IS NOT NULL))
-               AS unembedded_memories""",
-        {"p": USER_PREFIX + "%"},
-    )
+    rows = query(database_url, backlog_sql(units=False), {"p": USER_PREFIX + "%"})
     return {key: int(value) for key, value in rows[0].items()}
 
 

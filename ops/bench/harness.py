@@ -39,6 +39,7 @@ __all__ = [
     "Peak",
     "add_json_flag",
     "add_keep_flag",
+    "backlog_sql",
     "cpu_seconds",
     "distribution",
     "emit",
@@ -306,3 +307,25 @@ def cpu_seconds(roots: Mapping[str, int], own: str | None = None) -> dict[str, f
                 continue
         out[name] = total
     return out
+
+
+def backlog_sql(*, units: bool) -> str:
+    """What a stack still owes a benchmark's users (external ids LIKE %(p)s), one count a column: turns not
+    finished, user messages not mined, memories without a vector, and with `units` transcript units without one."""
+    unit_count = (
+        """,
+             (SELECT count(*) FROM memory_chunks c JOIN users u ON u.id = c.user_id
+               WHERE u.external_id LIKE %(p)s AND c.message_id IS NOT NULL AND c.embedding IS NULL)
+               AS unembedded_units"""
+        if units
+        else ""
+    )
+    return f"""SELECT
+             (SELECT count(*) FROM turns t JOIN users u ON u.id = t.user_id
+               WHERE u.external_id LIKE %(p)s AND t.status IN ('queued', 'running')) AS open_turns,
+             (SELECT count(*) FROM session_messages m JOIN users u ON u.id = m.user_id
+               WHERE u.external_id LIKE %(p)s AND m.role = 'user' AND m.extracted_at IS NULL) AS unmined_messages,
+             (SELECT count(*) FROM memories m JOIN users u ON u.id = m.user_id
+               WHERE u.external_id LIKE %(p)s AND m.valid_until IS NULL
+                 AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.memory_id = m.id AND c.embedding IS NOT NULL))
+               AS unembedded_memories{unit_count}"""

@@ -50,6 +50,7 @@ from ops.bench.harness import (
     BenchRun,
     add_json_flag,
     add_keep_flag,
+    backlog_sql,
     cpu_seconds,
     distribution,
     emit,
@@ -226,24 +227,9 @@ def calibrate(load: Load, sessions: int, seconds: float, database_url: str) -> C
 
 
 def backlog(database_url: str, user_prefix: str) -> dict[str, int]:
-    """What the stack still owes the benchmark's users: turns not finished, user messages not mined, memories
-    and transcript units without a vector."""
+    """What the stack still owes the benchmark's users, transcript units included (`backlog_sql`)."""
     with psycopg.connect(database_url, autocommit=True, row_factory=dict_row, connect_timeout=5) as conn:
-        row = conn.execute(
-            """SELECT
-                 (SELECT count(*) FROM turns t JOIN users u ON u.id = t.user_id
-                   WHERE u.external_id LIKE %(p)s AND t.status IN ('queued', 'running')) AS open_turns,
-                 (SELECT count(*) FROM session_messages m JOIN users u ON u.id = m.user_id
-                   WHERE u.external_id LIKE %(p)s AND m.role = 'user' AND m.extracted_at IS NULL) AS unmined_messages,
-                 (SELECT count(*) FROM memories m JOIN users u ON u.id = m.user_id
-                   WHERE u.external_id LIKE %(p)s AND m.valid_until IS NULL AND NOT EXISTS
-                     (SELECT 1 FROM memory_chunks c WHERE c.memory_id = m.id AND c.embedding IS NOT NULL))
-                   AS unembedded_memories,
-                 (SELECT count(*) FROM memory_chunks c JOIN users u ON u.id = c.user_id
-                   WHERE u.external_id LIKE %(p)s AND c.message_id IS NOT NULL AND c.embedding IS NULL)
-                   AS unembedded_units""",
-            {"p": user_prefix + "%"},
-        ).fetchone()
+        row = conn.execute(backlog_sql(units=True), {"p": user_prefix + "%"}).fetchone()
     assert row is not None
     return {key: int(value) for key, value in row.items()}
 
