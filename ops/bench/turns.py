@@ -21,6 +21,10 @@ machine: the gateway's own `GET /healthz`, probed from another thread while the 
 accept path costs beyond serving any request), and a no-op Celery task round trip (`engram.turns.ping`:
 publish on the turns queue, a worker runs it, the sender sees its reply) with the same sessions x turns
 pattern (what a turn costs beyond one trip through the broker and a worker).
+
+Goals (issue 31), as ratios of the same run: engram's CPU per turn (gateway + worker + Postgres trees) at most 7 x
+a no-op task's worker CPU (`engram_cpu_over_noop_worker_cpu`), and the first turns' accept p99 at most 3 x a
+`/healthz` burst's p99 (`first_accept_p99_over_healthz_burst_p99`).
 """
 
 from __future__ import annotations
@@ -364,7 +368,8 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
         "gateway_rss_mb": (memory.get("gateway") or {}).get("peak_rss_mb"),
         "worker_rss_mb": (memory.get("worker") or {}).get("peak_rss_mb"),
     }
-    # Goals (issue 13): accept p99 <= 3 x healthz p99; turns/s >= 0.5 x no-op tasks/s.
+    # Accept p99 <= 3 x healthz p99 (reported); turns/s over no-op tasks/s is reported beside the ceiling
+    # below, which shows 0.5 x out of reach on two cores whatever engram does.
     flat["accept_p99_over_healthz_p99"] = ratio(flat["accept_p99_ms"], flat["healthz_p99_ms"])
     flat["turns_over_noop_tasks"] = ratio(summary["turns_per_s"], flat["noop_tasks_per_s"])
     # Where the accept tail comes from: the later turns against the same probe, and the opening burst
@@ -374,7 +379,28 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
         summary["accept_first_turn_ms"]["p99"], summary["healthz_burst_ms"]["p99"]
     )
     flat.update(ceiling_without_engram(summary, flat["noop_tasks_per_s"]))
+    flat.update(engram_cpu_over_noop(summary))
     return flat
+
+
+# The CPU goal: what engram's own processes spend on a turn, against what a worker spends on a no-op task
+# (one trip through the broker and a worker), both measured in the same run.
+ENGRAM_PROCESSES = ("gateway", "worker", "postgres")
+ENGRAM_CPU_GOAL = 7.0
+FIRST_ACCEPT_GOAL = 3.0
+
+
+def engram_cpu_over_noop(summary: dict[str, Any]) -> dict[str, Any]:
+    """Engram's CPU per turn (gateway + worker + Postgres trees) and its ratio to a no-op task's worker CPU."""
+    turn, noop = summary.get("cpu_ms_per_turn"), summary.get("cpu_ms_per_noop_task")
+    if not turn or not noop or not noop.get("worker") or any(name not in turn for name in ENGRAM_PROCESSES):
+        return {}
+    engram_ms = sum(turn[name] for name in ENGRAM_PROCESSES)
+    return {
+        "engram_cpu_ms_per_turn": round(engram_ms, 2),
+        "noop_worker_cpu_ms_per_task": round(noop["worker"], 2),
+        "engram_cpu_over_noop_worker_cpu": ratio(engram_ms, noop["worker"]),
+    }
 
 
 def ceiling_without_engram(summary: dict[str, Any], noop_tasks_per_s: float | None) -> dict[str, Any]:
@@ -425,11 +451,11 @@ def render(summary: dict[str, Any], header: str) -> str:
             f"no-op tasks: {summary['noop']['tasks_per_s']:.2f}/s ({summary['noop']['lost']} lost); "
             f"turns/s over no-op tasks/s: {_fmt(summary['turns_over_noop_tasks'])} (goal >= 0.5)"
         )
-    lines.append(f"accept p99 over healthz p99: {_fmt(summary['accept_p99_over_healthz_p99'])} (goal <= 3)")
+    lines.append(f"accept p99 over healthz p99: {_fmt(summary['accept_p99_over_healthz_p99'])}")
     lines.append(
         f"  later turns' accept p99 over healthz p99: {_fmt(summary['later_accept_p99_over_healthz_p99'])}; "
         "first turns' accept p99 over a healthz burst's p99: "
-        f"{_fmt(summary['first_accept_p99_over_healthz_burst_p99'])}"
+        f"{_fmt(summary['first_accept_p99_over_healthz_burst_p99'])} (goal <= {FIRST_ACCEPT_GOAL:g})"
     )
     for key, title in (("cpu_ms_per_turn", "CPU ms per turn"), ("cpu_ms_per_noop_task", "CPU ms per no-op task")):
         if summary.get(key):
@@ -440,6 +466,12 @@ def render(summary: dict[str, Any], header: str) -> str:
             f"{os.cpu_count()} CPUs (client + fake LLM + a no-op task's worker time: "
             f"{summary['outside_engram_cpu_ms_per_turn']:.1f} ms per turn), "
             f"{_fmt(summary['ceiling_without_engram_over_noop_tasks'])} x no-op tasks/s"
+        )
+    if summary.get("engram_cpu_over_noop_worker_cpu") is not None:
+        lines.append(
+            f"engram CPU per turn ({' + '.join(ENGRAM_PROCESSES)}): {summary['engram_cpu_ms_per_turn']:.1f} ms, "
+            f"{_fmt(summary['engram_cpu_over_noop_worker_cpu'])} x a no-op task's worker CPU "
+            f"({summary['noop_worker_cpu_ms_per_task']:.2f} ms; goal <= {ENGRAM_CPU_GOAL:g})"
         )
     memory = summary.get("memory")
     lines.append("")

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ops.bench.turns import ceiling_without_engram
+from ops.bench.turns import ceiling_without_engram, engram_cpu_over_noop
 
 
 def test_the_ceiling_counts_only_what_a_turn_costs_outside_engram(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,3 +29,22 @@ def test_no_ceiling_without_the_cpu_figures() -> None:
     # --url runs measure no process of the stack, and a run without the broker measures no no-op tasks.
     assert ceiling_without_engram({}, 443.5) == {}
     assert ceiling_without_engram({"cpu_ms_per_turn": {"client": 1.0, "fake-llm": 1.0}}, None) == {}
+
+
+def test_engram_cpu_counts_gateway_worker_and_postgres_against_the_noop_worker() -> None:
+    summary = {
+        "cpu_ms_per_turn": {"gateway": 4.8, "worker": 9.0, "client": 7.35, "fake-llm": 1.15, "postgres": 4.0},
+        "cpu_ms_per_noop_task": {"gateway": 0.0, "worker": 1.6, "client": 2.15, "fake-llm": 0.0, "postgres": 0.1},
+    }
+    # 4.8 + 9.0 + 4.0 = 17.8 ms of engram's own CPU; the client and the fake model are the benchmark's.
+    assert engram_cpu_over_noop(summary) == {
+        "engram_cpu_ms_per_turn": 17.8,
+        "noop_worker_cpu_ms_per_task": 1.6,
+        "engram_cpu_over_noop_worker_cpu": 11.12,
+    }
+
+
+def test_no_cpu_ratio_without_postgres_or_the_noop_floor() -> None:
+    # A --url run has no Postgres tree of its own; a run without the broker has no no-op tasks.
+    assert engram_cpu_over_noop({"cpu_ms_per_turn": {"gateway": 1.0, "worker": 1.0}}) == {}
+    assert engram_cpu_over_noop({"cpu_ms_per_turn": {"gateway": 1.0, "worker": 1.0, "postgres": 1.0}}) == {}
