@@ -16,7 +16,10 @@ embeddings, compaction): the rate counts both, since a stack that answers rounds
 keeps up falls further behind in every window. Then, open loop (an operation's
 latency counts from when it was due, so a stalled stack cannot hide behind a slow client), it sends half that
 many rounds per second, plus an ingest of 20 messages every 10 s and a memory write every 5 s, spread over
-`--users` users.
+`--users` users (400: at half the sustainable rate each one sends a turn about once a minute, as a person
+chatting does). With a handful of users each one's transcript would grow tenfold in half an hour, and a search
+ranks all of a user's matching units, so the windows would show one user's data growing rather than time
+passing; how a search's cost follows one user's size is what `ops.bench.search_scale` measures.
 
 Per window: errors (a non-2xx answer, a turn that failed, a client-side exception), latency p95 per
 operation, and the CPU the whole stack used per round (per process too), which shows a cost that grows with
@@ -342,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window-minutes", type=float, default=5.0, help="report window; the first is warm-up")
     parser.add_argument("--rate", type=float, help="rounds per second (default: half the measured sustainable rate)")
     parser.add_argument("--calibrate", type=float, default=60.0, help="seconds of closed-loop turns to measure it")
-    parser.add_argument("--users", type=int, default=20)
+    parser.add_argument("--users", type=int, default=400, help="users the load is spread over (default 400)")
     parser.add_argument("--llm-latency-ms", type=float, default=0.0)
     add_json_flag(parser)
     add_keep_flag(parser)
