@@ -33,7 +33,6 @@ from datetime import date
 from shared.memory.keys import injection_category
 from shared.pipeline.extraction import (
     TranscriptMessage,
-    is_conversational,
     render_transcript,
     select_for_extraction,
     split_sentences,
@@ -64,12 +63,6 @@ COMPRESSED_ITEM_CHARS = 160
 # ======================================================================================== prompt
 
 
-def _render_transcript(messages: Sequence[TranscriptMessage]) -> str:
-    lines = [f"[{m.speaker}]: {m.content.strip()}" for m in messages if is_conversational(m)]
-    text = "\n\n".join(lines) if lines else "(no messages)"
-    return re.sub(r"<\s*/?\s*conversation", "<\u2060conversation", text, flags=re.IGNORECASE)
-
-
 def build_summary_prompt(
     messages: Sequence[TranscriptMessage],
     previous_summary: str | None,
@@ -87,7 +80,7 @@ def build_summary_prompt(
     """
     selected = select_for_extraction(messages, per_message_chars=per_message_chars, total_chars=total_chars)
     parts = [TASK_SUMMARY, *_previous(previous_summary)]
-    parts.append(f"<conversation>\n{_render_transcript(selected)}\n</conversation>")
+    parts.append(f"<transcript>\n{render_transcript(selected)}\n</transcript>")
     parts.append("Summarise the conversation above in the required format.")
     return MEMORY_SYSTEM, "\n\n".join(parts)
 
