@@ -281,11 +281,11 @@ class MemorySampler(threading.Thread):
         self.sample()  # one last look, in case the peak came after the last tick
 
 
-def cpu_seconds(roots: Mapping[str, int], own: str | None = None) -> dict[str, float]:
+def cpu_seconds(roots: Mapping[str, int], own: str | None = None, reaped: bool = True) -> dict[str, float]:
     """CPU seconds (user + system) each process tree has used so far: the root, its live descendants
-    and the children it has reaped (a recycled pool process keeps counting). The root named `own` is
-    the benchmark's process: its children are the stack, counted under their own names, so it counts
-    alone. A tree that is gone counts 0."""
+    and (with `reaped`) the children it has reaped (a recycled pool process keeps counting). The root
+    named `own` is the benchmark's process: its children are the stack, counted under their own names,
+    so it counts alone. A tree that is gone counts 0."""
     out: dict[str, float] = {}
     for name, pid in roots.items():
         total = 0.0
@@ -295,7 +295,8 @@ def cpu_seconds(roots: Mapping[str, int], own: str | None = None) -> dict[str, f
             times = root.cpu_times()
             total += times.user + times.system
             if name != own:
-                total += times.children_user + times.children_system
+                if reaped:
+                    total += times.children_user + times.children_system
                 descendants = root.children(recursive=True)
         except psutil.Error:
             pass

@@ -59,11 +59,8 @@ import json
 import os
 import random
 import re
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -79,8 +76,8 @@ import httpx
 import psutil
 import redis
 
-from ops.bench.harness import distribution, emit
-from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm, up_workers
+from ops.bench.harness import BenchRun, cpu_seconds, distribution, emit, run_main
+from ops.bench.stack import BenchError, LocalStack, up_workers
 from ops.client import EngramAPIError, EngramClient, checked
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
 from shared import task_names
@@ -448,26 +445,14 @@ class CpuMeter:
     every latency in the report."""
 
     def __init__(self, roots: dict[str, int | None], own: str) -> None:
-        self.roots = {name: psutil.Process(pid) for name, pid in roots.items() if pid is not None}
+        self.roots = {name: pid for name, pid in roots.items() if pid is not None}
         self.own = own  # this process: its children are the stack's processes, counted on their own
         self.first: dict[str, float] = {}
         self.started = 0.0
 
     def _snapshot(self) -> dict[str, float]:
-        totals: dict[str, float] = {}
-        for name, root in self.roots.items():
-            seconds = 0.0
-            try:
-                tree = [root] if name == self.own else [root, *root.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                tree = []
-            for proc in tree:
-                try:
-                    times = proc.cpu_times()
-                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                    continue
-                seconds += times.user + times.system
-            totals[name] = seconds
+        # Live processes only (not the reaped children): what this report has always counted.
+        totals = cpu_seconds(self.roots, own=self.own, reaped=False)
         machine = psutil.cpu_times()
         totals["(machine)"] = machine.user + machine.system + machine.nice + getattr(machine, "steal", 0.0)
         return totals
@@ -1713,23 +1698,19 @@ def run_config(args: argparse.Namespace, events_error: str | None) -> dict[str, 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, raise_on_sigterm)
+    return run_main(lambda: bench(args))
+
+
+def bench(args: argparse.Namespace) -> int:
     # In this process: only in-process can the fake pick a reply from each request's content.
     fake = FakeLLM(latency_s=args.llm_latency_ms / 1000)
     fake.default = pipeline_reply
-    stack: LocalStack | None = None
-    events: TaskEvents | None = None
-    sampler: QueueSampler | None = None
-    probes: SearchProbes | None = None
-    workdir: Path | None = None
-    keep = args.keep
     run_id = uuid.uuid4().hex[:6]
     user_prefix = f"pipe-{run_id}-"
-    try:
+    with BenchRun(keep=args.keep) as cleanup:
+        cleanup.callback(fake.stop)
         fake.start()
-        workdir = Path(tempfile.mkdtemp(prefix="engram-bench-pipeline-"))
-        # The embedded Postgres runs as an unprivileged user when we are root: it must reach its data dir.
-        workdir.chmod(0o755)
+        workdir = cleanup.workdir("engram-bench-pipeline-")
         stack = LocalStack(
             workdir,
             args.turn_concurrency,
@@ -1738,10 +1719,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             beat=not args.no_beat,
             env=pipeline_env(args),
         )
+        cleanup.callback(stack.stop)
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         api_key = stack.start()
         events = TaskEvents(stack.redis_url)
         events.start()
+        cleanup.callback(events.stop)  # stopping a stopped thread again is harmless
         events.ready.wait(10)
         print("warming up ...", file=sys.stderr, flush=True)
         warm_up(stack.url, api_key, stack.database_url, 120)
@@ -1756,9 +1739,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         origin = time.time()
         sampler = QueueSampler(stack.redis_url, origin)
         sampler.start()
+        cleanup.callback(sampler.stop)
+        probes: SearchProbes | None = None
         if args.probe_every:
             probes = SearchProbes(stack.url, api_key)
             probes.start()
+            cleanup.callback(probes.stop, 0)
         print(
             f"running {args.sessions} sessions x {args.turns} turns (starts spread over {args.ramp_s:g} s) ...",
             file=sys.stderr,
@@ -1802,33 +1788,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         emit("" if args.json else render(summary, header), summary, True)
         healthy = summary["turns_done"] == args.sessions * args.turns and drain_state == "idle"
         # Whatever the logs complain about is worth a post-mortem: keep the data dir.
-        keep = keep or not healthy or summary["logs"]["distinct"] > 0
+        cleanup.keep = cleanup.keep or not healthy or summary["logs"]["distinct"] > 0
         return 0 if healthy else 1
-    except KeyboardInterrupt as exc:
-        print(f"\n{'SIGTERM' if isinstance(exc, Terminated) else 'interrupted'}: stopping", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        keep = True  # the logs say why
-        return 1
-    finally:
-        # A second Ctrl-C or SIGTERM must not cut the cleanup short and leave servers behind.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if probes is not None and probes.is_alive():
-            probes.stop(0)
-        if sampler is not None and sampler.is_alive():
-            sampler.stop()
-        if events is not None and events.is_alive():
-            events.stop()
-        if stack is not None:
-            stack.stop()
-        fake.stop()
-        if workdir is not None:
-            if keep:
-                print(f"logs and data kept in {workdir}", file=sys.stderr)
-            else:
-                shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
