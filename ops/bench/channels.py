@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from ops.bench.harness import BenchRun, add_json_flag, add_keep_flag, distribution, emit, run_main
+from ops.bench.harness import BenchRun, bench_parser, distribution, emit, run_main
 from ops.bench.stack import BenchError, LocalStack, up_workers
 from ops.fake_channels import FakeChannels
 from shared.channels.slack import sign
@@ -214,7 +214,7 @@ def render(summary: dict[str, Any]) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.channels", description=__doc__.split("\n")[0])
+    parser = bench_parser("ops.bench.channels", __doc__, keep=True)
     parser.add_argument("--rate", type=float, default=5.0, help="sustained phase: events per second")
     parser.add_argument("--seconds", type=float, default=20.0, help="sustained phase length")
     parser.add_argument("--capacity-events", type=int, default=200, help="capacity phase: events sent at 100/s")
@@ -224,8 +224,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=64, help="client threads sending requests")
     parser.add_argument("--turn-concurrency", type=int, default=2, help="processes of the turns+channels worker")
     parser.add_argument("--reply-timeout", type=float, default=300.0, help="wait this long for every reply")
-    add_keep_flag(parser)
-    add_json_flag(parser)
     return parser.parse_args(argv)
 
 

@@ -79,16 +79,7 @@ import psycopg
 import redis
 from psycopg.rows import dict_row
 
-from ops.bench.harness import (
-    BenchError,
-    BenchRun,
-    add_json_flag,
-    add_keep_flag,
-    backlog_sql,
-    emit,
-    percentile,
-    run_main,
-)
+from ops.bench.harness import BenchError, BenchRun, backlog_sql, bench_parser, emit, percentile, run_main
 from ops.bench.pipeline import kind_of, pipeline_reply, user_text
 from ops.bench.stalls import STALL_KINDS, RequestLog, outcome_of, process_tree, stopped
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
@@ -793,7 +784,7 @@ def parse_range(text: str) -> tuple[float, float]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.chaos", description=__doc__.split("\n")[0])
+    parser = bench_parser("ops.bench.chaos", __doc__, keep=True)
     parser.add_argument("--sessions", type=int, default=40)
     parser.add_argument("--turns", type=int, default=5, help="turns per session")
     kills = " (default: %s, or 0 with --stall)"
@@ -835,8 +826,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--turn-timeout", type=float, default=600.0, help="a turn not done after this is lost")
     parser.add_argument("--settle-timeout", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=11)
-    add_keep_flag(parser)
-    add_json_flag(parser)
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")

@@ -47,7 +47,7 @@ from typing import Any
 
 import httpx
 
-from ops.bench.harness import BenchRun, add_json_flag, add_keep_flag, emit, percentile, run_main
+from ops.bench.harness import BenchRun, bench_parser, emit, percentile, run_main
 from ops.bench.stack import BenchError, LocalStack
 from ops.client import EngramAPIError, EngramClient
 
@@ -715,13 +715,11 @@ def render(summary: dict[str, Any], header: str) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.context", description=__doc__.split("\n")[0])
+    parser = bench_parser("ops.bench.context", __doc__, keep=True)
     parser.add_argument("--turns", type=int, default=50, help="turns of the scripted session")
     parser.add_argument("--memory-every", type=int, default=10, help="write a memory before every Nth turn (0: never)")
     parser.add_argument("--worker-concurrency", type=int, default=2, help="Celery pool processes")
     parser.add_argument("--turn-timeout", type=float, default=120.0, help="give up on a turn after this many s")
-    add_keep_flag(parser)
-    add_json_flag(parser)
     args = parser.parse_args(argv)
     if args.turns < 2:
         parser.error("--turns must be at least 2 (stability compares consecutive requests)")

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ops.bench import locomo_retrieval as locomo
-from ops.bench.harness import BenchRun, add_json_flag, emit, run_main
+from ops.bench.harness import BenchRun, bench_parser, emit, run_main
 from shared.auth import ensure_tenant
 from shared.config import get_settings
 from shared.db import Conn, connect
@@ -227,12 +227,11 @@ def _alphas(raw: str) -> list[float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = bench_parser("ops.bench.context_vectors", __doc__)
     parser.add_argument("file", help="LoCoMo-format JSON file")
     parser.add_argument("--alphas", type=_alphas, default=[0.5, 0.6, 0.7], help="weights of the chunk's own vector")
     parser.add_argument("--limit-conversations", type=int, default=None, metavar="N")
     parser.add_argument("--database-url", default=None, help="default ENGRAM_DATABASE_URL, else embedded Postgres")
-    add_json_flag(parser)
     args = parser.parse_args(argv)
 
     def bench() -> int:

@@ -37,7 +37,6 @@ true pair. The figures rank the methods and place a threshold; they are not abso
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections.abc import Sequence
@@ -46,7 +45,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from ops.bench.harness import add_json_flag, emit
+from ops.bench.harness import bench_parser, emit
 
 DEFAULT_FILE = Path("/work/shared/bench/locomo-dev.json")
 JACCARD_THRESHOLDS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.75)
@@ -206,9 +205,8 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.dedup", description=__doc__.split("\n")[0])
+    parser = bench_parser("ops.bench.dedup", __doc__)
     parser.add_argument("--file", type=Path, default=DEFAULT_FILE, help="LoCoMo JSON (a list of conversations)")
-    add_json_flag(parser)
     args = parser.parse_args(argv)
     try:
         conversations = json.loads(args.file.read_text())

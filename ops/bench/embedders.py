@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ops.bench.harness import BenchError, add_json_flag, emit, ratio, run_main
+from ops.bench.harness import BenchError, bench_parser, emit, ratio, run_main
 from ops.bench.locomo_data import Conversation, load_conversations
 from ops.bench.locomo_retrieval import neighbour_context, recall_at
 
@@ -248,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser("ops.bench.embedders", __doc__)
     parser.add_argument("--file", required=True, help="LoCoMo-format JSON")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--batch-size", type=int, default=64)
@@ -258,7 +258,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--child", choices=BACKENDS, help=argparse.SUPPRESS)
     parser.add_argument("--onnx-path", default="", help=argparse.SUPPRESS)
-    add_json_flag(parser)
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         raise BenchError("--batch-size must be at least 1")

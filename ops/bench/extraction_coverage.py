@@ -14,7 +14,6 @@ word with the observation.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -23,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ops.bench.harness import BenchError, add_json_flag, emit, run_main
+from ops.bench.harness import BenchError, bench_parser, emit, run_main
 from ops.bench.locomo_data import normalise_dia_id
 from shared.pipeline.extraction import TranscriptMessage
 from shared.pipeline.offline_extraction import offline_extract
@@ -108,9 +107,8 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = bench_parser("ops.bench.extraction_coverage", __doc__)
     parser.add_argument("file", help="LoCoMo-format JSON file")
-    add_json_flag(parser)
     args = parser.parse_args(argv)
 
     def bench() -> int:

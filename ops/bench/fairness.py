@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ops.bench.harness import BenchError, BenchRun, add_json_flag, add_keep_flag, distribution, emit, ratio, run_main
+from ops.bench.harness import BenchError, BenchRun, bench_parser, distribution, emit, ratio, run_main
 from ops.bench.stack import LocalStack, up_workers
 from ops.bench.turns import TurnResult, _one_turn, drive
 from ops.client import EngramClient
@@ -145,7 +145,7 @@ def render(summary: dict[str, Any]) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.fairness", description=__doc__.split("\n")[0])
+    parser = bench_parser("ops.bench.fairness", __doc__, keep=True)
     parser.add_argument("--burst", type=int, default=300, help="turns tenant A sends at once")
     parser.add_argument("--a-sessions", type=int, default=20, help="sessions A's turns are spread over")
     parser.add_argument("--a-threads", type=int, default=8, help="A's concurrent submitters")
@@ -164,8 +164,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "the burst's memory work takes on a small machine)",
     )
     parser.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to wait for the stack to start")
-    add_keep_flag(parser)
-    add_json_flag(parser)
     args = parser.parse_args(argv)
     if min(args.burst, args.a_sessions, args.a_threads, args.b_turns) < 1 or args.interval <= 0:
         parser.error("--burst, --a-sessions, --a-threads and --b-turns must be at least 1, --interval above 0")

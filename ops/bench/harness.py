@@ -40,6 +40,7 @@ __all__ = [
     "add_json_flag",
     "add_keep_flag",
     "backlog_sql",
+    "bench_parser",
     "cpu_seconds",
     "distribution",
     "emit",
@@ -92,6 +93,16 @@ def add_keep_flag(
     parser: argparse.ArgumentParser | argparse._ArgumentGroup, help: str = "keep the temporary directory (logs, data)"
 ) -> None:
     parser.add_argument("--keep", action="store_true", help=help)
+
+
+def bench_parser(module: str, doc: str | None, keep: bool | str = False) -> argparse.ArgumentParser:
+    """The parser of `python -m <module>`, described by the docstring's first line, with --json and,
+    with `keep` (True, or its help), --keep."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n")[0] or None)
+    add_json_flag(parser)
+    if keep:
+        add_keep_flag(parser, *([keep] if isinstance(keep, str) else []))
+    return parser
 
 
 def emit(report: str, summary: Mapping[str, Any], as_json: bool) -> None:

@@ -58,7 +58,6 @@ Reported per category and per path; with --json the last line is one JSON object
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -69,7 +68,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ops.bench.harness import BenchError, BenchRun, add_json_flag, emit, run_main
+from ops.bench.harness import BenchError, BenchRun, bench_parser, emit, run_main
 from ops.bench.injection_corpus import (
     ATTACKS,
     BENIGN,
@@ -654,8 +653,7 @@ def _use_database(url: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    add_json_flag(parser)
+    parser = bench_parser("ops.bench.injection", __doc__)
     parser.add_argument("--database-url", default=None, help="default: an embedded Postgres for this run")
     parser.add_argument("--workers", type=int, default=3, help="threads, each with its own fake model (default 3)")
     args = parser.parse_args(argv)

@@ -56,7 +56,7 @@ from pathlib import Path
 
 from pgvector import Vector
 
-from ops.bench.harness import BenchError, BenchRun, add_json_flag, emit, percentile, run_main
+from ops.bench.harness import BenchError, BenchRun, bench_parser, emit, percentile, run_main
 from ops.bench.locomo_data import CATEGORIES, Conversation, Turn, load_conversations, session_messages
 from shared.auth import ensure_tenant
 from shared.config import get_settings
@@ -387,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     from ops.bench import locomo_e2e
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = bench_parser("ops.bench.locomo_retrieval", __doc__)
     parser.add_argument("path", nargs="?", help="LoCoMo-format JSON file (or --file)")
     parser.add_argument("--file", default=None, help="LoCoMo-format JSON file")
     parser.add_argument(
@@ -397,7 +397,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="retrieval: memory search on stored turns; e2e: messages API → memory pipeline → context endpoint "
         "(ops/bench/locomo_e2e.py)",
     )
-    add_json_flag(parser)
     parser.add_argument("--limit-conversations", type=int, default=None, metavar="N")
     parser.add_argument(
         "--store",

@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ops.bench.harness import BenchRun, MemorySampler, add_json_flag, emit, megabytes, run_main
+from ops.bench.harness import BenchRun, MemorySampler, bench_parser, emit, megabytes, run_main
 
 if TYPE_CHECKING:
     from ops.embedded import EmbeddedPostgres, EmbeddedRedis
@@ -205,14 +205,13 @@ def run_jobs(
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.maintenance", description=__doc__.split("\n")[0])
+    parser = bench_parser("ops.bench.maintenance", __doc__)
     parser.add_argument("--users", type=int, default=1000)
     parser.add_argument("--memories", type=int, default=100, help="memories per user")
     parser.add_argument("--llm-latency-ms", type=float, default=50.0, help="fake model latency per call")
     parser.add_argument("--page-size", type=int, default=200, help="ENGRAM_JOB_PAGE_SIZE")
     parser.add_argument("--offline", action="store_true", help="the offline rules instead of the fake model")
     parser.add_argument("--jobs", type=lambda s: s.split(","), default=list(JOB_ORDER), help="comma-separated")
-    add_json_flag(parser)
     return parser.parse_args(argv)
 
 

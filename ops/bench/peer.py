@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ops.bench import locomo_retrieval as locomo
-from ops.bench.harness import BenchError, BenchRun, add_json_flag, distribution, emit, ratio, run_main
+from ops.bench.harness import BenchError, BenchRun, bench_parser, distribution, emit, ratio, run_main
 
 DEFAULT_FILE = Path("/work/shared/bench/locomo-dev.json")
 TOP_K = 10
@@ -288,14 +288,13 @@ def run(args: argparse.Namespace, conversations: list[locomo.Conversation]) -> i
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = bench_parser("ops.bench.peer", __doc__)
     parser.add_argument(
         "file", nargs="?", default=str(DEFAULT_FILE), help=f"LoCoMo-format JSON (default {DEFAULT_FILE})"
     )
     parser.add_argument("--limit-conversations", type=int, default=None, metavar="N")
     parser.add_argument("--limit-questions", type=int, default=None, metavar="N", help="questions asked in all")
     parser.add_argument("--database-url", default=None, help="default ENGRAM_DATABASE_URL, else embedded Postgres")
-    add_json_flag(parser)
     args = parser.parse_args(argv)
     for name in ("limit_conversations", "limit_questions"):
         value = getattr(args, name)

@@ -66,16 +66,7 @@ import psutil
 import psycopg
 from psycopg.rows import dict_row
 
-from ops.bench.harness import (
-    BenchError,
-    BenchRun,
-    MemorySampler,
-    add_json_flag,
-    add_keep_flag,
-    emit,
-    percentile,
-    run_main,
-)
+from ops.bench.harness import BenchError, BenchRun, MemorySampler, bench_parser, emit, percentile, run_main
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
@@ -1162,7 +1153,9 @@ def render(report: dict[str, Any]) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.search_scale", description=__doc__.split("\n")[0])
+    parser = bench_parser(
+        "ops.bench.search_scale", __doc__, keep="keep the embedded Postgres data directory"
+    )  # accepted like every benchmark's; this one prints its JSON line either way
     size_group = parser.add_mutually_exclusive_group()
     size_group.add_argument("--sizes", default="10000,100000", help="comma-separated memory counts")
     size_group.add_argument("--memories", type=int, help="one memory count (instead of --sizes)")
@@ -1184,8 +1177,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--database-url", default=os.environ.get("ENGRAM_DATABASE_URL"), help="a scratch database (default: embedded)"
     )
-    add_keep_flag(parser, "keep the embedded Postgres data directory")
-    add_json_flag(parser)  # accepted like every benchmark's; this one prints its JSON line either way
     args = parser.parse_args(argv)
     if args.memories is not None:
         args.size_list = [args.memories]

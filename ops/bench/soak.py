@@ -32,7 +32,6 @@ warm-up; every later window's p95 within 20 % of their median. The figures are i
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import threading
@@ -49,17 +48,7 @@ import psutil
 import psycopg
 from psycopg.rows import dict_row
 
-from ops.bench.harness import (
-    BenchRun,
-    add_json_flag,
-    add_keep_flag,
-    backlog_sql,
-    cpu_seconds,
-    distribution,
-    emit,
-    megabytes,
-    run_main,
-)
+from ops.bench.harness import BenchRun, backlog_sql, bench_parser, cpu_seconds, distribution, emit, megabytes, run_main
 from ops.bench.stack import BenchError, LocalStack, up_workers
 
 JOBS = ("enrichment", "consolidation", "decay", "reflection", "cache_eviction")
@@ -340,15 +329,13 @@ def flatness(later: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="python -m ops.bench.soak")
+    parser = bench_parser("ops.bench.soak", __doc__, keep=True)
     parser.add_argument("--minutes", type=float, default=30.0, help="length of the soak (default 30)")
     parser.add_argument("--window-minutes", type=float, default=5.0, help="report window; the first is warm-up")
     parser.add_argument("--rate", type=float, help="rounds per second (default: half the measured sustainable rate)")
     parser.add_argument("--calibrate", type=float, default=60.0, help="seconds of closed-loop turns to measure it")
     parser.add_argument("--users", type=int, default=400, help="users the load is spread over (default 400)")
     parser.add_argument("--llm-latency-ms", type=float, default=0.0)
-    add_json_flag(parser)
-    add_keep_flag(parser)
     args = parser.parse_args(argv)
     window_s, seconds = args.window_minutes * 60, args.minutes * 60
     if window_s <= 0 or seconds < 2 * window_s:

@@ -43,17 +43,7 @@ import httpx
 import redis
 from celery import Celery
 
-from ops.bench.harness import (
-    BenchRun,
-    MemorySampler,
-    add_json_flag,
-    add_keep_flag,
-    cpu_seconds,
-    distribution,
-    emit,
-    ratio,
-    run_main,
-)
+from ops.bench.harness import BenchRun, MemorySampler, bench_parser, cpu_seconds, distribution, emit, ratio, run_main
 from ops.bench.harness import percentile as percentile  # re-exported: other benchmarks import it from here
 from ops.bench.stack import BenchError, LocalStack
 from ops.client import EngramAPIError, EngramClient
@@ -494,7 +484,7 @@ def render(summary: dict[str, Any], header: str) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.turns", description=__doc__.split("\n")[0])
+    parser = bench_parser("ops.bench.turns", __doc__, keep=True)
     parser.add_argument("--sessions", type=int, default=4, help="concurrent sessions (one thread each)")
     parser.add_argument("--turns", type=int, default=5, help="turns per session, sent one after another")
     parser.add_argument("--url", help="drive this running gateway instead of starting a stack")
@@ -503,11 +493,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--llm-latency-ms", type=float, default=0.0, help="fake LLM delay per call (own stack)")
     parser.add_argument("--warmup-turns", type=int, default=2, help="per pool process, not measured")
     parser.add_argument("--turn-timeout", type=float, default=120.0, help="give up on a turn after this many s")
-    add_keep_flag(parser)
     parser.add_argument(
         "--redis-url", help="with --url: the broker its workers use, for the no-op floor (skipped without)"
     )
-    add_json_flag(parser)
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")
