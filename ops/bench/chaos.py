@@ -81,6 +81,7 @@ from psycopg.rows import dict_row
 
 from ops.bench.harness import BenchError, BenchRun, backlog_sql, bench_parser, emit, percentile, run_main
 from ops.bench.pipeline import kind_of, pipeline_reply, user_text
+from ops.bench.stack import bench_env
 from ops.bench.stalls import STALL_KINDS, RequestLog, outcome_of, process_tree, stopped
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from ops.fake_llm import FakeLLM, FakeReply, Json
@@ -845,20 +846,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def stack_env(args: argparse.Namespace, fake: FakeLLM) -> dict[str, str]:
-    # The caller's own ENGRAM_* settings (URLs of other servers, a real API key) must not leak in.
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_")}
+    env = bench_env(fake.anthropic_base_url)  # with no rate limit: the benchmark measures recovery
     env.update(
         {
-            "ENGRAM_LLM_PROVIDER": "anthropic",
-            "ENGRAM_ANTHROPIC_API_KEY": "bench-key",
-            "ENGRAM_ANTHROPIC_BASE_URL": fake.anthropic_base_url,
             "ENGRAM_AUTO_MEMORY": "true",
             "ENGRAM_TURN_WORKER_CONCURRENCY": str(args.turn_concurrency),
             "ENGRAM_BACKGROUND_WORKER_CONCURRENCY": str(args.background_concurrency),
-            "ENGRAM_LOG_LEVEL": "WARNING",
-            # One key drives every session and poll: the benchmark measures recovery, not the limiter.
-            "ENGRAM_RATE_LIMIT_KEY_PER_SECOND": "0",
-            "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0",
             "ENGRAM_REQUEST_TIME_LIMIT_SECONDS": str(args.request_limit),
         }
     )

@@ -250,14 +250,12 @@ def prepare_database(database_url: str) -> str:
     return key
 
 
-def child_env(database_url: str, redis_url: str, data_dir: Path, llm_url: str) -> dict[str, str]:
-    # The caller's own ENGRAM_* settings (another stack's URLs, a real API key) must not leak in.
+def bench_env(llm_url: str) -> dict[str, str]:
+    """The environment of an engram process a benchmark starts: the caller's own, without its ENGRAM_*
+    settings (another stack's URLs, a real API key must not leak in), talking to the model at `llm_url`."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_")}
     env.update(
         {
-            "ENGRAM_DATABASE_URL": database_url,
-            "ENGRAM_REDIS_URL": redis_url,
-            "ENGRAM_DATA_DIR": str(data_dir),
             "ENGRAM_LLM_PROVIDER": "anthropic",
             "ENGRAM_ANTHROPIC_API_KEY": "bench-key",
             "ENGRAM_ANTHROPIC_BASE_URL": llm_url,
@@ -266,6 +264,18 @@ def child_env(database_url: str, redis_url: str, data_dir: Path, llm_url: str) -
             # The benchmarks drive one key far harder than a client would; they measure the engine.
             "ENGRAM_RATE_LIMIT_KEY_PER_SECOND": "0",
             "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0",
+        }
+    )
+    return env
+
+
+def child_env(database_url: str, redis_url: str, data_dir: Path, llm_url: str) -> dict[str, str]:
+    env = bench_env(llm_url)
+    env.update(
+        {
+            "ENGRAM_DATABASE_URL": database_url,
+            "ENGRAM_REDIS_URL": redis_url,
+            "ENGRAM_DATA_DIR": str(data_dir),
             "PYTHONUNBUFFERED": "1",
         }
     )
