@@ -79,7 +79,7 @@ import psycopg
 import redis
 from psycopg.rows import dict_row
 
-from ops.bench.harness import BenchError, BenchRun, backlog_sql, bench_parser, emit, percentile, run_main
+from ops.bench.harness import BenchError, BenchRun, backlog_sql, bench_parser, emit, percentile, rounded, run_main
 from ops.bench.pipeline import kind_of, pipeline_reply, user_text
 from ops.bench.stack import bench_env
 from ops.bench.stalls import STALL_KINDS, RequestLog, outcome_of, process_tree, stopped
@@ -961,8 +961,8 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "redis_kills": kinds["redis"],
             "postgres_kills": kinds["postgres"],
             "recovery_samples": len(samples),
-            "recovery_p50_s": _round(percentile(samples, 50)),
-            "recovery_max_s": _round(max(samples) if samples else None),
+            "recovery_p50_s": rounded(percentile(samples, 50)),
+            "recovery_max_s": rounded(max(samples) if samples else None),
             "load_s": round(load_s, 1),
             "client_503_retries": sum(r.retried_503 for r in records),
             "client_error_retries": sum(r.retried_errors for r in records),
@@ -976,10 +976,6 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     finally:
         stack.stop()
         fake.stop()
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
 
 
 def render(result: dict[str, Any]) -> str:

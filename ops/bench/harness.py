@@ -47,7 +47,9 @@ __all__ = [
     "megabytes",
     "percentile",
     "ratio",
+    "rounded",
     "run_main",
+    "shown",
 ]
 
 
@@ -62,16 +64,22 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def rounded(value: float | None, digits: int = 1) -> float | None:
+    """round(), with None (not measured) kept."""
+    return None if value is None else round(value, digits)
+
+
+def shown(value: float | None, spec: str = ".1f") -> str:
+    """A figure for the report, "-" when it was not measured."""
+    return "-" if value is None else format(value, spec)
+
+
 def distribution(
     values: Sequence[float], quantiles: Iterable[float] = (50, 95, 99), digits: int = 1
 ) -> dict[str, float | int | None]:
     """{"p50": …, "p95": …, "p99": …, "max": …, "n": …} rounded to `digits`."""
-
-    def rounded(value: float | None) -> float | None:
-        return None if value is None else round(value, digits)
-
-    summary: dict[str, float | int | None] = {f"p{q:g}": rounded(percentile(values, q)) for q in quantiles}
-    summary["max"] = rounded(max(values)) if values else None
+    summary: dict[str, float | int | None] = {f"p{q:g}": rounded(percentile(values, q), digits) for q in quantiles}
+    summary["max"] = rounded(max(values), digits) if values else None
     summary["n"] = len(values)
     return summary
 
@@ -214,7 +222,7 @@ MB = 1024 * 1024
 
 def megabytes(value: int | None) -> float | None:
     """Bytes as MB with one decimal; None stays None (not measured)."""
-    return None if value is None else round(value / MB, 1)
+    return None if value is None else rounded(value / MB)
 
 
 def _tree(proc: psutil.Process) -> list[psutil.Process]:

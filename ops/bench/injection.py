@@ -83,14 +83,7 @@ from ops.bench.injection_corpus import (
     Attack,
     Benign,
 )
-from ops.bench.injection_model import (
-    CLEAN_DIRECTIVE,
-    ItemOutcome,
-    ObeyingModel,
-    PathResult,
-    alnum,
-    visible,
-)
+from ops.bench.injection_model import CLEAN_DIRECTIVE, ItemOutcome, ObeyingModel, PathResult, alnum, visible
 from ops.fake_llm import FakeLLM
 
 PATHS = (

@@ -58,7 +58,7 @@ from typing import Any, TextIO
 
 from engramhq_client import EngramAPIError, EngramClient
 
-from ops.bench.harness import BenchError, BenchRun, add_keep_flag, emit, percentile
+from ops.bench.harness import BenchError, BenchRun, add_keep_flag, emit, percentile, rounded, shown
 from ops.bench.locomo_data import CATEGORIES, Conversation, Question, session_messages
 from ops.bench.locomo_turns import Script, play
 from ops.bench.stack import LocalStack, up_workers
@@ -176,7 +176,7 @@ class UnitFigures:
     searchable_lag_s: list[float]  # per unit: stored (the ingest's commit) -> its vector stored
 
     def lag_percentile(self, q: float) -> float | None:
-        return _round(percentile(self.searchable_lag_s, q), 2) if self.searchable_lag_s else None
+        return rounded(percentile(self.searchable_lag_s, q), 2)  # None without any
 
 
 def transcript_units(database_url: str, users: Sequence[str]) -> UnitFigures:
@@ -283,26 +283,24 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _round(value: float | None, digits: int = 4) -> float | None:
-    return None if value is None else round(value, digits)
-
-
 def summarise(stats: dict[int, BudgetStats], questions: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for budget, s in stats.items():
         out[str(budget)] = {
-            "evidence_recall": _round(_mean(s.recall.get("all", []))),
+            "evidence_recall": rounded(_mean(s.recall.get("all", [])), 4),
             "by_category": {
-                name: _round(_mean(s.recall.get(str(c), []))) for c, name in CATEGORIES.items() if s.recall.get(str(c))
+                name: rounded(_mean(s.recall.get(str(c), [])), 4)
+                for c, name in CATEGORIES.items()
+                if s.recall.get(str(c))
             },
-            "all_evidence_present": _round(_mean(s.complete)),
-            "tokens_mean": _round(_mean(s.tokens), 1),
+            "all_evidence_present": rounded(_mean(s.complete), 4),
+            "tokens_mean": rounded(_mean(s.tokens), 1),
             "tokens_max": max(s.tokens, default=0),
             "over_budget": s.over_budget,
             "recounted": s.recounted,
             "recount_mismatch": s.recount_mismatch,
-            "latency_ms_p50": _round(percentile(s.latencies_ms, 50), 1) if s.latencies_ms else None,
-            "latency_ms_p95": _round(percentile(s.latencies_ms, 95), 1) if s.latencies_ms else None,
+            "latency_ms_p50": rounded(percentile(s.latencies_ms, 50), 1) if s.latencies_ms else None,
+            "latency_ms_p95": rounded(percentile(s.latencies_ms, 95), 1) if s.latencies_ms else None,
             "section_items_mean": {
                 name: round(s.section_items[name] / questions, 2) for name in SECTION_NAMES if name in s.section_items
             }
@@ -326,11 +324,8 @@ def render(result: dict[str, Any]) -> str:
     ]
     for budget, b in result["budgets"].items():
         items = ", ".join(f"{name} {count}" for name, count in b["section_items_mean"].items()) or "-"
-        recall = "-" if b["evidence_recall"] is None else f"{b['evidence_recall']:.3f}"
-        complete = "-" if b["all_evidence_present"] is None else f"{b['all_evidence_present']:.3f}"
-        tokens = "-" if b["tokens_mean"] is None else f"{b['tokens_mean']:.0f}"
-        p50 = "-" if b["latency_ms_p50"] is None else f"{b['latency_ms_p50']:.0f}"
-        p95 = "-" if b["latency_ms_p95"] is None else f"{b['latency_ms_p95']:.0f}"
+        recall, complete = shown(b["evidence_recall"], ".3f"), shown(b["all_evidence_present"], ".3f")
+        tokens, p50, p95 = (shown(b[name], ".0f") for name in ("tokens_mean", "latency_ms_p50", "latency_ms_p95"))
         lines.append(
             f"{budget:>7} {recall:>7} {complete:>7} {tokens:>7} {b['tokens_max']:>6} {b['over_budget']:>5} "
             f"{p50:>7} {p95:>7}   {items}"
@@ -491,12 +486,8 @@ def ask_all(
         "memories_created": memories,
         "transcript_units": units.units,
         "transcript_units_embedded": units.embedded,
-        "vector_searchable_s_p50": _round(percentile(units.searchable_lag_s, 50), 2)
-        if units.searchable_lag_s
-        else None,
-        "vector_searchable_s_p95": _round(percentile(units.searchable_lag_s, 95), 2)
-        if units.searchable_lag_s
-        else None,
+        "vector_searchable_s_p50": units.lag_percentile(50),
+        "vector_searchable_s_p95": units.lag_percentile(95),
         "budgets": summarise(stats, questions),
         "config": {
             "llm": "offline" if script is None else "fake anthropic (scripted replies, nothing extracted)",

@@ -67,7 +67,7 @@ import psutil
 import psycopg
 from psycopg.rows import dict_row
 
-from ops.bench.harness import BenchError, BenchRun, MemorySampler, bench_parser, emit, percentile, run_main
+from ops.bench.harness import BenchError, BenchRun, MemorySampler, bench_parser, emit, percentile, run_main, shown
 from shared.db import Conn
 from shared.embeddings import LocalEmbedder, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
@@ -678,10 +678,6 @@ def classify(lines: Sequence[str]) -> str:
 # Report
 
 
-def _fmt_ms(value: float | int | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
 def render(report: dict[str, Any]) -> str:
     config = report["config"]
     lines = [
@@ -696,10 +692,10 @@ def render(report: dict[str, Any]) -> str:
     ]
     for size in report["sizes"]:
         for mode, stats in size["latency"].items():
-            recall = "-" if stats["recall"] is None else f"{stats['recall']:.3f}"
+            recall = shown(stats["recall"], ".3f")
             lines.append(
-                f"{size['memories']:>8} {mode:<18} {_fmt_ms(stats['p50_ms']):>8} {_fmt_ms(stats['p95_ms']):>8} "
-                f"{_fmt_ms(stats['p99_ms']):>8} {_fmt_ms(stats['mean_ms']):>8} {stats['results']:>8} {recall:>7}"
+                f"{size['memories']:>8} {mode:<18} {shown(stats['p50_ms']):>8} {shown(stats['p95_ms']):>8} "
+                f"{shown(stats['p99_ms']):>8} {shown(stats['mean_ms']):>8} {stats['results']:>8} {recall:>7}"
             )
         lines.append("")
     lines.append(f"{'size':>8} {'load s':>8} {'hnsw build s':>13}  vector plan (planner's choice)")

@@ -43,7 +43,17 @@ import httpx
 import redis
 from celery import Celery
 
-from ops.bench.harness import BenchRun, MemorySampler, bench_parser, cpu_seconds, distribution, emit, ratio, run_main
+from ops.bench.harness import (
+    BenchRun,
+    MemorySampler,
+    bench_parser,
+    cpu_seconds,
+    distribution,
+    emit,
+    ratio,
+    run_main,
+    shown,
+)
 from ops.bench.harness import percentile as percentile  # re-exported: other benchmarks import it from here
 from ops.bench.stack import BenchError, LocalStack
 from ops.client import EngramAPIError, EngramClient
@@ -413,10 +423,6 @@ def ceiling_without_engram(summary: dict[str, Any], noop_tasks_per_s: float | No
     }
 
 
-def _fmt(value: float | int | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
 def render(summary: dict[str, Any], header: str) -> str:
     lines = [
         header,
@@ -434,18 +440,18 @@ def render(summary: dict[str, Any], header: str) -> str:
     if summary.get("noop"):
         rows.append((summary["noop"]["round_trip_ms"], "floor: no-op task round trip (turns queue)"))
     for d, title in rows:
-        lines.append(f"{title:<46}{_fmt(d['p50']):>10}{_fmt(d['p99']):>10}{_fmt(d['max']):>10}{d['n']:>6}")
+        lines.append(f"{title:<46}{shown(d['p50']):>10}{shown(d['p99']):>10}{shown(d['max']):>10}{d['n']:>6}")
     lines.append("")
     if summary.get("noop"):
         lines.append(
             f"no-op tasks: {summary['noop']['tasks_per_s']:.2f}/s ({summary['noop']['lost']} lost); "
-            f"turns/s over no-op tasks/s: {_fmt(summary['turns_over_noop_tasks'])} (goal >= 0.5)"
+            f"turns/s over no-op tasks/s: {shown(summary['turns_over_noop_tasks'])} (goal >= 0.5)"
         )
-    lines.append(f"accept p99 over healthz p99: {_fmt(summary['accept_p99_over_healthz_p99'])}")
+    lines.append(f"accept p99 over healthz p99: {shown(summary['accept_p99_over_healthz_p99'])}")
     lines.append(
-        f"  later turns' accept p99 over healthz p99: {_fmt(summary['later_accept_p99_over_healthz_p99'])}; "
+        f"  later turns' accept p99 over healthz p99: {shown(summary['later_accept_p99_over_healthz_p99'])}; "
         "first turns' accept p99 over a healthz burst's p99: "
-        f"{_fmt(summary['first_accept_p99_over_healthz_burst_p99'])} (goal <= {FIRST_ACCEPT_GOAL:g})"
+        f"{shown(summary['first_accept_p99_over_healthz_burst_p99'])} (goal <= {FIRST_ACCEPT_GOAL:g})"
     )
     for key, title in (("cpu_ms_per_turn", "CPU ms per turn"), ("cpu_ms_per_noop_task", "CPU ms per no-op task")):
         if summary.get(key):
@@ -455,22 +461,22 @@ def render(summary: dict[str, Any], header: str) -> str:
             f"ceiling if engram cost no CPU: {summary['turns_per_s_ceiling_without_engram']:.1f} turns/s on "
             f"{os.cpu_count()} CPUs (client + fake LLM + a no-op task's worker time: "
             f"{summary['outside_engram_cpu_ms_per_turn']:.1f} ms per turn), "
-            f"{_fmt(summary['ceiling_without_engram_over_noop_tasks'])} x no-op tasks/s"
+            f"{shown(summary['ceiling_without_engram_over_noop_tasks'])} x no-op tasks/s"
         )
     if summary.get("engram_cpu_over_noop_worker_cpu") is not None:
         lines.append(
             f"engram CPU per turn ({' + '.join(ENGRAM_PROCESSES)}): {summary['engram_cpu_ms_per_turn']:.1f} ms, "
-            f"{_fmt(summary['engram_cpu_over_noop_worker_cpu'])} x a no-op task's worker CPU "
+            f"{shown(summary['engram_cpu_over_noop_worker_cpu'])} x a no-op task's worker CPU "
             f"({summary['noop_worker_cpu_ms_per_task']:.2f} ms; goal <= {ENGRAM_CPU_GOAL:g})"
         )
     memory = summary.get("memory")
     lines.append("")
     if memory:
         gw, wk = memory["gateway"], memory["worker"]
-        lines.append(f"peak RSS  gateway      {_fmt(gw['peak_rss_mb']):>8} MB  ({gw['processes']} process)")
+        lines.append(f"peak RSS  gateway      {shown(gw['peak_rss_mb']):>8} MB  ({gw['processes']} process)")
         lines.append(
-            f"peak RSS  worker tree  {_fmt(wk['peak_rss_mb']):>8} MB  ({wk['processes']} processes, RSS summed; "
-            f"PSS sum {_fmt(wk['peak_pss_mb'])} MB)"
+            f"peak RSS  worker tree  {shown(wk['peak_rss_mb']):>8} MB  ({wk['processes']} processes, RSS summed; "
+            f"PSS sum {shown(wk['peak_pss_mb'])} MB)"
         )
     else:
         lines.append("peak RSS: not measured (--url: the processes are not ours)")
