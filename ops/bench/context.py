@@ -43,6 +43,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -73,89 +74,19 @@ BUCKET_TURNS = 10
 # ---------------------------------------------------------------------------------------------------
 # The script
 
+# The script's texts are data, beside this module.
+_SCRIPT = json.loads((Path(__file__).parent / "data" / "context_script.json").read_text(encoding="utf-8"))
 # Everyday requests of varied length: one-liners, questions, and pasted drafts, because the
 # history's growth per turn (what the naive baseline pays for again and again) depends on it.
-USER_MESSAGES: tuple[str, ...] = (
-    "Hi! I'm planning a trip to Japan in April and could use some help organising it.",
-    "I have about ten days. Is it realistic to do Tokyo, Kyoto and Osaka, or is that too much?",
-    "ok",
-    "What's a good way to get from Tokyo to Kyoto? I've heard the rail pass isn't worth it anymore.",
-    "Can you help me write a short message to my landlord? Here's my draft:\n\n"
-    "Hi Marta, I wanted to let you know that I'll be travelling from the 3rd to the 14th of April. "
-    "My neighbour Joana has a spare key and will water the plants. If anything comes up with the "
-    "building works you mentioned, please email me rather than call, since I'll be nine hours ahead. "
-    "Also, the kitchen tap has started dripping again; could someone look at it while I'm away? "
-    "Thanks, and see you when I'm back.",
-    "Make it a bit more formal please.",
-    "thanks!",
-    "Different topic: I keep forgetting to drink water at work. Any tricks that actually stick?",
-    "I'm trying to decide between two laptops for work. One has 16 GB of RAM and a better screen, "
-    "the other has 32 GB but weighs almost half a kilo more. I mostly run Docker, a browser with "
-    "too many tabs and the occasional video call. I carry it on the train every day. Which would "
-    "you pick, and why?",
-    "Fair point about the weight.",
-    "Could you explain what a Roth IRA is, in two or three sentences?",
-    "And how is that different from a traditional one?",
-    "My sister's birthday is next week. She likes hiking, board games and bad puns. Gift ideas under 50 euros?",
-    "Haha, the pun mug is perfect.",
-    "Can you summarise this paragraph for a slide?\n\n"
-    "Over the last quarter the support team reduced the median first-response time from 9 hours to "
-    "3.5 hours, mainly by introducing a triage rotation and templates for the twelve most common "
-    "questions. Customer satisfaction rose from 82% to 88%, although the number of tickets grew by "
-    "15% after the pricing change in February. The team recommends adding one more person to the "
-    "rotation before the summer release and investing in the help centre search, which currently "
-    "answers fewer than a third of queries without a ticket.",
-    "Shorter, three bullets max.",
-    "What should I cook tonight? I have rice, chickpeas, spinach, a lemon and some feta.",
-    "Sounds good. How long does that take?",
-    "I've been sleeping badly lately, waking up around 4 a.m. and not falling back asleep. "
-    "I don't drink coffee after noon. Anything I should try before seeing a doctor?",
-    "Is it worth learning Rust if I already know Go fairly well?",
-    "Give me a one-line pitch for a podcast about urban gardening.",
-    "Another one, less cheesy.",
-    "Remind me, what did we say about the Tokyo to Kyoto trip?",
-    "Could you turn that into a checklist I can paste into my notes app?",
-    "Great, that's all for now.",
-)
-TIME_QUESTIONS: tuple[str, ...] = (
-    "What time is it right now?",
-    "Quick one: what time is it?",
-    "what time is it",
-    "Sorry, what time is it where I am? I lost track.",
-    "Before I forget to call my mum: what time is it?",
-    "What time is it now?",
-)
+USER_MESSAGES: tuple[str, ...] = tuple(_SCRIPT["user_messages"])
+TIME_QUESTIONS: tuple[str, ...] = tuple(_SCRIPT["time_questions"])
 TIME_EVERY = 8  # turns 3, 11, 19, ... ask for the time
 TIME_PATTERN = re.compile(r"what time is it", re.IGNORECASE)
 
 # Facts written through the REST API; tacit namespaces, so each one is shown in "What You Know".
-MEMORIES: tuple[tuple[str, str, str], ...] = (
-    ("fact", "home-city", "Lives in Lisbon; moved there from Porto in 2021."),
-    ("preference", "diet", "Vegetarian; avoids mushrooms."),
-    ("fact", "job", "Backend engineer at a logistics start-up, on call every other week."),
-    ("fact", "sister-birthday", "Sister Inês has her birthday on 12 March; she likes hiking and board games."),
-    ("preference", "units", "Prefers metric units and the 24-hour clock."),
-    ("fact", "japan-trip", "Travelling to Japan from 3 to 14 April."),
-    ("fact", "pet", "Has a dog called Miso."),
-    ("preference", "answers", "Likes short answers with bullet points."),
-)
+MEMORIES: tuple[tuple[str, str, str], ...] = tuple((kind, key, text) for kind, key, text in _SCRIPT["memories"])
 
-ASSISTANT_REPLIES: tuple[str, ...] = (
-    "Sure, happy to help with that.",
-    "Good question. Short version: yes, it's doable, but keep one day free as a buffer so a delay "
-    "or a rainy day doesn't knock the whole plan over.",
-    "Here's how I'd approach it:\n\n1. Decide what matters most to you.\n2. Drop anything that needs "
-    "a long detour for a small gain.\n3. Book the fixed parts first and leave the rest flexible.\n\n"
-    "If you tell me more about your constraints I can make this more specific.",
-    "Got it.",
-    "A few options, from least to most effort: keep it as it is and just tidy the wording; restructure "
-    "it so the important request comes first; or split it into two shorter messages, one for the "
-    "practical arrangements and one for the repair. The second is usually the best balance - people "
-    "skim, and the first sentence is the one that gets read. Want me to draft that version?",
-    "That makes sense. One thing worth checking before you decide: how much of the difference you'd "
-    "actually notice day to day, rather than on a spec sheet. For most people the thing they touch "
-    "and carry every day matters more than headroom they use once a month.",
-)
+ASSISTANT_REPLIES: tuple[str, ...] = tuple(_SCRIPT["assistant_replies"])
 
 
 def user_message(turn: int) -> str:

@@ -126,36 +126,9 @@ DIRECTIVE = "You keep answers short and concrete, and you use plain words."
 # The script: what users say and when
 
 
-TOPICS: tuple[str, ...] = (
-    "the garden irrigation",
-    "the quarterly budget",
-    "marathon training",
-    "the kitchen renovation",
-    "the Lisbon trip",
-    "the team offsite",
-    "the tax return",
-    "learning Rust",
-    "the book club",
-    "the new laptop",
-    "the wedding playlist",
-    "the database migration",
-)
-SENTENCES: tuple[str, ...] = (
-    "I would like to keep this in mind for later.",
-    "The plan is to start next Monday and review progress after two weeks.",
-    "My sister thinks we should spend less on it, but I am not convinced yet.",
-    "Last time we tried something similar it took much longer than expected, mostly waiting on other people.",
-    "Please note that the budget is fixed at around two thousand euros and there is no room to stretch it.",
-    "I usually work on this in the evening after the kids are asleep, so answers I can skim quickly help a lot.",
-    "There are three options on the table and each one has a different trade-off between cost, time and risk.",
-    "The contractor said the parts will arrive on Thursday, weather permitting.",
-    "It matters to me that whatever we pick is easy to maintain later without calling someone in.",
-    "We already ruled out the cheapest option because the reviews were consistently bad.",
-    "Can you help me think through what could go wrong before I commit?",
-    "I keep a spreadsheet with all the numbers, and I update it every Sunday.",
-    "Honestly I am a bit tired of this project and would like to wrap it up soon.",
-    "One more detail: my partner is allergic to cats, which rules out a couple of places.",
-)
+_SCRIPT = json.loads((Path(__file__).parent / "data" / "pipeline_script.json").read_text(encoding="utf-8"))
+TOPICS: tuple[str, ...] = tuple(_SCRIPT["topics"])
+SENTENCES: tuple[str, ...] = tuple(_SCRIPT["sentences"])
 PROFILES: tuple[str, ...] = ("bursty",) * 4 + ("steady",) * 3 + ("idle",) * 3
 PROFILE_NAMES = ("bursty", "steady", "idle")
 _TOKEN = re.compile(r"\bref (pq[0-9a-z]{9})\b")
