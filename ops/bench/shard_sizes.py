@@ -19,17 +19,14 @@ Word-drawn text gives the full-text indexes realistic lexeme counts but not real
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
-from ops.embedded import EmbeddedPostgres
+from ops.bench.harness import BenchRun, bench_parser, emit, run_main
 from shared.migrate import apply_migrations
 
 _WORDS = "(SELECT array_agg('w' || md5(i::text)::varchar(6)) FROM generate_series(1, 2000) i)"
@@ -186,7 +183,7 @@ def render(report: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.shard_sizes", description=__doc__.split("\n")[0])
+    parser = bench_parser("ops.bench.shard_sizes", __doc__)
     parser.add_argument("--users", type=int, default=100)
     parser.add_argument("--dims", type=int, default=384, help="embedding dimension (384: the local model)")
     parser.add_argument("--memories", type=int, default=200, help="memories per user")
@@ -196,25 +193,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--memory-words", type=int, default=12)
     parser.add_argument("--user-words", type=int, default=20)
     parser.add_argument("--reply-words", type=int, default=60)
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     if min(args.users, args.dims, args.memories, args.entities, args.messages, args.session_messages) < 2:
         parser.error("every count must be at least 2")
-    with tempfile.TemporaryDirectory(prefix="engram-shard-sizes-") as workdir:
-        server = EmbeddedPostgres(Path(workdir) / "postgres")
-        url = server.start()
-        try:
-            with psycopg.connect(url, row_factory=dict_row, autocommit=True) as conn:
-                apply_migrations(conn)
-                conn.autocommit = False
-                load(conn, args)
-                conn.commit()
-                conn.autocommit = True
-                conn.execute("VACUUM ANALYZE")
-                report = measure(conn, args.users)
-        finally:
-            server.stop()
-    print(json.dumps(report, indent=2) if args.json else render(report))
+    return run_main(lambda: bench(args))
+
+
+def bench(args: argparse.Namespace) -> int:
+    with (
+        BenchRun() as run,
+        psycopg.connect(run.database(None, "engram-shard-sizes-"), row_factory=dict_row, autocommit=True) as conn,
+    ):
+        apply_migrations(conn)  # leaves the connection in autocommit mode
+        conn.autocommit = False
+        load(conn, args)
+        conn.commit()
+        conn.autocommit = True
+        conn.execute("VACUUM ANALYZE")
+        report = measure(conn, args.users)
+    emit(render(report), report, args.json)
     return 0
 
 
