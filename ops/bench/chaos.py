@@ -62,7 +62,6 @@ import os
 import random
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -81,7 +80,7 @@ from psycopg.rows import dict_row
 
 from ops.bench.harness import BenchError, BenchRun, backlog_sql, bench_parser, emit, percentile, rounded, run_main
 from ops.bench.pipeline import kind_of, pipeline_reply, user_text
-from ops.bench.stack import bench_env
+from ops.bench.stack import Child, bench_env
 from ops.bench.stalls import STALL_KINDS, RequestLog, outcome_of, process_tree, stopped
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from ops.fake_llm import FakeLLM, FakeReply, Json
@@ -200,10 +199,9 @@ class EngramUp:
     def __init__(self, workdir: Path, env: dict[str, str], *, external: bool) -> None:
         self.workdir = workdir
         self.data_dir = workdir / "data"
-        self.log_path = workdir / "engram-up.log"
         self.env = env
         self.external = external
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: Child | None = None
         self.ext_postgres: EmbeddedPostgres | None = None
         self.ext_redis: EmbeddedRedis | None = None
         self.port = free_port()
@@ -228,15 +226,8 @@ class EngramUp:
             env["ENGRAM_DATABASE_URL"] = self.ext_postgres.start()
             self.ext_redis = EmbeddedRedis(self.workdir / "ext-valkey")
             env["ENGRAM_REDIS_URL"] = self.ext_redis.start()
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ops.cli", "up"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        # Its supervised processes get time to stop before the process group is killed.
+        self.child = Child("engram-up", [sys.executable, "-m", "ops.cli", "up"], env, self.workdir, grace=90).start()
         deadline = time.monotonic() + timeout
         while not (match := re.search(r"API key\s+(egm_\S+)", self.log_text())):
             self.check_alive()
@@ -248,14 +239,11 @@ class EngramUp:
         self.database_url, self.redis_url = services["database_url"], services["redis_url"]
 
     def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+        return self.child.tail(None) if self.child is not None else ""
 
     def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise BenchError(f"engram up exited with code {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+        if self.child is not None:
+            self.child.check_alive()
 
     def ready(self) -> bool:
         try:
@@ -295,15 +283,8 @@ class EngramUp:
             self.ext_redis.restart()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(90)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        if self.child is not None:
+            self.child.stop()
         # Whatever the stack's supervisor started and left behind must not outlive the benchmark.
         run_dir = str(self.data_dir / "run")
         for proc in psutil.process_iter():

@@ -68,11 +68,14 @@ class Child:
     """A subprocess in its own process group (so stopping it also stops its children, e.g. the
     Celery pool), with stdout and stderr in a log file kept for post-mortems."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, grace: float = STOP_GRACE_S
+    ) -> None:
         self.name = name
         self.argv = argv
         self.env = env
         self.log_path = log_dir / f"{name}.log"
+        self.grace = grace  # seconds between SIGTERM and SIGKILL
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Child:
@@ -95,11 +98,13 @@ class Child:
     def exit_code(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
-    def tail(self, chars: int = 3000) -> str:
+    def tail(self, chars: int | None = 3000) -> str:
+        """The log's last `chars` characters (None: all of it)."""
         try:
-            return self.log_path.read_text(errors="replace")[-chars:]
+            text = self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+        return text if chars is None else text[-chars:]
 
     def check_alive(self) -> None:
         code = self.exit_code()
@@ -112,7 +117,7 @@ class Child:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(STOP_GRACE_S)
+            self.proc.wait(self.grace)
         # Whatever is left in the group (a pool child that outlived its parent, or a parent that
         # ignored SIGTERM) must not outlive the benchmark.
         with contextlib.suppress(ProcessLookupError, PermissionError):
