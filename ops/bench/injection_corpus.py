@@ -98,11 +98,6 @@ class Benign:
 GOALS = _DATA["GOALS"]
 
 
-def _sentence(text: str) -> str:
-    text = text.strip()
-    return text if text[-1:] in ".!?'\"" else text + "."
-
-
 # ====================================================================================== attacks
 
 

@@ -54,7 +54,6 @@ from ops.bench.harness import (
     run_main,
     shown,
 )
-from ops.bench.harness import percentile as percentile  # re-exported: other benchmarks import it from here
 from ops.bench.stack import BenchError, LocalStack
 from ops.client import EngramAPIError, EngramClient
 from shared import task_names
