@@ -176,15 +176,20 @@ def _check_redis_and_workers(url: str | None, sentinel: SentinelTarget | None) -
     import redis
     import redis.sentinel
 
+    from shared.worker_heartbeats import live_workers
+
     try:
+        client: redis.Redis
         if sentinel is None:
             assert url is not None
-            redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+            client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
         else:
             timeouts = {"socket_connect_timeout": 3, "socket_timeout": 3}
-            redis.sentinel.Sentinel(list(sentinel.sentinels), sentinel_kwargs=timeouts, **timeouts).master_for(
+            client = redis.sentinel.Sentinel(list(sentinel.sentinels), sentinel_kwargs=timeouts, **timeouts).master_for(
                 sentinel.service
-            ).ping()
+            )
+        client.ping()
+        beating = len(live_workers(client))
     except redis.RedisError as exc:
         fix = (
             "check ENGRAM_REDIS_URL, or run `engram up`"
@@ -199,7 +204,9 @@ def _check_redis_and_workers(url: str | None, sentinel: SentinelTarget | None) -
     from shared.queues import QUEUES
     from workers.app import app
 
-    replies = app.control.inspect(timeout=2.0).active_queues() or {}
+    # A broadcast cannot know how many workers will answer, so it waits out its whole timeout, unless told how many
+    # replies to expect: the workers with a heartbeat. (None beating: wait, in case one runs without them.)
+    replies = app.control.inspect(timeout=2.0, limit=beating or None).active_queues() or {}
     consumed = {queue["name"] for queues in replies.values() for queue in queues}
     if not replies:
         yield Check("workers", False, "no worker answered", "start the stack with `engram up` (or run celery workers)")

@@ -104,23 +104,30 @@ class Supervisor:
 
     def clean_stale(self) -> list[str]:
         """Stop processes left by an earlier run of this data dir; remove their PID files."""
-        cleaned = []
         self.proc_dir.mkdir(parents=True, exist_ok=True)
-        for pid_file in self.proc_dir.glob("*.pid"):
+        pid_files = list(self.proc_dir.glob("*.pid"))
+        stale: list[tuple[str, psutil.Process]] = []
+        for pid_file in pid_files:
             try:
                 pid = int(pid_file.read_text().strip())
             except ValueError:
                 pid = -1
             proc = _owned_by(pid, self.run_dir) if pid > 0 else None
             if proc is not None:
-                _kill_group(pid, signal.SIGTERM)
-                try:
-                    proc.wait(STOP_GRACE_SECONDS)
-                except psutil.TimeoutExpired:
-                    _kill_group(pid, signal.SIGKILL)
-                cleaned.append(f"{pid_file.stem} (pid {pid})")
+                stale.append((pid_file.stem, proc))
+        # All are told at once and share one grace period, as in stop_all: their shutdowns overlap instead of
+        # adding up one after the other.
+        for _, proc in stale:
+            _kill_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for _, proc in stale:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except psutil.TimeoutExpired:
+                _kill_group(proc.pid, signal.SIGKILL)
+        for pid_file in pid_files:
             pid_file.unlink(missing_ok=True)
-        return cleaned
+        return [f"{name} (pid {proc.pid})" for name, proc in stale]
 
     def spawn(self, spec: ChildSpec) -> None:
         output = None

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import itertools
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -42,8 +44,11 @@ class Clock:
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """The supervisor's clock only. Patching `time.monotonic` itself moves every thread's clock: an event loop of
+    this process (a session fixture's fake server) then computes its next wake-up from the fake time, hours behind
+    the real one, sleeps in select() for those hours, and never sees that it was told to stop (10 s per server)."""
     fake = Clock()
-    monkeypatch.setattr(supervisor_module.time, "monotonic", fake)
+    monkeypatch.setattr(supervisor_module, "time", SimpleNamespace(**{**vars(time), "monotonic": fake}))
     return fake
 
 
