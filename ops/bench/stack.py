@@ -30,6 +30,7 @@ from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, wait_for_po
 from ops.process_commands import beat_argv, gateway_argv, worker_argv
 from shared.config import Settings
 from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, QUEUES
+from shared.secretbox import generate_key
 
 STOP_GRACE_S = 15.0
 
@@ -281,6 +282,9 @@ def child_env(database_url: str, redis_url: str, data_dir: Path, llm_url: str) -
             "ENGRAM_DATABASE_URL": database_url,
             "ENGRAM_REDIS_URL": redis_url,
             "ENGRAM_DATA_DIR": str(data_dir),
+            # What `engram up` writes into the data dir on first start: the key stored channel secrets are
+            # sealed with; without one, a gateway cannot store the Slack or Telegram connection it is given.
+            "ENGRAM_SECRET_KEY": generate_key(),
             "PYTHONUNBUFFERED": "1",
         }
     )
