@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -94,6 +95,24 @@ def _kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def _stop_groups(procs: Sequence[subprocess.Popen[bytes] | psutil.Process]) -> list[int]:
+    """SIGTERM every process's group at once and give them one shared grace period (their shutdowns overlap
+    instead of adding up), then SIGKILL each group: whatever is left in it, such as a pool child that outlived
+    its parent or a parent that ignored SIGTERM. Returns the pids that had not exited within the grace."""
+    for proc in procs:
+        _kill_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    late = []
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except (subprocess.TimeoutExpired, psutil.TimeoutExpired):
+            late.append(proc.pid)
+    for proc in procs:
+        _kill_group(proc.pid, signal.SIGKILL)
+    return late
+
+
 class Supervisor:
     def __init__(self, run_dir: Path, base_env: dict[str, str]) -> None:
         self.run_dir = run_dir
@@ -115,16 +134,7 @@ class Supervisor:
             proc = _owned_by(pid, self.run_dir) if pid > 0 else None
             if proc is not None:
                 stale.append((pid_file.stem, proc))
-        # All are told at once and share one grace period, as in stop_all: their shutdowns overlap instead of
-        # adding up one after the other.
-        for _, proc in stale:
-            _kill_group(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        for _, proc in stale:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except psutil.TimeoutExpired:
-                _kill_group(proc.pid, signal.SIGKILL)
+        _stop_groups([proc for _, proc in stale])
         for pid_file in pid_files:
             pid_file.unlink(missing_ok=True)
         return [f"{name} (pid {proc.pid})" for name, proc in stale]
@@ -230,17 +240,10 @@ class Supervisor:
 
     def stop_all(self) -> None:
         """SIGTERM every process group, wait, SIGKILL what is left; remove PID files."""
+        late = _stop_groups([child.proc for child in self.children.values()])
         for child in self.children.values():
-            _kill_group(child.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        for child in self.children.values():
-            try:
-                child.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("process did not stop in time; killing", process=child.spec.name)
-        for child in self.children.values():
-            # Kill whatever is left in the group (e.g. pool children of a worker that exited).
-            _kill_group(child.proc.pid, signal.SIGKILL)
+            if child.proc.pid in late:
+                log.warning("process did not stop in time; killed", process=child.spec.name)
             child.proc.poll()
             (self.proc_dir / f"{child.spec.name}.pid").unlink(missing_ok=True)
         self.children.clear()
