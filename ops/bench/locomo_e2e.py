@@ -299,8 +299,8 @@ def summarise(stats: dict[int, BudgetStats], questions: int) -> dict[str, Any]:
             "over_budget": s.over_budget,
             "recounted": s.recounted,
             "recount_mismatch": s.recount_mismatch,
-            "latency_ms_p50": rounded(percentile(s.latencies_ms, 50), 1) if s.latencies_ms else None,
-            "latency_ms_p95": rounded(percentile(s.latencies_ms, 95), 1) if s.latencies_ms else None,
+            "latency_ms_p50": rounded(percentile(s.latencies_ms, 50), 1),
+            "latency_ms_p95": rounded(percentile(s.latencies_ms, 95), 1),
             "section_items_mean": {
                 name: round(s.section_items[name] / questions, 2) for name in SECTION_NAMES if name in s.section_items
             }
