@@ -18,6 +18,9 @@ from tests.integration.test_turns import post_turn
 
 pytestmark = pytest.mark.integration
 
+# A word, not digits: tool results carry ids and timestamps, in which any digit string can occur.
+SECRET = "tangerine-walrus"
+
 
 def create(api: httpx.Client, user: str, **body: Any) -> httpx.Response:
     return api.post(f"/v1/users/{user}/memories", json=body)
@@ -111,7 +114,7 @@ def test_erase_user(api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM) 
 
 
 def test_no_endpoint_reaches_another_users_memory(api: httpx.Client) -> None:
-    secret = create(api, "alice", key="pin", value="Caroline knows the pin 4321").json()["memory"]
+    secret = create(api, "alice", key="pin", value=f"Caroline knows the pin {SECRET}").json()["memory"]
     create(api, "mallory", key="mine", value="mallory's own note")
     mid = secret["id"]
     attempts = [
@@ -122,10 +125,10 @@ def test_no_endpoint_reaches_another_users_memory(api: httpx.Client) -> None:
     ]
     assert [r.status_code for r in attempts] == [404, 404, 404, 404]
     assert api.get("/v1/users/mallory/entities/caroline").status_code == 404
-    search = api.post("/v1/users/mallory/memories/search", json={"query": "pin Caroline 4321"}).json()
+    search = api.post("/v1/users/mallory/memories/search", json={"query": f"pin Caroline {SECRET}"}).json()
     assert all(r["id"] != mid for r in search["results"])
-    assert all("4321" not in json.dumps(m) for m in api.get("/v1/users/mallory/export").json()["memories"])
-    assert api.get(f"/v1/users/alice/memories/{mid}").json()["value"] == "Caroline knows the pin 4321"
+    assert all(SECRET not in json.dumps(m) for m in api.get("/v1/users/mallory/export").json()["memories"])
+    assert api.get(f"/v1/users/alice/memories/{mid}").json()["value"] == f"Caroline knows the pin {SECRET}"
 
 
 def test_agent_tools_store_and_search_through_a_turn(
@@ -156,14 +159,14 @@ def test_agent_tools_store_and_search_through_a_turn(
 def test_agent_tools_cannot_touch_another_users_memory(
     api: httpx.Client, workers: CeleryStack, fake_llm: FakeLLM
 ) -> None:
-    secret = create(api, "alice", key="pin", value="Alice's pin is 4321").json()["memory"]
+    secret = create(api, "alice", key="pin", value=f"Alice's pin is {SECRET}").json()["memory"]
     mid = secret["id"]
     calls = [
         ("memory_delete", {"id": mid}),
         ("memory_correct", {"id": mid, "value": "0000"}),
         ("memory_confirm", {"id": mid}),
         ("memory_recall", {"key": "pin"}),
-        ("memory_search", {"query": "pin 4321"}),
+        ("memory_search", {"query": f"pin {SECRET}"}),
         ("memory_list", {}),
         ("entity_info", {"name": "alice"}),
         ("search_conversation", {"query": "pin"}),
@@ -178,9 +181,9 @@ def test_agent_tools_cannot_touch_another_users_memory(
         if m["type"] == "tool_result"
     ]
     assert len(results) == len(calls)
-    assert all("4321" not in json.dumps(r["content"]) for r in results)
+    assert all(SECRET not in json.dumps(r["content"]) for r in results)
     after = api.get(f"/v1/users/alice/memories/{mid}").json()
-    assert after["value"] == "Alice's pin is 4321" and after["valid_until"] is None and after["decay_rate"] != 0
+    assert after["value"] == f"Alice's pin is {SECRET}" and after["valid_until"] is None and after["decay_rate"] != 0
 
 
 def test_memory_created_now_is_found_by_time_filter(api: httpx.Client) -> None:
