@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator
 
 from api.schemas.common import ID_PATTERN, SpeakerName
 from shared.openai_compat import ClientCall, ClientMessage, CompletionRefused
@@ -105,7 +105,7 @@ class ToolIn(_Lenient):
 
 
 class StreamOptions(_Lenient):
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class ChatCompletionIn(_Lenient):
@@ -114,13 +114,13 @@ class ChatCompletionIn(_Lenient):
     user: str | None = Field(
         None, pattern=ID_PATTERN, description="The engram user (required unless the key is bound to one)"
     )
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     tools: list[ToolIn] | None = Field(None, max_length=MAX_TOOLS)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    n: int = Field(1, ge=1, le=1, description="Only one choice is generated")
+    max_tokens: StrictInt | None = Field(None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(None, ge=1)
+    temperature: StrictFloat | None = Field(None, ge=0, le=2)
+    n: StrictInt = Field(1, ge=1, le=1, description="Only one choice is generated")
 
     @field_validator("tools")
     @classmethod

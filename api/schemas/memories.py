@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 from api.schemas.common import ID_PATTERN, Timestamp
 from shared.memory.keys import MAX_KEY_CHARS, MAX_VALUE_CHARS
@@ -29,7 +29,7 @@ Key = Annotated[str, Field(min_length=1, max_length=2 * MAX_KEY_CHARS), STORABLE
 Value = Annotated[str, Field(min_length=1, max_length=MAX_VALUE_CHARS), STORABLE_TEXT]
 Namespace = Annotated[str, Field(max_length=MAX_NAMESPACE_CHARS), SAFE_TEXT]
 Tag = Annotated[str, Field(max_length=MAX_TAG_CHARS), SAFE_TEXT]
-Confidence = Annotated[float, Field(ge=0, le=1, description="0..1, kept to 6 decimal places")]
+Confidence = Annotated[StrictFloat, Field(ge=0, le=1, description="0..1, kept to 6 decimal places")]
 
 
 class MemoryIn(_Strict):
@@ -48,7 +48,7 @@ class MemoryPatch(_Strict):
     value: Value | None = Field(None, description="A new value supersedes the memory")
     tags: list[Tag] | None = Field(None, max_length=MAX_TAGS)
     confidence: Confidence | None = None
-    decay_rate: float | None = Field(None, ge=0, le=MAX_DECAY_RATE, description="Per day; 0 = never decays")
+    decay_rate: StrictFloat | None = Field(None, ge=0, le=MAX_DECAY_RATE, description="Per day; 0 = never decays")
     event_time: Timestamp | None = None
 
 
@@ -104,13 +104,13 @@ class SearchFiltersIn(_Strict):
     exclude_session: str | None = Field(
         None, pattern=ID_PATTERN, description="Session key whose own memories and transcript to skip"
     )
-    include_superseded: bool = False
-    include_transcripts: bool = True
+    include_superseded: StrictBool = False
+    include_transcripts: StrictBool = True
 
 
 class SearchIn(_Strict):
     query: SafeText = Field(min_length=1, max_length=2000)
-    limit: int = Field(10, ge=1, le=100)
+    limit: StrictInt = Field(10, ge=1, le=100)
     filters: SearchFiltersIn = Field(default_factory=SearchFiltersIn)
     mode: Literal["weighted", "rrf"] | None = Field(None, description="Fusion; default from ENGRAM_SEARCH_FUSION")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from shared.context.profiles import (
     MAX_AGENT_NAME_CHARS,
@@ -44,7 +44,7 @@ CommunicationStyle = Annotated[str, Field(max_length=MAX_COMMUNICATION_STYLE_CHA
 
 class RuleItem(BaseModel):
     text: NoteText
-    enabled: bool = True
+    enabled: StrictBool = True
 
 
 class RuleSection(BaseModel):

@@ -173,6 +173,46 @@ def test_profile_text_postgres_cannot_hold_is_422(api: httpx.Client) -> None:
     assert rows() == before
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        (
+            "PATCH",
+            "/v1/agent-profile",
+            {"tool_notes": {"sections": [{"title": "t", "items": [{"text": "x", "enabled": 0.0}]}]}},
+            "enabled",
+        ),
+        ("POST", "/v1/users/alice/memories", {"key": "k", "value": "v", "confidence": "0.5"}, "confidence"),
+        ("POST", "/v1/users/alice/memories/search", {"query": "tea", "limit": "5"}, "limit"),
+        (
+            "POST",
+            "/v1/users/alice/memories/search",
+            {"query": "tea", "filters": {"include_transcripts": 1}},
+            "include_transcripts",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            {"model": "engram", "messages": [{"role": "user", "content": "hi"}], "stream": "false"},
+            "stream",
+        ),
+    ],
+)
+def test_a_value_of_another_json_type_is_422_not_coerced(
+    api: httpx.Client, method: str, path: str, body: dict[str, Any], field: str
+) -> None:
+    """The schema's types are the contract: "5" is not an integer and 0.0 not a boolean, even where a lenient
+    parser could read them as one."""
+    before = rows()
+    response = post_json(api, path, body, method)
+    if path.startswith("/v1/chat/"):  # the OpenAI-compatible endpoint answers in OpenAI's error shape
+        assert response.status_code == 400 and response.json()["error"]["param"] == field, response.text
+    else:
+        assert_error(response, 422, "validation_error")
+        assert field in json.dumps(response.json()["detail"][0]["loc"])
+    assert rows() == before
+
+
 def test_tiny_confidence_is_stored_not_a_server_error(api: httpx.Client) -> None:
     created = api.post("/v1/users/alice/memories", json={"key": "k", "value": "likes tea", "confidence": 1e-127})
     assert created.status_code == 201, created.text
