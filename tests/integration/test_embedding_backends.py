@@ -44,7 +44,9 @@ def onnx_embedder(tmp_path_factory: pytest.TempPathFactory) -> OnnxLocalEmbedder
 
 
 @pytest.fixture(autouse=True)
-def fresh_checks(clean_state: TestServices) -> Iterator[None]:
+def fresh_checks(no_shared_workers: None, clean_state: TestServices) -> Iterator[None]:
+    """Spaces made here only: a shared worker left running would make the configured one (its drain checks the
+    space before it looks for work) between the truncate and the test's own first write."""
     forget_checked_spaces()
     yield
     forget_checked_spaces()
