@@ -54,4 +54,9 @@ trap 'rm -rf "$TEMP_ROOT"' EXIT
 # The docs site (mkdocs.yml): --strict turns a broken link or anchor into a failure. Built outside the
 # tree so nothing is left behind; the notice about MkDocs 2 is not ours to act on.
 NO_MKDOCS_2_WARNING=1 .venv-test/bin/mkdocs build --strict --quiet --site-dir "$TEMP_ROOT/site"
-PYTEST_DEBUG_TEMPROOT="$TEMP_ROOT" .venv-test/bin/pytest "$@"
+# Two pytest processes (pytest-xdist), each given whole test files and starting its own embedded servers, so one
+# test's waits overlap another's work. Servers of your own (ENGRAM_TEST_*_URL) are one database and one Redis for
+# every process: the tests then run in one. `-n 0` among the arguments also runs them in one.
+parallel=(-n 2 --dist loadfile)
+if [ -n "${ENGRAM_TEST_DATABASE_URL:-}${ENGRAM_TEST_REDIS_URL:-}" ]; then parallel=(); fi
+PYTEST_DEBUG_TEMPROOT="$TEMP_ROOT" .venv-test/bin/pytest "${parallel[@]}" "$@"
