@@ -551,7 +551,6 @@ def analyse(records: list[TurnRecord], transcript: list[dict[str, Any]], wall_s:
             "engram_total": engram_total,
             "naive_total": naive_total,
             "cost_weighted_engram": round(cost_weighted),
-            "cost_weighted_ratio": _share(cost_weighted, naive_total),
             "cost_weighted_naive": round(naive_cost),
             "naive_cache_read_tokens": naive_read,
             "naive_cache_write_tokens": naive_write,
