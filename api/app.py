@@ -23,18 +23,18 @@ from api.request_context import RequestContext
 from api.request_limit import RequestLimits, RequestTimeLimit
 from api.routes import admin, channel_admin, channels, context, health, ingest, memories, profiles, sessions, turns
 from api.routes import openai as openai_routes
-from shared import db
 from shared.channels.connections import check_stored_secrets
-from shared.config import get_settings
 from shared.dispatch import Dispatcher, get_dispatcher, set_dispatcher
-from shared.heap import freeze_startup_heap
-from shared.logging import configure_logging, get_logger
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.heap import freeze_startup_heap
+from shared.infra.logging import configure_logging, get_logger
+from shared.infra.migrate import SchemaTooNew, check_schema_known
+from shared.infra.redis_client import close_shared_async_redis
+from shared.infra.services import ServiceNotConfigured
+from shared.infra.tracing import configure_tracing, instrument_fastapi
 from shared.memory.service import warm_query_embedder
-from shared.migrate import SchemaTooNew, check_schema_known
-from shared.redis_client import close_shared_async_redis
 from shared.secretbox import SecretKeyError
-from shared.services import ServiceNotConfigured
-from shared.tracing import configure_tracing, instrument_fastapi
 
 log = get_logger(__name__)
 
@@ -89,7 +89,7 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     # Every request checks out a connection and a turn's accept publishes a task: open them all now, not
     # one by one under a burst.
     await asyncio.gather(_warm_database(), _warm_broker())
-    # Last, so what the warm-ups loaded is frozen too (shared/heap.py says why); still before the port opens.
+    # Last, so what the warm-ups loaded is frozen too (shared/infra/heap.py says why); still before the port opens.
     log.info("startup heap frozen", objects=freeze_startup_heap())
     yield
     if isinstance(getattr(_app.state, "mcp", None), McpEndpoint):

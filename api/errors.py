@@ -20,10 +20,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
-from shared import db
-from shared.logging import get_logger
+from shared.infra import db
+from shared.infra.logging import get_logger
+from shared.infra.services import ServiceNotConfigured
 from shared.secretbox import SecretKeyError
-from shared.services import ServiceNotConfigured
 from shared.text import printable
 
 log = get_logger(__name__)

@@ -32,13 +32,13 @@ from starlette.types import Receive, Scope, Send
 from api.deps import check_user, current_principal
 from api.errors import ApiError, error_response
 from api.schemas.common import ID_PATTERN
-from shared import db
 from shared.auth import Principal
-from shared.config import get_settings
 from shared.context.packed import SECTIONS, compile_context
 from shared.context.profiles import get_user_profile
 from shared.context.static_prompt import what_you_know
 from shared.dispatch import get_dispatcher
+from shared.infra import db
+from shared.infra.config import get_settings
 from shared.ingest import IngestMessage as StoredMessage
 from shared.ingest import ingest_messages
 from shared.memory import writes

@@ -19,11 +19,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shared import db
-from shared.logging import get_logger
+from shared.infra import db
+from shared.infra.logging import get_logger
+from shared.infra.redis_client import get_redis
+from shared.infra.replicas import read_counts
 from shared.queues import QUEUES, queue_depths
-from shared.redis_client import get_redis
-from shared.replicas import read_counts
 
 log = get_logger(__name__)
 

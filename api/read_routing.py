@@ -1,6 +1,6 @@
 """Which Postgres a read goes to, as the HTTP API exposes it: the write-position header a memory write
 answers with and the header a read names it in (read-your-writes with streaming replicas; see
-shared/replicas.py and docs/operations/read-replicas.md)."""
+shared/infra/replicas.py and docs/operations/read-replicas.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Response
 
-from shared.replicas import LSN_PATTERN, parse_lsn, write_lsn
+from shared.infra.replicas import LSN_PATTERN, parse_lsn, write_lsn
 
 WRITE_LSN_HEADER = "X-Engram-Write-Lsn"
 MIN_LSN_HEADER = "X-Engram-Min-Lsn"

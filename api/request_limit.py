@@ -24,7 +24,7 @@ from urllib.parse import parse_qs
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_response
-from shared.logging import get_logger
+from shared.infra.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -205,7 +205,7 @@ def restore_backup(database_url: str, source: Path, *, force: bool = False) -> R
     import psycopg
     from psycopg.rows import dict_row
 
-    from shared.migrate import apply_migrations, available_migrations
+    from shared.infra.migrate import apply_migrations, available_migrations
 
     manifest = read_manifest(source.expanduser())
     newest = max(m.version for m in available_migrations())
@@ -257,7 +257,7 @@ def database_for(settings: Any) -> Iterator[str]:
     """The database a backup reads or a restore writes: the configured one, the one `engram up` is running,
     or else the data directory's embedded server, started for the command and stopped after it."""
     from ops.embedded import EmbeddedPostgres, EmbeddedServiceError
-    from shared.services import read_services
+    from shared.infra.services import read_services
 
     url = settings.database_url or read_services(settings).get("database_url")
     if url:

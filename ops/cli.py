@@ -21,8 +21,8 @@ from ops.keys_cli import keys_app
 from ops.secrets_cli import secrets_app
 
 if TYPE_CHECKING:  # the HTTP client loads only for the commands that talk to the gateway
-    from shared.config import Settings
-    from shared.db import Conn
+    from shared.infra.config import Settings
+    from shared.infra.db import Conn
 
 app = typer.Typer(help="engram: durable, automatic memory for chat agents.", no_args_is_help=True, add_completion=False)
 app.add_typer(keys_app, name="keys")
@@ -119,10 +119,10 @@ def migrate(
     ] = False,
 ) -> None:
     """Apply pending database migrations (safe to run any time, from several processes)."""
-    from shared.db import connect
-    from shared.migrate import SchemaTooNew, apply_migrations, check_schema_known, pending_migrations
+    from shared.infra.db import connect
+    from shared.infra.migrate import SchemaTooNew, apply_migrations, check_schema_known, pending_migrations
+    from shared.infra.services import ServiceNotConfigured
     from shared.secretbox import SecretKeyError, key_file
-    from shared.services import ServiceNotConfigured
 
     settings = _settings()
     if check:
@@ -253,11 +253,11 @@ def reindex() -> None:
     """Re-embed every chunk with the configured embedding model (after changing model or dimension).
 
     Search falls back to full text while it runs; it can be interrupted and run again."""
-    from shared import db
     from shared.embeddings import current_space, embedder_from_settings
     from shared.embeddings import reindex as run_reindex
     from shared.embeddings.space import follow_recorded_space
-    from shared.services import ServiceNotConfigured
+    from shared.infra import db
+    from shared.infra.services import ServiceNotConfigured
 
     settings = _settings()
     embedder = embedder_from_settings(settings)
@@ -294,7 +294,7 @@ def reindex() -> None:
 def create_key_command(tenant: Annotated[str, typer.Option(help="Tenant the key belongs to")] = "default") -> None:
     """Create an API key for a tenant (created if new); prints the key once."""
     from shared.auth import create_key
-    from shared.db import connect
+    from shared.infra.db import connect
 
     _settings()
     with connect() as conn:

@@ -9,8 +9,8 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from shared.config import Settings, get_settings
-from shared.db import Conn
+from shared.infra.config import Settings, get_settings
+from shared.infra.db import Conn
 
 TenantOption = Annotated[str, typer.Option(help="The tenant (by name)")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object")]
@@ -36,9 +36,9 @@ def load_settings() -> Settings:
 @contextmanager
 def transaction() -> Iterator[Conn]:
     """One committed transaction for a command; unconfigured services are a message, not a traceback."""
-    from shared.db import connect
+    from shared.infra.db import connect
+    from shared.infra.services import ServiceNotConfigured
     from shared.secretbox import SecretKeyError
-    from shared.services import ServiceNotConfigured
 
     load_settings()
     try:

@@ -18,7 +18,7 @@ import socket
 import uvicorn
 
 from ops.process_commands import GATEWAY_APP, GATEWAY_KEEP_ALIVE_SECONDS
-from shared.config import get_settings
+from shared.infra.config import get_settings
 
 
 def reuseport_socket(host: str, port: int) -> socket.socket:

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.config import Settings
-from shared.db import Conn
-from shared.sentinel import SentinelTarget
+from shared.infra.config import Settings
+from shared.infra.db import Conn
+from shared.infra.sentinel import SentinelTarget
 
 
 @dataclass
@@ -21,7 +21,12 @@ class Check:
 
 
 def run_checks(settings: Settings) -> Iterator[Check]:
-    from shared.services import ServiceNotConfigured, resolve_database_url, resolve_redis_sentinel, resolve_redis_url
+    from shared.infra.services import (
+        ServiceNotConfigured,
+        resolve_database_url,
+        resolve_redis_sentinel,
+        resolve_redis_url,
+    )
 
     yield Check("data dir", True, str(settings.data_dir))
     try:
@@ -77,8 +82,8 @@ def _can_create(path: Path) -> bool:
 
 
 def _check_postgres(url: str) -> Iterator[Check]:
-    from shared.db import connect
-    from shared.migrate import pending_migrations
+    from shared.infra.db import connect
+    from shared.infra.migrate import pending_migrations
 
     try:
         with connect(url) as conn:
@@ -113,7 +118,7 @@ def _check_postgres(url: str) -> Iterator[Check]:
 def _check_secret_keys(conn: Conn) -> Check:
     """Where the secret keys come from and whether they open every stored channel secret."""
     from shared.channels.connections import check_stored_secrets
-    from shared.config import get_settings
+    from shared.infra.config import get_settings
     from shared.secretbox import ENV_NAME, SecretKeyError, SecretKeyMissing
 
     try:
@@ -141,9 +146,9 @@ def _check_secret_keys(conn: Conn) -> Check:
 
 
 def _check_embeddings(conn: Conn) -> Check:
-    from shared.config import get_settings
     from shared.embeddings import current_space, embedder_from_settings
     from shared.embeddings.space import follow_recorded_space
+    from shared.infra.config import get_settings
 
     try:
         space = current_space(conn)
@@ -176,7 +181,7 @@ def _check_redis_and_workers(url: str | None, sentinel: SentinelTarget | None) -
     import redis
     import redis.sentinel
 
-    from shared.worker_heartbeats import live_workers
+    from shared.infra.worker_heartbeats import live_workers
 
     try:
         client: redis.Redis

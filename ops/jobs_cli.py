@@ -42,9 +42,9 @@ def _parse_as_of(text: str | None) -> datetime | None:
 @jobs_app.command("list")
 def list_jobs(as_json: JsonOption = False) -> None:
     """Each job: schedule, enabled, last run and next run."""
-    from shared import db
+    from shared.infra import db
+    from shared.infra.services import ServiceNotConfigured
     from shared.maintenance.jobs import overview
-    from shared.services import ServiceNotConfigured
 
     settings = load_settings()
     try:
@@ -86,11 +86,11 @@ def run_job(
     as_json: JsonOption = False,
 ) -> None:
     """Run one job now (a period that already ran is a no-op: "changed": 0)."""
-    from shared import db
+    from shared.infra import db
+    from shared.infra.services import ServiceNotConfigured
     from shared.maintenance import jobs
     from shared.maintenance.runs import JobUserNotFound, resolve_user
     from shared.maintenance.schedule import UnknownJob, spec_of
-    from shared.services import ServiceNotConfigured
 
     settings = load_settings()
     try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from shared.config import Settings
+from shared.infra.config import Settings
 from shared.queues import POOLS
 
 CELERY_APP = "workers.app"

@@ -16,11 +16,11 @@ import psutil
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, EmbeddedServiceError, free_port, wait_for_port
 from ops.process_commands import beat_argv, flower_argv, flower_env, gateway_argv, pool_argv, worker_argv
 from ops.supervisor import ChildSpec, Supervisor
-from shared.config import Settings
-from shared.db import Conn
-from shared.logging import get_logger
+from shared.infra.config import Settings
+from shared.infra.db import Conn
+from shared.infra.logging import get_logger
+from shared.infra.services import read_services, resolve_redis_sentinel, services_file, write_services
 from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS
-from shared.services import read_services, resolve_redis_sentinel, services_file, write_services
 
 log = get_logger(__name__)
 
@@ -199,8 +199,8 @@ class Stack:
         return database_url, redis_url
 
     def _prepare_database(self, database_url: str) -> str:
-        from shared.db import connect
-        from shared.migrate import SchemaTooNew, apply_migrations, check_schema_known
+        from shared.infra.db import connect
+        from shared.infra.migrate import SchemaTooNew, apply_migrations, check_schema_known
 
         with connect(database_url) as conn:
             try:

@@ -24,7 +24,7 @@ from typing import Protocol
 
 import psutil
 
-from shared.logging import get_logger
+from shared.infra.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shared.db import Conn
+from shared.infra.db import Conn
 
 KEY_PREFIX = "egm_"
 DEFAULT_TENANT = "default"

@@ -1,7 +1,7 @@
 """5-field cron expressions (minute, hour, day of month, month, day of week with 0 or 7 = Sunday), parsed
 as Celery's crontab reads them.
 
-A leaf module: the settings validate the job schedules with it (shared/config.py) and the job table says
+A leaf module: the settings validate the job schedules with it (shared/infra/config.py) and the job table says
 when each job runs next (shared/maintenance/schedule.py), without either importing the other.
 """
 

@@ -10,7 +10,7 @@ import uuid
 
 import redis
 
-from shared.redis_client import get_redis
+from shared.infra.redis_client import get_redis
 
 PING_PREFIX = "engram:ping:"
 REPLY_TTL_SECONDS = 60

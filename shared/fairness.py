@@ -26,8 +26,8 @@ from enum import Enum
 
 import redis
 
-from shared.config import Settings
-from shared.db import Conn
+from shared.infra.config import Settings
+from shared.infra.db import Conn
 
 
 class Admission(Enum):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.text import clean_text, estimate_tokens
 from shared.turns import IdempotencyConflict, ensure_session, ensure_user, refresh_token_count
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.auth import DEFAULT_SCOPES, SCOPES, ensure_tenant, generate_key, hash_key
-from shared.db import Conn
+from shared.infra.db import Conn
 
 MAX_KEY_NAME_CHARS = 100
 # The same shape as a user id anywhere in the API.

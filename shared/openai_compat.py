@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.client_options import ClientOptions
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.turns import NewMessage, TurnInput
 
 DEFAULT_SESSION_PREFIX = "openai-"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.db import Conn, Query
+from shared.infra.db import Conn, Query
 
 _USED_THIS_MONTH = """(SELECT coalesce(sum(input_tokens + output_tokens + cache_read_tokens + cache_write_tokens), 0)
                         FROM llm_calls WHERE tenant_id = t.id AND created_at >= date_trunc('month', now()))"""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import redis
 
-from shared.logging import get_logger
+from shared.infra.logging import get_logger
 
 log = get_logger(__name__)
 

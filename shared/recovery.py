@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import redis
 
-from shared.db import Conn
-from shared.locks import is_locked, session_lock_name
+from shared.infra.db import Conn
+from shared.infra.locks import is_locked, session_lock_name
 
 
 def stalled_sessions(conn: Conn, older_than_seconds: float, limit: int = 500) -> list[int]:

@@ -7,9 +7,9 @@ from functools import lru_cache
 from typing import Any
 
 from shared.agent import TurnDeps
-from shared.config import get_settings
+from shared.infra.config import get_settings
+from shared.infra.redis_client import get_redis
 from shared.llm.factory import chat_model, chat_provider
-from shared.redis_client import get_redis
 from shared.tools import default_registry
 
 

@@ -27,7 +27,7 @@ _FILE_HEADER = (
 
 
 class KeySettings(Protocol):
-    """What this module reads of shared.config.Settings (which imports it to check ENGRAM_SECRET_KEY)."""
+    """What this module reads of shared.infra.config.Settings (which imports it to check ENGRAM_SECRET_KEY)."""
 
     @property
     def secret_key(self) -> SecretStr | None: ...

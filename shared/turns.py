@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from shared.db import Conn, Query
+from shared.infra.db import Conn, Query
 from shared.text import clean_text, estimate_tokens
 
 TERMINAL_STATUSES = frozenset({"done", "failed"})

@@ -23,7 +23,7 @@ from tests.support.services import TestServices, start_services
 
 pytest_plugins = ["tests.support.ci", "tests.support.browser"]
 
-# Short timers so recovery paths run within a test; production defaults are in shared/config.py.
+# Short timers so recovery paths run within a test; production defaults are in shared/infra/config.py.
 TEST_ENV = {
     "ENGRAM_SESSION_LOCK_TTL_SECONDS": "6",
     "ENGRAM_STALLED_TURN_SECONDS": "5",
@@ -61,10 +61,10 @@ _TABLES_KEPT = ("schema_migrations", "personality_presets")  # seeded by migrati
 
 
 def _reset_process_state() -> None:
-    from shared import db
-    from shared.config import get_settings
-    from shared.redis_client import reset_redis
-    from shared.replicas import close_replicas
+    from shared.infra import db
+    from shared.infra.config import get_settings
+    from shared.infra.redis_client import reset_redis
+    from shared.infra.replicas import close_replicas
     from shared.runtime import turn_deps
 
     get_settings.cache_clear()
@@ -83,12 +83,12 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestServices]
     os.environ["ENGRAM_REDIS_URL"] = svc.redis_url
     os.environ["ENGRAM_DATA_DIR"] = str(workdir / "data")
     _reset_process_state()
-    from shared.db import connect
-    from shared.migrate import apply_migrations
+    from shared.infra.db import connect
+    from shared.infra.migrate import apply_migrations
 
     with connect() as conn:
         apply_migrations(conn)
-    from shared.config import get_settings
+    from shared.infra.config import get_settings
     from shared.secretbox import keyring
 
     keyring(get_settings(), create=True)  # the data dir's secret key file, as `engram up` makes on first start
@@ -98,7 +98,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestServices]
 
 
 def truncate_all() -> None:
-    from shared import db
+    from shared.infra import db
 
     # A worker may still be finishing the previous test's background task: a deadlock with it
     # is retried, not fatal. Ids are not restarted: a task a test left behind (a debounced extraction
@@ -127,7 +127,7 @@ def truncate_all() -> None:
 
 def clear_engram_keys() -> None:
     # Only engram's keys: Celery's queue bindings live in the same database and workers are running.
-    from shared.redis_client import get_redis
+    from shared.infra.redis_client import get_redis
 
     client = get_redis()
     keys = list(client.scan_iter("engram:*", count=1000))
@@ -145,7 +145,7 @@ def clean_state(services: TestServices) -> TestServices:
 @pytest.fixture
 def conn(clean_state: TestServices) -> Iterator[Any]:
     """A pooled connection inside one transaction, on a clean database."""
-    from shared import db
+    from shared.infra import db
 
     with db.connection() as connection:
         yield connection
@@ -154,7 +154,7 @@ def conn(clean_state: TestServices) -> Iterator[Any]:
 @pytest.fixture
 def autocommit_conn(clean_state: TestServices) -> Iterator[Any]:
     """A pooled connection in autocommit (each statement commits: what a job's many short transactions see)."""
-    from shared import db
+    from shared.infra import db
 
     with db.connection() as connection:
         connection.autocommit = True
@@ -225,8 +225,8 @@ def gateway(services: TestServices) -> Iterator[Gateway]:
 
 
 def make_key(tenant: str) -> str:
-    from shared import db
     from shared.auth import create_key
+    from shared.infra import db
 
     with db.connection() as conn:
         return create_key(conn, tenant, "test")
@@ -245,7 +245,7 @@ def api(gateway: Gateway, api_key: str) -> Iterator[httpx.Client]:
 
 @pytest.fixture
 def unfreeze_after() -> Iterator[None]:
-    """For tests that freeze this process's heap (shared/heap.py): the rest of the run collects as before."""
+    """For tests that freeze this process's heap (shared/infra/heap.py): the rest of the run collects as before."""
     yield
     gc.unfreeze()
 
@@ -355,7 +355,7 @@ def placeholder_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     import and only names its broker, so a placeholder address does. The workers modules imported here are
     forgotten after the test: a later test in this process (a gateway sending a turn's drain) builds the app
     again from its own settings instead of sending to the placeholder."""
-    from shared.config import get_settings
+    from shared.infra.config import get_settings
 
     imported_before = "workers.app" in sys.modules
     if "ENGRAM_REDIS_URL" not in os.environ:

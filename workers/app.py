@@ -22,16 +22,16 @@ from celery.schedules import crontab
 from celery.signals import setup_logging, worker_init, worker_process_init
 from kombu import Exchange, Queue
 
-from shared import db
 from shared import task_names as names
-from shared.config import Settings, get_settings
-from shared.heap import freeze_startup_heap
-from shared.logging import configure_logging, get_logger
+from shared.infra import db
+from shared.infra.config import Settings, get_settings
+from shared.infra.heap import freeze_startup_heap
+from shared.infra.logging import configure_logging, get_logger
+from shared.infra.redis_client import reset_redis, sentinel_timeouts
+from shared.infra.services import resolve_redis_sentinel, resolve_redis_url
+from shared.infra.tracing import configure_tracing, instrument_celery_worker
 from shared.maintenance.schedule import JOBS, cron_of, enabled
 from shared.queues import QUEUES
-from shared.redis_client import reset_redis, sentinel_timeouts
-from shared.services import resolve_redis_sentinel, resolve_redis_url
-from shared.tracing import configure_tracing, instrument_celery_worker
 from workers import heartbeat as _heartbeat_signals  # noqa: F401  (liveness for the console)
 from workers import metrics as _metric_signals  # noqa: F401  (task metrics, the pool's exporter)
 from workers import tracing as _publish_hooks  # noqa: F401  (connects the request-id publish hook)
@@ -217,7 +217,7 @@ def _worker_broker_settings(**_: object) -> None:
 
 @worker_init.connect
 def _freeze_startup_heap(**_: object) -> None:
-    # In the parent, before the pool forks: the children inherit the frozen heap (shared/heap.py).
+    # In the parent, before the pool forks: the children inherit the frozen heap (shared/infra/heap.py).
     log.info("startup heap frozen", objects=freeze_startup_heap())
 
 

@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 import structlog
 from celery import Task
 
-from shared.config import Settings, get_settings
-from shared.locks import HeartbeatLock
+from shared.infra.config import Settings, get_settings
+from shared.infra.locks import HeartbeatLock
+from shared.infra.redis_client import get_redis
 from shared.queues import QUEUES
-from shared.redis_client import get_redis
 from shared.task_names import ALL as TASK_NAMES
 from shared.task_names import task_name
 from workers.app import app

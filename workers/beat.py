@@ -20,7 +20,7 @@ from redis.exceptions import LockError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.lock import Lock
 
-from shared.logging import get_logger
+from shared.infra.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared.channels.sending import deliver as send_delivery
-from shared.config import get_settings
-from shared.db import DatabaseUnavailable
+from shared.infra.config import get_settings
+from shared.infra.db import DatabaseUnavailable
 from workers.base import engram_task
 
 

@@ -38,7 +38,7 @@ from celery.worker import state
 from celery.worker.consumer import Consumer
 from redis.exceptions import RedisError
 
-from shared.logging import get_logger
+from shared.infra.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -8,20 +8,21 @@ from typing import TYPE_CHECKING, Any
 from kombu.exceptions import OperationalError as BrokerUnavailable
 from redis.exceptions import RedisError
 
-from shared import db, fairness
+from shared import fairness
 from shared import task_names as names
-from shared.config import get_settings
-from shared.db import DatabaseUnavailable
 from shared.dispatch import AcceptedWork
 from shared.embeddings.drain import DrainKind, claim_request, token_key
 from shared.fairness import Admission
-from shared.logging import get_logger
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.db import DatabaseUnavailable
+from shared.infra.logging import get_logger
+from shared.infra.redis_client import get_redis
 from shared.maintenance.schedule import spec_of
 from shared.memory.userdata import Erasure, drop_live_state
 from shared.pipeline import debounce
 from shared.pipeline.jobs import plan_after_turn
 from shared.queues import BULK_PRIORITY
-from shared.redis_client import get_redis
 from workers.app import app
 
 if TYPE_CHECKING:  # only for annotations

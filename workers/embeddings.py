@@ -8,14 +8,14 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from shared import db
-from shared.config import get_settings
-from shared.db import DatabaseUnavailable
 from shared.embeddings import EmbeddingError, SpaceChanged
 from shared.embeddings.drain import DrainKind, drain_started
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.db import DatabaseUnavailable
+from shared.infra.redis_client import get_redis
 from shared.memory.indexing import index_pending_memories, unindexed_memory_ids
 from shared.memory.service import process_embedder
-from shared.redis_client import get_redis
 from shared.transcript.units import embed_pending_units, live_backlog, pending_units, transcript_batch_size
 from workers.base import engram_task
 from workers.dispatch import request_embedding_drain

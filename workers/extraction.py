@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from shared.config import get_settings
-from shared.db import DatabaseUnavailable
+from shared.infra.config import get_settings
+from shared.infra.db import DatabaseUnavailable
+from shared.infra.logging import get_logger
+from shared.infra.redis_client import get_redis
 from shared.llm.types import LLMError
-from shared.logging import get_logger
 from shared.pipeline import debounce
 from shared.pipeline.jobs import (
     CompactionOutcome,
@@ -15,7 +16,6 @@ from shared.pipeline.jobs import (
     session_owner,
 )
 from shared.pipeline.personality_job import synthesize_personality
-from shared.redis_client import get_redis
 from workers.base import alone_on_session, engram_task
 from workers.dispatch import enqueue_extraction, enqueue_follow_up
 

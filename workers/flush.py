@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from shared.config import get_settings
-from shared.db import DatabaseUnavailable
+from shared.infra.config import get_settings
+from shared.infra.db import DatabaseUnavailable
+from shared.infra.redis_client import get_redis
 from shared.llm.types import LLMError
 from shared.pipeline import debounce
 from shared.pipeline.jobs import JobOutcome, flush_session, session_owner
-from shared.redis_client import get_redis
 from workers.base import alone_on_session, engram_task
 from workers.dispatch import enqueue_follow_up
 

@@ -1,4 +1,4 @@
-"""The worker's heartbeat (shared/worker_heartbeats.py): a daemon thread in the main process, started when the
+"""The worker's heartbeat (shared/infra/worker_heartbeats.py): a daemon thread in the main process, started when the
 worker is ready to consume and stopped, its key removed, at shutdown. Pool children write none: one key per
 worker, named by its node name."""
 
@@ -13,10 +13,10 @@ from typing import Any
 import redis
 from celery.signals import worker_ready, worker_shutdown
 
-from shared.config import get_settings
-from shared.logging import get_logger
-from shared.redis_client import get_redis
-from shared.worker_heartbeats import WorkerBeat, forget, record
+from shared.infra.config import get_settings
+from shared.infra.logging import get_logger
+from shared.infra.redis_client import get_redis
+from shared.infra.worker_heartbeats import WorkerBeat, forget, record
 
 log = get_logger(__name__)
 

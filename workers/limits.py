@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared.config import Settings
+from shared.infra.config import Settings
 
 # Celery's defaults (celery.app.task.Task and celery.app.autoretry) for options a task does not set.
 CELERY_MAX_RETRIES = 3

@@ -10,14 +10,15 @@ from celery import Task
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from shared import db
 from shared.channels.deliveries import deliveries_to_redrive
-from shared.config import get_settings
-from shared.db import DatabaseUnavailable
 from shared.fairness import tenant_of_sessions
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.db import DatabaseUnavailable
+from shared.infra.locks import is_locked
+from shared.infra.logging import get_logger
+from shared.infra.redis_client import get_redis
 from shared.llm.types import LLMError
-from shared.locks import is_locked
-from shared.logging import get_logger
 from shared.maintenance import jobs as maintenance_jobs
 from shared.maintenance.consolidation import consolidate_session as consolidate_one
 from shared.maintenance.consolidation import sessions_to_queue
@@ -25,7 +26,6 @@ from shared.maintenance.runs import RunSuperseded, UserRef, lock_name, scope_use
 from shared.maintenance.schedule import enabled
 from shared.pipeline import debounce
 from shared.recovery import sessions_to_redrive, touch_open_turns
-from shared.redis_client import get_redis
 from workers.base import alone_on_session, engram_task
 from workers.dispatch import (
     enqueue_consolidate_session,

@@ -2,7 +2,7 @@
 
 Multiprocess mode (prometheus_client), one exporter per pool: the worker's main process creates a
 fresh PROMETHEUS_MULTIPROC_DIR before it forks its pool, the pool processes record task, turn, LLM
-and lag metrics there (shared/metrics.py), and the main process serves their sum on
+and lag metrics there (shared/infra/metrics.py), and the main process serves their sum on
 ENGRAM_WORKER_METRICS_PORT. One scrape target per pool instance (a pod, a compose replica), whatever
 its concurrency or how often its children are replaced — per-child exporters would come and go with
 the children; a push gateway would keep dead workers' gauges. Gauges that describe the system rather
@@ -40,13 +40,14 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from shared import db, task_names
+from shared import task_names
 from shared.auth import authenticate, hash_key
-from shared.config import get_settings
-from shared.logging import get_logger
-from shared.metrics import count_task_failure, count_task_retry, observe_task, preinitialize
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.logging import get_logger
+from shared.infra.metrics import count_task_failure, count_task_retry, observe_task, preinitialize
+from shared.infra.redis_client import get_redis
 from shared.queues import QUEUES, queue_depths
-from shared.redis_client import get_redis
 
 log = get_logger(__name__)
 

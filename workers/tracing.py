@@ -3,7 +3,7 @@
 The request id of the HTTP request (or task) that sends a message is written into its headers and
 bound to the log context of the task that runs it (workers/base.py), so worker lines name the request
 that caused them. Trace context: in workers the OpenTelemetry Celery instrumentation injects and
-extracts it (shared/tracing.py). The gateway sends tasks by name without registering them, and that
+extracts it (shared/infra/tracing.py). The gateway sends tasks by name without registering them, and that
 instrumentation only ends a publish span whose task it can look up by name, so the gateway uses the
 small publish hook below instead.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 from celery.signals import before_task_publish
 
-from shared.tracing import inject_into, start_publish_span, tracing_on
+from shared.infra.tracing import inject_into, start_publish_span, tracing_on
 
 REQUEST_ID_HEADER = "engram_request_id"
 

@@ -12,14 +12,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from shared import db, fairness
+from shared import fairness
 from shared.agent import LockLost, drain_session, sessions_with_running_turns
-from shared.config import get_settings
-from shared.db import DatabaseUnavailable
 from shared.diagnostics import answer_ping
-from shared.logging import get_logger
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.db import DatabaseUnavailable
+from shared.infra.logging import get_logger
+from shared.infra.redis_client import get_redis
 from shared.recovery import sessions_to_redrive
-from shared.redis_client import get_redis
 from shared.runtime import turn_deps
 from workers.base import engram_task
 from workers.consumer import RECONNECT_HOOKS

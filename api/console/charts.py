@@ -10,10 +10,10 @@ from fastapi.responses import HTMLResponse
 
 from api.console.render import page
 from api.console.session import Admin, Signed
-from shared import db
-from shared.config import get_settings
 from shared.console import charts
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.db import Conn
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 Days = Annotated[int, Query(ge=1, le=charts.MAX_DAYS)]

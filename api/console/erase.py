@@ -10,9 +10,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from api.console.memories import UserId, user_scope
 from api.console.render import page
 from api.console.session import MemoryReader, MemoryWriter, Signed
-from shared import db
+from shared.infra import db
+from shared.infra.redis_client import get_redis
 from shared.memory.userdata import drop_live_state, erase_user
-from shared.redis_client import get_redis
 
 router = APIRouter(prefix="/console/users/{user_id}/erase", include_in_schema=False)
 

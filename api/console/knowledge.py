@@ -12,8 +12,8 @@ from api.console.filters import Filters
 from api.console.memories import UserId, user_scope
 from api.console.render import page
 from api.console.session import MemoryReader
-from shared import db
 from shared.console.knowledge import MEMORIES_PER_ENTITY, entity_page, reflection_page
+from shared.infra import db
 
 router = APIRouter(prefix="/console/users/{user_id}", include_in_schema=False)
 PageNumber = Annotated[str, Query(alias="page", max_length=2000)]

@@ -13,18 +13,18 @@ from api.console.render import page
 from api.console.session import ConsoleError, MemoryReader, MemoryWriter, Signed
 from api.schemas.common import ID_PATTERN
 from api.schemas.memories import MemoryIn, MemoryPatch
-from shared import db
 from shared.console import memories
 from shared.console.memories import ACTOR, MemoryFilters
 from shared.console.memory_list import DEFAULT_SORT, SORTS, TIME_FIELDS, ListRefused, TimeWindow, check_list, list_page
 from shared.console.paging import Page
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.db import Conn
+from shared.infra.replicas import read
 from shared.memory import writes
 from shared.memory.keys import MemoryRejected
 from shared.memory.memory_input import KINDS, MemoryInput
 from shared.memory.store import Scope
 from shared.memory.writes import Attributes, MemoryGone, UnknownUser, UserRef, find_scope
-from shared.replicas import read
 
 router = APIRouter(prefix="/console/users/{user_id}/memories", include_in_schema=False)
 

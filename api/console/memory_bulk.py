@@ -14,8 +14,8 @@ from fastapi.responses import RedirectResponse, Response
 
 from api.console.memories import UserId, user_scope
 from api.console.session import ConsoleError, MemoryReader, MemoryWriter
-from shared import db
 from shared.console.bulk import MAX_SELECTED, SelectionRefused, remove_many
+from shared.infra import db
 from shared.memory.userdata import export_user
 from shared.memory.writes import MemoryGone, UnknownUser, UserRef
 

@@ -10,9 +10,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from api.console.filters import Filters
 from api.console.render import page
 from api.console.session import Admin, AdminPost, Signed
-from shared import db
-from shared.config import get_settings
 from shared.console.operations import RunRefused, operations, run_now
+from shared.infra import db
+from shared.infra.config import get_settings
 
 router = APIRouter(prefix="/console/operations", include_in_schema=False)
 

@@ -21,8 +21,8 @@ from fastapi import Depends, HTTPException, Request, Response, status
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.deps import check_user, rate_limit
-from shared import db
 from shared.auth import Principal, authenticate
+from shared.infra import db
 
 KEY_COOKIE = "engram_console_key"
 NONCE_COOKIE = "engram_console_nonce"

@@ -12,11 +12,11 @@ from api.console.memories import UserId, user_scope
 from api.console.render import page
 from api.console.session import ChatReader, ConsoleError
 from api.schemas.common import ID_PATTERN
-from shared import db
-from shared.config import get_settings
 from shared.console.sessions import list_sessions, transcript
 from shared.context.inspect import inspect_session
-from shared.replicas import read
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.replicas import read
 
 router = APIRouter(prefix="/console/users/{user_id}/sessions", include_in_schema=False)
 

@@ -18,8 +18,8 @@ from api.console.session import (
     new_nonce,
     set_cookie,
 )
-from shared import db
 from shared.auth import authenticate
+from shared.infra import db
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 MAX_KEY_CHARS = 200

@@ -11,7 +11,7 @@ from api.console.filters import Filters
 from api.console.render import page
 from api.console.session import MemoryReader
 from shared.console.users import ORDERS, list_users
-from shared.replicas import read
+from shared.infra.replicas import read
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 LONGEST_SEARCH = 200

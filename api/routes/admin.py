@@ -11,8 +11,8 @@ from api.deps import AdminKey
 from api.errors import ApiError
 from api.job_schemas import JobOut
 from api.schemas.admin import IssuedKeyOut, KeyIn, KeyOut, TenantOut, TenantPatch
-from shared import db
-from shared.config import get_settings
+from shared.infra import db
+from shared.infra.config import get_settings
 from shared.keys import KeyRequestInvalid, create_api_key, list_api_keys, revoke_api_key, rotate_api_key
 from shared.quotas import budget_usage, set_budget
 

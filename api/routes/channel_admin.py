@@ -14,7 +14,6 @@ from pydantic import BaseModel, Field, SecretStr
 from api.deps import AdminKey
 from api.errors import ApiError
 from api.schemas import ID_PATTERN
-from shared import db
 from shared.channels.connections import (
     SLUG_PATTERN,
     ConnectionInvalid,
@@ -26,7 +25,8 @@ from shared.channels.connections import (
 from shared.channels.deliveries import list_deliveries
 from shared.channels.identities import PLATFORM_ID_PATTERN, link_identity, list_identities
 from shared.channels.setup import add_connection
-from shared.config import get_settings
+from shared.infra import db
+from shared.infra.config import get_settings
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 

@@ -14,14 +14,14 @@ from fastapi import APIRouter, Header, Path, Request, status
 from starlette.concurrency import run_in_threadpool
 
 from api.errors import ApiError
-from shared import db
 from shared.channels import slack, telegram
 from shared.channels.connections import SLUG_PATTERN, Connection, get_connection
 from shared.channels.inbound import Accepted
 from shared.channels.receive import receive_slack_event, receive_telegram_update
-from shared.config import get_settings
 from shared.dispatch import get_dispatcher
-from shared.logging import get_logger
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.logging import get_logger
 
 router = APIRouter(prefix="/v1/channels", tags=["channels"])
 log = get_logger(__name__)

@@ -10,10 +10,10 @@ from api.deps import MemoryReadKey
 from api.read_routing import MinLsn
 from api.schemas.common import ID_PATTERN
 from api.schemas.context import ContextIn, ContextOut
-from shared.config import get_settings
 from shared.context.packed import PackedContext, compile_context
-from shared.db import Conn
-from shared.replicas import read
+from shared.infra.config import get_settings
+from shared.infra.db import Conn
+from shared.infra.replicas import read
 
 router = APIRouter(prefix="/v1/users/{user_id}", tags=["context"])
 

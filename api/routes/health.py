@@ -10,9 +10,9 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from api.schemas.health import Readiness
-from shared import db
-from shared.logging import get_logger
-from shared.redis_client import get_redis
+from shared.infra import db
+from shared.infra.logging import get_logger
+from shared.infra.redis_client import get_redis
 
 log = get_logger(__name__)
 

@@ -26,9 +26,11 @@ from api.schemas.memories import (
     SearchResultOut,
     Tag,
 )
-from shared import db
 from shared.auth import Tenant
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.db import Conn
+from shared.infra.redis_client import get_redis
+from shared.infra.replicas import read
 from shared.memory import writes
 from shared.memory.entities import entity_info, list_entities
 from shared.memory.keys import MemoryRejected
@@ -40,8 +42,6 @@ from shared.memory.stats import memory_stats
 from shared.memory.store import Scope, WriteResult
 from shared.memory.userdata import drop_live_state, erase_user, export_user
 from shared.memory.writes import Attributes, MemoryGone, NoSuchMemory, UnknownUser, UserRef, find_scope
-from shared.redis_client import get_redis
-from shared.replicas import read
 from shared.text import SAFE_TEXT
 from shared.transcript.sources import message_sources
 from shared.turns import find_session

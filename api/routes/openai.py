@@ -25,15 +25,16 @@ from api.deps import ChatKey, check_user
 from api.errors import ApiError, code_for, explain_content_type, refuse_over_budget
 from api.openai_schemas import ChatCompletionIn, ModelOut, ModelsOut, OpenAIErrorOut
 from api.schemas.common import ID_PATTERN
-from shared import db
 from shared.auth import Principal
 from shared.client_options import ClientOptions
-from shared.config import get_settings
 from shared.dispatch import get_dispatcher
-from shared.events import TERMINAL_EVENTS, follow_events
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.events import TERMINAL_EVENTS, follow_events
+from shared.infra.logging import get_logger
+from shared.infra.redis_client import shared_async_redis
 from shared.llm.factory import chat_model
 from shared.llm.types import ToolSpec
-from shared.logging import get_logger
 from shared.openai_compat import (
     Completion,
     CompletionPlan,
@@ -44,7 +45,6 @@ from shared.openai_compat import (
     openai_tool_call,
     openai_usage,
 )
-from shared.redis_client import shared_async_redis
 from shared.tools import default_registry
 from shared.turns import IdempotencyConflict, submit_turn
 

@@ -10,7 +10,6 @@ from api.deps import AdminKey, MemoryReadKey, MemoryWriteKey, TenantDep
 from api.errors import ApiError
 from api.schemas.common import ID_PATTERN
 from api.schemas.profiles import AgentProfileOut, AgentProfilePatch, UserProfileOut, UserProfilePatch
-from shared import db
 from shared.context.profiles import (
     ProfileTooLarge,
     UnknownPreset,
@@ -20,6 +19,7 @@ from shared.context.profiles import (
     patch_user_profile,
     put_agent_profile,
 )
+from shared.infra import db
 from shared.turns import ensure_user
 
 router = APIRouter(prefix="/v1", tags=["profiles"])

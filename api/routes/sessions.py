@@ -10,9 +10,9 @@ from api.deps import ChatKey
 from api.routes.turns import SessionKey
 from api.schemas.common import ID_PATTERN
 from api.schemas.sessions import MessageOut, MessagesOut, SessionOut
-from shared import db
-from shared.config import get_settings
 from shared.context.inspect import inspect_session
+from shared.infra import db
+from shared.infra.config import get_settings
 from shared.llm.ledger import calls_by_purpose
 from shared.turns import find_session, list_messages
 

@@ -15,15 +15,15 @@ from api.deps import ChatKey, check_user
 from api.errors import refuse_over_budget
 from api.schemas.common import ID_PATTERN
 from api.schemas.turns import TurnAccepted, TurnIn, TurnOut
-from shared import db
 from shared.auth import Principal
-from shared.config import get_settings
 from shared.dispatch import get_dispatcher
-from shared.events import TERMINAL_EVENTS
-from shared.events import follow_events as _events_until
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.events import TERMINAL_EVENTS
+from shared.infra.events import follow_events as _events_until
+from shared.infra.logging import get_logger
+from shared.infra.redis_client import shared_async_redis
 from shared.llm.ledger import calls_by_purpose
-from shared.logging import get_logger
-from shared.redis_client import shared_async_redis
 from shared.turns import TERMINAL_STATUSES, IdempotencyConflict, get_turn, submit_turn
 
 router = APIRouter(prefix="/v1", tags=["turns"])

@@ -84,7 +84,7 @@ from ops.bench.stack import Child, bench_env
 from ops.bench.stalls import STALL_KINDS, RequestLog, outcome_of, process_tree, stopped
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from ops.fake_llm import FakeLLM, FakeReply, Json
-from shared.config import Settings
+from shared.infra.config import Settings
 
 USER_PREFIX = "chaos-"
 POLL_S = 0.2

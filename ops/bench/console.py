@@ -209,9 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0",
             }
         )
-        from shared import db
         from shared.auth import register_key
-        from shared.migrate import apply_migrations
+        from shared.infra import db
+        from shared.infra.migrate import apply_migrations
 
         with db.connect() as conn:
             apply_migrations(conn)

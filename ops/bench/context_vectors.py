@@ -35,16 +35,16 @@ import numpy as np
 from ops.bench import locomo_retrieval as locomo
 from ops.bench.harness import BenchRun, bench_parser, emit, run_main
 from shared.auth import ensure_tenant
-from shared.config import get_settings
-from shared.db import Conn, connect
 from shared.embeddings import Embedder, embedder_from_settings, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
-from shared.logging import configure_logging
+from shared.infra.config import get_settings
+from shared.infra.db import Conn, connect
+from shared.infra.logging import configure_logging
+from shared.infra.migrate import apply_migrations
 from shared.memory.indexing import _write_chunks, embedding_inputs
 from shared.memory.keys import MemoryRejected
 from shared.memory.memory_input import CONTEXT_KEY, MemoryInput
 from shared.memory.store import Scope, store_memory
-from shared.migrate import apply_migrations
 from shared.turns import ensure_user
 
 LEGS = ("vector", "hybrid")

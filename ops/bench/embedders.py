@@ -100,8 +100,8 @@ def child(
 ) -> dict[str, Any]:
     """Runs in the backend's own process; returns its figures."""
     conversations: list[Conversation] = load_conversations(file)[:limit]
-    from shared.config import Settings
     from shared.embeddings import embedder_from_settings
+    from shared.infra.config import Settings
 
     # The product's own construction of the backend: the local model, whatever the environment configures.
     settings = Settings(

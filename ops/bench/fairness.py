@@ -29,7 +29,7 @@ from ops.bench.stack import LocalStack, up_workers
 from ops.bench.turns import TurnResult, _one_turn, drive
 from ops.client import EngramClient
 from shared.auth import create_key
-from shared.db import connect
+from shared.infra.db import connect
 
 GOAL_RATIO = 2.0
 
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def bench(args: argparse.Namespace) -> int:
-    from shared.config import Settings
+    from shared.infra.config import Settings
 
     env: dict[str, str] = {}
     if args.max_active_sessions is not None:

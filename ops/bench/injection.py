@@ -121,9 +121,9 @@ INJECTION_REFUSAL = "looks like a prompt injection"
 
 class Runner:
     def __init__(self, tenant_name: str, fake: FakeLLM) -> None:
-        from shared import db
         from shared.auth import ensure_tenant
-        from shared.config import Settings
+        from shared.infra import db
+        from shared.infra.config import Settings
         from shared.llm.factory import chat_provider
 
         self.fake = fake
@@ -143,7 +143,7 @@ class Runner:
     # -- plumbing ---------------------------------------------------------------------------------
 
     def _user(self, external_id: str) -> tuple[int, dict[str, Any]]:
-        from shared import db
+        from shared.infra import db
         from shared.turns import ensure_session, ensure_user
 
         with db.connection() as conn:
@@ -155,7 +155,7 @@ class Runner:
 
     def _store(self, user_id: int, actor: str, **fields: Any) -> tuple[str, str | None]:
         """("stored" | "deduplicated" | "refused_injection" | "refused_other", reason) of one store_memory call."""
-        from shared import db
+        from shared.infra import db
         from shared.memory.keys import MemoryRejected
         from shared.memory.memory_input import MemoryInput
         from shared.memory.store import Scope, store_memory
@@ -180,7 +180,7 @@ class Runner:
         return ("stored" if answer["action"] in ("added", "superseded", "reinforced") else "deduplicated"), None
 
     def _messages(self, user_id: int, session_id: int, rows: Sequence[tuple[str, str]]) -> None:
-        from shared import db
+        from shared.infra import db
         from shared.text import estimate_tokens
 
         with db.connection() as conn:
@@ -192,7 +192,7 @@ class Runner:
                 )
 
     def _active(self, user_id: int) -> list[dict[str, Any]]:
-        from shared import db
+        from shared.infra import db
 
         with db.connection() as conn:
             return conn.execute(
@@ -215,8 +215,8 @@ class Runner:
         synthesize_personality(self.tenant_id, user_id, self.settings, provider=self.provider, now=NOW)
 
     def _compile(self, user_id: int, session: dict[str, Any]) -> tuple[Any, Any]:
-        from shared import db
         from shared.context.compiler import compile_request, prepare_turn
+        from shared.infra import db
         from shared.tools import default_registry
 
         relevant = [{"namespace": r["namespace"], "key": r["key"], "value": r["value"]} for r in self._active(user_id)]
@@ -368,8 +368,8 @@ class Runner:
             for i, part in enumerate(attack.parts):
                 record(outcome, "api_parts", self._store(user_id, "api", key=f"part-{i}", value=part))
         if attack.channel == DISPLAY_NAME:
-            from shared import db
             from shared.context.profiles import patch_user_profile
+            from shared.infra import db
 
             with db.connection() as conn:
                 patch_user_profile(conn, self.tenant_id, user_id, {"display_name": payload[:200]})
@@ -634,9 +634,9 @@ def run(
 def _use_database(url: str) -> None:
     import os
 
-    from shared import db
-    from shared.config import get_settings
-    from shared.migrate import apply_migrations
+    from shared.infra import db
+    from shared.infra.config import get_settings
+    from shared.infra.migrate import apply_migrations
 
     os.environ["ENGRAM_DATABASE_URL"] = url
     get_settings.cache_clear()
@@ -650,12 +650,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--database-url", default=None, help="default: an embedded Postgres for this run")
     parser.add_argument("--workers", type=int, default=3, help="threads, each with its own fake model (default 3)")
     args = parser.parse_args(argv)
-    from shared.logging import configure_logging
+    from shared.infra.logging import configure_logging
 
     configure_logging("WARNING")
 
     def bench() -> int:
-        from shared import db
+        from shared.infra import db
 
         with BenchRun() as cleanup:
             cleanup.callback(db.close_pool)

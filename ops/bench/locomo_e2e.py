@@ -145,7 +145,7 @@ def wait_idle(client: EngramClient, sessions: Sequence[tuple[str, str]], timeout
 
 def wait_compacted(database_url: str, users: Sequence[str], threshold: int, timeout: float) -> None:
     """Compaction done for these users: no session at or over the threshold left uncompacted."""
-    from shared.db import connect
+    from shared.infra.db import connect
 
     deadline = time.monotonic() + timeout
     with connect(database_url) as conn:
@@ -181,7 +181,7 @@ class UnitFigures:
 
 def transcript_units(database_url: str, users: Sequence[str]) -> UnitFigures:
     """The transcript units of these users' messages, how many have their vector, and how long each waited."""
-    from shared.db import connect
+    from shared.infra.db import connect
 
     with connect(database_url) as conn:
         rows = conn.execute(

@@ -59,11 +59,12 @@ from pgvector import Vector
 from ops.bench.harness import BenchError, BenchRun, bench_parser, emit, percentile, run_main
 from ops.bench.locomo_data import CATEGORIES, Conversation, Turn, load_conversations, session_messages
 from shared.auth import ensure_tenant
-from shared.config import get_settings
-from shared.db import Conn, connect
 from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
+from shared.infra.config import get_settings
+from shared.infra.db import Conn, connect
+from shared.infra.logging import configure_logging
+from shared.infra.migrate import apply_migrations
 from shared.ingest import IngestMessage, ingest_messages
-from shared.logging import configure_logging
 from shared.memory import service
 from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.keys import MemoryRejected
@@ -71,7 +72,6 @@ from shared.memory.memory_input import CONTEXT_KEY, MAX_CONTEXT_CHARS, MemoryInp
 from shared.memory.search import Leg, SearchOptions, SearchResult, search
 from shared.memory.service import options_from_settings
 from shared.memory.store import Scope, store_memory
-from shared.migrate import apply_migrations
 from shared.turns import ensure_user
 
 K_VALUES = (5, 10)

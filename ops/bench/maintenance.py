@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def close_pool() -> None:
-    from shared import db
+    from shared.infra import db
 
     db.close_pool()
 
@@ -150,10 +150,10 @@ def run_jobs(
                 "ENGRAM_ANTHROPIC_BASE_URL": fake.anthropic_base_url,
             }
         )
-    from shared import db
-    from shared.config import get_settings
+    from shared.infra import db
+    from shared.infra.config import get_settings
+    from shared.infra.migrate import apply_migrations
     from shared.maintenance import jobs
-    from shared.migrate import apply_migrations
 
     settings = get_settings()
     with db.connect() as conn:

@@ -159,7 +159,7 @@ class Engram:
 
     def __init__(self, conn: Any) -> None:
         from shared.auth import ensure_tenant
-        from shared.config import get_settings
+        from shared.infra.config import get_settings
         from shared.memory.service import process_embedder
 
         self.conn = conn
@@ -262,10 +262,10 @@ class Mem0:
 
 
 def run(args: argparse.Namespace, conversations: list[locomo.Conversation]) -> int:
-    from shared.config import get_settings
-    from shared.db import connect
-    from shared.logging import configure_logging
-    from shared.migrate import apply_migrations
+    from shared.infra.config import get_settings
+    from shared.infra.db import connect
+    from shared.infra.logging import configure_logging
+    from shared.infra.migrate import apply_migrations
 
     configure_logging("WARNING")
     url = args.database_url or get_settings().database_url

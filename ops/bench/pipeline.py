@@ -81,7 +81,7 @@ from ops.bench.stack import BenchError, LocalStack, up_workers
 from ops.client import EngramAPIError, EngramClient, checked
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
 from shared import task_names
-from shared.config import Settings
+from shared.infra.config import Settings
 from shared.pipeline.debounce import quiet_period
 from shared.pipeline.memory_prompt import TASK_BOTH, TASK_SUMMARY
 from shared.queues import BACKGROUND_QUEUES, QUEUES
@@ -630,7 +630,7 @@ def warm_up(url: str, api_key: str, database_url: str, timeout: float) -> None:
     """Load the embedding model and open the pools in every process before the measured run:
     concurrent turns (each turn-worker process takes one while another loads the model), their
     extraction and embedding (the background worker), a search (the gateway)."""
-    from shared.db import connect
+    from shared.infra.db import connect
 
     records: list[TurnRecord] = []
 
@@ -671,7 +671,7 @@ def warm_up(url: str, api_key: str, database_url: str, timeout: float) -> None:
 
 def pipeline_idle(sampler: QueueSampler, database_url: str, user_prefix: str) -> tuple[bool, str]:
     """Nothing queued or reserved, every message mined, every memory embedded."""
-    from shared.db import connect
+    from shared.infra.db import connect
 
     depths = sampler.sample()
     if depths is None or any(depths.values()):
@@ -743,7 +743,7 @@ def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
 
 
 def fetch_db(database_url: str, user_prefix: str) -> dict[str, list[dict[str, Any]]]:
-    from shared.db import connect
+    from shared.infra.db import connect
 
     p = {"p": user_prefix + "%"}
     with connect(database_url, autocommit=True) as conn:

@@ -68,16 +68,16 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ops.bench.harness import BenchError, BenchRun, MemorySampler, bench_parser, emit, percentile, run_main, shown
-from shared.db import Conn
 from shared.embeddings import LocalEmbedder, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
 from shared.embeddings.space import forget_checked_spaces
+from shared.infra.db import Conn
+from shared.infra.migrate import apply_migrations
 from shared.memory import search as search_module
 from shared.memory.entity_extraction import extract_entities
 from shared.memory.indexing import embeddable_text
 from shared.memory.search import SearchOptions, SearchResult, search
 from shared.memory.store import Scope
-from shared.migrate import apply_migrations
 
 TENANT = "bench-search-scale"
 HNSW_INDEX = "memory_chunks_embedding_hnsw"  # shared/embeddings/space.py INDEX_NAME

@@ -27,7 +27,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ops.bench.harness import BenchRun, bench_parser, emit, run_main
-from shared.migrate import apply_migrations
+from shared.infra.migrate import apply_migrations
 
 _WORDS = "(SELECT array_agg('w' || md5(i::text)::varchar(6)) FROM generate_series(1, 2000) i)"
 

@@ -28,7 +28,7 @@ import httpx
 
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, wait_for_port
 from ops.process_commands import beat_argv, gateway_argv, worker_argv
-from shared.config import Settings
+from shared.infra.config import Settings
 from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, QUEUES
 from shared.secretbox import generate_key
 
@@ -245,8 +245,8 @@ class LocalStack:
 
 def prepare_database(database_url: str) -> str:
     from shared.auth import create_key
-    from shared.db import connect
-    from shared.migrate import apply_migrations
+    from shared.infra.db import connect
+    from shared.infra.migrate import apply_migrations
 
     with connect(database_url) as conn:
         apply_migrations(conn)  # leaves the connection in autocommit mode

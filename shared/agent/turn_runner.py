@@ -23,24 +23,24 @@ from typing import Any
 import structlog
 from psycopg.types.json import Jsonb
 
-from shared import db
 from shared.agent.deps import TurnDeps
 from shared.agent.model_loop import run_agent_loop
 from shared.channels.deliveries import reply_ready
 from shared.client_options import ClientOptions, merged_tools
 from shared.context.compiler import IntegrityViolation, TurnContext, context_queries, prepare_turn
 from shared.context.history import relevant_memories, turn_start, turn_start_queries
-from shared.db import Conn, fetch_together
-from shared.events import TurnEventPublisher
+from shared.infra import db
+from shared.infra.db import Conn, fetch_together
+from shared.infra.events import TurnEventPublisher
+from shared.infra.locks import HeartbeatLock, holder, session_lock_name, take_over_if_holder_dead
+from shared.infra.logging import get_logger
+from shared.infra.metrics import observe_turn
+from shared.infra.tracing import turn_span
 from shared.llm.types import ChatMessage, LLMError, ToolCall
-from shared.locks import HeartbeatLock, holder, session_lock_name, take_over_if_holder_dead
-from shared.logging import get_logger
 from shared.memory.rows import Scope
 from shared.memory.search_reads import SearchReads, search_read_queries
-from shared.metrics import observe_turn
 from shared.text import estimate_tokens
 from shared.tools import ToolContext
-from shared.tracing import turn_span
 from shared.turns import LIVE_TOKEN_COUNT, lock_session_row
 
 log = get_logger(__name__)

@@ -26,7 +26,7 @@ from shared.channels.inbound import (
     submit_channel_turn,
 )
 from shared.channels.telegram import TelegramMessage
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.memory.reads import list_memories
 from shared.memory.store import Scope
 from shared.memory.userdata import erase_user

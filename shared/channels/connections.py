@@ -21,8 +21,8 @@ from typing import Any, Literal
 from psycopg.types.json import Jsonb
 from pydantic import SecretStr
 
-from shared.config import Settings, get_settings
-from shared.db import Conn
+from shared.infra.config import Settings, get_settings
+from shared.infra.db import Conn
 from shared.secretbox import InvalidToken, KeyRing, SecretKeyError, SecretKeyMissing, keyring
 
 Kind = Literal["slack", "telegram"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.db import Conn
+from shared.infra.db import Conn
 
 FAILED_TURN_TEXT = "Sorry, something went wrong and I couldn't answer that. Please try again in a moment."
 EMPTY_REPLY_TEXT = "(I have nothing to add to that.)"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.channels.connections import Connection
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.turns import ensure_user
 
 # Platform ids are short (Slack U0123ABCD, Telegram numbers); this bounds what a link can store.

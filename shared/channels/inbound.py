@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 
 from shared.channels.connections import Connection
 from shared.channels.identities import Identity, resolve_identity
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.quotas import turn_refusal
 from shared.turns import submit_turn
 

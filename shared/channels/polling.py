@@ -15,7 +15,7 @@ from shared.channels.connections import Connection
 from shared.channels.inbound import Accepted
 from shared.channels.receive import receive_telegram_update
 from shared.channels.telegram import TelegramClient
-from shared.config import Settings
+from shared.infra.config import Settings
 
 
 @dataclass

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared import db
 from shared.channels import slack, telegram
 from shared.channels.commands import accept_update
 from shared.channels.connections import Connection
 from shared.channels.inbound import Accepted, InboundMessage, accept_message
-from shared.config import Settings
+from shared.infra import db
+from shared.infra.config import Settings
 
 
 def receive_slack_event(connection: Connection, payload: dict[str, Any], settings: Settings) -> Accepted | None:

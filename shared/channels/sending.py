@@ -17,7 +17,6 @@ from typing import Any, Protocol
 from redis.exceptions import RedisError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from shared import db
 from shared.channels import deliveries
 from shared.channels.connections import Connection, get_connection_by_id, set_bot_username
 from shared.channels.errors import FormattingRejected, RetryableSendError, SendError
@@ -27,8 +26,9 @@ from shared.channels.slack import MESSAGE_CHARS as SLACK_MESSAGE_CHARS
 from shared.channels.slack import SlackClient
 from shared.channels.telegram import MESSAGE_UNITS as TELEGRAM_MESSAGE_UNITS
 from shared.channels.telegram import TelegramClient
-from shared.config import Settings
-from shared.logging import get_logger
+from shared.infra import db
+from shared.infra.config import Settings
+from shared.infra.logging import get_logger
 from shared.secretbox import SecretKeyError
 
 log = get_logger(__name__)

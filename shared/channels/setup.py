@@ -8,7 +8,6 @@ effort: a delivery tries again later), which it needs to see mentions in groups.
 
 from __future__ import annotations
 
-from shared import db
 from shared.auth import DEFAULT_TENANT, ensure_tenant
 from shared.channels.connections import (
     ENV_SLUG,
@@ -20,9 +19,10 @@ from shared.channels.connections import (
 )
 from shared.channels.errors import SendError
 from shared.channels.telegram import TelegramClient
-from shared.config import Settings
-from shared.db import Conn
-from shared.logging import get_logger
+from shared.infra import db
+from shared.infra.config import Settings
+from shared.infra.db import Conn
+from shared.infra.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.llm.pricing import call_cost
 from shared.llm.types import Usage
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.console.paging import Page, make_page, page_bounds
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.maintenance.reflection import NAMESPACE as REFLECTIONS
 from shared.memory.store import Scope
 

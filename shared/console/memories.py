@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.console.paging import PAGE_SIZE, Page, make_page, page_bounds
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.maintenance.decay import protection
 from shared.memory.reads import get_memory, list_memories, memory_events
 from shared.memory.rows import MEMORY_COLUMNS

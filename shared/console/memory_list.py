@@ -11,7 +11,7 @@ from typing import Any
 
 from shared.console.memories import MemoryFilters
 from shared.console.paging import Page, make_page, page_bounds
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.memory.memory_input import clean_tags
 from shared.memory.reads import namespace_prefix_sql
 from shared.memory.rows import MEMORY_COLUMNS

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.console.paging import Page, make_page, page_bounds
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.llm.ledger import calls_by_purpose
 from shared.memory.store import Scope
 from shared.turns import find_session

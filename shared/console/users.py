@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.console.paging import Page, make_page, page_bounds
-from shared.db import Conn
+from shared.infra.db import Conn
 
 # What the page offers: id order, or most recently active first.
 ORDERS = {"id": "User id (A–Z)", "active": "Most recently active first"}

@@ -29,7 +29,7 @@ from shared.context.static_prompt import (
 from shared.context.steering import SteeringMessage, SteeringState, generate_steering
 from shared.context.tail import render_tail
 from shared.context.tokens import TokenCounter, counter_for
-from shared.db import Conn, Query, fetch_together, first
+from shared.infra.db import Conn, Query, fetch_together, first
 from shared.llm.types import ChatMessage, ToolSpec
 from shared.quotas import budget_query, used_share
 

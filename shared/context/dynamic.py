@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from shared.context.data_fence import fence
 from shared.context.fences import strip_markers
 from shared.context.static_prompt import Section
-from shared.db import Query
+from shared.infra.db import Query
 
 RELEVANT_LIMIT = 5
 

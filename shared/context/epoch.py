@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.context.static_prompt import memory_line
-from shared.db import Conn, Query
+from shared.infra.db import Conn, Query
 
 # Why an epoch was (re)built; stored with it, and shown by context inspection.
 FIRST, COMPACTED, PROMPT_CHANGED, MEMORY_CHANGED, DELTA_BOUND = (

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from shared.context.dynamic import RELEVANT_LIMIT
-from shared.db import Conn, Query
+from shared.infra.db import Conn, Query
 from shared.llm.types import ChatMessage, ToolCall
 from shared.text import estimate_tokens
 
@@ -102,8 +102,8 @@ def relevant_memories(
     latest = next((m.content for m in reversed(history) if m.role == "user"), "")
     if not latest.strip():
         return []
-    from shared.config import get_settings
     from shared.context.packed import excerpt_place
+    from shared.infra.config import get_settings
     from shared.memory.search import SearchFilters
     from shared.memory.service import search_memories
     from shared.memory.store import Scope

@@ -6,10 +6,10 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.config import Settings
 from shared.context.compiler import compile_request, describe, prepare_turn
 from shared.context.history import load_context, relevant_memories
-from shared.db import Conn
+from shared.infra.config import Settings
+from shared.infra.db import Conn
 from shared.llm.factory import chat_model, provider_name
 from shared.tools import default_registry
 from shared.turns import find_session, find_user_id

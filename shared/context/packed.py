@@ -29,7 +29,6 @@ from datetime import datetime
 from functools import cached_property, lru_cache
 from typing import Any, Final
 
-from shared.config import Settings
 from shared.context.dynamic import reflection_query
 from shared.context.fences import strip_markers
 from shared.context.profiles import user_profile_query
@@ -40,7 +39,8 @@ from shared.context.static_prompt import (
     what_you_know_query,
 )
 from shared.context.tokens import BpeTokenCounter, TokenCounter, counter_for
-from shared.db import Conn, Query, fetch_together, first
+from shared.infra.config import Settings
+from shared.infra.db import Conn, Query, fetch_together, first
 from shared.llm.factory import chat_model
 from shared.memory.search import SearchFilters
 from shared.memory.search_reads import SearchReads, search_read_queries

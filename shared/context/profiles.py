@@ -6,7 +6,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from shared.db import Conn, Query
+from shared.infra.db import Conn, Query
 
 AGENT_FIELDS = (
     "name",

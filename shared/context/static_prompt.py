@@ -27,7 +27,7 @@ from shared.context.prompt_text import (
     STATIC_SECTIONS,
     TOOL_DOCS,
 )
-from shared.db import Conn, Query, first
+from shared.infra.db import Conn, Query, first
 from shared.llm.types import ToolSpec
 from shared.memory.memory_input import DIRECTIVE_KEY, DIRECTIVE_NAMESPACE
 

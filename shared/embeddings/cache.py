@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pgvector import Vector
 from pgvector.psycopg import register_vector
 
-from shared.db import Conn
 from shared.embeddings.providers import Embedder, EmbeddingError
-from shared.metrics import observe_embedding_call
+from shared.infra.db import Conn
+from shared.infra.metrics import observe_embedding_call
 
 # Hits refresh `last_used_at` only when it is older than this: a cache hit then usually costs no write
 # at all, and eviction works in days, so an hour of imprecision is irrelevant.

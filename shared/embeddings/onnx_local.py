@@ -19,7 +19,7 @@ import platformdirs
 from shared.embeddings.base import LOCAL_DIMENSION, LOCAL_INT8_MODEL, LOCAL_MODEL, EmbeddingError, encode_lock
 
 if TYPE_CHECKING:
-    from shared.config import Settings
+    from shared.infra.config import Settings
 
 LOCAL_MAX_TOKENS = 256  # the bundled model's sentence_bert_config.json max_seq_length
 _onnx_lock = threading.Lock()

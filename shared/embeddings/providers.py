@@ -33,7 +33,7 @@ from shared.embeddings.onnx_local import (
 from shared.embeddings.openai_embedder import DEFAULT_OPENAI_MODEL, KNOWN_DIMENSIONS, OpenAIEmbedder
 
 if TYPE_CHECKING:
-    from shared.config import Settings
+    from shared.infra.config import Settings
 
 __all__ = [
     "DEFAULT_OPENAI_MODEL",

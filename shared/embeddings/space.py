@@ -30,11 +30,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from pgvector import Vector
 
-from shared.config import get_settings
-from shared.db import Conn, Query
 from shared.embeddings.cache import embed_texts, register_vector_types
 from shared.embeddings.providers import Embedder
-from shared.logging import get_logger
+from shared.infra.config import get_settings
+from shared.infra.db import Conn, Query
+from shared.infra.logging import get_logger
 
 log = get_logger(__name__)
 
@@ -249,7 +249,7 @@ def reindex(conn_factory: ConnFactory, embedder: Embedder, *, batch_size: int, p
     """Switch the space to `embedder` and re-embed every chunk; returns how many chunks were embedded.
 
     `conn_factory()` must give a connection whose `with` block is one transaction that commits on exit
-    (`shared.db.connection`, or `psycopg.connect`). `progress(done, total)` is called after each batch.
+    (`shared.infra.db.connection`, or `psycopg.connect`). `progress(done, total)` is called after each batch.
 
     Restartable: chunks whose embedding is NULL are the work list, and the switch itself (index dropped,
     all vectors cleared, column retyped, space row updated) commits atomically, so after a crash running

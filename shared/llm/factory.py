@@ -6,7 +6,7 @@ or an OpenAI-compatible base URL is set, and otherwise the offline rules provide
 
 from __future__ import annotations
 
-from shared.config import Settings
+from shared.infra.config import Settings
 from shared.llm.offline import OfflineProvider
 from shared.llm.retry import RetryPolicy
 from shared.llm.types import ChatProvider

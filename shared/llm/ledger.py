@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared import db
-from shared.config import get_settings
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.db import Conn
+from shared.infra.metrics import observe_llm_call
 from shared.llm.pricing import call_cost
 from shared.llm.types import Usage
-from shared.metrics import observe_llm_call
 
 Purpose = Literal["chat", "extraction", "flush", "summary", "synthesis", "reflection", "consolidation", "enrichment"]
 PURPOSES: tuple[Purpose, ...] = (

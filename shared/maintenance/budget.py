@@ -9,7 +9,7 @@ why in its run, and goes on with the other tenants.
 
 from __future__ import annotations
 
-from shared.db import Conn
+from shared.infra.db import Conn
 
 BUDGETED_PURPOSES = ("consolidation", "enrichment", "reflection")
 

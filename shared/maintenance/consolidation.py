@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared import db
-from shared.config import Settings
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.config import Settings
+from shared.infra.db import Conn
 from shared.llm.factory import provider_name
 from shared.llm.ledger import LedgerScope
 from shared.maintenance.budget import over_budget

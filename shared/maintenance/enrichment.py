@@ -19,7 +19,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.llm.factory import provider_name
 from shared.llm.ledger import LedgerScope
 from shared.maintenance.budget import over_budget
@@ -93,7 +93,7 @@ def _candidates(conn: Conn, user: UserRef, limit: int) -> list[dict[str, Any]]:
 
 def _enrich_user(handle: RunHandle, user: UserRef, name: str, stopped: dict[str, str]) -> bool:
     """Page through the user's candidates; False when the run must pause first."""
-    from shared import db
+    from shared.infra import db
 
     while True:
         with db.connection() as conn:

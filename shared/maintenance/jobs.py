@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.config import Settings
-from shared.db import Conn
+from shared.infra.config import Settings
+from shared.infra.db import Conn
 from shared.maintenance import cache_eviction, consolidation, decay, enrichment, reflection
 from shared.maintenance.runs import JobFunction, RunResult, UserRef, last_runs, run_job, run_summary
 from shared.maintenance.schedule import JOBS, cron_of, enabled, next_run, spec_of

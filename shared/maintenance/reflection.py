@@ -17,8 +17,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from shared.config import Settings
-from shared.db import Conn
+from shared.infra.config import Settings
+from shared.infra.db import Conn
 from shared.llm.factory import provider_name
 from shared.llm.ledger import LedgerScope
 from shared.maintenance.budget import over_budget

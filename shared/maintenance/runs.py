@@ -31,13 +31,13 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from shared import db
-from shared.config import Settings
-from shared.db import Conn
-from shared.locks import HeartbeatLock, take_over_if_holder_dead
-from shared.logging import get_logger
+from shared.infra import db
+from shared.infra.config import Settings
+from shared.infra.db import Conn
+from shared.infra.locks import HeartbeatLock, take_over_if_holder_dead
+from shared.infra.logging import get_logger
+from shared.infra.redis_client import get_redis
 from shared.maintenance.schedule import period_of, spec_of, timezone
-from shared.redis_client import get_redis
 
 log = get_logger(__name__)
 

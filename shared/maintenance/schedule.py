@@ -17,8 +17,8 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from shared import task_names
-from shared.config import Settings
 from shared.cron import parse_cron
+from shared.infra.config import Settings
 
 Cadence = Literal["daily", "weekly"]
 

@@ -13,7 +13,7 @@ because the memory's content did not change.
 
 from __future__ import annotations
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.memory.keys import content_key
 
 BATCH = 500

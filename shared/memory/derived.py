@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shared.db import Conn
 from shared.embeddings import forget_unused
+from shared.infra.db import Conn
 from shared.memory.rows import MEMORY_COLUMNS, Scope, record_event
 
 

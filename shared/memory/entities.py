@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.memory.entity_extraction import EntityMention, extract_entities, normalize_entity_name
 
 NAME_TYPES = ("person_or_thing",)

@@ -25,13 +25,13 @@ from typing import Any
 
 from pgvector import Vector
 
-from shared import db
-from shared.db import Conn
 from shared.embeddings import Embedder, embed_texts, ensure_embedding_space, hold_space_for_write
 from shared.embeddings.cache import register_vector_types
+from shared.infra import db
+from shared.infra.db import Conn
+from shared.infra.metrics import observe_embedding_lag
 from shared.memory.chunking import Chunk, split_text
 from shared.memory.memory_input import CONTEXT_KEY, DEFAULT_NAMESPACE
-from shared.metrics import observe_embedding_lag
 
 
 def embeddable_text(memory: dict[str, Any]) -> str:

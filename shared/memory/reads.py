@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.memory.keys import normalize_namespace, sanitize
 from shared.memory.memory_input import clean_tags
 from shared.memory.rows import MEMORY_COLUMNS, Scope

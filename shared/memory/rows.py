@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from shared.db import Conn
+from shared.infra.db import Conn
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shared.db import Conn, DictRow, Query, fetch_together
+from shared.infra.db import Conn, DictRow, Query, fetch_together
 from shared.memory.reads import touch_accessed
 from shared.memory.rows import Scope
 from shared.memory.search_records import (

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from shared.db import Conn, DictRow, Query, fetch_together
 from shared.embeddings import SPACE_QUERY
+from shared.infra.db import Conn, DictRow, Query, fetch_together
 from shared.memory.rows import Scope
 
 # Speakers read per user, in name order. A person past this many is still found by words and vectors; the

@@ -11,9 +11,6 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from shared import db
-from shared.config import Settings, get_settings
-from shared.db import Conn
 from shared.embeddings import (
     Embedder,
     EmbeddingError,
@@ -27,14 +24,17 @@ from shared.embeddings import (
 from shared.embeddings.cache import cache_model, check_vectors, register_vector_types
 from shared.embeddings.providers import OnnxLocalEmbedder
 from shared.embeddings.space import follow_recorded_space
-from shared.logging import get_logger
+from shared.infra import db
+from shared.infra.config import Settings, get_settings
+from shared.infra.db import Conn
+from shared.infra.logging import get_logger
+from shared.infra.metrics import observe_embedding_call
 from shared.memory import follow_up, query_parts, speaker_lines
 from shared.memory.reads import touch_accessed
 from shared.memory.rows import Scope
 from shared.memory.search import Ask, SearchFilters, SearchOptions, SearchResult, search_many
 from shared.memory.search_reads import SearchReads, read_before_search
 from shared.memory.time_window import TimeWindow, may_name_time, time_window
-from shared.metrics import observe_embedding_call
 
 log = get_logger(__name__)
 

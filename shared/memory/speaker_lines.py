@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from shared.db import DictRow, Query
+from shared.infra.db import DictRow, Query
 from shared.memory.query_parts import in_rank_order, result_key
 from shared.memory.rows import Scope
 from shared.memory.search import transcript_result

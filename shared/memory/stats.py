@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.memory.store import Scope
 
 

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from psycopg.types.json import Jsonb
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.memory.derived import release_derived
 from shared.memory.entities import link_entities
 from shared.memory.keys import content_fingerprint, content_key

@@ -14,10 +14,10 @@ from typing import Any
 import redis
 from redis.exceptions import RedisError
 
-from shared.db import Conn, first
 from shared.embeddings import forget_unused
-from shared.events import stream_key
-from shared.logging import get_logger
+from shared.infra.db import Conn, first
+from shared.infra.events import stream_key
+from shared.infra.logging import get_logger
 from shared.memory.store import MEMORY_COLUMNS, Scope
 
 log = get_logger(__name__)

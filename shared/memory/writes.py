@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared import db
-from shared.db import Conn
 from shared.dispatch import get_dispatcher
-from shared.logging import get_logger
+from shared.infra import db
+from shared.infra.db import Conn
+from shared.infra.logging import get_logger
 from shared.memory.memory_input import MemoryInput
 from shared.memory.reads import find_active, get_memory
 from shared.memory.store import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from shared.config import Settings
+from shared.infra.config import Settings
 from shared.llm.factory import chat_model, chat_provider, cheap_model
 from shared.llm.ledger import CallRecord, LedgerScope, Purpose, record_call
 from shared.llm.types import ChatProvider, ChatRequest, LLMError, Usage

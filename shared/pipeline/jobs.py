@@ -13,18 +13,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import db
-from shared.config import Settings
 from shared.context.compiler import context_window
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.config import Settings
+from shared.infra.db import Conn
+from shared.infra.logging import get_logger
+from shared.infra.metrics import observe_extraction_lag
 from shared.llm.factory import chat_model, provider_name
 from shared.llm.ledger import CallRecord, LedgerScope
 from shared.llm.types import ChatProvider
-from shared.logging import get_logger
 from shared.memory.keys import MemoryRejected
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, store_memory
-from shared.metrics import observe_extraction_lag
 from shared.pipeline.background_llm import complete
 from shared.pipeline.compaction import (
     SUMMARY_MESSAGE_CHARS,

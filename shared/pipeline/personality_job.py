@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import db
-from shared.config import Settings
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.config import Settings
+from shared.infra.db import Conn
 from shared.llm.factory import provider_name
 from shared.llm.ledger import LedgerScope
 from shared.llm.types import ChatProvider

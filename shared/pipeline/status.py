@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.config import get_settings
-from shared.db import Conn
+from shared.infra.config import get_settings
+from shared.infra.db import Conn
 from shared.pipeline.jobs import plan_after_turn
 from shared.turns import find_session
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shared import db
+from shared.infra import db
 from shared.memory import writes
 from shared.memory.entities import entity_info
 from shared.memory.keys import MemoryRejected

@@ -14,8 +14,8 @@ from typing import Any
 
 import jsonschema
 
+from shared.infra.logging import get_logger
 from shared.llm.types import ToolSpec
-from shared.logging import get_logger
 
 log = get_logger(__name__)
 

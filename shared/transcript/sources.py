@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.memory.store import Scope
 
 # A memory keeps every message it was learned from; a reader is shown the first ones.

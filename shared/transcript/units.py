@@ -18,11 +18,11 @@ from typing import Any
 
 from pgvector import Vector
 
-from shared import db
-from shared.db import Conn
 from shared.embeddings import Embedder, embed_texts, ensure_embedding_space, hold_space_for_write
 from shared.embeddings.cache import register_vector_types
-from shared.metrics import observe_embedding_lag
+from shared.infra import db
+from shared.infra.db import Conn
+from shared.infra.metrics import observe_embedding_lag
 
 
 def transcript_batch_size(embedding_batch_size: int) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from shared import db
+from shared.infra import db
 from tests.conftest import Gateway, make_key
 from tests.integration.test_turns import post_turn
 

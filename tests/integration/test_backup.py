@@ -20,9 +20,9 @@ import pytest
 from psycopg.rows import dict_row
 
 from ops.backup import DUMP_NAME, MANIFEST_NAME
-from shared.config import get_settings
 from shared.context.packed import compile_context
-from shared.migrate import available_migrations
+from shared.infra.config import get_settings
+from shared.infra.migrate import available_migrations
 from tests.conftest import CeleryStack
 from tests.integration.test_ingest_pipeline import configured, wait_idle
 from tests.integration.test_pipeline import PIPELINE_ENV

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ops.bench import locomo_retrieval as locomo
 from ops.bench import peer
-from shared.db import connect
+from shared.infra.db import connect
 from tests.conftest import TestServices
 
 SAMPLE = [

@@ -19,15 +19,15 @@ from pydantic import SecretStr
 
 from ops.fake_channels import Call, FakeChannels, Scripted
 from ops.fake_llm import FakeLLM, FakeReply
-from shared import db
 from shared.auth import ensure_tenant
 from shared.channels import slack
 from shared.channels.connections import Connection, ConnectionInvalid, get_connection, upsert_connection
 from shared.channels.deliveries import FAILED_TURN_TEXT
 from shared.channels.receive import receive_slack_event
 from shared.channels.setup import sync_env_connections
-from shared.config import Settings, get_settings
-from shared.redis_client import get_redis
+from shared.infra import db
+from shared.infra.config import Settings, get_settings
+from shared.infra.redis_client import get_redis
 from tests.conftest import CeleryStack, Gateway
 from tests.support.queues import wait_for_idle_broker
 

@@ -23,7 +23,7 @@ import pytest
 
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM, FakeReply, echo_reply
-from shared import db
+from shared.infra import db
 from shared.queues import POOLS
 from tests.conftest import CeleryStack
 from tests.integration.test_up import UpProcess, owned_processes

@@ -19,9 +19,9 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared import db
 from shared.auth import ensure_tenant
-from shared.config import get_settings
+from shared.infra import db
+from shared.infra.config import get_settings
 from shared.keys import create_api_key
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, add_sources, store_memory

@@ -21,16 +21,16 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from shared import db
 from shared.auth import ensure_tenant
 from shared.channels.connections import upsert_connection
-from shared.config import get_settings
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.redis_client import get_redis
+from shared.infra.worker_heartbeats import KEY_PREFIX, WorkerBeat, live_workers, record
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, store_memory
 from shared.queues import QUEUES
-from shared.redis_client import get_redis
 from shared.turns import ensure_session, ensure_user, find_user_id
-from shared.worker_heartbeats import KEY_PREFIX, WorkerBeat, live_workers, record
 from tests.conftest import CeleryStack
 from tests.integration.test_console import (  # noqa: F401  (browser, console, keep_failures: fixtures)
     WAIT_S,

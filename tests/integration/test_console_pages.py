@@ -20,11 +20,11 @@ from psycopg import ClientCursor
 from psycopg.types.json import Jsonb
 
 from api.console.session import KEY_COOKIE, NONCE_COOKIE
-from shared import db
 from shared.auth import ensure_tenant
 from shared.channels.connections import upsert_connection
 from shared.console.charts import LAG_SQL
 from shared.console.operations import RUNS_PAGE, RUNS_SQL
+from shared.infra import db
 from shared.keys import create_api_key
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, add_sources, store_memory

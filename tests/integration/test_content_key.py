@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from shared import migrate
-from shared.config import get_settings
-from shared.db import Conn, connect
+from shared.infra import migrate
+from shared.infra.config import get_settings
+from shared.infra.db import Conn, connect
 from shared.maintenance import jobs
 from shared.memory.content_keys import backfill_batch
 from shared.memory.keys import content_key

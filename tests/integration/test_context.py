@@ -12,12 +12,12 @@ import httpx
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply, engram_tail
-from shared import db
 from shared.context.compiler import TurnContext, compile_request, prepare_turn
 from shared.context.fences import contains_markers
 from shared.context.profiles import put_agent_profile
 from shared.context.static_prompt import what_you_know
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.db import Conn
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, store_memory
 from shared.tools import default_registry

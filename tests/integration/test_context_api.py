@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared import db
 from shared.context.tokens import BpeTokenCounter
+from shared.infra import db
 from shared.memory.keys import MemoryRejected
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, store_memory

@@ -9,8 +9,8 @@ from contextlib import ExitStack
 import pytest
 from psycopg.pq import TransactionStatus
 
-from shared import db
-from shared.config import get_settings
+from shared.infra import db
+from shared.infra.config import get_settings
 from tests.support.wire import wire_messages
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared import db
-from shared.config import Settings
 from shared.embeddings import onnx_local
 from shared.embeddings.providers import LocalEmbedder, OnnxLocalEmbedder, embedder_from_settings, export_local_onnx
 from shared.embeddings.space import (
@@ -21,6 +19,8 @@ from shared.embeddings.space import (
     forget_checked_spaces,
     reindex,
 )
+from shared.infra import db
+from shared.infra.config import Settings
 from shared.memory import service
 from shared.memory.indexing import index_memory
 from shared.memory.memory_input import MemoryInput

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from ops.fake_llm import fake_embedding
-from shared import db
 from shared.auth import ensure_tenant
 from shared.embeddings import space
 from shared.embeddings.cache import cache_model, content_hash, embed_texts, evict_stale
@@ -29,6 +28,7 @@ from shared.embeddings.space import (
     reindex,
     vector_search_available,
 )
+from shared.infra import db
 from shared.memory import service
 from shared.memory.indexing import index_pending_memories
 from shared.memory.memory_input import MemoryInput

@@ -10,10 +10,11 @@ import httpx
 import pytest
 
 from ops.fake_llm import FakeLLM
-from shared import db, fairness
-from shared.config import get_settings
+from shared import fairness
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.redis_client import get_redis
 from shared.queues import broker_keys
-from shared.redis_client import get_redis
 from tests.conftest import CeleryStack, Gateway, make_key, wait_turn
 
 pytestmark = pytest.mark.integration

@@ -29,8 +29,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from shared import db
-from shared.config import get_settings
+from shared.infra import db
+from shared.infra.config import get_settings
 from tests.conftest import Gateway
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from engramhq_client import EngramClient
 
-from shared import db
+from shared.infra import db
 from tests.conftest import CeleryStack, Gateway, make_key, wait_turn
 from tests.integration.test_turns import post_turn
 

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from shared import db
-from shared.config import get_settings
+from shared.infra import db
+from shared.infra.config import get_settings
 from tests.conftest import Gateway
 from tests.integration.test_keys import client, issue
 

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from ops.fake_llm import FakeLLM
-from shared import db
-from shared.config import get_settings
+from shared.infra import db
+from shared.infra.config import get_settings
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_pipeline import PIPELINE_ENV, eventually, ledger, requests_of, responder
 from tests.integration.test_turns import post_turn

@@ -13,9 +13,9 @@ import pytest
 from ops.bench import injection as bench
 from ops.bench.injection_corpus import ATTACKS, BENIGN
 from ops.fake_llm import FakeLLM
-from shared import db
 from shared.context.data_fence import unfenced
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.db import Conn
 from shared.memory.keys import MemoryRejected
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, correct_memory, store_memory

@@ -17,11 +17,11 @@ import pytest
 from fastapi.testclient import TestClient
 from httpx_sse import connect_sse
 
-from shared import db
 from shared.auth import authenticate
-from shared.config import get_settings
-from shared.locks import HeartbeatLock, session_lock_name
-from shared.redis_client import STREAM_CLIENT_NAME, get_redis
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.locks import HeartbeatLock, session_lock_name
+from shared.infra.redis_client import STREAM_CLIENT_NAME, get_redis
 from shared.turns import submit_turn
 from tests.conftest import Gateway
 from tests.support.services import TestServices
@@ -401,8 +401,8 @@ def test_gateway_loads_the_embedding_model_before_it_serves_not_in_the_first_sea
     services: object, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     from ops.gateway import create_app
-    from shared.config import get_settings
     from shared.embeddings import embedder_from_settings, local, onnx_local
+    from shared.infra.config import get_settings
     from shared.memory import service
 
     settings = get_settings().model_copy(update={"embedding_backend": backend})

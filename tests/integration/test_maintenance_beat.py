@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shared import db
+from shared.infra import db
 from tests.conftest import CeleryStack
 from tests.support.processes import CeleryProcess, beat, worker
 from tests.support.shifted_clock import SHIFT_LINE, shifted_argv

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared.config import Settings
-from shared.db import Conn
+from shared.infra.config import Settings
+from shared.infra.db import Conn
 from shared.maintenance import jobs
 from shared.maintenance.consolidation import jaccard, sessions_to_queue
 from shared.memory.memory_input import MemoryInput

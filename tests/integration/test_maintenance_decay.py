@@ -17,8 +17,8 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from shared.auth import ensure_tenant
-from shared.config import get_settings
-from shared.db import Conn
+from shared.infra.config import get_settings
+from shared.infra.db import Conn
 from shared.maintenance import jobs
 from shared.maintenance.runs import UserRef
 from shared.memory.memory_input import MemoryInput

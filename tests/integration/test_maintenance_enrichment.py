@@ -10,8 +10,8 @@ import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply
 from shared.auth import ensure_tenant
-from shared.config import Settings, get_settings
-from shared.db import Conn
+from shared.infra.config import Settings, get_settings
+from shared.infra.db import Conn
 from shared.maintenance import jobs
 from shared.maintenance.enrichment import parse_entities
 from shared.memory.entities import entity_info

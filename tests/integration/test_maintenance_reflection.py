@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared import db
-from shared.config import Settings, get_settings
 from shared.embeddings import embed_texts
+from shared.infra import db
+from shared.infra.config import Settings, get_settings
 from shared.maintenance import jobs
 from shared.maintenance.runs import UserRef
 from shared.memory.indexing import index_memory

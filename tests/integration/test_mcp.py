@@ -17,7 +17,7 @@ from mcp import Client, StdioServerParameters
 from mcp import types as mcp_types
 from mcp.client.streamable_http import streamable_http_client
 
-from shared import db
+from shared.infra import db
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, store_memory
 from tests.conftest import Gateway

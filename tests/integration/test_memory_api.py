@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared import db
+from shared.infra import db
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_turns import post_turn
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from shared.auth import ensure_tenant
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.memory.entities import entity_info
 from shared.memory.keys import MemoryRejected
 from shared.memory.memory_input import MemoryInput

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from shared import db
 from shared.auth import ensure_tenant
+from shared.infra import db
 from shared.memory import writes
 from shared.memory.memory_input import MemoryInput
 from shared.memory.reads import get_memory

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from ops.process_commands import gateway_argv
-from shared.db import connect
-from shared.migrate import apply_migrations, available_migrations, pending_migrations
+from shared.infra.db import connect
+from shared.infra.migrate import apply_migrations, available_migrations, pending_migrations
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +58,7 @@ def test_concurrent_runners_apply_each_migration_once(fresh_db_url: str) -> None
 
 
 def test_a_failing_migration_leaves_no_trace(fresh_db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared import migrate
+    from shared.infra import migrate
 
     good = available_migrations()
     broken = migrate.Migration(9999, "broken", "CREATE TABLE half_done (id int); SELECT no_such_function();")
@@ -76,7 +76,7 @@ def test_an_upgrade_rewrites_what_units_embed_and_keeps_their_vectors(
 ) -> None:
     """0016 changes what a transcript unit's vector is made of; a database with units embedded under 0015 keeps
     them searchable by meaning (no re-embedding of every message) and rebuilds later edits the new way."""
-    from shared import migrate
+    from shared.infra import migrate
 
     every = available_migrations()
     monkeypatch.setattr(migrate, "available_migrations", lambda: [m for m in every if m.version <= 15])

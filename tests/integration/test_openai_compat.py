@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply, RecordedRequest, engram_tail
-from shared import db
+from shared.infra import db
 from tests.conftest import CeleryStack, Gateway
 
 pytestmark = pytest.mark.integration

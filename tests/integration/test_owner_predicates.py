@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.memory.memory_input import MemoryInput, prepare
 from shared.memory.store import (
     MemoryNotActive,

@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply, echo_reply, engram_tail, last_user_text
-from shared import db
+from shared.infra import db
+from shared.infra.redis_client import get_redis
 from shared.pipeline.memory_prompt import TASK_BOTH, TASK_SUMMARY
-from shared.redis_client import get_redis
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_turns import post_turn
 from tests.support.processes import worker

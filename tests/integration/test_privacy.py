@@ -16,12 +16,12 @@ import httpx
 import pytest
 from psycopg.types.json import Jsonb
 
-from shared import db
 from shared.embeddings import content_hash
-from shared.events import stream_key
+from shared.infra import db
+from shared.infra.events import stream_key
+from shared.infra.redis_client import get_redis
 from shared.keys import create_api_key
 from shared.memory.userdata import NON_USER_TABLES, USER_TABLES
-from shared.redis_client import get_redis
 from tests.conftest import CeleryStack, TestServices, wait_turn
 from tests.integration.test_memory_api import create, wait_for_chunks
 from tests.integration.test_turns import post_turn

@@ -14,7 +14,7 @@ from ops.fake_cache import anthropic_parts, part_tokens
 from ops.fake_llm import FakeLLM, FakeReply, RecordedRequest, engram_tail
 from shared.context.compiler import TurnContext, compile_request, prepare_turn
 from shared.context.epoch import COMPACTED, DELTA_BOUND, FIRST, MEMORY_CHANGED, PROMPT_CHANGED
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, store_memory
 from shared.tools import default_registry

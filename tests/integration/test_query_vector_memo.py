@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from shared.db import connect
 from shared.embeddings.space import forget_checked_spaces
+from shared.infra.db import connect
 from shared.memory import service
 from tests.conftest import TestServices
 

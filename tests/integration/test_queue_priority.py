@@ -14,11 +14,11 @@ import httpx
 import pytest
 
 from ops.fake_llm import FakeLLM
-from shared import db
 from shared.embeddings.drain import token_key
+from shared.infra import db
+from shared.infra.redis_client import get_redis
 from shared.pipeline import debounce
 from shared.queues import BACKGROUND_QUEUES, broker_keys, bulk_key
-from shared.redis_client import get_redis
 from tests.conftest import CeleryStack
 from tests.integration.test_ingest_pipeline import ingest
 from tests.integration.test_pipeline import PIPELINE_ENV, eventually, responder

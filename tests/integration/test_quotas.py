@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared.config import get_settings
+from shared.infra.config import get_settings
 from tests.conftest import CeleryStack, Gateway, wait_turn
 
 
@@ -107,8 +107,8 @@ def _subquery_loops(plan: dict[str, Any]) -> list[int]:
 
 def test_the_budget_check_reads_the_months_calls_only_when_the_tenant_has_a_budget(clean_state: Any) -> None:
     """It runs on every accepted turn: without a budget its cost must not grow with the month's traffic."""
-    from shared import db
     from shared.auth import ensure_tenant
+    from shared.infra import db
     from shared.quotas import BUDGET_AND_USAGE_SQL, budget_used, set_budget, turn_refusal
 
     with db.connection() as conn:
@@ -138,8 +138,8 @@ def _script_calls(client: Any) -> int:
 
 
 def test_all_of_a_requests_buckets_take_one_round_trip_and_stop_at_the_first_empty_one(clean_state: Any) -> None:
+    from shared.infra.redis_client import get_redis
     from shared.ratelimit import request_limits, take
-    from shared.redis_client import get_redis
 
     client = get_redis()
     limits = request_limits(7, 70, key_rate=0.01, key_burst=5, tenant_rate=0.01, tenant_burst=2)

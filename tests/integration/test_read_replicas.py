@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from api.metrics import EngramCollector
-from shared import replicas
+from shared.infra import replicas
 from tests.conftest import _reset_process_state
 from tests.support.replica import StreamingReplica
 from tests.support.services import TestServices

@@ -14,9 +14,9 @@ import psutil
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared import db
-from shared.locks import HeartbeatLock, session_lock_name
-from shared.redis_client import get_redis
+from shared.infra import db
+from shared.infra.locks import HeartbeatLock, session_lock_name
+from shared.infra.redis_client import get_redis
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_turns import count, post_turn
 from tests.integration.test_up import UpProcess, up_env  # noqa: F401  (fixture)

@@ -24,8 +24,8 @@ import redis.sentinel
 from ops.embedded import EmbeddedPostgres, free_port
 from ops.fake_llm import FakeLLM
 from shared.auth import create_key
-from shared.db import connect
-from shared.migrate import apply_migrations
+from shared.infra.db import connect
+from shared.infra.migrate import apply_migrations
 from tests.conftest import BEAT_ENV, CeleryStack
 from tests.support.processes import CeleryProcess, beat, gateway, wait_http, worker
 from tests.support.sentinel import SERVICE, SentinelCluster

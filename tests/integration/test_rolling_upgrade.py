@@ -19,8 +19,8 @@ import redis
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM, FakeReply
 from shared.auth import create_key
-from shared.db import connect
-from shared.migrate import apply_migrations, available_migrations
+from shared.infra.db import connect
+from shared.infra.migrate import apply_migrations, available_migrations
 from tests.conftest import CeleryStack, wait_turn
 from tests.support.previous_release import HistoryMissing, PreviousRelease, export_previous_release
 from tests.support.processes import CeleryProcess, gateway, wait_http

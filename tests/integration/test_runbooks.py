@@ -17,8 +17,8 @@ import typer.main
 import yaml
 
 from ops.cli import app as cli_app
-from shared import db
 from shared.auth import authenticate
+from shared.infra import db
 from shared.keys import IssuedKey, create_tenant_key
 from shared.queues import QUEUES
 from tests.conftest import Gateway
@@ -171,7 +171,7 @@ def test_backup_and_restore_as_the_runbook_says(
             row = restored.execute("SELECT value FROM memories WHERE key = 'city'").fetchone()
             assert row is not None and row["value"] == "Lives in Porto"
             # "engram migrate applies nothing": the dump carries schema_migrations.
-            from shared.migrate import apply_migrations
+            from shared.infra.migrate import apply_migrations
 
             assert apply_migrations(restored) == []
     finally:

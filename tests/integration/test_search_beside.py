@@ -14,8 +14,8 @@ import pytest
 from psycopg_pool import PoolTimeout
 
 import shared.memory.service as service
-from shared import db
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.db import Conn
 from shared.memory.rows import Scope
 from shared.memory.service import search_memories
 from shared.transcript.units import embed_pending_units

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from shared.db import Conn
 from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
+from shared.infra.db import Conn
 from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.memory_input import MemoryInput
 from shared.memory.search import SearchOptions, _fuse, search, search_statement

@@ -19,12 +19,12 @@ from ops.cli import app
 from ops.fake_channels import FakeChannels
 from ops.fake_llm import FakeLLM, FakeReply
 from ops.process_commands import gateway_argv
-from shared import db
 from shared.auth import ensure_tenant
 from shared.channels.connections import get_connection
-from shared.config import get_settings
-from shared.db import connect
-from shared.migrate import apply_migrations, available_migrations
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.db import connect
+from shared.infra.migrate import apply_migrations, available_migrations
 from shared.secretbox import KeyRing, generate_key, key_file, keyring, parse_keys
 from tests.conftest import CeleryStack, Gateway
 from tests.integration.test_channels import (
@@ -225,7 +225,7 @@ def test_an_upgrade_keeps_plain_rows_readable_and_engram_up_seals_them_with_a_ge
     """Migrations up to 0016, a connection stored then; 0017 alone cannot encrypt (no key in SQL); `engram
     migrate` without a key warns and leaves it readable; `engram up`'s step generates the key file and seals."""
     from ops.stack import Stack
-    from shared import migrate
+    from shared.infra import migrate
 
     every = available_migrations()
     env.setattr(migrate, "available_migrations", lambda: [m for m in every if m.version <= 16])

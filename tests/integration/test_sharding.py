@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared import db
-from shared.config import get_settings
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.config import get_settings
+from shared.infra.db import Conn
 from shared.maintenance import jobs
 from shared.maintenance.schedule import JOBS
 from shared.memory.userdata import NON_USER_TABLES, USER_TABLES

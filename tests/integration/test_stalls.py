@@ -23,8 +23,8 @@ from ops.bench.stalls import process_tree, stopped
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from ops.fake_llm import FakeLLM, FakeReply
 from shared.auth import create_key
-from shared.db import connect
-from shared.migrate import apply_migrations
+from shared.infra.db import connect
+from shared.infra.migrate import apply_migrations
 from tests.conftest import TEST_ENV, CeleryStack, wait_turn
 from tests.support.processes import CeleryProcess, gateway, wait_http, worker
 

@@ -1,4 +1,4 @@
-"""The gateway and the workers freeze the heap they built at startup (shared/heap.py says why)."""
+"""The gateway and the workers freeze the heap they built at startup (shared/infra/heap.py says why)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from shared import db
+from shared.infra import db
 from tests.conftest import CeleryStack
 from tests.support.heap import walked_by_collections
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared import db
 from shared.auth import ensure_tenant
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.db import Conn
 from shared.memory.memory_input import MemoryInput
 from shared.memory.reads import memory_history
 from shared.memory.store import Scope, WriteResult, store_memory

@@ -12,11 +12,11 @@ import redis
 from httpx_sse import connect_sse
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared import db
 from shared.auth import ensure_tenant
-from shared.config import Settings
 from shared.context.fences import strip_markers
-from shared.events import TurnEventPublisher, stream_key
+from shared.infra import db
+from shared.infra.config import Settings
+from shared.infra.events import TurnEventPublisher, stream_key
 from shared.llm.factory import chat_provider
 from shared.llm.types import ChatProvider, ChatRequest, ChatResult, DeltaCallback
 from shared.pipeline.jobs import extract_session

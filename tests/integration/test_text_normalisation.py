@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared import db
+from shared.infra import db
 from shared.text import clean_text
 
 pytestmark = pytest.mark.integration

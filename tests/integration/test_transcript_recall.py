@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from ops.fake_llm import FakeLLM
-from shared import db
-from shared.db import Conn
 from shared.embeddings import LocalEmbedder, ensure_embedding_space
+from shared.infra import db
+from shared.infra.db import Conn
 from shared.memory.search_reads import read_before_search
 from shared.memory.userdata import erase_user
 from tests.conftest import CeleryStack, wait_turn

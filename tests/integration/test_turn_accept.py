@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from shared import db
 from shared.auth import authenticate, create_key, ensure_tenant
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.db import Conn
 from shared.turns import IdempotencyConflict, submit_turn
 from tests.support.locks import once_blocked
 from tests.support.wire import wire_messages

@@ -9,19 +9,19 @@ from typing import Any
 
 import pytest
 
-from shared import db
 from shared.agent import TurnDeps
 from shared.agent.turn_runner import read_turn_context
 from shared.context.profiles import patch_user_profile, put_agent_profile
-from shared.db import Conn
 from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
+from shared.infra import db
+from shared.infra.db import Conn
+from shared.infra.redis_client import get_redis
 from shared.memory.indexing import index_memory
 from shared.memory.memory_input import MemoryInput
 from shared.memory.search import search
 from shared.memory.service import process_embedder
 from shared.memory.store import Scope, store_memory
 from shared.quotas import set_budget
-from shared.redis_client import get_redis
 from shared.tools import default_registry
 from shared.turns import submit_turn
 from tests.integration.test_context import session_row

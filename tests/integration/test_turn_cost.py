@@ -15,10 +15,10 @@ import pytest
 import redis
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared import db
 from shared.agent import drain_session
 from shared.auth import ensure_tenant
-from shared.config import get_settings
+from shared.infra import db
+from shared.infra.config import get_settings
 from shared.runtime import turn_deps
 from shared.turns import submit_turn
 from tests.conftest import CeleryStack, wait_turn

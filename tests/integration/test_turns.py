@@ -14,7 +14,7 @@ import pytest
 from httpx_sse import connect_sse
 
 from ops.fake_llm import FakeLLM, FakeReply, RecordedRequest, engram_tail
-from shared import db
+from shared.infra import db
 from shared.turns import ensure_session, ensure_user
 from tests.conftest import CeleryStack, wait_turn
 

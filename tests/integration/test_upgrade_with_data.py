@@ -17,10 +17,10 @@ import pytest
 
 from ops.embedded import free_port
 from shared.channels.connections import get_connection
-from shared.config import get_settings
-from shared.db import connect
 from shared.embeddings import embedder_from_settings
-from shared.migrate import apply_migrations, available_migrations
+from shared.infra.config import get_settings
+from shared.infra.db import connect
+from shared.infra.migrate import apply_migrations, available_migrations
 from tests.support.processes import CeleryProcess, gateway, wait_http
 from tests.support.table_rows import Rows, rows_by_key
 from tests.support.upgrade_seeds import World, seeds, v0002, v0007, v0015

@@ -12,8 +12,8 @@ import pytest
 import redis
 
 from ops.embedded import free_port
-from shared.redis_client import get_redis, new_redis
-from shared.worker_heartbeats import KEY_PREFIX, WorkerBeat, key, live_workers, record, unserved_queues
+from shared.infra.redis_client import get_redis, new_redis
+from shared.infra.worker_heartbeats import KEY_PREFIX, WorkerBeat, key, live_workers, record, unserved_queues
 from tests.conftest import CeleryStack
 from tests.integration.test_pipeline import eventually
 from tests.support.processes import CeleryProcess, worker

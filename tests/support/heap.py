@@ -1,4 +1,4 @@
-"""Whether an object is still walked by Python's garbage collections (not frozen by shared/heap.py)."""
+"""Whether an object is still walked by Python's garbage collections (not frozen by shared/infra/heap.py)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from shared import db
-from shared.db import Conn
+from shared.infra import db
+from shared.infra.db import Conn
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.migrate import available_migrations
+from shared.infra.migrate import available_migrations
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shared.auth import ensure_tenant
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.memory.store import Scope
 from shared.turns import ensure_user
 

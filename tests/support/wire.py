@@ -10,7 +10,7 @@ from pathlib import Path
 
 from psycopg import pq
 
-from shared.db import Conn
+from shared.infra.db import Conn
 
 
 @contextmanager
@@ -47,8 +47,8 @@ def pool_statements() -> Iterator[Counter[str]]:
     """Count what every connection of this process's pool sends while the block runs (the gateway of the tests
     runs in this process, on this pool): each connection is borrowed once to start its trace, and the pool keeps
     the traces on while the block's requests borrow them. The counter is filled when the block ends."""
-    from shared import db
-    from shared.config import get_settings
+    from shared.infra import db
+    from shared.infra.config import get_settings
 
     total: Counter[str] = Counter()
     counters: list[Counter[str]] = []

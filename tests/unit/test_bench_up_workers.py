@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ops.bench.stack import up_workers
-from shared.config import Settings
+from shared.infra.config import Settings
 from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.config import get_settings
+from shared.infra.config import get_settings
 
 
 @pytest.fixture

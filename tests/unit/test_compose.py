@@ -1,7 +1,7 @@
 """docker-compose.yml describes the same stack as `engram up`: checked statically, no Docker needed.
 
 These tests catch drift: a queue added to shared/queues.py that no container consumes, a setting
-renamed in shared/config.py but still spelled the old way in the compose file, a port published
+renamed in shared/infra/config.py but still spelled the old way in the compose file, a port published
 on every interface.
 """
 
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from ops.process_commands import beat_argv, flower_argv, gateway_argv, pool_argv
-from shared.config import Settings
+from shared.infra.config import Settings
 from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS, QUEUES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from ops.gateway import create_app
 from ops.stack import Stack
-from shared.config import Settings
+from shared.infra.config import Settings
 
 ASSET = re.compile(r"""<(?:script|link)\b[^>]*?\b(?:src|href)="([^"]+)\"""")
 VENDORED = ("htmx.min.js", "uPlot.iife.min.js", "uPlot.min.css", "charts.js", "console.css")

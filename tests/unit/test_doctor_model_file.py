@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ops.doctor import _check_embedding_model_file
-from shared.config import Settings
 from shared.embeddings.providers import int8_path
+from shared.infra.config import Settings
 
 
 def settings(**values: object) -> Settings:

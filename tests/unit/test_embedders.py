@@ -13,7 +13,6 @@ from pydantic import SecretStr
 
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM, FakeReply, fake_embedding
-from shared.config import Settings
 from shared.embeddings.openai_embedder import PROBE_TEXT
 from shared.embeddings.providers import (
     LOCAL_DIMENSION,
@@ -24,6 +23,7 @@ from shared.embeddings.providers import (
     embedder_from_settings,
     local_model,
 )
+from shared.infra.config import Settings
 from shared.llm.retry import RetryPolicy
 
 

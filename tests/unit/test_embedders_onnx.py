@@ -15,7 +15,6 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from shared.config import Settings
 from shared.embeddings.providers import (
     LOCAL_DIMENSION,
     LocalEmbedder,
@@ -25,6 +24,7 @@ from shared.embeddings.providers import (
     int8_path,
     onnx_cache_name,
 )
+from shared.infra.config import Settings
 from tests.support.embedding_texts import EDGE_TEXTS
 
 TEXTS = EDGE_TEXTS

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import Settings
 from shared.embeddings import onnx_local
 from shared.embeddings.providers import (
     LOCAL_DIMENSION,
@@ -24,6 +23,7 @@ from shared.embeddings.providers import (
     int8_path,
     onnx_cache_name,
 )
+from shared.infra.config import Settings
 from tests.support.embedding_texts import EDGE_TEXTS
 
 TEXTS = [

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ops.env_example import plain, render
-from shared.config import Settings
+from shared.infra.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from ops.stack import ensure_flower_password
-from shared.config import Settings
+from shared.infra.config import Settings
 
 
 def settings(tmp_path: Path, **values: object) -> Settings:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import weakref
 
-from shared.heap import freeze_startup_heap
+from shared.infra.heap import freeze_startup_heap
 from tests.support.heap import walked_by_collections
 
 

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from shared.config import Settings
+from shared.infra.config import Settings
 from shared.queues import BULK_QUEUES, POOLS, QUEUES, broker_keys, bulk_key
 from tests.support.kustomize import load_documents, render
 from tests.unit.test_compose import COMPOSE_FILE, argv, engram_services, env

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from shared.locks import Holder, holder_state, owner_token
+from shared.infra.locks import Holder, holder_state, owner_token
 
 
 def test_a_token_of_this_process_names_a_live_holder() -> None:
@@ -16,7 +16,7 @@ def test_a_token_of_this_process_names_a_live_holder() -> None:
 
 def test_a_token_of_a_process_that_exited_names_a_dead_holder() -> None:
     child = subprocess.run(
-        [sys.executable, "-c", "from shared.locks import owner_token; print(owner_token())"],
+        [sys.executable, "-c", "from shared.infra.locks import owner_token; print(owner_token())"],
         capture_output=True,
         text=True,
         check=True,

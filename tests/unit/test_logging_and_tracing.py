@@ -9,9 +9,9 @@ import logging
 import pytest
 import structlog
 
-from shared.config import Settings
-from shared.logging import REDACTED, redact
-from shared.tracing import configure_tracing, parse_headers, traces_endpoint
+from shared.infra.config import Settings
+from shared.infra.logging import REDACTED, redact
+from shared.infra.tracing import configure_tracing, parse_headers, traces_endpoint
 
 
 @pytest.mark.parametrize("level", ["info", "warning", "error"])
@@ -42,7 +42,7 @@ def test_debug_lines_keep_text() -> None:
 
 
 def test_stdlib_lines_are_json_with_context(capsys: pytest.CaptureFixture[str]) -> None:
-    import shared.logging as engram_logging
+    import shared.infra.logging as engram_logging
 
     saved = (engram_logging._configured, structlog.get_config(), logging.getLogger().handlers[:])
     engram_logging._configured = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.migrate import available_migrations
+from shared.infra.migrate import available_migrations
 from tests.support.migration_rules import CONTRACT_MARKER, RULE_FROM, contract_steps, is_contract
 
 

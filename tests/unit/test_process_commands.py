@@ -19,7 +19,7 @@ from ops.process_commands import (
     pool_argv,
     worker_argv,
 )
-from shared.config import Settings
+from shared.infra.config import Settings
 from shared.queues import INTERACTIVE_QUEUES, POOLS, QUEUES
 
 

@@ -6,8 +6,8 @@ from typing import Any, cast
 
 import pytest
 
-from shared.config import Settings
-from shared.replicas import _Replica, _Router, format_lsn, parse_lsn, replica_urls
+from shared.infra.config import Settings
+from shared.infra.replicas import _Replica, _Router, format_lsn, parse_lsn, replica_urls
 
 
 def test_positions_read_as_postgres_writes_them() -> None:

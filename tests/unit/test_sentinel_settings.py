@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from shared.config import Settings
-from shared.sentinel import SentinelTarget, parse_sentinels
-from shared.services import resolve_redis_sentinel
+from shared.infra.config import Settings
+from shared.infra.sentinel import SentinelTarget, parse_sentinels
+from shared.infra.services import resolve_redis_sentinel
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from pydantic import Field
 
 from ops.settings_doc import render, rows, sections
-from shared.config import Settings
+from shared.infra.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ README starts with the two commands."""
 import re
 from pathlib import Path
 
-from shared.config import Settings
+from shared.infra.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

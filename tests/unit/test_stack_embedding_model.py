@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ops.stack import Stack, StackError
-from shared.config import Settings
 from shared.embeddings.providers import OnnxLocalEmbedder, int8_path, onnx_cache_name
+from shared.infra.config import Settings
 
 
 def _no_export(*args: object, **kwargs: object) -> None:

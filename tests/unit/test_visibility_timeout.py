@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-from shared.config import Settings
+from shared.infra.config import Settings
 from workers.limits import check_visibility_timeout, longest_retry_countdown
 
 

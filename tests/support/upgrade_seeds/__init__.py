@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.db import Conn
+from shared.infra.db import Conn
 
 Seed = Callable[[Conn, "World"], None]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from psycopg.types.json import Jsonb
 
 from shared.auth import hash_key
-from shared.db import Conn
+from shared.infra.db import Conn
 from tests.support.upgrade_seeds import World, insert
 
 KEY = "egm_upgrade-test-key-from-the-first-release"

@@ -3,7 +3,7 @@ shared/embeddings/space.py did then), a superseded value with its history, an en
 
 from __future__ import annotations
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from tests.support.upgrade_seeds import World, insert
 
 PET = "Alice has a golden retriever called Biscuit"

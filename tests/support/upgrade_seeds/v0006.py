@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shared.auth import hash_key
-from shared.db import Conn
+from shared.infra.db import Conn
 from tests.support.upgrade_seeds import World, insert
 
 KEY = "egm_upgrade-test-read-only-key-for-alice"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from psycopg.types.json import Jsonb
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from tests.support.upgrade_seeds import World, insert
 
 

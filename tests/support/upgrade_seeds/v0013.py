@@ -3,7 +3,7 @@ upgrade it is still waiting for the embeddings drain, not lost from its work lis
 
 from __future__ import annotations
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from tests.support.upgrade_seeds import World, insert
 
 

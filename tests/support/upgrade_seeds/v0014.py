@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from shared.memory.keys import content_key
 from tests.support.upgrade_seeds import World, insert
 

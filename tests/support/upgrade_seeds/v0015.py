@@ -3,7 +3,7 @@ unit's vector (done here with the embedder, as the drain would)."""
 
 from __future__ import annotations
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from tests.support.upgrade_seeds import World, insert
 
 TEXT = "My sister Ines is getting married in Sintra next September"

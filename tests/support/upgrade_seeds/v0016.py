@@ -3,7 +3,7 @@ before it keep their vectors (the final checks find 0015's message by meaning)."
 
 from __future__ import annotations
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from tests.support.upgrade_seeds import World
 
 

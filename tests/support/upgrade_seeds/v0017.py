@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from psycopg.types.json import Jsonb
 
-from shared.config import get_settings
-from shared.db import Conn
+from shared.infra.config import get_settings
+from shared.infra.db import Conn
 from shared.secretbox import keyring
 from tests.support.upgrade_seeds import World, insert
 

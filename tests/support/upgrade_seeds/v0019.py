@@ -3,7 +3,7 @@ seeded before it are listed through it after the upgrade."""
 
 from __future__ import annotations
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from tests.support.upgrade_seeds import World
 
 

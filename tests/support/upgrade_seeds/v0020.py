@@ -3,7 +3,7 @@ seed. The chunks seeded before it are read and searched as before after the upgr
 
 from __future__ import annotations
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from tests.support.upgrade_seeds import World
 
 

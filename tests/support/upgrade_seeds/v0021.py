@@ -3,7 +3,7 @@ seed. The queued turn seeded before it must still be found and run."""
 
 from __future__ import annotations
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from tests.support.upgrade_seeds import World
 
 

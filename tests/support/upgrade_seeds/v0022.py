@@ -3,7 +3,7 @@ The units seeded before it are read by the lag chart through it after the upgrad
 
 from __future__ import annotations
 
-from shared.db import Conn
+from shared.infra.db import Conn
 from tests.support.upgrade_seeds import World
 
 

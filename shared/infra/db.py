@@ -24,8 +24,8 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from shared.config import Settings, get_settings
-from shared.services import resolve_database_url
+from shared.infra.config import Settings, get_settings
+from shared.infra.services import resolve_database_url
 
 # Every connection engram opens returns rows as dicts.
 Conn = psycopg.Connection[DictRow]

@@ -45,7 +45,7 @@ def redact(_logger: Any, method_name: str, event_dict: MutableMapping[str, Any])
 
 
 def add_trace_ids(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    from shared.tracing import current_trace_ids
+    from shared.infra.tracing import current_trace_ids
 
     for key, value in current_trace_ids().items():
         event_dict.setdefault(key, value)

@@ -20,7 +20,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.cron import parse_cron
-from shared.sentinel import is_sentinel_url, parse_sentinels
+from shared.infra.sentinel import is_sentinel_url, parse_sentinels
 
 ProviderName = Literal["auto", "offline", "anthropic", "openai"]
 
@@ -572,7 +572,7 @@ class Settings(BaseSettings):
     log_level: str = Field("INFO", description="log level")
     log_json: bool = Field(False, description="JSON log lines instead of the console format")
 
-    # --- tracing (OpenTelemetry; shared/tracing.py) -------------------------------------------------
+    # --- tracing (OpenTelemetry; shared/infra/tracing.py) -------------------------------------------
     otel_enabled: bool = Field(
         False,
         description="export OpenTelemetry traces (gateway request → turn task → model call and SQL → follow-up "

@@ -3,7 +3,7 @@
 `read(fn)` runs a read-only `fn(conn)` on a replica (round-robin over the usable ones) or, when none is
 usable, on the primary; a caller never sees a replica's failure. Only reads whose callers accept data a
 few seconds old use it (memory search and lists, `/context`, exports, the console's lists); a session's
-own turn context and every write use `shared.db.connection()`, the primary.
+own turn context and every write use `shared.infra.db.connection()`, the primary.
 
 Staleness is bounded by comparing positions in the primary's WAL, not clocks: every `_REFRESH_SECONDS` one
 request samples the primary's current LSN and each replica's replayed LSN. A replica that has replayed
@@ -32,9 +32,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from shared import db
-from shared.config import Settings, get_settings
-from shared.logging import get_logger
+from shared.infra import db
+from shared.infra.config import Settings, get_settings
+from shared.infra.logging import get_logger
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -286,7 +286,7 @@ def read(fn: Callable[[db.Conn], T], *, min_lsn: int | None = None) -> T:
 
     `fn` may run twice (a replica that fails mid-read is retried on the primary), so it must not write or
     have other effects. Exceptions of its own (a 404) pass through. With no replicas configured this is
-    `shared.db.connection()`."""
+    `shared.infra.db.connection()`."""
     router = _get_router()
     if router is not None:
         replica = router.pick(min_lsn)

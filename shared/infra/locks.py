@@ -31,7 +31,7 @@ import psutil
 import redis
 from redis.exceptions import LockError, LockNotOwnedError, RedisError
 
-from shared.logging import get_logger
+from shared.infra.logging import get_logger
 
 log = get_logger(__name__)
 

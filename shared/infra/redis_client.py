@@ -1,7 +1,7 @@
 """One Redis client per process (sync), and one async client per event loop (gateway streaming).
 
 Every Redis client engram uses (locks, debounce tokens, rate limits, event streams, queue depths) is
-built here, for a single server or through Redis Sentinel (shared/sentinel.py): a Sentinel-managed
+built here, for a single server or through Redis Sentinel (shared/infra/sentinel.py): a Sentinel-managed
 client looks the primary up when it connects, and drops its connections and looks again when the
 server it reached has become a replica (redis-py's `SentinelManagedConnection`). The Celery broker
 and beat use kombu's and RedBeat's own Sentinel support with the same addresses (workers/app.py)."""
@@ -18,8 +18,8 @@ import redis.asyncio as aioredis
 import redis.asyncio.sentinel as aiosentinel
 import redis.sentinel
 
-from shared.config import Settings, get_settings
-from shared.services import resolve_redis_sentinel, resolve_redis_url
+from shared.infra.config import Settings, get_settings
+from shared.infra.services import resolve_redis_sentinel, resolve_redis_url
 
 _client: redis.Redis | None = None
 _lock = threading.Lock()

@@ -24,7 +24,7 @@ from typing import Any
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import SpanKind
 
-from shared.config import Settings, get_settings
+from shared.infra.config import Settings, get_settings
 
 _lock = threading.Lock()
 _configured_role: str | None = None

@@ -14,7 +14,7 @@ from importlib import resources
 
 import psycopg
 
-from shared.db import Conn
+from shared.infra.db import Conn
 
 # Arbitrary constant shared by every engram process: "the migration lock".
 MIGRATION_LOCK_ID = 0x656E6772616D  # "engram"
@@ -81,7 +81,7 @@ def apply_migrations(conn: Conn, up_to: int | None = None) -> list[Migration]:
 
 
 def _applied_versions(conn: Conn) -> set[int]:
-    # Rows are dicts: connections come from shared.db, which always uses dict_row.
+    # Rows are dicts: connections come from shared.infra.db, which always uses dict_row.
     if not _table_exists(conn):
         return set()
     rows = conn.execute("SELECT version FROM schema_migrations").fetchall()

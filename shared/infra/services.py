@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shared.config import Settings
-from shared.sentinel import SentinelTarget, is_sentinel_url, parse_sentinels
+from shared.infra.config import Settings
+from shared.infra.sentinel import SentinelTarget, is_sentinel_url, parse_sentinels
 
 
 class ServiceNotConfigured(RuntimeError):
@@ -53,7 +53,7 @@ def resolve_database_url(settings: Settings) -> str:
 
 
 def resolve_redis_url(settings: Settings) -> str:
-    """The single server's URL; with Sentinel configured use `resolve_redis_sentinel` (shared/redis_client.py
+    """The single server's URL; with Sentinel configured use `resolve_redis_sentinel` (shared/infra/redis_client.py
     builds clients for either)."""
     return _resolve(settings, settings.redis_url, "redis_url", "ENGRAM_REDIS_URL")
 
