@@ -25,7 +25,9 @@ from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, confirm_memory, store_memory
 from tests.support.scopes import make_scope
 
-pytestmark = pytest.mark.integration
+# Decay is run by hand on memories written here: a shared worker left running by an earlier test would embed
+# them meanwhile (the embedding cache the run empties would fill again).
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_shared_workers")]
 
 
 @pytest.fixture
