@@ -4,7 +4,6 @@ the ones the same searches give one after another on one connection."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -18,10 +17,11 @@ from shared.infra import db
 from shared.infra.db import Conn
 from shared.memory.rows import Scope
 from shared.memory.service import search_memories
-from shared.transcript.units import embed_pending_units
 from tests.integration.test_memory_store import make_scope, make_session
 
-pytestmark = pytest.mark.integration
+# A worker left running by an earlier test would embed the units between two searches, and the second would
+# rank with a vector leg the first did not have: no worker runs here.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_shared_workers")]
 
 QUERY = "What did Ann and Bob cook last May?"
 AS_OF = datetime(2023, 10, 1, tzinfo=UTC)
@@ -44,20 +44,7 @@ def kitchen(autocommit_conn: Conn) -> Scope:
         _say(autocommit_conn, scope, session_id, "Ann", f"I cooked risotto for the neighbours on {day}", day)
         _say(autocommit_conn, scope, session_id, "Bob", f"I cooked a lentil soup with the kids on {day}", day)
         _say(autocommit_conn, scope, session_id, "Bob", f"My dog slept all afternoon on {day}", day)
-    _embed_units(autocommit_conn, scope)
     return scope
-
-
-def _embed_units(conn: Conn, scope: Scope) -> None:
-    """Give the units their vectors before any search: a worker left running by an earlier test would otherwise
-    embed them between two searches, and the second would rank with a vector leg the first did not have."""
-    deadline = time.monotonic() + 60
-    while conn.execute(
-        "SELECT 1 FROM memory_chunks WHERE user_id = %s AND message_id IS NOT NULL AND embedding IS NULL LIMIT 1",
-        (scope.user_id,),
-    ).fetchone():
-        assert time.monotonic() < deadline, "the kitchen's transcript units were not embedded"
-        embed_pending_units(service.process_embedder(), 64)  # skips units a running worker holds
 
 
 @pytest.fixture
