@@ -9,8 +9,8 @@ from fastapi import APIRouter, Path, Query, status
 
 from api.deps import AdminKey
 from api.errors import ApiError
-from api.job_schemas import JobOut
 from api.schemas.admin import IssuedKeyOut, KeyIn, KeyOut, TenantOut, TenantPatch
+from api.schemas.jobs import JobOut
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.keys import KeyRequestInvalid, create_api_key, list_api_keys, revoke_api_key, rotate_api_key

@@ -1,19 +1,24 @@
 """Channel administration (scope `admin`, the caller's own tenant): connections, identity links, deliveries.
-
-Secrets go in and never come out: a connection is shown with the names of the secrets it has set.
-"""
+The bodies are in api/schemas/channels.py."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
-from pydantic import BaseModel, Field, SecretStr
 
 from api.deps import AdminKey
 from api.errors import ApiError
 from api.schemas import ID_PATTERN
+from api.schemas.channels import (
+    ConnectionIn,
+    ConnectionOut,
+    DeliveryOut,
+    DeliveryStatus,
+    IdentityIn,
+    IdentityOut,
+    Kind,
+)
 from shared.channels.connections import (
     SLUG_PATTERN,
     ConnectionInvalid,
@@ -23,70 +28,14 @@ from shared.channels.connections import (
     tenant_connection,
 )
 from shared.channels.deliveries import list_deliveries
-from shared.channels.identities import PLATFORM_ID_PATTERN, link_identity, list_identities
+from shared.channels.identities import link_identity, list_identities
 from shared.channels.setup import add_connection
 from shared.infra import db
 from shared.infra.config import get_settings
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
-Kind = Literal["slack", "telegram"]
-DeliveryStatus = Literal["waiting", "pending", "sending", "sent", "failed"]
 SlugPath = Annotated[str, Path(pattern=SLUG_PATTERN)]
-
-
-class ConnectionIn(BaseModel):
-    kind: Kind
-    slug: str = Field(pattern=SLUG_PATTERN, description="Names the webhook URL: /v1/channels/<kind>/<slug>/…")
-    signing_secret: SecretStr | None = Field(None, max_length=200, description="Slack: the app's signing secret")
-    bot_token: SecretStr | None = Field(None, max_length=300, description="Slack xoxb-… or Telegram BotFather token")
-    webhook_secret: SecretStr | None = Field(
-        None, max_length=256, description="Telegram: X-Telegram-Bot-Api-Secret-Token; generated when left out"
-    )
-    bot_username: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9_]{3,64}$", description="Telegram: the bot's @name (default: asked with getMe)"
-    )
-
-
-class ConnectionOut(BaseModel):
-    id: int
-    kind: str
-    slug: str
-    bot_username: str | None
-    secrets_set: list[str] = Field(description="Which secrets are stored (their values are never shown)")
-    webhook_path: str
-
-
-class IdentityIn(BaseModel):
-    user_id: str = Field(pattern=ID_PATTERN, description="The engram user the identity should map to")
-    kind: Kind
-    connection: str = Field(pattern=SLUG_PATTERN, description="The connection's slug")
-    platform_user_id: str = Field(pattern=PLATFORM_ID_PATTERN, description="Slack user id (U…) or Telegram user id")
-
-
-class IdentityOut(BaseModel):
-    kind: str
-    connection: str
-    platform_user_id: str
-    user_id: str
-    previous_user_id: str | None = Field(None, description="The user the identity mapped to before, if another")
-
-
-class DeliveryOut(BaseModel):
-    id: int
-    kind: str
-    connection: str
-    user_id: str | None
-    turn_id: int | None
-    target: dict[str, Any]
-    status: str
-    attempts: int
-    parts_sent: int
-    last_error: str | None
-    next_attempt_at: datetime
-    created_at: datetime
-    updated_at: datetime
-    sent_at: datetime | None
 
 
 def _webhook_path(kind: str, slug: str) -> str:

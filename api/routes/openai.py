@@ -23,8 +23,8 @@ from starlette.exceptions import HTTPException
 
 from api.deps import ChatKey, check_user
 from api.errors import ApiError, code_for, explain_content_type, refuse_over_budget
-from api.openai_schemas import ChatCompletionIn, ModelOut, ModelsOut, OpenAIErrorOut
 from api.schemas.common import ID_PATTERN
+from api.schemas.openai import ChatCompletionIn, ModelOut, ModelsOut, OpenAIErrorOut
 from shared.auth import Principal
 from shared.client_options import ClientOptions
 from shared.dispatch import get_dispatcher

@@ -1,5 +1,6 @@
 """Request and response bodies of the HTTP API, one module per area (they also make the OpenAPI
-schema): common (ids, timestamps), turns, sessions, ingest, context, memories, profiles, admin, health.
+schema): common (the request base, ids, timestamps), turns, sessions, ingest, context, memories, profiles,
+admin, channels, jobs, health, and openai (the OpenAI-compatible endpoint).
 
 Routes import from the area's module; the names are re-exported here for callers that want one import.
 """
@@ -7,7 +8,7 @@ Routes import from the area's module; the names are re-exported here for callers
 from __future__ import annotations
 
 from api.schemas.admin import IssuedKeyOut, KeyIn, KeyOut, TenantOut, TenantPatch
-from api.schemas.common import ID_PATTERN, Timestamp
+from api.schemas.common import ID_PATTERN, RequestBody, Timestamp
 from api.schemas.context import ContextIn, ContextItemOut, ContextOut, ContextSectionOut
 from api.schemas.health import Readiness
 from api.schemas.ingest import IngestAccepted, IngestIn, IngestMessageIn, MemoryStatusOut
@@ -55,6 +56,7 @@ __all__ = [
     "MessageSourceOut",
     "MessagesOut",
     "Readiness",
+    "RequestBody",
     "SearchFiltersIn",
     "SearchIn",
     "SearchOut",

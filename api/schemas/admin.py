@@ -5,16 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, Field, StrictInt
+from pydantic import BaseModel, Field
 
-from api.schemas.common import ID_PATTERN
+from api.schemas.common import ID_PATTERN, RequestBody
 from shared.auth import SCOPES
 from shared.keys import MAX_KEY_NAME_CHARS
 
 Scope = Annotated[str, Field(json_schema_extra={"enum": list(SCOPES)})]
 
 
-class KeyIn(BaseModel):
+class KeyIn(RequestBody):
     name: str = Field("", max_length=MAX_KEY_NAME_CHARS, description="A label to tell keys apart")
     scopes: list[Scope] | None = Field(
         None,
@@ -50,7 +50,7 @@ class TenantOut(BaseModel):
     tokens_used_this_month: int = Field(description="Input, output and cache tokens of every LLM call this month")
 
 
-class TenantPatch(BaseModel):
-    monthly_token_budget: StrictInt | None = Field(
+class TenantPatch(RequestBody):
+    monthly_token_budget: int | None = Field(
         ge=1, le=2**62, description="New budget; null removes it. Past 80 % the agent is told; past 100 % turns are 429"
     )

@@ -1,13 +1,23 @@
-"""Types every area's schemas share: ids, ISO-8601 timestamps."""
+"""What every area's schemas share: the base of request bodies, ids, ISO-8601 timestamps."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 from shared.text import SAFE_TEXT
+
+
+class RequestBody(BaseModel):
+    """The base of every JSON request body (and of the objects inside one): a field the schema does not name is
+    refused, and so is a value of another JSON type than the schema's (`0.0` for a boolean, `"5"` for an
+    integer, `1` for a boolean): strict mode, where pydantic's default would coerce them. A JSON integer is
+    still a valid number, and a `Timestamp` parses from its ISO-8601 text."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@\-]{0,127}$"
 MAX_NAME_CHARS = 128
@@ -34,4 +44,5 @@ def _representable(value: datetime) -> datetime:
     return value
 
 
-Timestamp = Annotated[datetime, BeforeValidator(_iso_text_only), AfterValidator(_representable)]
+# Strict(False): a JSON body carries a time as text, which strict mode would refuse for a datetime.
+Timestamp = Annotated[datetime, Strict(False), BeforeValidator(_iso_text_only), AfterValidator(_representable)]

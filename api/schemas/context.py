@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, Field
 
-from api.schemas.common import ID_PATTERN, Timestamp
+from api.schemas.common import ID_PATTERN, RequestBody, Timestamp
 from shared.text import SAFE_TEXT
 
 MAX_CONTEXT_TOKENS = 100_000
@@ -21,16 +21,14 @@ SectionName = Literal[
 SECTION_COUNT = len(get_args(SectionName))
 
 
-class ContextIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ContextIn(RequestBody):
     query: Annotated[str, Field(max_length=2000), SAFE_TEXT] | None = Field(
         None, description="What the next answer is about: picks the relevant memories and transcript snippets"
     )
     session_key: str | None = Field(
         None, pattern=ID_PATTERN, description="The conversation: adds its active task and summary"
     )
-    max_tokens: StrictInt = Field(
+    max_tokens: int = Field(
         1000, ge=1, le=MAX_CONTEXT_TOKENS, description="Budget for the whole `context` text; `tokens` never exceeds it"
     )
     sections: list[SectionName] | None = Field(

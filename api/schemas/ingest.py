@@ -8,9 +8,9 @@ import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
-from api.schemas.common import SpeakerName, Timestamp
+from api.schemas.common import RequestBody, SpeakerName, Timestamp
 from shared.text import SAFE_TEXT, SafeText, text_problem
 
 MAX_MESSAGE_KEY_CHARS = 200
@@ -21,9 +21,7 @@ Role = Literal["user", "assistant", "system", "tool"]
 MessageKey = Annotated[str, Field(min_length=1, max_length=MAX_MESSAGE_KEY_CHARS), SAFE_TEXT]
 
 
-class IngestMessageIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class IngestMessageIn(RequestBody):
     role: Role
     content: SafeText = Field(
         description="The message text: not blank, no NUL, valid Unicode; at most ENGRAM_INGEST_MAX_MESSAGE_CHARS "
@@ -65,9 +63,7 @@ def _storable(value: Any, depth: int = 0) -> None:
             _storable(item, depth + 1)
 
 
-class IngestIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class IngestIn(RequestBody):
     messages: list[IngestMessageIn] = Field(
         min_length=1,
         description="In conversation order; at most ENGRAM_INGEST_MAX_MESSAGES (more is 413). One invalid "

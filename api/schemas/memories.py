@@ -5,19 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
+from pydantic import BaseModel, Field
 
-from api.schemas.common import ID_PATTERN, Timestamp
+from api.schemas.common import ID_PATTERN, RequestBody, Timestamp
 from shared.memory.keys import MAX_KEY_CHARS, MAX_VALUE_CHARS
 from shared.memory.memory_input import KINDS, MAX_DECAY_RATE, MAX_NAMESPACE_CHARS, MAX_TAG_CHARS, MAX_TAGS
 from shared.text import SAFE_TEXT, STORABLE_TEXT, SafeText
 
 Kind = Literal["fact", "episode", "preference", "style", "directive", "artifact", "reflection", "summary", "document"]
 assert set(KINDS) == set(Kind.__args__)  # type: ignore[attr-defined]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 # Limits as the schema states them; the write path (shared/memory) applies them again to the cleaned
@@ -29,10 +25,10 @@ Key = Annotated[str, Field(min_length=1, max_length=2 * MAX_KEY_CHARS), STORABLE
 Value = Annotated[str, Field(min_length=1, max_length=MAX_VALUE_CHARS), STORABLE_TEXT]
 Namespace = Annotated[str, Field(max_length=MAX_NAMESPACE_CHARS), SAFE_TEXT]
 Tag = Annotated[str, Field(max_length=MAX_TAG_CHARS), SAFE_TEXT]
-Confidence = Annotated[StrictFloat, Field(ge=0, le=1, description="0..1, kept to 6 decimal places")]
+Confidence = Annotated[float, Field(ge=0, le=1, description="0..1, kept to 6 decimal places")]
 
 
-class MemoryIn(_Strict):
+class MemoryIn(RequestBody):
     key: Key = Field(
         description=f"Normalised: lowercase, `-` for spaces; at most {MAX_KEY_CHARS} characters after that"
     )
@@ -44,11 +40,11 @@ class MemoryIn(_Strict):
     event_time: Timestamp | None = Field(None, description="When the remembered thing happened")
 
 
-class MemoryPatch(_Strict):
+class MemoryPatch(RequestBody):
     value: Value | None = Field(None, description="A new value supersedes the memory")
     tags: list[Tag] | None = Field(None, max_length=MAX_TAGS)
     confidence: Confidence | None = None
-    decay_rate: StrictFloat | None = Field(None, ge=0, le=MAX_DECAY_RATE, description="Per day; 0 = never decays")
+    decay_rate: float | None = Field(None, ge=0, le=MAX_DECAY_RATE, description="Per day; 0 = never decays")
     event_time: Timestamp | None = None
 
 
@@ -95,7 +91,7 @@ class MemoryWriteOut(BaseModel):
     replaced_id: int | None = None
 
 
-class SearchFiltersIn(_Strict):
+class SearchFiltersIn(RequestBody):
     namespace: Namespace | None = Field(None, description="Namespace prefix, e.g. tacit")
     kinds: list[Kind] | None = Field(None, max_length=len(KINDS))
     tags: list[Tag] | None = Field(None, max_length=MAX_TAGS, description="Memories carrying all of these tags")
@@ -104,13 +100,13 @@ class SearchFiltersIn(_Strict):
     exclude_session: str | None = Field(
         None, pattern=ID_PATTERN, description="Session key whose own memories and transcript to skip"
     )
-    include_superseded: StrictBool = False
-    include_transcripts: StrictBool = True
+    include_superseded: bool = False
+    include_transcripts: bool = True
 
 
-class SearchIn(_Strict):
+class SearchIn(RequestBody):
     query: SafeText = Field(min_length=1, max_length=2000)
-    limit: StrictInt = Field(10, ge=1, le=100)
+    limit: int = Field(10, ge=1, le=100)
     filters: SearchFiltersIn = Field(default_factory=SearchFiltersIn)
     mode: Literal["weighted", "rrf"] | None = Field(None, description="Fusion; default from ENGRAM_SEARCH_FUSION")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from api.schemas.common import RequestBody
 from shared.context.profiles import (
     MAX_AGENT_NAME_CHARS,
     MAX_AGENT_PROFILE_CHARS,
@@ -42,17 +43,17 @@ UserContext = Annotated[str, Field(max_length=MAX_USER_CONTEXT_CHARS), SAFE_TEXT
 CommunicationStyle = Annotated[str, Field(max_length=MAX_COMMUNICATION_STYLE_CHARS), SAFE_TEXT]
 
 
-class RuleItem(BaseModel):
+class RuleItem(RequestBody):
     text: NoteText
-    enabled: StrictBool = True
+    enabled: bool = True
 
 
-class RuleSection(BaseModel):
+class RuleSection(RequestBody):
     title: Short
     items: list[RuleItem] = Field(max_length=MAX_NOTE_ITEMS)
 
 
-class StructuredNotes(BaseModel):
+class StructuredNotes(RequestBody):
     sections: list[RuleSection] = Field(
         max_length=MAX_NOTE_SECTIONS,
         description=f"At most {MAX_NOTES_CHARS} characters of titles and items together",
@@ -72,9 +73,8 @@ PRESET_DESCRIPTION = (
 )
 
 
-class AgentProfilePatch(BaseModel):
+class AgentProfilePatch(RequestBody):
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "description": "Every field goes into the prompt of every turn: each is bounded, and all fields "
             f"together (stored and sent) at most {MAX_AGENT_PROFILE_CHARS} characters (422 with the count otherwise)."
@@ -119,9 +119,8 @@ class AgentProfileOut(BaseModel):
     updated_at: datetime | None = None
 
 
-class UserProfilePatch(BaseModel):
+class UserProfilePatch(RequestBody):
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "description": "Part of every prompt for this user: each field is bounded, and all fields together "
             f"(stored and sent) at most {MAX_USER_PROFILE_CHARS} characters (422 with the count otherwise)."

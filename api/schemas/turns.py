@@ -7,13 +7,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from api.schemas.common import ID_PATTERN, SpeakerName
+from api.schemas.common import ID_PATTERN, RequestBody, SpeakerName
 from shared.text import SafeText
 
 TurnStatus = Literal["queued", "running", "done", "failed"]
 
 
-class TurnIn(BaseModel):
+class TurnIn(RequestBody):
     user_id: str = Field(pattern=ID_PATTERN, description="Your id for the user (letters, digits, ._:@-)")
     # The schema states the rule (not empty, not only whitespace); the validator enforces it with a
     # plainer message than a pattern mismatch. The length limit is a setting (ENGRAM_MAX_TURN_CHARS, 413).

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.schemas.common import ID_PATTERN, SpeakerName
 from shared.openai_compat import ClientCall, ClientMessage, CompletionRefused
@@ -20,7 +20,9 @@ MAX_TOOLS = 128
 
 
 class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # Fields engram does not use are ignored (the module docstring); those it uses are strict, as on every
+    # request body (api.schemas.common.RequestBody): `"stream": "false"` is refused, not read as true.
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class TextPart(_Lenient):
@@ -105,7 +107,7 @@ class ToolIn(_Lenient):
 
 
 class StreamOptions(_Lenient):
-    include_usage: StrictBool = False
+    include_usage: bool = False
 
 
 class ChatCompletionIn(_Lenient):
@@ -114,13 +116,13 @@ class ChatCompletionIn(_Lenient):
     user: str | None = Field(
         None, pattern=ID_PATTERN, description="The engram user (required unless the key is bound to one)"
     )
-    stream: StrictBool = False
+    stream: bool = False
     stream_options: StreamOptions | None = None
     tools: list[ToolIn] | None = Field(None, max_length=MAX_TOOLS)
-    max_tokens: StrictInt | None = Field(None, ge=1)
-    max_completion_tokens: StrictInt | None = Field(None, ge=1)
-    temperature: StrictFloat | None = Field(None, ge=0, le=2)
-    n: StrictInt = Field(1, ge=1, le=1, description="Only one choice is generated")
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    n: int = Field(1, ge=1, le=1, description="Only one choice is generated")
 
     @field_validator("tools")
     @classmethod
