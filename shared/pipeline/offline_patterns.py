@@ -138,8 +138,12 @@ P_FAVOURITE = _compile(
 )
 P_SPEAK = _compile(r"i (?:can )?speak\s+(?P<rest>.+)")
 P_FLUENT = _compile(r"i(?:'m| am) (?:fluent|native) in\s+(?P<rest>.+)")
+# "I'm learning X", "I've been studying X", and having started: "I started learning X", "I took up X lessons".
 P_LEARNING = _compile(
-    r"i(?:'ve| have)?(?:'m| am| been) (?:currently |now |also |still )?(?:learning|studying)\s+(?P<rest>.+)"
+    r"i(?:(?:'ve| have)?(?:'m| am| been) (?:currently |now |also |still )?(?:learning|studying)"
+    r"|(?:'ve| have)? (?:just |recently )?(?:started|begun|began|took up|taken up)"
+    r" (?:learning|studying|to learn|to study))"
+    r"\s+(?P<rest>.+)"
 )
 P_MY_RELATIVE_NAMED = _compile(
     rf"my (?P<adj>best |older |younger |little |big |twin )?(?P<rel>{_RELATIONS}),?\s+(?P<rest>[A-Z].+)"

@@ -424,6 +424,9 @@ def test_a_fact_is_traced_to_the_message_it_came_from_and_dated_when_it_was_said
         ("My favourite food is sushi.", "preferences", "favourite-food", "User's favourite food is sushi"),
         ("I speak French and Spanish.", "entities", "user/language/spanish", "User speaks Spanish"),
         ("I'm learning Japanese.", "entities", "user/learning/japanese", "User is learning Japanese"),
+        ("I started learning Japanese last month.", "entities", "user/learning/japanese", "User is learning Japanese"),
+        ("I've just begun to study Korean", "entities", "user/learning/korean", "User is learning Korean"),
+        ("I recently started learning the oboe", "entities", "user/learning/the-oboe", "User is learning the oboe"),
         ("My sister Anna lives in Berlin.", "entities", "person/anna", "User's sister is Anna"),
         ("I have two kids.", "entities", "family/kids", "User has two kids"),
         (
