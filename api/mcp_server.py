@@ -141,6 +141,7 @@ def _found(result: SearchResult) -> dict[str, Any]:
         found.update(speaker=result.speaker, session_key=result.session_key, message_id=result.message_id)
     elif result.source_message_ids:
         found["source_message_ids"] = result.source_message_ids
+        found.update({k: v for k, v in (("speaker", result.speaker), ("session_key", result.session_key)) if v})
     if when is not None:
         found["said_at" if result.source == "transcript" else "valid_from"] = when.isoformat()
     return found

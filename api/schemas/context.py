@@ -42,9 +42,11 @@ class ContextIn(RequestBody):
 
 
 class ContextSourceOut(BaseModel):
-    session_key: str | None = Field(None, description="The conversation an excerpt is from")
+    session_key: str | None = Field(
+        None, description="The conversation an excerpt is from, or the one a memory was learned in"
+    )
     said_at: datetime | None = Field(description="When an excerpt was said, or since when a memory holds")
-    speaker: str | None = Field(None, description="Who said an excerpt")
+    speaker: str | None = Field(None, description="Who said an excerpt, or the first message a memory was learned from")
     message_ids: list[int] = Field(description="An excerpt's message, or the messages a memory was learned from")
 
 

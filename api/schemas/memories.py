@@ -127,8 +127,12 @@ class SearchResultOut(BaseModel):
     created_at: datetime | None = Field(description="A memory's creation; a transcript message's time it was said")
     event_time: datetime | None
     message_id: int | None = Field(None, description="A transcript result's message")
-    speaker: str | None = Field(None, description="Who said a transcript result's message")
-    session_key: str | None = Field(None, description="A transcript result's conversation")
+    speaker: str | None = Field(
+        None, description="Who said a transcript result's message, or the first message a memory was learned from"
+    )
+    session_key: str | None = Field(
+        None, description="A transcript result's conversation, or the one a memory was learned in"
+    )
     valid_from: datetime | None = Field(None, description="A memory's: when it became true")
     source_message_ids: list[int] = Field(default_factory=list, description="A memory's: what it was learned from")
 

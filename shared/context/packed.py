@@ -380,6 +380,8 @@ def _search_items(
                     BASE_VALUE["relevant_memories"] + RELEVANCE_SPREAD * share,
                     round(result.score, 6),
                     said_at=when,
+                    speaker=result.speaker,
+                    session_key=result.session_key,
                     message_ids=tuple(result.source_message_ids),
                 )
             )
@@ -410,7 +412,20 @@ def _known_items(known: Sequence[dict[str, Any]], seen: set[str]) -> list[Item]:
         if item_id in seen:  # already offered as a relevant memory, at a higher value
             continue
         value = BASE_VALUE["what_you_know"] + 10 * (1 - rank / max(1, len(rows)))
-        items.append(Item("what_you_know", item_id, row["kind"], defang(memory_line(row)), value))
+        # With its source, so that it and the excerpt it was taken from are not both packed (`pack`).
+        items.append(
+            Item(
+                "what_you_know",
+                item_id,
+                row["kind"],
+                defang(memory_line(row)),
+                value,
+                said_at=row["event_time"] or row["valid_from"],
+                speaker=row["source_speaker"],
+                session_key=row["source_session_key"],
+                message_ids=tuple(row["source_message_ids"] or ()),
+            )
+        )
     return items
 
 

@@ -97,18 +97,24 @@ def what_you_know(conn: Conn, tenant_id: int, user_id: int) -> list[dict[str, An
 
 def what_you_know_query(tenant_id: int, user_id: int) -> Query:
     return (
-        """(SELECT id, namespace, key, value, kind, access_count, true AS personality FROM memories
+        # Each memory with its source (as a search result has it: search_sql.py), joined to the few rows kept.
+        """SELECT w.*, s.session_key AS source_session_key, c.speaker AS source_speaker FROM (
+           (SELECT id, namespace, key, value, kind, access_count, true AS personality, valid_from, event_time,
+                   source_session_id, source_message_ids FROM memories
             WHERE tenant_id = %(t)s AND user_id = %(u)s AND valid_until IS NULL
               AND (namespace = 'tacit/personality' OR namespace LIKE 'tacit/personality/%%')
               AND NOT (namespace = %(dns)s AND key = %(dkey)s)
             ORDER BY access_count DESC, id LIMIT %(plimit)s)
            UNION ALL
-           (SELECT id, namespace, key, value, kind, access_count, false FROM memories
+           (SELECT id, namespace, key, value, kind, access_count, false, valid_from, event_time,
+                   source_session_id, source_message_ids FROM memories
             WHERE tenant_id = %(t)s AND user_id = %(u)s AND valid_until IS NULL
               AND (namespace = 'tacit' OR namespace LIKE 'tacit/%%'
                    OR (namespace = 'entity/default' AND key LIKE 'user/%%'))
               AND NOT (namespace = 'tacit/personality' OR namespace LIKE 'tacit/personality/%%')
-            ORDER BY access_count DESC, id LIMIT %(limit)s)""",
+            ORDER BY access_count DESC, id LIMIT %(limit)s)) w
+           LEFT JOIN sessions s ON s.id = w.source_session_id
+           LEFT JOIN memory_chunks c ON c.message_id = w.source_message_ids[1]""",
         {
             "t": tenant_id,
             "u": user_id,

@@ -238,4 +238,6 @@ def _result(row: dict[str, Any], score: float, legs: dict[str, dict[str, Any]]) 
         confidence=row["confidence"],
         valid_from=row["valid_from"],
         source_message_ids=list(row["source_message_ids"] or []),
+        speaker=row["source_speaker"],
+        session_key=row["source_session_key"],
     )

@@ -56,6 +56,8 @@ class SearchResult:
     tags: list[str] = field(default_factory=list)
     confidence: float | None = None
     # A transcript unit's message: its id, who said it and when (created_at is the same time), its session's key.
+    # A memory's speaker and session_key are its source's: who said the first message it was learned from, and
+    # the session it was learned in.
     message_id: int | None = None
     speaker: str | None = None
     session_key: str | None = None

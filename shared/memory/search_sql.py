@@ -295,12 +295,16 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
            m.namespace, m.key, m.value, m.kind, m.tags, m.confidence, m.created_at, m.event_time,
            m.valid_from, m.source_message_ids,
            u.id AS unit_id, u.session_id AS unit_session_id, u.message_id, u.said_at, u.speaker,
-           sm.content AS message_content, s.session_key
+           sm.content AS message_content, s.session_key,
+           ms.session_key AS source_session_key, mu.speaker AS source_speaker
     FROM kept
     LEFT JOIN memories m ON kept.doc > 0 AND m.id = kept.doc
     LEFT JOIN memory_chunks u ON kept.doc < 0 AND u.id = -kept.doc
     LEFT JOIN session_messages sm ON sm.id = u.message_id
     LEFT JOIN sessions s ON s.id = u.session_id
+    -- A memory's source: its session, and who said the first message it was learned from (that message's unit).
+    LEFT JOIN sessions ms ON ms.id = m.source_session_id
+    LEFT JOIN memory_chunks mu ON mu.message_id = m.source_message_ids[1]
     """
 
 

@@ -383,6 +383,27 @@ def test_a_short_budget_holds_no_fact_beside_the_excerpt_it_came_from(
     assert excerpts or facts  # the largest budget holds one of them
 
 
+def test_a_fact_in_any_section_is_not_shown_beside_the_excerpt_it_came_from_and_names_its_source(
+    api: httpx.Client, recall_stack: CeleryStack
+) -> None:
+    _ingest(
+        api,
+        "chat-4",
+        {"role": "user", "name": "Ann", "content": "I live in Lisbon.", "created_at": "2023-05-08T09:01:00Z"},
+    )
+    wait_idle(api, "chat-4")
+    # Without the relevant-memories section the fact is offered as something known about the user: the excerpt
+    # it was taken from is worth more for this question, so the fact is not packed beside it.
+    packed = _context(api, "Where do I live?", sections=["transcript", "what_you_know"])
+    lisbon = [i for s in packed["sections"] for i in s["items"] if "Lisbon" in i["text"]]
+    assert [i["text"] for i in lisbon] == ["- Ann: I live in Lisbon."], packed["sections"]
+    # As a relevant memory, the fact says where it came from: the conversation, when and who.
+    packed = _context(api, "Where do I live?", sections=["relevant_memories"])
+    (fact,) = [i for s in packed["sections"] for i in s["items"] if "Lisbon" in i["text"]]
+    assert fact["source"]["session_key"] == "chat-4" and fact["source"]["speaker"] == "Ann"
+    assert fact["source"]["said_at"].startswith("2023-05-08T09:01") and len(fact["source"]["message_ids"]) == 1
+
+
 def test_the_units_of_a_long_session_are_found_by_the_drain_not_by_compaction(
     recall_stack: CeleryStack, api: httpx.Client
 ) -> None:

@@ -960,7 +960,7 @@ export interface components {
         ContextSourceOut: {
             /**
              * Session Key
-             * @description The conversation an excerpt is from
+             * @description The conversation an excerpt is from, or the one a memory was learned in
              */
             session_key?: string | null;
             /**
@@ -970,7 +970,7 @@ export interface components {
             said_at: string | null;
             /**
              * Speaker
-             * @description Who said an excerpt
+             * @description Who said an excerpt, or the first message a memory was learned from
              */
             speaker?: string | null;
             /**
@@ -1846,12 +1846,12 @@ export interface components {
             message_id?: number | null;
             /**
              * Speaker
-             * @description Who said a transcript result's message
+             * @description Who said a transcript result's message, or the first message a memory was learned from
              */
             speaker?: string | null;
             /**
              * Session Key
-             * @description A transcript result's conversation
+             * @description A transcript result's conversation, or the one a memory was learned in
              */
             session_key?: string | null;
             /**
