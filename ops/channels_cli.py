@@ -124,7 +124,7 @@ def _telegram(tenant: str, name: str) -> Any:
 
 
 def _client(connection: Any) -> Any:
-    from shared.channels.telegram import TelegramClient
+    from shared.adapters.telegram_bot_api import TelegramClient
 
     settings = load_settings()
     return TelegramClient(connection.secret("bot_token"), settings.telegram_api_url, 60)

@@ -253,8 +253,9 @@ def reindex() -> None:
     """Re-embed every chunk with the configured embedding model (after changing model or dimension).
 
     Search falls back to full text while it runs; it can be interrupted and run again."""
-    from shared.embeddings import current_space, embedder_from_settings
+    from shared.embeddings import current_space
     from shared.embeddings import reindex as run_reindex
+    from shared.embeddings.providers import embedder_from_settings
     from shared.embeddings.space import follow_recorded_space
     from shared.infra import db
     from shared.infra.services import ServiceNotConfigured

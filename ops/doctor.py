@@ -146,7 +146,8 @@ def _check_secret_keys(conn: Conn) -> Check:
 
 
 def _check_embeddings(conn: Conn) -> Check:
-    from shared.embeddings import current_space, embedder_from_settings
+    from shared.embeddings import current_space
+    from shared.embeddings.providers import embedder_from_settings
     from shared.embeddings.space import follow_recorded_space
     from shared.infra.config import get_settings
 

@@ -234,7 +234,8 @@ class Stack:
 
     def _check_embedding_space(self, conn: Conn) -> None:
         """Refuse to start on vectors of another model: searches would compare incomparable vectors."""
-        from shared.embeddings import EmbeddingSpaceMismatch, embedder_from_settings, ensure_embedding_space
+        from shared.embeddings import EmbeddingSpaceMismatch, ensure_embedding_space
+        from shared.embeddings.providers import embedder_from_settings
 
         try:
             ensure_embedding_space(conn, embedder_from_settings(self.settings))

@@ -56,9 +56,9 @@ from ops.client import EngramAPIError, EngramClient
 # counts (and bills) a prompt; these are private to the fake because only benchmarks need them.
 from ops.fake_cache import AnthropicCache, PromptUsage, anthropic_parts, canonical, estimate_tokens, part_tokens
 from ops.fake_llm import FakeLLM, FakeReply, Json, RecordedRequest, echo_reply, last_user_text
+from shared.adapters.llm.anthropic_layout import build_messages
 from shared.context.history import row_to_message
 from shared.context.tail import OPEN as TAIL_OPEN
-from shared.llm.anthropic_layout import build_messages
 
 TERMINAL = ("done", "failed")
 PREFIX_TARGET = 0.95

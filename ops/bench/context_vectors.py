@@ -35,8 +35,9 @@ import numpy as np
 from ops.bench import locomo_retrieval as locomo
 from ops.bench.harness import BenchRun, bench_parser, emit, run_main
 from shared.auth import ensure_tenant
-from shared.embeddings import Embedder, embedder_from_settings, ensure_embedding_space
+from shared.embeddings import Embedder, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
+from shared.embeddings.providers import embedder_from_settings
 from shared.infra.config import get_settings
 from shared.infra.db import Conn, connect
 from shared.infra.logging import configure_logging

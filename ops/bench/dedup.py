@@ -215,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     pairs, guard = derive_pairs(conversations)
     if not pairs:
         raise SystemExit(f"no labelled pairs could be derived from {args.file}")
-    from shared.embeddings import embedder_from_settings
+    from shared.embeddings.providers import embedder_from_settings
     from shared.infra.config import get_settings
 
     embedder = embedder_from_settings(get_settings())

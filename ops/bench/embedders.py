@@ -100,7 +100,7 @@ def child(
 ) -> dict[str, Any]:
     """Runs in the backend's own process; returns its figures."""
     conversations: list[Conversation] = load_conversations(file)[:limit]
-    from shared.embeddings import embedder_from_settings
+    from shared.embeddings.providers import embedder_from_settings
     from shared.infra.config import Settings
 
     # The product's own construction of the backend: the local model, whatever the environment configures.

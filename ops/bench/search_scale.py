@@ -68,8 +68,9 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ops.bench.harness import BenchError, BenchRun, MemorySampler, bench_parser, emit, percentile, run_main, shown
-from shared.embeddings import LocalEmbedder, ensure_embedding_space
+from shared.embeddings import ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
+from shared.embeddings.providers import LocalEmbedder
 from shared.embeddings.space import forget_checked_spaces
 from shared.infra.db import Conn
 from shared.infra.migrate import apply_migrations

@@ -4,7 +4,7 @@
   guarded write of a turn's output);
 - model_loop.py: one turn's model calls and tool runs;
 - request.py: one model call's request from the compiled context (the wire layout per provider is in
-  shared/llm/anthropic_layout.py and openai_layout.py);
+  shared/adapters/llm/anthropic_layout.py and openai_layout.py);
 - deps.py: what a turn needs; what it reads first (live messages, relevant memories) is
   shared/context/history.py.
 """

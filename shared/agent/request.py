@@ -1,7 +1,7 @@
 """One model call's provider-neutral request, from the compiled context (shared/context/compiler.py).
 
 The wire layout per provider — where the cache breakpoints go and where the tail is put — is in
-shared/llm/anthropic_layout.py and shared/llm/openai_layout.py.
+shared/adapters/llm/anthropic_layout.py and shared/adapters/llm/openai_layout.py.
 """
 
 from __future__ import annotations

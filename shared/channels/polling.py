@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from shared.adapters.telegram_bot_api import TelegramClient
 from shared.channels.connections import Connection
 from shared.channels.inbound import Accepted
 from shared.channels.receive import receive_telegram_update
-from shared.channels.telegram import TelegramClient
 from shared.infra.config import Settings
 
 

@@ -17,15 +17,15 @@ from typing import Any, Protocol
 from redis.exceptions import RedisError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from shared.adapters.slack_web_api import SlackClient
+from shared.adapters.telegram_bot_api import TelegramClient
 from shared.channels import deliveries
 from shared.channels.connections import Connection, get_connection_by_id, set_bot_username
 from shared.channels.errors import FormattingRejected, RetryableSendError, SendError
 from shared.channels.formatting import split_markdown, to_markdown_v2, to_mrkdwn, utf16_len
 from shared.channels.identities import find_identity, record_display_name
 from shared.channels.slack import MESSAGE_CHARS as SLACK_MESSAGE_CHARS
-from shared.channels.slack import SlackClient
 from shared.channels.telegram import MESSAGE_UNITS as TELEGRAM_MESSAGE_UNITS
-from shared.channels.telegram import TelegramClient
 from shared.infra import db
 from shared.infra.config import Settings
 from shared.infra.logging import get_logger

@@ -8,6 +8,7 @@ effort: a delivery tries again later), which it needs to see mentions in groups.
 
 from __future__ import annotations
 
+from shared.adapters.telegram_bot_api import TelegramClient
 from shared.auth import DEFAULT_TENANT, ensure_tenant
 from shared.channels.connections import (
     ENV_SLUG,
@@ -18,7 +19,6 @@ from shared.channels.connections import (
     validate,
 )
 from shared.channels.errors import SendError
-from shared.channels.telegram import TelegramClient
 from shared.infra import db
 from shared.infra.config import Settings
 from shared.infra.db import Conn

@@ -1,4 +1,5 @@
-"""Slack: Events API request verification and reading, and the Web API calls replies need.
+"""Slack: Events API request verification and reading (the Web API calls replies need are
+shared/adapters/slack_web_api.py's).
 
 Verification follows Slack's v0 signing scheme: HMAC-SHA256 over `v0:{timestamp}:{raw body}` with the
 app's signing secret, compared in constant time, with the timestamp within five minutes of now (a
@@ -14,28 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 import re
 import time
-import urllib.error
 from dataclasses import dataclass
-from http.client import HTTPException
 from typing import Any
 
-from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError, SlackClientError
-
-from shared.channels.errors import PermanentSendError, RetryableSendError
 from shared.text import clean_text
 
 SIGNATURE_WINDOW_SECONDS = 300
 # Slack renders up to 40,000 characters but recommends at most 4,000 per message; parts stay under it
 # (measured on the Markdown source: escaping & < > can add a little).
 MESSAGE_CHARS = 3_900
-
-# slack_sdk logs request headers (the bot token) at DEBUG: its client gets a logger that never does.
-_SDK_LOG = logging.getLogger("engram.slack_sdk")
-_SDK_LOG.setLevel(logging.WARNING)
 
 
 def verify_signature(
@@ -125,62 +115,3 @@ def _bot_user_ids(payload: dict[str, Any]) -> set[str]:
 def _unescape(text: str) -> str:
     """Slack escapes &, < and > in message text; the model should read what the person typed."""
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-
-
-class SlackClient:
-    """The Web API calls a delivery makes, through slack_sdk's WebClient (its own retries off: the delivery
-    loop retries with tenacity, honouring Retry-After)."""
-
-    def __init__(self, token: str, base_url: str, timeout: float) -> None:
-        self._client = WebClient(
-            token=token,
-            base_url=base_url if base_url.endswith("/") else base_url + "/",
-            timeout=int(max(1, timeout)),
-            logger=_SDK_LOG,
-            retry_handlers=[],
-        )
-
-    def post_message(self, channel: str, text: str, thread_ts: str | None) -> str:
-        """Post one message (mrkdwn); returns its ts."""
-        kwargs: dict[str, Any] = {"channel": channel, "text": text, "mrkdwn": True}
-        if thread_ts:
-            kwargs["thread_ts"] = thread_ts
-        response = self._call("chat.postMessage", lambda: self._client.chat_postMessage(**kwargs))
-        return str(response.get("ts") or "")
-
-    def display_name(self, user: str) -> str | None:
-        response = self._call("users.info", lambda: self._client.users_info(user=user))
-        info = response.get("user") or {}
-        profile = info.get("profile") or {}
-        name = profile.get("display_name") or profile.get("real_name") or info.get("real_name") or info.get("name")
-        return str(name)[:200] if name else None
-
-    @staticmethod
-    def _call(method: str, call: Any) -> Any:
-        try:
-            return call()
-        except SlackApiError as exc:
-            status = int(getattr(exc.response, "status_code", 0) or 0)
-            data = exc.response.data if isinstance(exc.response.data, dict) else {}
-            reason = str(data.get("error") or f"HTTP {status}")
-            message = f"slack {method}: HTTP {status}: {reason}"
-            if status == 429:
-                raise RetryableSendError(message, _retry_after(exc.response.headers)) from None
-            if status >= 500 or reason in ("fatal_error", "internal_error", "service_unavailable", "request_timeout"):
-                raise RetryableSendError(message) from None
-            raise PermanentSendError(message) from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError, HTTPException, OSError) as exc:
-            raise RetryableSendError(f"slack {method}: network error: {type(exc).__name__}") from None
-        except (SlackClientError, ValueError) as exc:  # e.g. a 5xx whose body is not JSON
-            raise RetryableSendError(f"slack {method}: unreadable response ({type(exc).__name__})") from None
-
-
-def _retry_after(headers: Any) -> float | None:
-    for name in ("Retry-After", "retry-after"):
-        value = (headers or {}).get(name)
-        if value is not None:
-            try:
-                return max(0.0, float(value))
-            except (TypeError, ValueError):
-                return None
-    return None

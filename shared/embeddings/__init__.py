@@ -1,13 +1,12 @@
-"""Embeddings: providers (local MiniLM, OpenAI-compatible), the per-model cache, the database's space."""
+"""Embeddings: the protocol every model implements, the per-model cache, the database's space.
 
+The models themselves are adapters (shared/adapters/embeddings/), picked by `shared.embeddings.providers`,
+which is not re-exported here: the adapters import the protocol (base.py), and importing that runs this file,
+which therefore must not import them.
+"""
+
+from shared.embeddings.base import Embedder, EmbeddingError
 from shared.embeddings.cache import content_hash, embed_texts, evict_stale, forget_unused
-from shared.embeddings.providers import (
-    Embedder,
-    EmbeddingError,
-    LocalEmbedder,
-    OpenAIEmbedder,
-    embedder_from_settings,
-)
 from shared.embeddings.space import (
     SPACE_QUERY,
     EmbeddingSpaceMismatch,
@@ -24,13 +23,10 @@ __all__ = [
     "Embedder",
     "EmbeddingError",
     "EmbeddingSpaceMismatch",
-    "LocalEmbedder",
-    "OpenAIEmbedder",
     "SpaceChanged",
     "content_hash",
     "current_space",
     "embed_texts",
-    "embedder_from_settings",
     "ensure_embedding_space",
     "evict_stale",
     "forget_unused",

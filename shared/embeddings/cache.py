@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pgvector import Vector
 from pgvector.psycopg import register_vector
 
-from shared.embeddings.providers import Embedder, EmbeddingError
+from shared.embeddings.base import Embedder, EmbeddingError
 from shared.infra.db import Conn
 from shared.infra.metrics import observe_embedding_call
 

@@ -1,6 +1,7 @@
 """Embedding models: the bundled MiniLM (offline; on onnxruntime by default, or torch) and OpenAI or any
-OpenAI-compatible endpoint. `embedder_from_settings` picks one; each lives in its own module (local.py,
-onnx_local.py, openai_embedder.py) and the names callers use are re-exported here.
+OpenAI-compatible endpoint. `embedder_from_settings` picks one; each is an adapter of its own
+(shared/adapters/embeddings/: minilm_torch.py, minilm_onnx.py, openai_embeddings.py) and the names callers
+use are re-exported here.
 
 Every embedder splits its input itself (OpenAI into requests of at most `batch_size` texts, torch into
 batches of that size, onnxruntime into one model run per text), so `embed()` accepts any number of
@@ -14,9 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shared.embeddings.base import LOCAL_DIMENSION, LOCAL_INT8_MODEL, LOCAL_MODEL, Embedder, EmbeddingError
-from shared.embeddings.local import LocalEmbedder, local_model
-from shared.embeddings.onnx_local import (
+from shared.adapters.embeddings.minilm_onnx import (
     ONNX_BACKENDS,
     OnnxLocalEmbedder,
     OnnxModelFiles,
@@ -30,7 +29,9 @@ from shared.embeddings.onnx_local import (
     prepare_local_onnx,
     quantize_local_onnx,
 )
-from shared.embeddings.openai_embedder import DEFAULT_OPENAI_MODEL, KNOWN_DIMENSIONS, OpenAIEmbedder
+from shared.adapters.embeddings.minilm_torch import LocalEmbedder, local_model
+from shared.adapters.embeddings.openai_embeddings import DEFAULT_OPENAI_MODEL, KNOWN_DIMENSIONS, OpenAIEmbedder
+from shared.embeddings.base import LOCAL_DIMENSION, LOCAL_INT8_MODEL, LOCAL_MODEL, Embedder, EmbeddingError
 
 if TYPE_CHECKING:
     from shared.infra.config import Settings

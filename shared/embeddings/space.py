@@ -30,8 +30,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pgvector import Vector
 
+from shared.embeddings.base import Embedder
 from shared.embeddings.cache import embed_texts, register_vector_types
-from shared.embeddings.providers import Embedder
 from shared.infra.config import get_settings
 from shared.infra.db import Conn, Query
 from shared.infra.logging import get_logger

@@ -6,9 +6,9 @@ or an OpenAI-compatible base URL is set, and otherwise the offline rules provide
 
 from __future__ import annotations
 
+from shared.adapters.llm.retry import RetryPolicy
 from shared.infra.config import Settings
 from shared.llm.offline import OfflineProvider
-from shared.llm.retry import RetryPolicy
 from shared.llm.types import ChatProvider
 
 DEFAULT_MODELS = {
@@ -40,16 +40,17 @@ def chat_provider(settings: Settings) -> ChatProvider:
     name = provider_name(settings)
     retry = RetryPolicy(attempts=settings.llm_max_attempts, max_wait=settings.llm_max_retry_wait_seconds)
     if name == "anthropic":
-        from shared.llm.anthropic_provider import AnthropicProvider
+        from shared.adapters.llm.anthropic_provider import AnthropicProvider
 
         key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
         return AnthropicProvider(
             api_key=key, base_url=settings.anthropic_base_url, timeout=settings.llm_timeout_seconds, retry=retry
         )
     if name == "openai":
-        from shared.llm.openai_provider import OpenAIProvider
+        from shared.adapters.llm.openai_provider import OpenAIProvider
 
-        # No key: local OpenAI-compatible servers (Ollama, vLLM) accept the placeholder sdk.py sends.
+        # No key: local OpenAI-compatible servers (Ollama, vLLM) accept the placeholder key
+        # shared/adapters/sdk_clients.py sends.
         key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
         return OpenAIProvider(
             api_key=key, base_url=settings.openai_base_url, timeout=settings.llm_timeout_seconds, retry=retry

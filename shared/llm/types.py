@@ -49,7 +49,8 @@ class ChatRequest:
     """What is sent to the model for one iteration, in the order a prompt cache wants it: tools, then
     `system_static` (stable across turns), then `messages` (the history, append-only), then
     `dynamic_tail` (rebuilt every iteration: date and time, relevant memories, summary, steering), which
-    providers send after the last message as its final, uncached part (anthropic_layout/openai_layout).
+    providers send after the last message as its final, uncached part (shared/adapters/llm/anthropic_layout.py
+    and openai_layout.py).
     """
 
     model: str

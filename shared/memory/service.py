@@ -15,14 +15,12 @@ from shared.embeddings import (
     Embedder,
     EmbeddingError,
     EmbeddingSpaceMismatch,
-    LocalEmbedder,
     current_space,
-    embedder_from_settings,
     ensure_embedding_space,
     vector_search_available,
 )
 from shared.embeddings.cache import cache_model, check_vectors, register_vector_types
-from shared.embeddings.providers import OnnxLocalEmbedder
+from shared.embeddings.providers import LocalEmbedder, OnnxLocalEmbedder, embedder_from_settings
 from shared.embeddings.space import follow_recorded_space
 from shared.infra import db
 from shared.infra.config import Settings, get_settings

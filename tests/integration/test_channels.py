@@ -503,8 +503,8 @@ def test_linked_identities_share_memory(
 
 
 def test_polling_takes_the_webhook_path(stack: CeleryStack, fake: FakeChannels) -> None:
+    from shared.adapters.telegram_bot_api import TelegramClient
     from shared.channels.polling import PollState, poll_once
-    from shared.channels.telegram import TelegramClient
     from workers.dispatch import dispatch_accepted
 
     connection = add_connection("telegram")
@@ -790,9 +790,9 @@ def test_a_connection_name_belongs_to_one_tenant(api: httpx.Client) -> None:
 
 def test_platform_clients_classify_failures(fake: FakeChannels) -> None:
     """The real slack_sdk and httpx clients against the fake: what is retried, after how long, what is final."""
+    from shared.adapters.slack_web_api import SlackClient
+    from shared.adapters.telegram_bot_api import TelegramClient
     from shared.channels.errors import FormattingRejected, PermanentSendError, RetryableSendError
-    from shared.channels.slack import SlackClient
-    from shared.channels.telegram import TelegramClient
 
     client = SlackClient(SLACK_TOKEN, fake.slack_api_url, 5)
     fake.slack.script(

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.embeddings import onnx_local
+from shared.adapters.embeddings import minilm_onnx
 from shared.embeddings.providers import LocalEmbedder, OnnxLocalEmbedder, embedder_from_settings, export_local_onnx
 from shared.embeddings.space import (
     EmbeddingSpaceMismatch,
@@ -199,12 +199,12 @@ def test_on_an_fp32_database_the_default_backend_warms_up_and_passes_doctor_as_f
         _store_and_index(conn, onnx_embedder)
     default = _default_embedder(onnx_embedder)
     int8_file = default.run_path
-    onnx_local._onnx_sessions.pop(int8_file, None)
+    minilm_onnx._onnx_sessions.pop(int8_file, None)
     monkeypatch.setattr(service, "process_embedder", lambda: default)
     # The gateway's start: it loads the model the database's vectors need, not the one a new database gets.
     service.warm_query_embedder()
-    assert default.model == "all-MiniLM-L6-v2" and default.run_path in onnx_local._onnx_sessions
-    assert int8_file not in onnx_local._onnx_sessions
+    assert default.model == "all-MiniLM-L6-v2" and default.run_path in minilm_onnx._onnx_sessions
+    assert int8_file not in minilm_onnx._onnx_sessions
     # `engram doctor` on default settings: the recorded fp32 space is what the default serves, not a mismatch.
     forget_checked_spaces()
     with db.connection() as conn:

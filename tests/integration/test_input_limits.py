@@ -401,24 +401,25 @@ def test_gateway_loads_the_embedding_model_before_it_serves_not_in_the_first_sea
     services: object, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     from ops.gateway import create_app
-    from shared.embeddings import embedder_from_settings, local, onnx_local
+    from shared.adapters.embeddings import minilm_onnx, minilm_torch
+    from shared.embeddings.providers import embedder_from_settings
     from shared.infra.config import get_settings
     from shared.memory import service
 
     settings = get_settings().model_copy(update={"embedding_backend": backend})
     embedder = embedder_from_settings(settings)
     monkeypatch.setattr(service, "process_embedder", lambda: embedder)
-    monkeypatch.setattr(local, "_local_model", None)
-    monkeypatch.setattr(onnx_local, "_onnx_sessions", {})
+    monkeypatch.setattr(minilm_torch, "_local_model", None)
+    monkeypatch.setattr(minilm_onnx, "_onnx_sessions", {})
     # The lifespan's shutdown closes the process's pool; other tests in this process keep using it.
     monkeypatch.setattr(db, "close_pool", lambda: None)
     with TestClient(create_app()) as client:
         # Loaded before the first request is served (no search was made): a load running alongside
         # requests held the GIL and stalled them for hundreds of milliseconds.
         if backend == "onnx":
-            assert list(onnx_local._onnx_sessions) == [onnx_local.onnx_model_path(settings)]
+            assert list(minilm_onnx._onnx_sessions) == [minilm_onnx.onnx_model_path(settings)]
         else:
-            assert local._local_model is not None
+            assert minilm_torch._local_model is not None
         assert client.get("/healthz").status_code == 200
 
 

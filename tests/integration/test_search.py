@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from pgvector import Vector
 
-from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
+from shared.embeddings import embed_texts, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
+from shared.embeddings.providers import LocalEmbedder
 from shared.infra.db import Conn
 from shared.memory.indexing import index_memory
 from shared.memory.memory_input import MemoryInput

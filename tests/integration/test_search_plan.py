@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
+from shared.embeddings import embed_texts, ensure_embedding_space
+from shared.embeddings.providers import LocalEmbedder
 from shared.infra.db import Conn
 from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.memory_input import MemoryInput

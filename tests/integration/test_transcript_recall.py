@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from ops.fake_llm import FakeLLM
-from shared.embeddings import LocalEmbedder, ensure_embedding_space
+from shared.embeddings import ensure_embedding_space
+from shared.embeddings.providers import LocalEmbedder
 from shared.infra import db
 from shared.infra.db import Conn
 from shared.memory.search_reads import read_before_search

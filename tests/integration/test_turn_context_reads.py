@@ -12,7 +12,8 @@ import pytest
 from shared.agent import TurnDeps
 from shared.agent.turn_runner import read_turn_context
 from shared.context.profiles import patch_user_profile, put_agent_profile
-from shared.embeddings import LocalEmbedder, embed_texts, ensure_embedding_space
+from shared.embeddings import embed_texts, ensure_embedding_space
+from shared.embeddings.providers import LocalEmbedder
 from shared.infra import db
 from shared.infra.db import Conn
 from shared.infra.redis_client import get_redis

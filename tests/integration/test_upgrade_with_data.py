@@ -17,7 +17,7 @@ import pytest
 
 from ops.embedded import free_port
 from shared.channels.connections import get_connection
-from shared.embeddings import embedder_from_settings
+from shared.embeddings.providers import embedder_from_settings
 from shared.infra.config import get_settings
 from shared.infra.db import connect
 from shared.infra.migrate import apply_migrations, available_migrations

@@ -81,7 +81,7 @@ def test_scores_and_the_json_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         def embed(self, texts: list[str]) -> list[list[float]]:
             return fake_embed(texts)
 
-    monkeypatch.setattr("shared.embeddings.embedder_from_settings", lambda settings: Stub())
+    monkeypatch.setattr("shared.embeddings.providers.embedder_from_settings", lambda settings: Stub())
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps([tiny_conversation()]))
     dedup.main(["--file", str(path), "--json"])

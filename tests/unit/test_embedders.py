@@ -13,7 +13,8 @@ from pydantic import SecretStr
 
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM, FakeReply, fake_embedding
-from shared.embeddings.openai_embedder import PROBE_TEXT
+from shared.adapters.embeddings.openai_embeddings import PROBE_TEXT
+from shared.adapters.llm.retry import RetryPolicy
 from shared.embeddings.providers import (
     LOCAL_DIMENSION,
     EmbeddingError,
@@ -24,7 +25,6 @@ from shared.embeddings.providers import (
     local_model,
 )
 from shared.infra.config import Settings
-from shared.llm.retry import RetryPolicy
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.embeddings import onnx_local
+from shared.adapters.embeddings import minilm_onnx
 from shared.embeddings.providers import (
     LOCAL_DIMENSION,
     LOCAL_INT8_MODEL,
@@ -71,14 +71,14 @@ def test_int8_is_quantized_once_next_to_the_export_and_reused(
     models.mkdir(parents=True)
     (models / onnx_cache_name()).write_bytes(fp32_path.read_bytes())  # an earlier fp32 export on this machine
     quantized: list[Path] = []
-    real = onnx_local.quantize_local_onnx
+    real = minilm_onnx.quantize_local_onnx
 
     def counting(source: Path, target: Path) -> Path:
         quantized.append(target)
         return real(source, target)
 
-    monkeypatch.setattr(onnx_local, "quantize_local_onnx", counting)
-    monkeypatch.setattr(onnx_local, "export_local_onnx", lambda target: pytest.fail("the fp32 export exists"))
+    monkeypatch.setattr(minilm_onnx, "quantize_local_onnx", counting)
+    monkeypatch.setattr(minilm_onnx, "export_local_onnx", lambda target: pytest.fail("the fp32 export exists"))
     embedder = embedder_from_settings(Settings(_env_file=None, embedding_backend="onnx-int8", data_dir=tmp_path))
     assert isinstance(embedder, OnnxLocalEmbedder)
     ort = importlib.metadata.version("onnxruntime")
@@ -89,7 +89,7 @@ def test_int8_is_quantized_once_next_to_the_export_and_reused(
     assert quantized == [target] and target.is_file() and not list(models.glob("*.partial"))
 
     # Another process (its own session cache) loads the file instead of quantizing again.
-    onnx_local._onnx_sessions.clear()
+    minilm_onnx._onnx_sessions.clear()
     (again,) = embedder_from_settings(Settings(_env_file=None, embedding_backend="onnx-int8")).embed(["I love dogs"])
     assert quantized == [target]
     assert again == first

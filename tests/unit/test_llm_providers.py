@@ -12,10 +12,10 @@ import pytest
 
 from ops.fake_cache import estimate_tokens
 from ops.fake_llm import FakeLLM, FakeReply
-from shared.llm.anthropic_layout import build_messages as anthropic_messages
-from shared.llm.anthropic_provider import AnthropicProvider
-from shared.llm.openai_provider import OpenAIProvider, parse_arguments
-from shared.llm.retry import RetryPolicy, is_retryable, retry_after_seconds, to_llm_error
+from shared.adapters.llm.anthropic_layout import build_messages as anthropic_messages
+from shared.adapters.llm.anthropic_provider import AnthropicProvider
+from shared.adapters.llm.openai_provider import OpenAIProvider, parse_arguments
+from shared.adapters.llm.retry import RetryPolicy, is_retryable, retry_after_seconds, to_llm_error
 from shared.llm.types import ChatMessage, ChatProvider, ChatRequest, LLMError, ToolCall, ToolSpec
 
 Factory = Callable[..., ChatProvider]

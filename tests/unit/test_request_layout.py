@@ -10,9 +10,9 @@ from itertools import pairwise
 from typing import Any
 
 from ops.fake_cache import AnthropicCache, anthropic_parts, canonical
+from shared.adapters.llm import anthropic_layout, openai_layout
 from shared.agent import run_agent_loop
 from shared.context.tail import OPEN
-from shared.llm import anthropic_layout, openai_layout
 from shared.llm.types import ChatMessage, ChatRequest, ChatResult, ToolCall
 from tests.unit.test_agent_loop import CTX, NOW, RecordingEvents, ScriptedProvider, deps, turn_context
 

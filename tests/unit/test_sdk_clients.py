@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from shared.llm.sdk import anthropic_client, openai_client
+from shared.adapters.sdk_clients import anthropic_client, openai_client
 
 
 def test_the_same_configuration_shares_one_client_and_another_gets_its_own() -> None:

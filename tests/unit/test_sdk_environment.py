@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply
+from shared.adapters.sdk_clients import NO_KEY
 from shared.embeddings.providers import embedder_from_settings
 from shared.infra.config import Settings
 from shared.llm.factory import chat_provider
-from shared.llm.sdk import NO_KEY
 from shared.llm.types import ChatMessage, ChatRequest
 
 REAL_KEY = "sk-the-users-real-key"

@@ -15,8 +15,7 @@ from typing import Any
 import openai
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
-from shared.embeddings.base import EmbeddingError
-from shared.llm.retry import (
+from shared.adapters.llm.retry import (
     SDK_ERRORS,
     RetryPolicy,
     effective_status,
@@ -24,7 +23,8 @@ from shared.llm.retry import (
     retry_after_seconds,
     to_llm_error,
 )
-from shared.llm.sdk import openai_client
+from shared.adapters.sdk_clients import openai_client
+from shared.embeddings.base import EmbeddingError
 
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -61,7 +61,7 @@ class OpenAIEmbedder:
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        # Only the arguments configure the client, never OPENAI_* variables (see shared/llm/sdk.py).
+        # Only the arguments configure the client, never OPENAI_* variables (see shared/adapters/sdk_clients.py).
         self.client = openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
         self.model = model
         self.dimensions = dimensions  # the `dimensions` request parameter; None = the model's native size

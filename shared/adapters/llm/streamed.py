@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
-from shared.llm.retry import DEFAULT_RETRY_POLICY, DeltaTracker, RetryPolicy, call_with_retries
+from shared.adapters.llm.retry import DEFAULT_RETRY_POLICY, DeltaTracker, RetryPolicy, call_with_retries
 from shared.llm.types import ChatRequest, ChatResult, DeltaCallback
 
 Streamed = TypeVar("Streamed")
@@ -24,7 +24,7 @@ class StreamedProvider(Generic[Streamed]):
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
     ) -> None:
         # The SDK's own retries are off so `retry` is the only policy; only the arguments configure the client,
-        # never the SDK's environment variables (see sdk.py).
+        # never the SDK's environment variables (see shared/adapters/sdk_clients.py).
         self.client = self._client(api_key=api_key, base_url=base_url, timeout=timeout)
         self.retry = retry
 

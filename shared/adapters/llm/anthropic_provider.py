@@ -9,10 +9,10 @@ from typing import Any
 import anthropic
 from anthropic.types import Message
 
-from shared.llm.anthropic_layout import build_system, build_tools, layout_messages
-from shared.llm.retry import DeltaTracker
-from shared.llm.sdk import anthropic_client
-from shared.llm.streamed import StreamedProvider
+from shared.adapters.llm.anthropic_layout import build_system, build_tools, layout_messages
+from shared.adapters.llm.retry import DeltaTracker
+from shared.adapters.llm.streamed import StreamedProvider
+from shared.adapters.sdk_clients import anthropic_client
 from shared.llm.types import ChatRequest, ChatResult, ToolCall, Usage
 
 

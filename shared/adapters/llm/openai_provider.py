@@ -10,10 +10,10 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
-from shared.llm.openai_layout import build_messages, build_tools
-from shared.llm.retry import DeltaTracker
-from shared.llm.sdk import openai_client
-from shared.llm.streamed import StreamedProvider
+from shared.adapters.llm.openai_layout import build_messages, build_tools
+from shared.adapters.llm.retry import DeltaTracker
+from shared.adapters.llm.streamed import StreamedProvider
+from shared.adapters.sdk_clients import openai_client
 from shared.llm.types import ChatRequest, ChatResult, ToolCall, Usage
 
 
