@@ -4,7 +4,8 @@ per-session `observation` facts (written by the dataset's authors, each with the
     python -m ops.bench.extraction_coverage ../shared/bench/locomo-dev.json [--json]
 
 Every turn is read as a user message of its speaker, one turn at a time, by `offline_extract` (the offline
-provider's extraction; pure functions, no stack). An observation counts as covered when a fact extracted
+provider's extraction; pure functions, no stack), as the pipeline reads a two-person conversation (its facts
+name their speaker: `name_speakers`). An observation counts as covered when a fact extracted
 from one of its evidence turns shares a content word with it (not a stopword, not a speaker's name): the
 extractor noticed what that turn says, in its own words. Reported: observations, covered share, facts
 extracted, facts per turn, and the facts per category. It measures recall of the rules, not the
@@ -60,7 +61,8 @@ def measure(data: list[dict[str, Any]]) -> dict[str, Any]:
                 if dia_id is None or not text:
                     continue
                 turns_total += 1
-                facts = offline_extract([TranscriptMessage(0, "user", text, str(turn.get("speaker") or ""))])
+                message = TranscriptMessage(0, "user", text, str(turn.get("speaker") or ""))
+                facts = offline_extract([message], name_speakers=True)
                 values = []
                 for category, fact_key, value in facts.items():
                     families[category] += 1

@@ -55,6 +55,7 @@ from shared.pipeline.extraction import (
 )
 from shared.pipeline.extraction_parsing import ExtractedFacts, parse_extraction
 from shared.pipeline.offline_extraction import offline_extract
+from shared.pipeline.speakers import several_speakers
 from shared.text import words
 
 ACTOR = "consolidation"
@@ -164,14 +165,15 @@ def consolidate_session(
                    WHERE session_id = %s AND id > %s ORDER BY id LIMIT %s""",
                 (session_id, session["consolidated_message_id"], PAGE_MESSAGES),
             ).fetchall()
+            messages = [TranscriptMessage(r["id"], r["role"], r["content"], r["name"], r["created_at"]) for r in rows]
+            several = bool(rows) and several_speakers(conn, session_id, messages)
             if rows and provider_name(settings) != "offline":
                 reason = over_budget(conn, session["tenant_id"], settings.maintenance_daily_token_budget)
                 if reason is not None:
                     outcome.stopped = reason
                     return outcome
         scope = Scope(session["tenant_id"], session["user_id"])
-        messages = [TranscriptMessage(r["id"], r["role"], r["content"], r["name"], r["created_at"]) for r in rows]
-        items = _durable_items(settings, provider, scope, session_id, messages, as_of) if rows else []
+        items = _durable_items(settings, provider, scope, session_id, messages, as_of, several) if rows else []
         judged = _judge_conflicts(settings, provider, scope, items) if items else {}
         last = rows[-1]["id"] if rows else session["consolidated_message_id"]
         with page(None) as current:
@@ -201,14 +203,15 @@ def _durable_items(
     session_id: int,
     messages: list[TranscriptMessage],
     as_of: datetime,
+    several: bool,
 ) -> list[MemoryInput]:
     selected = select_for_extraction(messages)
     if not any(m.role == "user" for m in selected):
         return []
     if provider_name(settings) == "offline":
-        facts = offline_extract(selected)
+        facts = offline_extract(selected, name_speakers=several)
     else:
-        system, user = build_extraction_prompt(selected, today=as_of.date())
+        system, user = build_extraction_prompt(selected, today=as_of.date(), several_speakers=several)
         result = complete(
             settings,
             "consolidation",

@@ -46,6 +46,7 @@ from shared.pipeline.extraction import (
 from shared.pipeline.extraction_parsing import ExtractedFacts, parse_extraction, summary_in_answer
 from shared.pipeline.offline_compaction import offline_active_task, offline_summary
 from shared.pipeline.offline_extraction import offline_extract
+from shared.pipeline.speakers import several_speakers
 from shared.turns import refresh_token_count
 
 log = get_logger(__name__)
@@ -95,12 +96,13 @@ def _facts(
     messages: list[TranscriptMessage],
     today: datetime,
     ledger: LedgerScope,
+    several: bool,
 ) -> tuple[ExtractedFacts, list[CallRecord]]:
     if not any(m.role == "user" for m in messages):
         return ExtractedFacts(), []
     if provider_name(settings) == "offline":
-        return offline_extract(messages), []
-    system, user = build_extraction_prompt(messages, today=today.date())
+        return offline_extract(messages, name_speakers=several), []
+    system, user = build_extraction_prompt(messages, today=today.date(), several_speakers=several)
     result = complete(settings, purpose, system, user, ledger=ledger, provider=provider)  # type: ignore[arg-type]
     return parse_extraction(result.text), result.calls
 
@@ -130,13 +132,15 @@ def _mine(
     session: dict[str, Any],
     rows: Sequence[dict[str, Any]],
     now: datetime,
+    several: bool,
 ) -> tuple[list[MemoryInput], JobOutcome]:
-    """Facts from these messages as memory inputs (not stored yet); the LLM calls are already in the ledger."""
+    """Facts from these messages as memory inputs (not stored yet); the LLM calls are already in the ledger.
+    `several`: the session's user messages come from several named people (speakers.several_speakers)."""
     selected = select_for_extraction(_transcript(rows))
     outcome = JobOutcome()
     # "Today" for the model is the day the messages were said (an imported conversation is read as of then).
     said = said_when(selected) or now
-    facts, outcome.calls = _facts(settings, provider, purpose, selected, said, _ledger(session))
+    facts, outcome.calls = _facts(settings, provider, purpose, selected, said, _ledger(session), several)
     items = to_memory_inputs(facts, today=said.date(), source_session_id=session["id"], messages=selected)
     return items, outcome
 
@@ -158,9 +162,10 @@ def extract_session(
                WHERE session_id = %s AND extracted_at IS NULL ORDER BY id LIMIT 400""",
             (session_id,),
         ).fetchall()
+        several = bool(rows) and several_speakers(conn, session_id, _transcript(rows))
     if not rows:
         return JobOutcome(skipped="nothing new")
-    items, outcome = _mine(settings, provider, "extraction", session, rows, now)
+    items, outcome = _mine(settings, provider, "extraction", session, rows, now, several)
     return _store_mined(session, rows, items, outcome)
 
 
@@ -233,8 +238,9 @@ def flush_session(
                WHERE session_id = %s AND id > %s ORDER BY turn_id NULLS FIRST, id""",
             (session_id, session["last_flushed_message_id"]),
         ).fetchall()
-    unmined = [row for row in rows if row["extracted_at"] is None] if mine else []
-    items, outcome = _mine(settings, provider, "flush", session, unmined, now)
+        unmined = [row for row in rows if row["extracted_at"] is None] if mine else []
+        several = bool(unmined) and several_speakers(conn, session_id, _transcript(unmined))
+    items, outcome = _mine(settings, provider, "flush", session, unmined, now, several)
     with db.connection() as conn:
         claimed = conn.execute(
             """UPDATE sessions SET memory_flush_compaction_count = compaction_count,
@@ -407,6 +413,8 @@ def extract_and_compact(
         or any(row["id"] < summarised[-1].id for row in later)
     ):
         return extract_session(session_id, settings, provider, now), compact_session(session_id, settings, provider)
+    with db.connection() as conn:
+        several = several_speakers(conn, session_id, _transcript(rows))
     unmined = {row["id"] for row in rows}
     shown = select_for_extraction(
         [*transcript, *_transcript(later)], per_message_chars=SUMMARY_MESSAGE_CHARS, total_chars=SUMMARY_TOTAL_CHARS
@@ -419,6 +427,7 @@ def extract_and_compact(
         read_before=frozenset(m.id for m in shown if m.id not in unmined),
         previous_summary=session["summary"],
         today=said.date(),
+        several_speakers=several,
     )
     result = complete(settings, "summary", system, user, ledger=_ledger(session), provider=provider)
     items = to_memory_inputs(

@@ -18,6 +18,13 @@ TASK_SUMMARY = "Task: summary."
 TASK_BOTH = "Task: memories and summary."
 # How a message already mined is marked in a request that also summarises (context for the summary only).
 READ_BEFORE = "read before"
+# The line a request carries (after the date) when several named people speak in the conversation, in its lines
+# or in earlier ones (shared/pipeline/speakers.py): rule 10 then names each fact's person. No names in it: they
+# are the client's text, and outside <transcript> they would read as instructions.
+SEVERAL_SPEAKERS = (
+    "Several named people speak in this conversation (in these lines or in earlier ones): each memory names the "
+    "person it is about (rule 10)."
+)
 
 MEMORY_SYSTEM = """\
 You are the memory worker of an AI assistant. You read conversations between a user and the assistant \
@@ -77,9 +84,14 @@ the calendar date in the value ("2026-03-13"). Keep the user's own words for vag
 spring").
 9. Keep what makes a fact specific: names, numbers, amounts, places, versions, dates. "Budget is fixed \
 at 2,000 euros" is a memory; "Has a budget" is not.
-10. A message line shows who said it: "[user #12]" or, in a conversation between several people, \
-"[user (Caroline) #12]". Record facts about each person under their own name ("person/caroline") and \
-never attribute one person's words to another. The number after "#" identifies the message.
+10. A message line shows who said it: "[user #12]" or, with the speaker's name, "[user (Caroline) #12]". \
+The number after "#" identifies the message. When the user messages come from one person, named or not, \
+that person is the user: "User ..." and "user/<aspect>" keys, as everywhere above. When several named \
+people speak (the request then says so, even if these lines show only one of them), every memory names \
+the person it is about instead of "User": in its value ("Caroline is allergic to peanuts", "Caroline's \
+brother is Tom") and in its key, under "person/<name>/" ("person/caroline/allergy-peanuts", \
+"person/caroline/pet/oscar"), so two people never share a key. Never attribute one person's words to \
+another.
 11. In a request that also summarises (part C), lines marked "read before" were mined by an earlier \
 request: they are context only, never a source of memories. Read every other line.
 12. Write values in the language the user wrote in, and keep quoted names, titles and code exactly as \
@@ -174,17 +186,19 @@ Example 6. Small talk, questions and hypotheticals only: every list empty.
 Answer:
 {"preferences": [], "entities": [], "decisions": [], "styles": [], "artifacts": []}
 
-Example 7. A conversation between two people, each fact under its speaker.
+Example 7. A conversation between two people (the request says several named people speak), each fact \
+under its speaker.
 <transcript>
 [user (Caroline) #11]: I finally joined the pottery class on Thursdays, it's so calming.
 [user (Melanie) #12]: Nice! I'm still training for the half marathon in May, my knee is better now.
 [user (Caroline) #13]: Go Mel! My cat Oscar knocked over my first bowl though.
 </transcript>
 Answer:
-{"preferences": [{"key": "caroline-pottery", "value": "Caroline finds her pottery class calming"}], \
-"entities": [{"key": "person/caroline", "value": "Caroline takes a pottery class on Thursdays"}, {"key": \
-"pet/oscar", "value": "Caroline's cat"}, {"key": "person/melanie", "value": "Melanie is training for a \
-half marathon in May; her knee has improved"}], "decisions": [], "styles": [], "artifacts": []}
+{"preferences": [{"key": "person/caroline/pottery", "value": "Caroline finds her pottery class calming"}], \
+"entities": [{"key": "person/caroline/pottery-class", "value": "Caroline takes a pottery class on \
+Thursdays"}, {"key": "person/caroline/pet/oscar", "value": "Caroline has a cat named Oscar"}, {"key": \
+"person/melanie/half-marathon", "value": "Melanie is training for a half marathon in May; her knee has \
+improved"}], "decisions": [], "styles": [], "artifacts": []}
 
 Example 8. A correction of something said before.
 <transcript>

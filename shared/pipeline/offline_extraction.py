@@ -4,14 +4,31 @@ With no language model configured, extraction (and consolidation, which reuses i
 produce facts, so a handful of first-person statements are recognised with patterns. The output is
 an `ExtractedFacts`, exactly what a model's parsed answer gives, so everything downstream (mapping,
 storing, dedup) runs the same way for both.
+
+Whose facts they are: in a conversation of one person (engram's own chat, a one-person import, messages
+without names) every fact is the user's: "User is allergic to peanut" under `user/allergy/peanut`. When
+several named people speak (`name_speakers`, decided per session by speakers.several_speakers), a fact from
+a named speaker's message names them instead, in the value and in the key, so two people never share or
+supersede each other's key:
+
+- the value opens with the name: "User …" becomes "Caroline …", "User's …" "Caroline's …", and a value
+  that opens with its verb ("Likes hiking", "Plans to …") gets the name before it ("Caroline likes hiking");
+- the key moves under `person/<name>/`, where `<name>` is the speaker's name as a key segment (at most
+  SPEAKER_KEY_CHARS characters), after dropping a leading `user/`: `user/allergy/peanut` becomes
+  `person/caroline/allergy/peanut`, `pet/luna` `person/caroline/pet/luna`, `hiking` `person/caroline/hiking`;
+- requests about how to answer (styles) are not read: between people they are said to each other, not to
+  the assistant.
+
+A user message without a name, in such a conversation, is still the user's.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
-from shared.memory.keys import MemoryRejected, sanitize
+from shared.memory.keys import MemoryRejected, normalize_key, sanitize
 from shared.pipeline.extraction import TranscriptMessage, is_steering, split_sentences
 from shared.pipeline.extraction_parsing import CATEGORIES, MAX_DERIVED_KEY_WORDS, ExtractedFacts, derive_key
 from shared.pipeline.offline_patterns import (
@@ -174,18 +191,64 @@ def _is_question(sentence: str) -> bool:
     return sentence.rstrip(" \t" + QUOTES + ")").endswith("?")
 
 
+# The longest speaker's name a key carries: "person/<name>/" plus the longest key the rules make stays
+# within MAX_KEY_CHARS.
+SPEAKER_KEY_CHARS = 32
+
+
+@dataclass(frozen=True)
+class _Speaker:
+    """The named person a fact is about, in a conversation of several people."""
+
+    name: str  # as shown in the transcript
+    segment: str  # as a key segment
+
+    @classmethod
+    def of(cls, message: TranscriptMessage) -> _Speaker | None:
+        name = message.speaker_name
+        segment = derive_key(name or "")[:SPEAKER_KEY_CHARS].strip("-")
+        return cls(name, segment) if name and segment else None
+
+    def key(self, key: str) -> str:
+        return f"person/{self.segment}/{key.removeprefix('user/')}"
+
+    def value(self, value: str) -> str:
+        if value.startswith(_USERS):
+            return f"{self.name}'s {value.removeprefix(_USERS)}"
+        if value.startswith("User "):
+            return f"{self.name} {value.removeprefix('User ')}"
+        if value.startswith(_MENTIONED_BY_USER):
+            return f"{_MENTIONED_BY} {self.name}{value.removeprefix(_MENTIONED_BY_USER)}"
+        return f"{self.name} {value[:1].lower()}{value[1:]}"  # every other value opens with its verb
+
+
+_USERS = "User's "
+_MENTIONED_BY = "Email address mentioned by"
+_MENTIONED_BY_USER = f"{_MENTIONED_BY} the user"
+
+
 class _Collector:
-    """Facts per category; a later statement with the same key replaces the earlier value."""
+    """Facts per category; a later statement with the same key replaces the earlier value. Facts are the
+    user's, or `speaker`'s while one is set (see the module docstring)."""
 
     def __init__(self) -> None:
         self.found: dict[str, dict[str, str]] = {name: {} for name in CATEGORIES}
+        self.speaker: _Speaker | None = None
+
+    def _scoped(self, key: str, value: str) -> tuple[str, str]:
+        return (key, value) if self.speaker is None else (self.speaker.key(key), self.speaker.value(value))
 
     def add(self, category: str, key: str, value: str) -> None:
+        if category == "styles" and self.speaker is not None:
+            return
         try:
-            clean_key, clean_value = sanitize(key, value)
+            clean_key, clean_value = sanitize(*self._scoped(key, value))
         except MemoryRejected:
             return
         self.found[category][clean_key] = clean_value
+
+    def drop(self, category: str, key: str) -> None:
+        self.found[category].pop(normalize_key(self._scoped(key, "-")[0]), None)
 
     def facts(self) -> ExtractedFacts:
         return ExtractedFacts(**{name: list(items.items()) for name, items in self.found.items()})
@@ -195,23 +258,26 @@ class _Collector:
 _CLAUSE_SPLIT = re.compile(r";|\b(?:and|but)\s+(?=I\b|I'|[Mm]y\b)")
 
 
-def _user_sentences(messages: Iterable[TranscriptMessage]) -> Iterator[str]:
+def _user_sentences(messages: Iterable[TranscriptMessage]) -> Iterator[tuple[TranscriptMessage, str]]:
     for message in messages:
         if message.role != "user" or is_steering(message.content):
             continue
         text = CODE_FENCE.sub("\n", message.content.translate(APOSTROPHES))
         lines = [line for line in text.splitlines() if not line.lstrip().startswith(">")]
-        yield from split_sentences("\n".join(lines))
+        for sentence in split_sentences("\n".join(lines)):
+            yield message, sentence
 
 
-def offline_extract(messages: Sequence[TranscriptMessage]) -> ExtractedFacts:
+def offline_extract(messages: Sequence[TranscriptMessage], *, name_speakers: bool = False) -> ExtractedFacts:
     """Rule-based extraction over the user's own messages (the offline provider; not a model).
 
     Deterministic and conservative; see the comment block above for the rules. Facts come out
-    already sanitised (normalised keys); anything the sanitiser refuses is dropped.
+    already sanitised (normalised keys); anything the sanitiser refuses is dropped. `name_speakers`:
+    the conversation is between several named people, so each fact names its speaker (module docstring).
     """
     out = _Collector()
-    for sentence in _user_sentences(messages):
+    for message, sentence in _user_sentences(messages):
+        out.speaker = _Speaker.of(message) if name_speakers else None
         for email in EMAIL.findall(sentence):
             out.add("entities", f"email/{email.lower()}", f"Email address mentioned by the user: {email}")
         if _is_question(sentence) or sentence[:1] in QUOTES:
@@ -229,7 +295,7 @@ def _extract_sentence(sentence: str, out: _Collector) -> None:
     if m := P_MY_EMAIL.match(sentence):
         email_match = EMAIL.fullmatch(m.group("rest").rstrip(TRAILING))
         if email_match:
-            out.found["entities"].pop(f"email/{email_match.group(0).lower()}", None)
+            out.drop("entities", f"email/{email_match.group(0).lower()}")
             out.add("entities", "user/email", f"User's email address is {email_match.group(0)}")
         return
     if m := P_NAME.match(sentence):
