@@ -8,14 +8,18 @@ latency that creeps up.
 It starts a private stack (ops/bench/stack.py) laid out as `engram up` runs it (a turns worker, a background
 worker, beat) with every maintenance job scheduled every five minutes, so decay, consolidation, enrichment,
 reflection and cache eviction fire during the run. A round is a chat turn (sent, then waited for until done),
-a memory search and a context request (a user's chat starts a new session every TURNS_PER_SESSION turns,
-as people start new conversations). First it measures the sustainable rate: `--calibrate` seconds of
+a memory search and a context request (a user's chat starts a new session every `--session-turns` turns, as
+people start new conversations). Every user starts with a past: `--history` earlier conversations of 20
+messages each, ingested and worked through (embedded, mined) before anything is measured, so the run sees
+users who have talked before, as a deployment does, and the first window does not time searches over
+nothing. First it measures the sustainable rate: `--calibrate` seconds of
 closed-loop rounds from twice as many clients as the turn worker has processes, with the side load below
 beside them, then the time the stack takes to finish the background work those rounds left (extraction,
 embeddings, compaction): the rate counts both, since a stack that answers rounds faster than its pipeline
 keeps up falls further behind in every window. Then, open loop (an operation's
 latency counts from when it was due, so a stalled stack cannot hide behind a slow client), it sends half that
-many rounds per second, plus an ingest of 20 messages every 10 s and a memory write every 5 s, spread over
+many rounds per second, plus an ingest of 20 messages every 10 s (a conversation of its own each) and a memory
+write every 5 s, spread over
 `--users` users (400: at half the sustainable rate each one sends a turn about once a minute, as a person
 chatting does). With a handful of users each one's transcript would grow tenfold in half an hour, and a search
 ranks all of a user's matching units, so the windows would show one user's data growing rather than time
@@ -41,6 +45,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -56,9 +61,13 @@ ENGRAM_PROCESSES = ("gateway", "worker-turns", "worker-background", "beat")
 TERMINAL = ("done", "failed")
 RSS_GROWTH_GOAL = 0.10
 P95_FLAT_GOAL = 0.20
-# A user's chat moves to a new session after this many turns, as people start new conversations: one session
-# growing for the whole soak would measure compaction of ever longer histories, not steady load.
-TURNS_PER_SESSION = 30
+# A user's chat moves to a new session after this many turns, as people start new conversations: a session
+# growing for the whole soak (each user sends about 30 turns in 30 minutes) would time ever longer histories,
+# not steady load.
+SESSION_TURNS = 10
+# Earlier conversations each user starts with, and their length (messages).
+HISTORY_CONVERSATIONS = 5
+HISTORY_MESSAGES = 20
 USER_PREFIX = "soak-user-"
 # How long calibration waits for the backlog its rounds left (a stack that never catches up is reported).
 SETTLE_TIMEOUT_S = 600.0
@@ -89,17 +98,31 @@ class Recorder:
 class Load:
     """The operations, each one HTTP exchange (a turn: its POST and the long poll until it is done)."""
 
-    def __init__(self, url: str, api_key: str, users: int) -> None:
+    def __init__(self, url: str, api_key: str, users: int, session_turns: int = SESSION_TURNS) -> None:
         self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {api_key}"}, timeout=120)
         self.users = [f"{USER_PREFIX}{i}" for i in range(users)]
+        self.session_turns = session_turns
         self._count = 0
         self._turns: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
 
-    def prepare(self) -> None:
-        """Every user exists (a search for a user engram has never seen is a 404) and has something to find."""
+    def prepare(self, history: int) -> None:
+        """Every user exists (a search for a user engram has never seen is a 404), has a memory and `history`
+        earlier conversations, the oldest `history` days ago."""
         for user in self.users:
             self.remember_for(user, 0)
+            for past in range(history):
+                said = datetime.now(UTC) - timedelta(days=history - past)
+                messages = [
+                    {
+                        "role": "user" if i % 2 == 0 else "assistant",
+                        "content": f"Earlier, {TOPICS[(past + i) % len(TOPICS)]} came up ({past}.{i}).",
+                        "created_at": (said + timedelta(minutes=i)).isoformat(),
+                    }
+                    for i in range(HISTORY_MESSAGES)
+                ]
+                path = f"/v1/users/{user}/sessions/{user}-past-{past}/messages"
+                self._ok(self.http.post(path, json={"messages": messages}))
 
     def _next(self) -> tuple[int, str]:
         with self._lock:
@@ -113,7 +136,7 @@ class Load:
     def turn(self) -> None:
         n, user = self._next()
         with self._lock:
-            session = f"{user}-chat-{self._turns[user] // TURNS_PER_SESSION}"
+            session = f"{user}-chat-{self._turns[user] // self.session_turns}"
             self._turns[user] += 1
         body = {"user_id": user, "text": f"Tell me more about {TOPICS[n % len(TOPICS)]}, please ({n})."}
         response = self.http.post(
@@ -145,7 +168,7 @@ class Load:
             {"role": "user" if i % 2 == 0 else "assistant", "content": f"Message {i} of batch {n}: {TOPICS[i % 5]}."}
             for i in range(20)
         ]
-        self._ok(self.http.post(f"/v1/users/{user}/sessions/{user}-import/messages", json={"messages": messages}))
+        self._ok(self.http.post(f"/v1/users/{user}/sessions/{user}-import-{n}/messages", json={"messages": messages}))
 
     def remember(self) -> None:
         n, user = self._next()
@@ -209,13 +232,18 @@ def calibrate(load: Load, sessions: int, seconds: float, database_url: str) -> C
         stop.set()
         beside.result()
     settling = time.monotonic()
-    settled = False
-    while time.monotonic() - settling < SETTLE_TIMEOUT_S:
+    settled = settle(database_url)
+    return Calibration(sum(done), loop_s, time.monotonic() - settling, settled is not None)
+
+
+def settle(database_url: str) -> float | None:
+    """Seconds until the stack owes the benchmark's users nothing (`backlog`); None past SETTLE_TIMEOUT_S."""
+    started = time.monotonic()
+    while time.monotonic() - started < SETTLE_TIMEOUT_S:
         if not any(backlog(database_url, USER_PREFIX).values()):
-            settled = True
-            break
+            return time.monotonic() - started
         time.sleep(1.0)
-    return Calibration(sum(done), loop_s, time.monotonic() - settling, settled)
+    return None
 
 
 def backlog(database_url: str, user_prefix: str) -> dict[str, int]:
@@ -335,6 +363,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, help="rounds per second (default: half the measured sustainable rate)")
     parser.add_argument("--calibrate", type=float, default=60.0, help="seconds of closed-loop turns to measure it")
     parser.add_argument("--users", type=int, default=400, help="users the load is spread over (default 400)")
+    parser.add_argument(
+        "--session-turns", type=int, default=SESSION_TURNS, help=f"turns per chat session (default {SESSION_TURNS})"
+    )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=HISTORY_CONVERSATIONS,
+        help=f"earlier conversations of {HISTORY_MESSAGES} messages each user starts with "
+        f"(default {HISTORY_CONVERSATIONS}; 0: none)",
+    )
     parser.add_argument("--llm-latency-ms", type=float, default=0.0)
     args = parser.parse_args(argv)
     window_s, seconds = args.window_minutes * 60, args.minutes * 60
@@ -355,9 +393,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         run.callback(stack.stop)
         api_key = stack.start()
-        load = Load(stack.url, api_key, args.users)
+        load = Load(stack.url, api_key, args.users, args.session_turns)
         run.callback(load.http.close)
-        load.prepare()
+        load.prepare(args.history)
+        prepared = settle(stack.database_url)
+        if prepared is None:
+            raise BenchError(f"the users' history was not worked through within {SETTLE_TIMEOUT_S:.0f} s")
+        print(f"{args.users} users with {args.history} earlier conversations each, worked through", flush=True)
         rate = args.rate
         calibration: Calibration | None = None
         if rate is None:
