@@ -24,17 +24,17 @@ from api.request_limit import RequestLimits, RequestTimeLimit
 from api.routes import admin, channel_admin, channels, context, health, ingest, memories, profiles, sessions, turns
 from api.routes import openai as openai_routes
 from shared.channels.connections import check_stored_secrets
-from shared.dispatch import Dispatcher, get_dispatcher, set_dispatcher
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.heap import freeze_startup_heap
 from shared.infra.logging import configure_logging, get_logger
 from shared.infra.migrate import SchemaTooNew, check_schema_known
 from shared.infra.redis_client import close_shared_async_redis
+from shared.infra.secretbox import SecretKeyError
 from shared.infra.services import ServiceNotConfigured
 from shared.infra.tracing import configure_tracing, instrument_fastapi
 from shared.memory.service import warm_query_embedder
-from shared.secretbox import SecretKeyError
+from shared.queueing.dispatch import Dispatcher, get_dispatcher, set_dispatcher
 
 log = get_logger(__name__)
 
@@ -99,7 +99,7 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app(dispatcher: Dispatcher) -> FastAPI:
-    """The gateway, sending its work through `dispatcher` (installed for the whole process: shared/dispatch.py)."""
+    """The gateway, sending its work through `dispatcher` (installed for the process: shared/queueing/dispatch.py)."""
     set_dispatcher(dispatcher)
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_json)
@@ -161,7 +161,7 @@ def _sync_env_channels() -> None:
     `default` connections now. A failure is logged, not fatal: the gateway serves everything else."""
     from shared.channels.connections import ConnectionInvalid
     from shared.channels.setup import sync_env_connections
-    from shared.secretbox import SecretKeyError
+    from shared.infra.secretbox import SecretKeyError
 
     try:
         sync_env_connections(get_settings())

@@ -16,11 +16,11 @@ from fastapi import Depends, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import ApiError
-from shared.auth import Principal, authenticate
+from shared.access.auth import Principal, authenticate
+from shared.access.ratelimit import request_limits, take
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.redis_client import get_redis
-from shared.ratelimit import request_limits, take
 
 _bearer = HTTPBearer(auto_error=False, description="An engram API key: `Authorization: Bearer egm_…`")
 

@@ -22,8 +22,8 @@ from starlette.exceptions import HTTPException
 
 from shared.infra import db
 from shared.infra.logging import get_logger
+from shared.infra.secretbox import SecretKeyError
 from shared.infra.services import ServiceNotConfigured
-from shared.secretbox import SecretKeyError
 from shared.text import printable
 
 log = get_logger(__name__)
@@ -92,7 +92,7 @@ class ApiError(HTTPException):
 def refuse_over_budget(conn: db.Conn, tenant_id: int) -> None:
     """429 `token_budget_exceeded` (Retry-After: the next month) once the tenant's monthly token budget
     is spent: new work would spend tokens it no longer has."""
-    from shared.quotas import seconds_until_next_month, turn_refusal
+    from shared.access.quotas import seconds_until_next_month, turn_refusal
 
     refusal = turn_refusal(conn, tenant_id)
     if refusal is not None:

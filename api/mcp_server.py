@@ -32,15 +32,13 @@ from starlette.types import Receive, Scope, Send
 from api.deps import check_user, current_principal
 from api.errors import ApiError, error_response
 from api.schemas.common import ID_PATTERN
-from shared.auth import Principal
+from shared.access.auth import Principal
+from shared.access.quotas import turn_refusal
 from shared.context.packed import SECTIONS, compile_context
 from shared.context.profiles import get_user_profile
 from shared.context.static_prompt import what_you_know
-from shared.dispatch import get_dispatcher
 from shared.infra import db
 from shared.infra.config import get_settings
-from shared.ingest import IngestMessage as StoredMessage
-from shared.ingest import ingest_messages
 from shared.memory import writes
 from shared.memory.keys import MemoryRejected
 from shared.memory.memory_input import MemoryInput
@@ -52,9 +50,11 @@ from shared.memory.store import (
 )
 from shared.memory.store import WriteResult
 from shared.memory.writes import MemoryGone, UnknownUser, UserRef, find_scope
-from shared.quotas import turn_refusal
+from shared.queueing.dispatch import get_dispatcher
 from shared.transcript.sources import message_sources
-from shared.turns import IdempotencyConflict
+from shared.turns.accept import IdempotencyConflict
+from shared.turns.ingest import IngestMessage as StoredMessage
+from shared.turns.ingest import ingest_messages
 
 ACTOR = "mcp"
 USER_HEADER = "x-engram-user"

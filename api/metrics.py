@@ -23,7 +23,7 @@ from shared.infra import db
 from shared.infra.logging import get_logger
 from shared.infra.redis_client import get_redis
 from shared.infra.replicas import read_counts
-from shared.queues import QUEUES, queue_depths
+from shared.queueing.queues import QUEUES, queue_depths
 
 log = get_logger(__name__)
 

@@ -121,8 +121,8 @@ def migrate(
     """Apply pending database migrations (safe to run any time, from several processes)."""
     from shared.infra.db import connect
     from shared.infra.migrate import SchemaTooNew, apply_migrations, check_schema_known, pending_migrations
+    from shared.infra.secretbox import SecretKeyError, key_file
     from shared.infra.services import ServiceNotConfigured
-    from shared.secretbox import SecretKeyError, key_file
 
     settings = _settings()
     if check:
@@ -147,14 +147,14 @@ def migrate(
             applied = apply_migrations(conn)
             if settings.dev_api_key is not None:
                 # Deployments (docker-compose) fix the default tenant's key through the environment.
-                from shared.auth import DEFAULT_TENANT, ensure_tenant, register_key
+                from shared.access.auth import DEFAULT_TENANT, ensure_tenant, register_key
 
                 conn.autocommit = False
                 register_key(conn, ensure_tenant(conn, DEFAULT_TENANT), settings.dev_api_key.get_secret_value(), "dev")
                 conn.commit()
             if settings.metrics_api_key is not None:
                 # Prometheus's key in docker-compose / Kubernetes: the `metrics` scope and nothing else.
-                from shared.auth import DEFAULT_TENANT, ensure_tenant, register_key
+                from shared.access.auth import DEFAULT_TENANT, ensure_tenant, register_key
 
                 conn.autocommit = False
                 tenant_id = ensure_tenant(conn, DEFAULT_TENANT)
@@ -187,7 +187,7 @@ def _seal_channel_secrets(conn: Conn, settings: Settings) -> tuple[int, int]:
     """(connections sealed, connections left in plain text for want of a key). `engram migrate` does not
     generate a key file: in a container its data dir may be thrown away, and the secrets with it."""
     from shared.channels.connections import count_plain_secrets, seal_at_start
-    from shared.secretbox import SecretKeyMissing
+    from shared.infra.secretbox import SecretKeyMissing
 
     conn.autocommit = False
     try:
@@ -294,7 +294,7 @@ def reindex() -> None:
 @app.command("create-key")
 def create_key_command(tenant: Annotated[str, typer.Option(help="Tenant the key belongs to")] = "default") -> None:
     """Create an API key for a tenant (created if new); prints the key once."""
-    from shared.auth import create_key
+    from shared.access.auth import create_key
     from shared.infra.db import connect
 
     _settings()

@@ -37,8 +37,8 @@ def load_settings() -> Settings:
 def transaction() -> Iterator[Conn]:
     """One committed transaction for a command; unconfigured services are a message, not a traceback."""
     from shared.infra.db import connect
+    from shared.infra.secretbox import SecretKeyError
     from shared.infra.services import ServiceNotConfigured
-    from shared.secretbox import SecretKeyError
 
     load_settings()
     try:
@@ -51,8 +51,8 @@ def transaction() -> Iterator[Conn]:
 
 def require_tenant(conn: Conn, tenant: str, create: bool = False) -> int:
     """The tenant's id by name (created when `create`); an unknown one ends the command."""
-    from shared.auth import ensure_tenant
-    from shared.keys import tenant_id_of
+    from shared.access.auth import ensure_tenant
+    from shared.access.keys import tenant_id_of
 
     found = ensure_tenant(conn, tenant) if create else tenant_id_of(conn, tenant)
     if found is None:

@@ -119,7 +119,7 @@ def _check_secret_keys(conn: Conn) -> Check:
     """Where the secret keys come from and whether they open every stored channel secret."""
     from shared.channels.connections import check_stored_secrets
     from shared.infra.config import get_settings
-    from shared.secretbox import ENV_NAME, SecretKeyError, SecretKeyMissing
+    from shared.infra.secretbox import ENV_NAME, SecretKeyError, SecretKeyMissing
 
     try:
         found = check_stored_secrets(conn, get_settings())
@@ -207,7 +207,7 @@ def _check_redis_and_workers(url: str | None, sentinel: SentinelTarget | None) -
     yield Check(
         "redis", True, "reachable" if sentinel is None else f"reachable (Sentinel primary of {sentinel.service!r})"
     )
-    from shared.queues import QUEUES
+    from shared.queueing.queues import QUEUES
     from workers.app import app
 
     # A broadcast cannot know how many workers will answer, so it waits out its whole timeout, unless told how many

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from ops.cli_support import JsonOption, TenantOption, fail, require_tenant, transaction
-from shared.auth import SCOPES
+from shared.access.auth import SCOPES
 
 keys_app = typer.Typer(help="Create, list, revoke and rotate API keys.", no_args_is_help=True)
 
@@ -42,7 +42,7 @@ def create(
     as_json: JsonOption = False,
 ) -> None:
     """Create a key (the tenant is created if new); the key is printed once."""
-    from shared.keys import KeyRequestInvalid, create_tenant_key
+    from shared.access.keys import KeyRequestInvalid, create_tenant_key
 
     try:
         with transaction() as conn:
@@ -59,7 +59,7 @@ def list_keys(
     as_json: JsonOption = False,
 ) -> None:
     """The tenant's keys (never their secrets)."""
-    from shared.keys import list_api_keys
+    from shared.access.keys import list_api_keys
 
     with transaction() as conn:
         rows = [
@@ -77,7 +77,7 @@ def list_keys(
 @keys_app.command("revoke")
 def revoke(key_id: int, tenant: TenantOption = "default", as_json: JsonOption = False) -> None:
     """Revoke a key: it stops working at once."""
-    from shared.keys import revoke_api_key
+    from shared.access.keys import revoke_api_key
 
     with transaction() as conn:
         record = revoke_api_key(conn, require_tenant(conn, tenant), key_id)
@@ -89,7 +89,7 @@ def revoke(key_id: int, tenant: TenantOption = "default", as_json: JsonOption = 
 @keys_app.command("rotate")
 def rotate(key_id: int, tenant: TenantOption = "default", as_json: JsonOption = False) -> None:
     """Replace a key by a new secret with the same name, scopes and user; the old one stops working."""
-    from shared.keys import rotate_api_key
+    from shared.access.keys import rotate_api_key
 
     with transaction() as conn:
         issued = rotate_api_key(conn, require_tenant(conn, tenant), key_id)

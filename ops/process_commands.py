@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from shared.infra.config import Settings
-from shared.queues import POOLS
+from shared.queueing.queues import POOLS
 
 CELERY_APP = "workers.app"
 GATEWAY_APP = "ops.gateway:create_app"  # an app factory (uvicorn --factory)
@@ -91,7 +91,7 @@ def worker_argv(
 
 
 def pool_argv(settings: Settings, pool: str, python: str | None = None) -> list[str]:
-    """The worker of `pool` (shared/queues.py POOLS): its queues, `<pool>@%h`, and Celery's autoscaler
+    """The worker of `pool` (shared/queueing/queues.py POOLS): its queues, `<pool>@%h`, and Celery's autoscaler
     between the pool's bounds (it adds processes while tasks wait for one and removes idle ones again)."""
     if pool not in POOLS:
         raise UnknownPool(f"unknown pool {pool!r}; pools: {', '.join(POOLS)}")

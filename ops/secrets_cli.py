@@ -1,4 +1,4 @@
-"""`engram secrets …`: the keys that encrypt stored channel secrets (shared/secretbox.py)."""
+"""`engram secrets …`: the keys that encrypt stored channel secrets (shared/infra/secretbox.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def rotate(
     With ENGRAM_SECRET_KEY: put the new key first in it (in every process), run this, then remove the old
     key. With the data dir's key file: `--new-key` now, `--drop-old` once every process runs with it."""
     from shared.channels.connections import reseal_secrets
-    from shared.secretbox import (
+    from shared.infra.secretbox import (
         ENV_NAME,
         SecretKeyError,
         SecretKeyMissing,
@@ -70,6 +70,6 @@ def rotate(
 @secrets_app.command("generate-key")
 def generate_key_command() -> None:
     """Print a new Fernet key (for ENGRAM_SECRET_KEY); stores nothing."""
-    from shared.secretbox import generate_key
+    from shared.infra.secretbox import generate_key
 
     typer.echo(generate_key())

@@ -20,7 +20,7 @@ from shared.infra.config import Settings
 from shared.infra.db import Conn
 from shared.infra.logging import get_logger
 from shared.infra.services import read_services, resolve_redis_sentinel, services_file, write_services
-from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS
+from shared.queueing.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS
 
 log = get_logger(__name__)
 
@@ -32,7 +32,7 @@ class StackError(RuntimeError):
 def ensure_dev_key(settings: Settings, conn: Conn) -> str:
     """The default tenant's development key: fixed by ENGRAM_DEV_API_KEY, else made once and kept
     in the data dir (mode 600) so restarts print the same key."""
-    from shared.auth import DEFAULT_TENANT, ensure_tenant, generate_key, key_is_valid, register_key
+    from shared.access.auth import DEFAULT_TENANT, ensure_tenant, generate_key, key_is_valid, register_key
 
     tenant_id = ensure_tenant(conn, DEFAULT_TENANT)
     if settings.dev_api_key is not None:
@@ -61,7 +61,7 @@ def ensure_flower_password(settings: Settings) -> str:
     return password
 
 
-# `engram up --cluster`: gateways and beats (workers: one process per pool of shared/queues.py POOLS).
+# `engram up --cluster`: gateways and beats (workers: one process per pool of shared/queueing/queues.py POOLS).
 CLUSTER_GATEWAYS = 2
 CLUSTER_BEATS = 2
 # How long `engram up` waits for the gateway to listen (it imports the app and opens its pools first).
@@ -221,7 +221,7 @@ class Stack:
         """Generate the secret key file on first start (unless ENGRAM_SECRET_KEY is set), encrypt channel
         secrets stored in plain text before 0017, and refuse to start on keys that do not open them."""
         from shared.channels.connections import seal_at_start
-        from shared.secretbox import SecretKeyError
+        from shared.infra.secretbox import SecretKeyError
 
         try:
             sealed = seal_at_start(conn, self.settings, create_key=True)

@@ -89,7 +89,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestServices]
     with connect() as conn:
         apply_migrations(conn)
     from shared.infra.config import get_settings
-    from shared.secretbox import keyring
+    from shared.infra.secretbox import keyring
 
     keyring(get_settings(), create=True)  # the data dir's secret key file, as `engram up` makes on first start
     yield svc
@@ -225,7 +225,7 @@ def gateway(services: TestServices) -> Iterator[Gateway]:
 
 
 def make_key(tenant: str) -> str:
-    from shared.auth import create_key
+    from shared.access.auth import create_key
     from shared.infra import db
 
     with db.connection() as conn:

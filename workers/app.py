@@ -22,7 +22,6 @@ from celery.schedules import crontab
 from celery.signals import setup_logging, worker_init, worker_process_init
 from kombu import Exchange, Queue
 
-from shared import task_names as names
 from shared.infra import db
 from shared.infra.config import Settings, get_settings
 from shared.infra.heap import freeze_startup_heap
@@ -31,7 +30,8 @@ from shared.infra.redis_client import reset_redis, sentinel_timeouts
 from shared.infra.services import resolve_redis_sentinel, resolve_redis_url
 from shared.infra.tracing import configure_tracing, instrument_celery_worker
 from shared.maintenance.schedule import JOBS, cron_of, enabled
-from shared.queues import QUEUES
+from shared.queueing import task_names as names
+from shared.queueing.queues import QUEUES
 from workers import heartbeat as _heartbeat_signals  # noqa: F401  (liveness for the console)
 from workers import metrics as _metric_signals  # noqa: F401  (task metrics, the pool's exporter)
 from workers import tracing as _publish_hooks  # noqa: F401  (connects the request-id publish hook)

@@ -1,6 +1,6 @@
 """The single task decorator every engram task uses (one place for routing and logging).
 
-`engram_task("turns")` registers `engram.turns.<function name>` (listed in shared/task_names.py) on the
+`engram_task("turns")` registers `engram.turns.<function name>` (listed in shared/queueing/task_names.py) on the
 `turns` queue and binds task id, queue and the task's keyword arguments (session_id, turn_id, …) to the structlog
 context for every line logged while it runs.
 """
@@ -17,9 +17,9 @@ from celery import Task
 from shared.infra.config import Settings, get_settings
 from shared.infra.locks import HeartbeatLock
 from shared.infra.redis_client import get_redis
-from shared.queues import QUEUES
-from shared.task_names import ALL as TASK_NAMES
-from shared.task_names import task_name
+from shared.queueing.queues import QUEUES
+from shared.queueing.task_names import ALL as TASK_NAMES
+from shared.queueing.task_names import task_name
 from workers.app import app
 from workers.limits import check_visibility_timeout
 from workers.tracing import REQUEST_ID_HEADER
@@ -51,7 +51,7 @@ def engram_task(queue: str, *, max_countdown: CountdownOf | None = None, **optio
     def decorate(fn: F) -> Task:
         name = task_name(queue, fn.__name__)
         if name not in TASK_NAMES:  # senders use the constants: a name missing there is never sent
-            raise ValueError(f"task {name} is not listed in shared/task_names.py")
+            raise ValueError(f"task {name} is not listed in shared/queueing/task_names.py")
         settings = get_settings()
         check_visibility_timeout(name, options, settings, max_countdown(settings) if max_countdown else 0.0)
         DECLARED[name] = (dict(options), max_countdown)

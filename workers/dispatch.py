@@ -8,11 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kombu.exceptions import OperationalError as BrokerUnavailable
 from redis.exceptions import RedisError
 
-from shared import fairness
-from shared import task_names as names
-from shared.dispatch import AcceptedWork
 from shared.embeddings.drain import DrainKind, claim_request, token_key
-from shared.fairness import Admission
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.db import DatabaseUnavailable
@@ -22,7 +18,11 @@ from shared.maintenance.schedule import spec_of
 from shared.memory.userdata import Erasure, drop_live_state
 from shared.pipeline import debounce
 from shared.pipeline.jobs import plan_after_turn
-from shared.queues import BULK_PRIORITY
+from shared.queueing import fairness
+from shared.queueing import task_names as names
+from shared.queueing.dispatch import AcceptedWork
+from shared.queueing.fairness import Admission
+from shared.queueing.queues import BULK_PRIORITY
 from workers.app import app
 
 if TYPE_CHECKING:  # only for annotations
@@ -61,7 +61,7 @@ def enqueue_drain(session_id: int, priority: int | None = None) -> None:
 
 
 def send_drain_fairly(session_id: int, tenant_id: int, *, resend_in_flight: bool = False) -> bool:
-    """Send the session's drain if it gets one of its tenant's slots (shared/fairness.py); whether it was sent.
+    """Send the session's drain if it gets one of its tenant's slots (shared/queueing/fairness.py); whether it was sent.
     `resend_in_flight`: also when the session holds a slot already (the stalled-turn sweep: its drain was
     found lost). Raises like `enqueue_drain` when Redis or the broker is away; a slot taken for a drain that
     could not be sent is given back."""

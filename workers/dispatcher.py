@@ -1,4 +1,4 @@
-"""The Celery implementation of shared.dispatch.Dispatcher, for the gateway (ops/gateway.py installs it).
+"""The Celery implementation of shared.queueing.dispatch.Dispatcher, for the gateway (ops/gateway.py installs it).
 
 Each operation loads workers/dispatch.py (and with it the Celery app) when first called, not when the gateway
 is built: the Celery app reads the settings and resolves the broker's URL when it is made. The gateway's start
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # only for annotations
-    from shared.dispatch import AcceptedWork
+    from shared.queueing.dispatch import AcceptedWork
 
 
 class CeleryDispatcher:

@@ -11,7 +11,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.channels.deliveries import deliveries_to_redrive
-from shared.fairness import tenant_of_sessions
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.db import DatabaseUnavailable
@@ -25,7 +24,8 @@ from shared.maintenance.consolidation import sessions_to_queue
 from shared.maintenance.runs import RunSuperseded, UserRef, lock_name, scope_user, unfinished_runs
 from shared.maintenance.schedule import enabled
 from shared.pipeline import debounce
-from shared.recovery import sessions_to_redrive, touch_open_turns
+from shared.queueing.fairness import tenant_of_sessions
+from shared.queueing.recovery import sessions_to_redrive, touch_open_turns
 from workers.base import alone_on_session, engram_task
 from workers.dispatch import (
     enqueue_consolidate_session,

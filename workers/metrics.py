@@ -40,14 +40,14 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from shared import task_names
-from shared.auth import authenticate, hash_key
+from shared.access.auth import authenticate, hash_key
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.logging import get_logger
 from shared.infra.metrics import count_task_failure, count_task_retry, observe_task, preinitialize
 from shared.infra.redis_client import get_redis
-from shared.queues import QUEUES, queue_depths
+from shared.queueing import task_names
+from shared.queueing.queues import QUEUES, queue_depths
 
 log = get_logger(__name__)
 

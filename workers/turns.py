@@ -12,15 +12,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from shared import fairness
 from shared.agent import LockLost, drain_session, sessions_with_running_turns
-from shared.diagnostics import answer_ping
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.db import DatabaseUnavailable
 from shared.infra.logging import get_logger
 from shared.infra.redis_client import get_redis
-from shared.recovery import sessions_to_redrive
+from shared.queueing import fairness
+from shared.queueing.diagnostics import answer_ping
+from shared.queueing.recovery import sessions_to_redrive
 from shared.runtime import turn_deps
 from workers.base import engram_task
 from workers.consumer import RECONNECT_HOOKS

@@ -11,10 +11,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from api.console.filters import Filters
 from api.console.render import page
 from api.console.session import Admin, AdminPost, ConsoleError, Signed
-from shared.auth import DEFAULT_SCOPES, SCOPES
+from shared.access.auth import DEFAULT_SCOPES, SCOPES
+from shared.access.keys import KeyRequestInvalid, create_api_key, list_api_keys, revoke_api_key, rotate_api_key
 from shared.console.paging import make_page, page_bounds
 from shared.infra import db
-from shared.keys import KeyRequestInvalid, create_api_key, list_api_keys, revoke_api_key, rotate_api_key
 
 router = APIRouter(prefix="/console/keys", include_in_schema=False)
 KeyId = Annotated[int, Path(ge=1, le=2**63 - 1)]

@@ -2,7 +2,7 @@
 
 The API key itself is the session: it lives in an HttpOnly, SameSite=Strict cookie (Secure under HTTPS), so
 page scripts never see it and other sites' requests never carry it. Each request authenticates it exactly as
-the API's Bearer header is (shared.auth.authenticate), with the same scopes, user binding and rate limits.
+the API's Bearer header is (shared.access.auth.authenticate), with the same scopes, user binding and rate limits.
 
 Every POST also carries a CSRF token: HMAC-SHA256 keyed by the API key over a random per-sign-in nonce (its
 own HttpOnly cookie), sent back in a hidden form field or the X-CSRF-Token header (htmx). A request from
@@ -21,7 +21,7 @@ from fastapi import Depends, HTTPException, Request, Response, status
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.deps import check_user, rate_limit
-from shared.auth import Principal, authenticate
+from shared.access.auth import Principal, authenticate
 from shared.infra import db
 
 KEY_COOKIE = "engram_console_key"

@@ -18,7 +18,7 @@ from api.console.session import (
     new_nonce,
     set_cookie,
 )
-from shared.auth import authenticate
+from shared.access.auth import authenticate
 from shared.infra import db
 
 router = APIRouter(prefix="/console", include_in_schema=False)

@@ -11,10 +11,10 @@ from api.deps import AdminKey
 from api.errors import ApiError
 from api.schemas.admin import IssuedKeyOut, KeyIn, KeyOut, TenantOut, TenantPatch
 from api.schemas.jobs import JobOut
+from shared.access.keys import KeyRequestInvalid, create_api_key, list_api_keys, revoke_api_key, rotate_api_key
+from shared.access.quotas import budget_usage, set_budget
 from shared.infra import db
 from shared.infra.config import get_settings
-from shared.keys import KeyRequestInvalid, create_api_key, list_api_keys, revoke_api_key, rotate_api_key
-from shared.quotas import budget_usage, set_budget
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 KeyId = Annotated[int, Path(ge=1, le=2**63 - 1)]

@@ -18,10 +18,10 @@ from shared.channels import slack, telegram
 from shared.channels.connections import SLUG_PATTERN, Connection, get_connection
 from shared.channels.inbound import Accepted
 from shared.channels.receive import receive_slack_event, receive_telegram_update
-from shared.dispatch import get_dispatcher
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.logging import get_logger
+from shared.queueing.dispatch import get_dispatcher
 
 router = APIRouter(prefix="/v1/channels", tags=["channels"])
 log = get_logger(__name__)

@@ -10,12 +10,12 @@ from api.deps import MemoryReadKey, MemoryWriteKey
 from api.errors import refuse_over_budget
 from api.schemas.common import ID_PATTERN
 from api.schemas.ingest import IngestAccepted, IngestIn, MemoryStatusOut
-from shared.dispatch import get_dispatcher
 from shared.infra import db
 from shared.infra.config import get_settings
-from shared.ingest import IngestMessage, ingest_messages
 from shared.pipeline.status import session_memory_status
-from shared.turns import IdempotencyConflict
+from shared.queueing.dispatch import get_dispatcher
+from shared.turns.accept import IdempotencyConflict
+from shared.turns.ingest import IngestMessage, ingest_messages
 
 router = APIRouter(prefix="/v1/users/{user_id}/sessions/{session_key}", tags=["ingest"])
 

@@ -26,7 +26,7 @@ from api.schemas.memories import (
     SearchResultOut,
     Tag,
 )
-from shared.auth import Tenant
+from shared.access.auth import Tenant
 from shared.infra import db
 from shared.infra.db import Conn
 from shared.infra.redis_client import get_redis
@@ -44,7 +44,7 @@ from shared.memory.userdata import drop_live_state, erase_user, export_user
 from shared.memory.writes import Attributes, MemoryGone, NoSuchMemory, UnknownUser, UserRef, find_scope
 from shared.text import SAFE_TEXT
 from shared.transcript.sources import message_sources
-from shared.turns import find_session
+from shared.turns.accept import find_session
 
 router = APIRouter(prefix="/v1/users/{user_id}", tags=["memories"])
 

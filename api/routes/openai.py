@@ -25,9 +25,7 @@ from api.deps import ChatKey, check_user
 from api.errors import ApiError, code_for, explain_content_type, refuse_over_budget
 from api.schemas.common import ID_PATTERN
 from api.schemas.openai import ChatCompletionIn, ModelOut, ModelsOut, OpenAIErrorOut
-from shared.auth import Principal
-from shared.client_options import ClientOptions
-from shared.dispatch import get_dispatcher
+from shared.access.auth import Principal
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.events import TERMINAL_EVENTS, follow_events
@@ -35,7 +33,11 @@ from shared.infra.logging import get_logger
 from shared.infra.redis_client import shared_async_redis
 from shared.llm.factory import chat_model
 from shared.llm.types import ToolSpec
-from shared.openai_compat import (
+from shared.queueing.dispatch import get_dispatcher
+from shared.tools import default_registry
+from shared.turns.accept import IdempotencyConflict, submit_turn
+from shared.turns.client_options import ClientOptions
+from shared.turns.openai_compat import (
     Completion,
     CompletionPlan,
     CompletionRefused,
@@ -45,8 +47,6 @@ from shared.openai_compat import (
     openai_tool_call,
     openai_usage,
 )
-from shared.tools import default_registry
-from shared.turns import IdempotencyConflict, submit_turn
 
 log = get_logger(__name__)
 

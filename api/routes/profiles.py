@@ -20,7 +20,7 @@ from shared.context.profiles import (
     put_agent_profile,
 )
 from shared.infra import db
-from shared.turns import ensure_user
+from shared.turns.accept import ensure_user
 
 router = APIRouter(prefix="/v1", tags=["profiles"])
 
@@ -69,7 +69,7 @@ def _zone_ok(name: str) -> bool:
 
 @router.get("/users/{user_id}/profile", response_model=UserProfileOut, responses={404: {"description": "No user"}})
 def read_user_profile(user_id: Annotated[str, Path(pattern=ID_PATTERN)], tenant: MemoryReadKey) -> UserProfileOut:
-    from shared.turns import find_user_id
+    from shared.turns.accept import find_user_id
 
     with db.connection() as conn:
         internal = find_user_id(conn, tenant.id, user_id)

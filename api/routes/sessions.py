@@ -14,7 +14,7 @@ from shared.context.inspect import inspect_session
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.llm.ledger import calls_by_purpose
-from shared.turns import find_session, list_messages
+from shared.turns.accept import find_session, list_messages
 
 router = APIRouter(prefix="/v1", tags=["sessions"])
 

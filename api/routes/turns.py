@@ -15,8 +15,7 @@ from api.deps import ChatKey, check_user
 from api.errors import refuse_over_budget
 from api.schemas.common import ID_PATTERN
 from api.schemas.turns import TurnAccepted, TurnIn, TurnOut
-from shared.auth import Principal
-from shared.dispatch import get_dispatcher
+from shared.access.auth import Principal
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.events import TERMINAL_EVENTS
@@ -24,7 +23,8 @@ from shared.infra.events import follow_events as _events_until
 from shared.infra.logging import get_logger
 from shared.infra.redis_client import shared_async_redis
 from shared.llm.ledger import calls_by_purpose
-from shared.turns import TERMINAL_STATUSES, IdempotencyConflict, get_turn, submit_turn
+from shared.queueing.dispatch import get_dispatcher
+from shared.turns.accept import TERMINAL_STATUSES, IdempotencyConflict, get_turn, submit_turn
 
 router = APIRouter(prefix="/v1", tags=["turns"])
 log = get_logger(__name__)

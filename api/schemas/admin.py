@@ -8,8 +8,8 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from api.schemas.common import ID_PATTERN, RequestBody
-from shared.auth import SCOPES
-from shared.keys import MAX_KEY_NAME_CHARS
+from shared.access.auth import SCOPES
+from shared.access.keys import MAX_KEY_NAME_CHARS
 
 Scope = Annotated[str, Field(json_schema_extra={"enum": list(SCOPES)})]
 

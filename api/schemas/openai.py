@@ -12,8 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.schemas.common import ID_PATTERN, SpeakerName
-from shared.openai_compat import ClientCall, ClientMessage, CompletionRefused
 from shared.text import SafeText
+from shared.turns.openai_compat import ClientCall, ClientMessage, CompletionRefused
 
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 MAX_TOOLS = 128

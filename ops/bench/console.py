@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0",
             }
         )
-        from shared.auth import register_key
+        from shared.access.auth import register_key
         from shared.infra import db
         from shared.infra.migrate import apply_migrations
 

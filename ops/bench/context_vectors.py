@@ -34,7 +34,7 @@ import numpy as np
 
 from ops.bench import locomo_retrieval as locomo
 from ops.bench.harness import BenchRun, bench_parser, emit, run_main
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.embeddings import Embedder, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
 from shared.embeddings.providers import embedder_from_settings
@@ -46,7 +46,7 @@ from shared.memory.indexing import _write_chunks, embedding_inputs
 from shared.memory.keys import MemoryRejected
 from shared.memory.memory_input import CONTEXT_KEY, MemoryInput
 from shared.memory.store import Scope, store_memory
-from shared.turns import ensure_user
+from shared.turns.accept import ensure_user
 
 LEGS = ("vector", "hybrid")
 

@@ -28,7 +28,7 @@ from ops.bench.harness import BenchError, BenchRun, bench_parser, distribution, 
 from ops.bench.stack import LocalStack, up_workers
 from ops.bench.turns import TurnResult, _one_turn, drive
 from ops.client import EngramClient
-from shared.auth import create_key
+from shared.access.auth import create_key
 from shared.infra.db import connect
 
 GOAL_RATIO = 2.0

@@ -121,7 +121,7 @@ INJECTION_REFUSAL = "looks like a prompt injection"
 
 class Runner:
     def __init__(self, tenant_name: str, fake: FakeLLM) -> None:
-        from shared.auth import ensure_tenant
+        from shared.access.auth import ensure_tenant
         from shared.infra import db
         from shared.infra.config import Settings
         from shared.llm.factory import chat_provider
@@ -144,7 +144,7 @@ class Runner:
 
     def _user(self, external_id: str) -> tuple[int, dict[str, Any]]:
         from shared.infra import db
-        from shared.turns import ensure_session, ensure_user
+        from shared.turns.accept import ensure_session, ensure_user
 
         with db.connection() as conn:
             user_id = ensure_user(conn, self.tenant_id, external_id)

@@ -12,7 +12,7 @@ a temporary directory and stops it on exit. Migrations are applied either way, a
 into a fresh tenant, so runs against a shared database never see each other's memories.
 
 Protocol (the dataset's README), one engram user per conversation. `--store units` (the default): every turn
-is a message of that user, one engram session per LoCoMo session, stored by `shared.ingest.ingest_messages`
+is a message of that user, one engram session per LoCoMo session, stored by `shared.turns.ingest.ingest_messages`
 as the messages API stores them (as the e2e mode sends them: the speaker as `name`, the text plus
 " [image: <caption>]" when the turn shared an image, the session's date); each becomes a transcript unit
 (migration 0015: the turn with the two before it as context) and its vector is stored as the embedding
@@ -58,13 +58,12 @@ from pgvector import Vector
 
 from ops.bench.harness import BenchError, BenchRun, bench_parser, emit, percentile, run_main
 from ops.bench.locomo_data import CATEGORIES, Conversation, Turn, load_conversations, session_messages
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
 from shared.infra.config import get_settings
 from shared.infra.db import Conn, connect
 from shared.infra.logging import configure_logging
 from shared.infra.migrate import apply_migrations
-from shared.ingest import IngestMessage, ingest_messages
 from shared.memory import service
 from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.keys import MemoryRejected
@@ -72,7 +71,8 @@ from shared.memory.memory_input import CONTEXT_KEY, MAX_CONTEXT_CHARS, MemoryInp
 from shared.memory.search import Leg, SearchOptions, SearchResult, search
 from shared.memory.service import options_from_settings
 from shared.memory.store import Scope, store_memory
-from shared.turns import ensure_user
+from shared.turns.accept import ensure_user
+from shared.turns.ingest import IngestMessage, ingest_messages
 
 K_VALUES = (5, 10)
 LIMIT = 10  # results asked of search: the deepest cut-off measured

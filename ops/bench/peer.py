@@ -158,7 +158,7 @@ class Engram:
     name = "engram"
 
     def __init__(self, conn: Any) -> None:
-        from shared.auth import ensure_tenant
+        from shared.access.auth import ensure_tenant
         from shared.infra.config import get_settings
         from shared.memory.service import process_embedder
 

@@ -80,11 +80,11 @@ from ops.bench.harness import BenchRun, cpu_seconds, distribution, emit, run_mai
 from ops.bench.stack import BenchError, LocalStack, up_workers
 from ops.client import EngramAPIError, EngramClient, checked
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
-from shared import task_names
 from shared.infra.config import Settings
 from shared.pipeline.debounce import quiet_period
 from shared.pipeline.memory_prompt import TASK_BOTH, TASK_SUMMARY
-from shared.queues import BACKGROUND_QUEUES, QUEUES
+from shared.queueing import task_names
+from shared.queueing.queues import BACKGROUND_QUEUES, QUEUES
 
 TERMINAL = ("done", "failed")
 QUEUE_SAMPLE_S = 0.5

@@ -29,8 +29,8 @@ import httpx
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, wait_for_port
 from ops.process_commands import beat_argv, gateway_argv, worker_argv
 from shared.infra.config import Settings
-from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, QUEUES
-from shared.secretbox import generate_key
+from shared.infra.secretbox import generate_key
+from shared.queueing.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, QUEUES
 
 STOP_GRACE_S = 15.0
 
@@ -244,7 +244,7 @@ class LocalStack:
 
 
 def prepare_database(database_url: str) -> str:
-    from shared.auth import create_key
+    from shared.access.auth import create_key
     from shared.infra.db import connect
     from shared.infra.migrate import apply_migrations
 

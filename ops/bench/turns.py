@@ -56,8 +56,8 @@ from ops.bench.harness import (
 )
 from ops.bench.stack import BenchError, LocalStack
 from ops.client import EngramAPIError, EngramClient
-from shared import task_names
-from shared.diagnostics import new_reply_key, wait_for_pong
+from shared.queueing import task_names
+from shared.queueing.diagnostics import new_reply_key, wait_for_pong
 
 TERMINAL = ("done", "failed")
 

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 from shared.agent.deps import TurnDeps
 from shared.agent.request import chat_request
-from shared.client_options import ClientOptions, merged_tools
 from shared.context.compiler import IntegrityViolation, TurnContext, compile_request
 from shared.context.fences import MarkerFilter, strip_markers
 from shared.infra.events import TurnEventPublisher
 from shared.llm.ledger import CallRecord, LedgerScope
 from shared.llm.types import ChatMessage, ChatResult, LLMError, ToolCall, Usage
 from shared.tools import ToolContext
+from shared.turns.client_options import ClientOptions, merged_tools
 
 TOOL_EVENT_PREVIEW_CHARS = 500
 

@@ -6,9 +6,9 @@ shared/adapters/llm/anthropic_layout.py and shared/adapters/llm/openai_layout.py
 
 from __future__ import annotations
 
-from shared.client_options import ClientOptions
 from shared.context.compiler import CompiledRequest
 from shared.llm.types import ChatRequest, ToolSpec
+from shared.turns.client_options import ClientOptions
 
 
 def chat_request(

@@ -26,7 +26,6 @@ from psycopg.types.json import Jsonb
 from shared.agent.deps import TurnDeps
 from shared.agent.model_loop import run_agent_loop
 from shared.channels.deliveries import reply_ready
-from shared.client_options import ClientOptions, merged_tools
 from shared.context.compiler import IntegrityViolation, TurnContext, context_queries, prepare_turn
 from shared.context.history import relevant_memories, turn_start, turn_start_queries
 from shared.infra import db
@@ -41,7 +40,8 @@ from shared.memory.rows import Scope
 from shared.memory.search_reads import SearchReads, search_read_queries
 from shared.text import estimate_tokens
 from shared.tools import ToolContext
-from shared.turns import LIVE_TOKEN_COUNT, lock_session_row
+from shared.turns.accept import LIVE_TOKEN_COUNT, lock_session_row
+from shared.turns.client_options import ClientOptions, merged_tools
 
 log = get_logger(__name__)
 
@@ -71,7 +71,7 @@ class DrainOutcome:
 
 def drain_session(session_id: int, deps: TurnDeps, max_turns: int | None = None) -> DrainOutcome:
     """Run the session's queued turns, in order: every one, or at most `max_turns` (then the session goes
-    back to the queue behind other sessions' turns: shared/fairness.py)."""
+    back to the queue behind other sessions' turns: shared/queueing/fairness.py)."""
     name = session_lock_name(session_id)
     lock = HeartbeatLock(deps.redis, name, deps.lock_ttl_seconds)
     processed = 0

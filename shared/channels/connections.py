@@ -1,7 +1,7 @@
 """Channel connections: a tenant's Slack or Telegram bot, named by a slug.
 
 Secrets (Slack signing secret and bot token, Telegram bot token and webhook secret) are stored encrypted
-(`secrets_encrypted`: name → Fernet token, shared/secretbox.py) and read from the row into `SecretStr`s,
+(`secrets_encrypted`: name → Fernet token, shared/infra/secretbox.py) and read from the row into `SecretStr`s,
 which print as `**********`; listings say which secrets are set, never their values, and every error
 text that could carry one goes through `redact` before it is logged or stored.
 
@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from shared.infra.config import Settings, get_settings
 from shared.infra.db import Conn
-from shared.secretbox import InvalidToken, KeyRing, SecretKeyError, SecretKeyMissing, keyring
+from shared.infra.secretbox import InvalidToken, KeyRing, SecretKeyError, SecretKeyMissing, keyring
 
 Kind = Literal["slack", "telegram"]
 KINDS: tuple[Kind, ...] = ("slack", "telegram")

@@ -12,7 +12,7 @@ from typing import Any
 
 from shared.channels.connections import Connection
 from shared.infra.db import Conn
-from shared.turns import ensure_user
+from shared.turns.accept import ensure_user
 
 # Platform ids are short (Slack U0123ABCD, Telegram numbers); this bounds what a link can store.
 PLATFORM_ID_PATTERN = r"^[A-Za-z0-9._@-]{1,64}$"

@@ -2,7 +2,7 @@
 
 Everything for one platform event happens in the caller's transaction: the `inbound_events` row (unique
 per connection and platform event id, so a retried or duplicated delivery finds it and does nothing),
-the identity link, the turn (through `shared.turns.submit_turn`, the function the REST API uses) and a
+the identity link, the turn (through `shared.turns.accept.submit_turn`, the function the REST API uses) and a
 `waiting` delivery for its reply. The caller enqueues the session's drain after commit; if it dies
 first, the stalled-turn sweep runs the turn, and finishing the turn makes the reply deliverable.
 """
@@ -14,11 +14,11 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from shared.access.quotas import turn_refusal
 from shared.channels.connections import Connection
 from shared.channels.identities import Identity, resolve_identity
 from shared.infra.db import Conn
-from shared.quotas import turn_refusal
-from shared.turns import submit_turn
+from shared.turns.accept import submit_turn
 
 # What the person is told instead of silence.
 TOO_LONG = "That message is {length:,} characters long; I can read at most {limit:,}. Could you shorten it?"

@@ -29,7 +29,7 @@ from shared.channels.telegram import MESSAGE_UNITS as TELEGRAM_MESSAGE_UNITS
 from shared.infra import db
 from shared.infra.config import Settings
 from shared.infra.logging import get_logger
-from shared.secretbox import SecretKeyError
+from shared.infra.secretbox import SecretKeyError
 
 log = get_logger(__name__)
 

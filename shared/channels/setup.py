@@ -8,8 +8,8 @@ effort: a delivery tries again later), which it needs to see mentions in groups.
 
 from __future__ import annotations
 
+from shared.access.auth import DEFAULT_TENANT, ensure_tenant
 from shared.adapters.telegram_bot_api import TelegramClient
-from shared.auth import DEFAULT_TENANT, ensure_tenant
 from shared.channels.connections import (
     ENV_SLUG,
     Connection,

@@ -10,15 +10,15 @@ from typing import Any
 from shared.channels.connections import list_connections
 from shared.channels.deliveries import list_deliveries
 from shared.console.paging import Page, make_page, page_bounds
-from shared.dispatch import get_dispatcher
 from shared.infra.config import Settings
 from shared.infra.db import Conn
 from shared.infra.redis_client import get_redis
 from shared.infra.worker_heartbeats import WorkerBeat, live_workers, unserved_queues
 from shared.maintenance.jobs import overview
 from shared.maintenance.schedule import JOBS
-from shared.queues import QUEUES, queue_depths
-from shared.turns import find_user_id
+from shared.queueing.dispatch import get_dispatcher
+from shared.queueing.queues import QUEUES, queue_depths
+from shared.turns.accept import find_user_id
 
 # Page sizes of the two lists that grow: the runs (a few a day per job and user) and the deliveries.
 RUNS_PAGE = 30

@@ -10,7 +10,7 @@ from shared.console.paging import Page, make_page, page_bounds
 from shared.infra.db import Conn
 from shared.llm.ledger import calls_by_purpose
 from shared.memory.store import Scope
-from shared.turns import find_session
+from shared.turns.accept import find_session
 
 TRANSCRIPT_PAGE = 100
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from shared.access.quotas import budget_query, used_share
 from shared.context.data_fence import fence_problems
 from shared.context.dynamic import DynamicInputs, build_dynamic_suffix, describe_time, reflection_query
 from shared.context.epoch import KnowledgeSplit, digest, epoch_query, split_knowledge
@@ -31,7 +32,6 @@ from shared.context.tail import render_tail
 from shared.context.tokens import TokenCounter, counter_for
 from shared.infra.db import Conn, Query, fetch_together, first
 from shared.llm.types import ChatMessage, ToolSpec
-from shared.quotas import budget_query, used_share
 
 # Tools whose old results may be trimmed to a marker (bulky, re-fetchable output).
 PRUNABLE_TOOLS = frozenset({"read_document", "search_conversation", "memory_search", "memory_list"})

@@ -12,7 +12,7 @@ from shared.infra.config import Settings
 from shared.infra.db import Conn
 from shared.llm.factory import chat_model, provider_name
 from shared.tools import default_registry
-from shared.turns import find_session, find_user_id
+from shared.turns.accept import find_session, find_user_id
 
 
 def _unstarted_session(conn: Conn, tenant_id: int, user_external_id: str) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from shared.memory.search import SearchFilters
 from shared.memory.search_reads import SearchReads, search_read_queries
 from shared.memory.service import search_memories
 from shared.memory.store import Scope
-from shared.turns import find_user_id, session_query
+from shared.turns.accept import find_user_id, session_query
 
 # In rendering order; a request may ask for a subset.
 SECTIONS: Final[tuple[str, ...]] = (

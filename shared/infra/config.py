@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.cron import parse_cron
+from shared.infra.cron import parse_cron
 from shared.infra.sentinel import is_sentinel_url, parse_sentinels
 
 ProviderName = Literal["auto", "offline", "anthropic", "openai"]
@@ -681,7 +681,7 @@ class Settings(BaseSettings):
     @classmethod
     def _secret_key(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
-            from shared.secretbox import SecretKeyError, parse_keys
+            from shared.infra.secretbox import SecretKeyError, parse_keys
 
             try:
                 parse_keys(value.get_secret_value(), "ENGRAM_SECRET_KEY")
@@ -709,7 +709,7 @@ class Settings(BaseSettings):
         return self
 
     def pool_processes(self, pool: str) -> tuple[int, int]:
-        """(min, max) processes of a worker pool (shared/queues.py POOLS), Celery's --autoscale bounds."""
+        """(min, max) processes of a worker pool (shared/queueing/queues.py POOLS), Celery's --autoscale bounds."""
         return int(getattr(self, f"pool_{pool}_min_processes")), int(getattr(self, f"pool_{pool}_max_processes"))
 
     @property

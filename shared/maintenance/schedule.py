@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from shared import task_names
-from shared.cron import parse_cron
 from shared.infra.config import Settings
+from shared.infra.cron import parse_cron
+from shared.queueing import task_names
 
 Cadence = Literal["daily", "weekly"]
 

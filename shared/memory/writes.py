@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared.dispatch import get_dispatcher
 from shared.infra import db
 from shared.infra.db import Conn
 from shared.infra.logging import get_logger
@@ -28,7 +27,8 @@ from shared.memory.store import (
     store_memory,
     update_attributes,
 )
-from shared.turns import ensure_user, find_user_id
+from shared.queueing.dispatch import get_dispatcher
+from shared.turns.accept import ensure_user, find_user_id
 
 log = get_logger(__name__)
 
@@ -76,7 +76,7 @@ def _scope(conn: Conn, owner: Owner, *, create: bool = False) -> Scope:
 
 
 def dispatch_embedding(memory_id: int) -> None:
-    """The gateway's way to queue an embedding: through its dispatcher (shared/dispatch.py)."""
+    """The gateway's way to queue an embedding: through its dispatcher (shared/queueing/dispatch.py)."""
     get_dispatcher().enqueue_embed_memory(memory_id)
 
 

@@ -47,7 +47,7 @@ from shared.pipeline.extraction_parsing import ExtractedFacts, parse_extraction,
 from shared.pipeline.offline_compaction import offline_active_task, offline_summary
 from shared.pipeline.offline_extraction import offline_extract
 from shared.pipeline.speakers import several_speakers
-from shared.turns import refresh_token_count
+from shared.turns.accept import refresh_token_count
 
 log = get_logger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Any
 from shared.infra.config import get_settings
 from shared.infra.db import Conn
 from shared.pipeline.jobs import plan_after_turn
-from shared.turns import find_session
+from shared.turns.accept import find_session
 
 
 def session_memory_status(

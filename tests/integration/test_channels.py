@@ -19,7 +19,7 @@ from pydantic import SecretStr
 
 from ops.fake_channels import Call, FakeChannels, Scripted
 from ops.fake_llm import FakeLLM, FakeReply
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.channels import slack
 from shared.channels.connections import Connection, ConnectionInvalid, get_connection, upsert_connection
 from shared.channels.deliveries import FAILED_TURN_TEXT

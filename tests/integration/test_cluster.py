@@ -24,7 +24,7 @@ import pytest
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM, FakeReply, echo_reply
 from shared.infra import db
-from shared.queues import POOLS
+from shared.queueing.queues import POOLS
 from tests.conftest import CeleryStack
 from tests.integration.test_up import UpProcess, owned_processes
 
@@ -160,7 +160,7 @@ def cluster(celery_stack: CeleryStack, clean_state: object, fake_llm: FakeLLM, t
             "ENGRAM_EMBEDDING_DIMENSIONS": "16",
         }
     )
-    from shared.auth import DEFAULT_TENANT, ensure_tenant, generate_key, register_key
+    from shared.access.auth import DEFAULT_TENANT, ensure_tenant, generate_key, register_key
 
     metrics_key = generate_key()
     with db.connection() as conn:

@@ -19,13 +19,13 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
+from shared.access.keys import create_api_key
 from shared.infra import db
 from shared.infra.config import get_settings
-from shared.keys import create_api_key
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, add_sources, store_memory
-from shared.turns import ensure_session, ensure_user, find_user_id
+from shared.turns.accept import ensure_session, ensure_user, find_user_id
 from tests.conftest import CeleryStack, Gateway, clear_engram_keys, make_key, truncate_all, wait_turn
 from tests.support.browser import missing, save_failure, screenshot, start_browser
 from tests.support.services import TestServices

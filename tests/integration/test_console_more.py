@@ -21,7 +21,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.channels.connections import upsert_connection
 from shared.infra import db
 from shared.infra.config import get_settings
@@ -29,8 +29,8 @@ from shared.infra.redis_client import get_redis
 from shared.infra.worker_heartbeats import KEY_PREFIX, WorkerBeat, live_workers, record
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, store_memory
-from shared.queues import QUEUES
-from shared.turns import ensure_session, ensure_user, find_user_id
+from shared.queueing.queues import QUEUES
+from shared.turns.accept import ensure_session, ensure_user, find_user_id
 from tests.conftest import CeleryStack
 from tests.integration.test_console import (  # noqa: F401  (browser, console, keep_failures: fixtures)
     WAIT_S,

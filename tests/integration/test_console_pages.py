@@ -20,15 +20,15 @@ from psycopg import ClientCursor
 from psycopg.types.json import Jsonb
 
 from api.console.session import KEY_COOKIE, NONCE_COOKIE
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
+from shared.access.keys import create_api_key
 from shared.channels.connections import upsert_connection
 from shared.console.charts import LAG_SQL
 from shared.console.operations import RUNS_PAGE, RUNS_SQL
 from shared.infra import db
-from shared.keys import create_api_key
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, add_sources, store_memory
-from shared.turns import ensure_session, ensure_user
+from shared.turns.accept import ensure_session, ensure_user
 from tests.conftest import Gateway, make_key
 from tests.support.services import TestServices
 from tests.support.wire import pool_statements, statements

@@ -17,7 +17,7 @@ from shared.infra import db
 from shared.memory.keys import MemoryRejected
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, store_memory
-from shared.turns import ensure_session, ensure_user
+from shared.turns.accept import ensure_session, ensure_user
 from tests.conftest import Gateway
 from tests.integration.test_keys import client, issue
 

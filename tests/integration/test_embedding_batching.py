@@ -15,9 +15,9 @@ import pytest
 
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM, FakeReply
+from shared.access.keys import create_tenant_key
 from shared.infra import db
 from shared.infra.redis_client import get_redis
-from shared.keys import create_tenant_key
 from tests.conftest import CeleryStack
 from tests.integration.test_metrics import sample
 from tests.integration.test_pipeline import eventually

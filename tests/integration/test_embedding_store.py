@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ops.fake_llm import fake_embedding
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.embeddings import space
 from shared.embeddings.cache import cache_model, content_hash, embed_texts, evict_stale
 from shared.embeddings.space import (
@@ -33,7 +33,7 @@ from shared.memory import service
 from shared.memory.indexing import index_pending_memories
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import store_memory
-from shared.turns import ensure_user
+from shared.turns.accept import ensure_user
 from tests.integration.test_memory_store import make_scope
 from tests.support.services import TestServices
 

@@ -1,5 +1,5 @@
 """Fair turns between tenants: one tenant's burst of turns does not keep another tenant's turn waiting behind
-it (shared/fairness.py). Real gateway, real Redis and Postgres, real Celery workers."""
+it (shared/queueing/fairness.py). Real gateway, real Redis and Postgres, real Celery workers."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import httpx
 import pytest
 
 from ops.fake_llm import FakeLLM
-from shared import fairness
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.redis_client import get_redis
-from shared.queues import broker_keys
+from shared.queueing import fairness
+from shared.queueing.queues import broker_keys
 from tests.conftest import CeleryStack, Gateway, make_key, wait_turn
 
 pytestmark = pytest.mark.integration

@@ -17,12 +17,12 @@ import pytest
 from fastapi.testclient import TestClient
 from httpx_sse import connect_sse
 
-from shared.auth import authenticate
+from shared.access.auth import authenticate
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.locks import HeartbeatLock, session_lock_name
 from shared.infra.redis_client import STREAM_CLIENT_NAME, get_redis
-from shared.turns import submit_turn
+from shared.turns.accept import submit_turn
 from tests.conftest import Gateway
 from tests.support.services import TestServices
 

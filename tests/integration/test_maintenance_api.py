@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
+from shared.access.keys import create_api_key
 from shared.infra import db
 from shared.infra.config import get_settings
-from shared.keys import create_api_key
 from shared.maintenance import jobs
 from tests.conftest import Gateway
 

@@ -120,8 +120,8 @@ def test_two_beats_one_leader_one_run_per_period_and_the_standby_takes_over(
 
 
 def _scope(conn: Any, user: str) -> tuple[int, int]:
-    from shared.auth import ensure_tenant
-    from shared.turns import ensure_user
+    from shared.access.auth import ensure_tenant
+    from shared.turns.accept import ensure_user
 
     tenant_id = ensure_tenant(conn, "default")
     return tenant_id, ensure_user(conn, tenant_id, user)

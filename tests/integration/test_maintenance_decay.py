@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from psycopg.types.json import Jsonb
 
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.infra.config import get_settings
 from shared.infra.db import Conn
 from shared.maintenance import jobs

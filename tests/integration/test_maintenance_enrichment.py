@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.infra.config import Settings, get_settings
 from shared.infra.db import Conn
 from shared.maintenance import jobs
@@ -17,7 +17,7 @@ from shared.maintenance.enrichment import parse_entities
 from shared.memory.entities import entity_info
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, store_memory
-from shared.turns import ensure_user
+from shared.turns.accept import ensure_user
 
 pytestmark = pytest.mark.integration
 

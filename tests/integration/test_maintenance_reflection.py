@@ -24,7 +24,7 @@ from shared.memory.memory_input import MemoryInput
 from shared.memory.search import SearchOptions, search
 from shared.memory.service import process_embedder
 from shared.memory.store import Scope, store_memory
-from shared.turns import ensure_user
+from shared.turns.accept import ensure_user
 from tests.support.services import TestServices
 
 pytestmark = pytest.mark.integration

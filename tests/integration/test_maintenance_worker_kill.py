@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ops.fake_llm import FakeLLM, FakeReply, last_user_text
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.infra import db
 from tests.conftest import CeleryStack
 from tests.integration.test_maintenance_beat import BEAT_ENV, wait_for

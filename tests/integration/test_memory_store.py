@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.infra.db import Conn
 from shared.memory.entities import entity_info
 from shared.memory.keys import MemoryRejected
@@ -13,7 +13,7 @@ from shared.memory.memory_input import MemoryInput
 from shared.memory.reads import list_memories, memory_history, recall
 from shared.memory.store import Scope, confirm_memory, correct_memory, delete_memory, store_memory
 from shared.memory.userdata import erase_user, export_user
-from shared.turns import ensure_user
+from shared.turns.accept import ensure_user
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.infra import db
 from shared.memory import writes
 from shared.memory.memory_input import MemoryInput

@@ -13,10 +13,10 @@ import pytest
 
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM
+from shared.access.keys import create_tenant_key
 from shared.infra import db
 from shared.infra.redis_client import get_redis
-from shared.keys import create_tenant_key
-from shared.queues import INTERACTIVE_QUEUES, broker_keys
+from shared.queueing.queues import INTERACTIVE_QUEUES, broker_keys
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_pipeline import eventually, responder
 from tests.integration.test_turns import post_turn
@@ -157,7 +157,7 @@ def test_migrate_registers_the_metrics_key_with_that_scope_only(
     from typer.testing import CliRunner
 
     from ops.cli import app
-    from shared.auth import authenticate
+    from shared.access.auth import authenticate
     from shared.infra.config import get_settings
 
     monkeypatch.setenv("ENGRAM_METRICS_API_KEY", "egm_prometheus_scraper_key_0123456789")

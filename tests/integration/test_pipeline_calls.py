@@ -16,14 +16,14 @@ import pytest
 
 from ops.fake_cache import estimate_tokens, min_cacheable_tokens
 from ops.fake_llm import FakeLLM, FakeReply, echo_reply, last_user_text
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.infra import db
 from shared.infra.config import Settings
 from shared.infra.redis_client import get_redis
-from shared.ingest import IngestMessage, ingest_messages
 from shared.llm.factory import cheap_model
 from shared.pipeline.jobs import extract_and_compact
 from shared.pipeline.memory_prompt import MEMORY_SYSTEM, READ_BEFORE
+from shared.turns.ingest import IngestMessage, ingest_messages
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_pipeline import (
     PIPELINE_ENV,

@@ -16,11 +16,11 @@ import httpx
 import pytest
 from psycopg.types.json import Jsonb
 
+from shared.access.keys import create_api_key
 from shared.embeddings import content_hash
 from shared.infra import db
 from shared.infra.events import stream_key
 from shared.infra.redis_client import get_redis
-from shared.keys import create_api_key
 from shared.memory.userdata import NON_USER_TABLES, USER_TABLES
 from tests.conftest import CeleryStack, TestServices, wait_turn
 from tests.integration.test_memory_api import create, wait_for_chunks

@@ -18,7 +18,7 @@ from shared.embeddings.drain import token_key
 from shared.infra import db
 from shared.infra.redis_client import get_redis
 from shared.pipeline import debounce
-from shared.queues import BACKGROUND_QUEUES, broker_keys, bulk_key
+from shared.queueing.queues import BACKGROUND_QUEUES, broker_keys, bulk_key
 from tests.conftest import CeleryStack
 from tests.integration.test_ingest_pipeline import ingest
 from tests.integration.test_pipeline import PIPELINE_ENV, eventually, responder

@@ -107,9 +107,9 @@ def _subquery_loops(plan: dict[str, Any]) -> list[int]:
 
 def test_the_budget_check_reads_the_months_calls_only_when_the_tenant_has_a_budget(clean_state: Any) -> None:
     """It runs on every accepted turn: without a budget its cost must not grow with the month's traffic."""
-    from shared.auth import ensure_tenant
+    from shared.access.auth import ensure_tenant
+    from shared.access.quotas import BUDGET_AND_USAGE_SQL, budget_used, set_budget, turn_refusal
     from shared.infra import db
-    from shared.quotas import BUDGET_AND_USAGE_SQL, budget_used, set_budget, turn_refusal
 
     with db.connection() as conn:
         tenant_id = ensure_tenant(conn, "default")
@@ -138,8 +138,8 @@ def _script_calls(client: Any) -> int:
 
 
 def test_all_of_a_requests_buckets_take_one_round_trip_and_stop_at_the_first_empty_one(clean_state: Any) -> None:
+    from shared.access.ratelimit import request_limits, take
     from shared.infra.redis_client import get_redis
-    from shared.ratelimit import request_limits, take
 
     client = get_redis()
     limits = request_limits(7, 70, key_rate=0.01, key_burst=5, tenant_rate=0.01, tenant_burst=2)

@@ -23,7 +23,7 @@ import redis.sentinel
 
 from ops.embedded import EmbeddedPostgres, free_port
 from ops.fake_llm import FakeLLM
-from shared.auth import create_key
+from shared.access.auth import create_key
 from shared.infra.db import connect
 from shared.infra.migrate import apply_migrations
 from tests.conftest import BEAT_ENV, CeleryStack

@@ -18,7 +18,7 @@ import redis
 
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM, FakeReply
-from shared.auth import create_key
+from shared.access.auth import create_key
 from shared.infra.db import connect
 from shared.infra.migrate import apply_migrations, available_migrations
 from tests.conftest import CeleryStack, wait_turn

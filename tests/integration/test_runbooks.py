@@ -17,10 +17,10 @@ import typer.main
 import yaml
 
 from ops.cli import app as cli_app
-from shared.auth import authenticate
+from shared.access.auth import authenticate
+from shared.access.keys import IssuedKey, create_tenant_key
 from shared.infra import db
-from shared.keys import IssuedKey, create_tenant_key
-from shared.queues import QUEUES
+from shared.queueing.queues import QUEUES
 from tests.conftest import Gateway
 from tests.support.kustomize import render
 from tests.support.services import TestServices

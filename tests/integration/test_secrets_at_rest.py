@@ -19,13 +19,13 @@ from ops.cli import app
 from ops.fake_channels import FakeChannels
 from ops.fake_llm import FakeLLM, FakeReply
 from ops.process_commands import gateway_argv
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.channels.connections import get_connection
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.db import connect
 from shared.infra.migrate import apply_migrations, available_migrations
-from shared.secretbox import KeyRing, generate_key, key_file, keyring, parse_keys
+from shared.infra.secretbox import KeyRing, generate_key, key_file, keyring, parse_keys
 from tests.conftest import CeleryStack, Gateway
 from tests.integration.test_channels import (
     SIGNING_SECRET,

@@ -1,5 +1,5 @@
 """Sharding readiness (docs/operations/sharding.md): the live schema against the placement plan of
-shared/sharding.py, and every statement real code paths send checked for routing to one shard."""
+shared/infra/sharding.py, and every statement real code paths send checked for routing to one shard."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from ops.fake_llm import FakeLLM, FakeReply
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.db import Conn
+from shared.infra.sharding import BY_NAME, PLACEMENTS, distributed
 from shared.maintenance import jobs
 from shared.maintenance.schedule import JOBS
 from shared.memory.userdata import NON_USER_TABLES, USER_TABLES
-from shared.sharding import BY_NAME, PLACEMENTS, distributed
 from tests.conftest import CeleryStack, wait_turn
 from tests.support.routing import IGNORE_MARK, StatementLog, judge
 from tests.support.services import TestServices
@@ -133,7 +133,7 @@ def key_gaps(conn: Conn) -> set[str]:
 
 def test_every_table_has_a_placement_and_user_data_is_distributed(conn: Conn) -> None:
     tables = {row["tablename"] for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
-    assert tables == set(BY_NAME), "place every table in shared/sharding.py (and the docs' table)"
+    assert tables == set(BY_NAME), "place every table in shared/infra/sharding.py (and the docs' table)"
     user_tables = {table.name for table in USER_TABLES}
     # api_keys holds a user's external id on a user-bound key, but authentication finds keys by hash alone.
     assert {t.name for t in PLACEMENTS if t.placement == "distributed"} - {"embedding_cache"} == user_tables - {
@@ -163,7 +163,7 @@ SWEEPS: dict[str, str] = {
     # Beat's recovery sweeps (workers/app.py SWEEPS): each looks across every user for work whose task was
     # lost; on Citus a multi-shard query from the coordinator, every ENGRAM_SWEEP_INTERVAL_SECONDS.
     "SELECT DISTINCT session_id FROM turns WHERE status IN ('queued', 'running') AND updated_at <": (
-        "stalled-turn sweep (shared/recovery.py)"
+        "stalled-turn sweep (shared/queueing/recovery.py)"
     ),
     "UPDATE channel_deliveries SET updated_at = now() WHERE id IN ( SELECT id FROM channel_deliveries WHERE": (
         "delivery re-drive sweep (shared/channels/deliveries.py); its claim by id, SKIP LOCKED, stays per shard"
@@ -175,7 +175,7 @@ SWEEPS: dict[str, str] = {
         "unmined-messages sweep (workers/maintenance.py), when ENGRAM_AUTO_MEMORY is on"
     ),
     "SELECT session_id FROM turns WHERE tenant_id = $1 AND status = 'queued' GROUP BY session_id": (
-        "per-tenant fairness: a tenant's sessions with queued turns, across its users (shared/fairness.py)"
+        "per-tenant fairness: a tenant's sessions with queued turns, across its users (shared/queueing/fairness.py)"
     ),
 }
 
@@ -197,7 +197,7 @@ UNROUTED_GAPS: dict[str, str] = {
     "UPDATE turns SET details = $1 WHERE id = $2": "ingest: by turn id",
     "SELECT * FROM sessions WHERE id = $1": "by session id",
     "SELECT id, tenant_id FROM sessions WHERE id = ANY($1)": "fairness: the tenants of sessions by session id",
-    "SELECT 1 FROM sessions WHERE id = $1 FOR NO KEY UPDATE": "session lock by id (shared/turns.py)",
+    "SELECT 1 FROM sessions WHERE id = $1 FOR NO KEY UPDATE": "session lock by id (shared/turns/accept.py)",
     "UPDATE sessions SET updated_at = now()": "token count by session id (and its session_messages subquery)",
     "UPDATE sessions SET last_embedded_message_id": "transcript units: by session id",
     "FROM session_messages WHERE session_id = $1": "a session's messages by session id",
@@ -291,7 +291,7 @@ def _workload(api: httpx.Client, fake_llm: FakeLLM) -> None:
 
 
 def _wait_swept(log: StatementLog, timeout: float = 60) -> None:
-    """Until beat's recovery sweep has run inside the capture (shared/recovery.py reads stalled turns)."""
+    """Until beat's recovery sweep has run inside the capture (shared/queueing/recovery.py reads stalled turns)."""
     deadline = time.monotonic() + timeout
     while not any("SELECT DISTINCT session_id FROM turns" in sql for sql in log.statements()):
         assert time.monotonic() < deadline, "no recovery sweep ran while the statements were captured"

@@ -22,7 +22,7 @@ import pytest
 from ops.bench.stalls import process_tree, stopped
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from ops.fake_llm import FakeLLM, FakeReply
-from shared.auth import create_key
+from shared.access.auth import create_key
 from shared.infra.db import connect
 from shared.infra.migrate import apply_migrations
 from tests.conftest import TEST_ENV, CeleryStack, wait_turn

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.infra import db
 from shared.infra.db import Conn
 from shared.memory.memory_input import MemoryInput
 from shared.memory.reads import memory_history
 from shared.memory.store import Scope, WriteResult, store_memory
-from shared.turns import ensure_user
+from shared.turns.accept import ensure_user
 from tests.support.locks import once_blocked
 from tests.support.wire import wire_messages
 

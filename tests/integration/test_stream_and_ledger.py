@@ -12,7 +12,7 @@ import redis
 from httpx_sse import connect_sse
 
 from ops.fake_llm import FakeLLM, FakeReply
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.context.fences import strip_markers
 from shared.infra import db
 from shared.infra.config import Settings
@@ -20,7 +20,7 @@ from shared.infra.events import TurnEventPublisher, stream_key
 from shared.llm.factory import chat_provider
 from shared.llm.types import ChatProvider, ChatRequest, ChatResult, DeltaCallback
 from shared.pipeline.jobs import extract_session
-from shared.turns import submit_turn
+from shared.turns.accept import submit_turn
 from tests.conftest import CeleryStack, wait_turn
 from tests.integration.test_turns import post_turn
 from tests.support.services import TestServices

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from shared.auth import authenticate, create_key, ensure_tenant
+from shared.access.auth import authenticate, create_key, ensure_tenant
 from shared.infra import db
 from shared.infra.db import Conn
-from shared.turns import IdempotencyConflict, submit_turn
+from shared.turns.accept import IdempotencyConflict, submit_turn
 from tests.support.locks import once_blocked
 from tests.support.wire import wire_messages
 

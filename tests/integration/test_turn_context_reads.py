@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from shared.access.quotas import set_budget
 from shared.agent import TurnDeps
 from shared.agent.turn_runner import read_turn_context
 from shared.context.profiles import patch_user_profile, put_agent_profile
@@ -22,9 +23,8 @@ from shared.memory.memory_input import MemoryInput
 from shared.memory.search import search
 from shared.memory.service import process_embedder
 from shared.memory.store import Scope, store_memory
-from shared.quotas import set_budget
 from shared.tools import default_registry
-from shared.turns import submit_turn
+from shared.turns.accept import submit_turn
 from tests.integration.test_context import session_row
 from tests.integration.test_memory_store import make_scope
 from tests.integration.test_prompt_cache import prepare

@@ -15,12 +15,12 @@ import pytest
 import redis
 
 from ops.fake_llm import FakeLLM, FakeReply
+from shared.access.auth import ensure_tenant
 from shared.agent import drain_session
-from shared.auth import ensure_tenant
 from shared.infra import db
 from shared.infra.config import get_settings
 from shared.runtime import turn_deps
-from shared.turns import submit_turn
+from shared.turns.accept import submit_turn
 from tests.conftest import CeleryStack, wait_turn
 
 pytestmark = pytest.mark.integration

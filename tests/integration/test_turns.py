@@ -15,7 +15,7 @@ from httpx_sse import connect_sse
 
 from ops.fake_llm import FakeLLM, FakeReply, RecordedRequest, engram_tail
 from shared.infra import db
-from shared.turns import ensure_session, ensure_user
+from shared.turns.accept import ensure_session, ensure_user
 from tests.conftest import CeleryStack, wait_turn
 
 pytestmark = pytest.mark.integration

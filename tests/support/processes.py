@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 
 from ops.process_commands import beat_argv, gateway_argv, worker_argv
-from shared.queues import QUEUES
+from shared.queueing.queues import QUEUES
 
 
 class CeleryProcess:

@@ -13,7 +13,7 @@ import time
 
 import redis
 
-from shared.queues import QUEUES
+from shared.queueing.queues import QUEUES
 
 _PRIORITY_SEP = "\x06\x16"  # kombu's separator for a queue's priority lists
 

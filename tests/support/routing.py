@@ -1,6 +1,6 @@
 """Would a statement route to one shard? The check behind tests/integration/test_sharding.py.
 
-A statement touching a distributed table (shared/sharding.py) is routable when every reference to such a
+A statement touching a distributed table (shared/infra/sharding.py) is routable when every reference to such a
 table is pinned by an equality on its distribution column: to a parameter or constant, to a column of a
 table that is not distributed (a CTE, a reference table, an unnested array), or to the distribution column
 of another reference that is pinned (a co-located join). Only the ANDed conditions of WHERE and JOIN ... ON
@@ -29,7 +29,7 @@ from pglast.enums import A_Expr_Kind, BoolExprType
 from pglast.parser import ParseError
 from pglast.visitors import Visitor
 
-from shared.sharding import BY_NAME
+from shared.infra.sharding import BY_NAME
 
 _DATA_STATEMENTS = (ast.SelectStmt, ast.InsertStmt, ast.UpdateStmt, ast.DeleteStmt)
 _EQUALITY_KINDS = (A_Expr_Kind.AEXPR_OP, A_Expr_Kind.AEXPR_OP_ANY, A_Expr_Kind.AEXPR_IN)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from shared.auth import ensure_tenant
+from shared.access.auth import ensure_tenant
 from shared.infra.db import Conn
 from shared.memory.store import Scope
-from shared.turns import ensure_user
+from shared.turns.accept import ensure_user
 
 
 def make_scope(conn: Conn, user: str = "alice", tenant: str = "default") -> Scope:

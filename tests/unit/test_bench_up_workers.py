@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ops.bench.stack import up_workers
 from shared.infra.config import Settings
-from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES
+from shared.queueing.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES
 
 
 def test_up_workers_default_to_engram_ups_processes() -> None:

@@ -1,6 +1,6 @@
 """docker-compose.yml describes the same stack as `engram up`: checked statically, no Docker needed.
 
-These tests catch drift: a queue added to shared/queues.py that no container consumes, a setting
+These tests catch drift: a queue added to shared/queueing/queues.py that no container consumes, a setting
 renamed in shared/infra/config.py but still spelled the old way in the compose file, a port published
 on every interface.
 """
@@ -17,7 +17,7 @@ import yaml
 
 from ops.process_commands import beat_argv, flower_argv, gateway_argv, pool_argv
 from shared.infra.config import Settings
-from shared.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS, QUEUES
+from shared.queueing.queues import BACKGROUND_QUEUES, INTERACTIVE_QUEUES, POOLS, QUEUES
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -113,7 +113,7 @@ def test_each_queue_group_has_its_own_worker(services: dict[str, dict[str, Any]]
     # behind a long extraction or compaction task.
     assert any(set(INTERACTIVE_QUEUES) <= queues for queues in groups)
     assert not any(queues & set(INTERACTIVE_QUEUES) and queues & set(BACKGROUND_QUEUES) for queues in groups)
-    # One pool per queue group of shared/queues.py, named after it.
+    # One pool per queue group of shared/queueing/queues.py, named after it.
     assert workers(services) == {f"worker-{pool}": set(queues) for pool, queues in POOLS.items()}
     for name in workers(services):
         pool = engram_worker_pool(services[name])

@@ -1,10 +1,10 @@
-"""The sharding plan's page shows the Citus calls shared/sharding.py would make, for the shard count it plans."""
+"""The sharding plan's page shows the Citus calls shared/infra/sharding.py would make, for the shard count it plans."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from shared.sharding import PLANNED_SHARD_COUNT, distribution_sql
+from shared.infra.sharding import PLANNED_SHARD_COUNT, distribution_sql
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "operations" / "sharding.md"
 

@@ -9,7 +9,7 @@ import sys
 _BUILD = """
 import sys
 from ops.gateway import create_app
-from shared.dispatch import get_dispatcher
+from shared.queueing.dispatch import get_dispatcher
 
 create_app()
 celery = ("celery", "kombu", "workers.app", "workers.dispatch")

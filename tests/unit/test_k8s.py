@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from shared.infra.config import Settings
-from shared.queues import BULK_QUEUES, POOLS, QUEUES, broker_keys, bulk_key
+from shared.queueing.queues import BULK_QUEUES, POOLS, QUEUES, broker_keys, bulk_key
 from tests.support.kustomize import load_documents, render
 from tests.unit.test_compose import COMPOSE_FILE, argv, engram_services, env
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from shared.agent import UNANSWERED_CALL, answer_unanswered_calls
 from shared.llm.types import ChatMessage, ToolCall
-from shared.openai_compat import ClientCall, ClientMessage, default_session_key, new_messages
+from shared.turns.openai_compat import ClientCall, ClientMessage, default_session_key, new_messages
 
 
 def user(text: str) -> ClientMessage:

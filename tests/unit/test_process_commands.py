@@ -20,7 +20,7 @@ from ops.process_commands import (
     worker_argv,
 )
 from shared.infra.config import Settings
-from shared.queues import INTERACTIVE_QUEUES, POOLS, QUEUES
+from shared.queueing.queues import INTERACTIVE_QUEUES, POOLS, QUEUES
 
 
 def settings(**values: object) -> Settings:

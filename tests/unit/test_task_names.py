@@ -1,4 +1,4 @@
-"""Task names: every task a worker registers is listed in shared/task_names.py, every listed name is
+"""Task names: every task a worker registers is listed in shared/queueing/task_names.py, every listed name is
 registered, and beat only sends listed names (a sender naming a task nobody registers loses its work)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared import task_names
 from shared.maintenance.schedule import JOBS
+from shared.queueing import task_names
 
 # Registering a task with a queue is what engram_task has always done; Celery's notice about it is not news here.
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.CDeprecationWarning")
@@ -45,5 +45,5 @@ def test_an_unlisted_task_is_refused(celery_app: object) -> None:
     def not_listed() -> None:
         pass
 
-    with pytest.raises(ValueError, match=r"shared/task_names\.py"):
+    with pytest.raises(ValueError, match=r"shared/queueing/task_names\.py"):
         engram_task("turns")(not_listed)

@@ -3,8 +3,8 @@ at once, so a deployment with one tenant (engram's default) keeps every process 
 
 from __future__ import annotations
 
-from shared.fairness import limits
 from shared.infra.config import Settings
+from shared.queueing.fairness import limits
 
 
 def test_unset_slots_follow_the_turns_workers_processes() -> None:

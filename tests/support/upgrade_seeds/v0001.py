@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from psycopg.types.json import Jsonb
 
-from shared.auth import hash_key
+from shared.access.auth import hash_key
 from shared.infra.db import Conn
 from tests.support.upgrade_seeds import World, insert
 

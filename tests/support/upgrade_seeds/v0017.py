@@ -8,7 +8,7 @@ from psycopg.types.json import Jsonb
 
 from shared.infra.config import get_settings
 from shared.infra.db import Conn
-from shared.secretbox import keyring
+from shared.infra.secretbox import keyring
 from tests.support.upgrade_seeds import World, insert
 
 SECRETS = {"signing_secret": "slack-signing-after-0017", "bot_token": "xoxb-3333-4444-sealedtoken"}

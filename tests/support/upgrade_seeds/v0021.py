@@ -1,4 +1,4 @@
-"""0021 adds an index over queued turns (the tenant slots of shared/fairness.py): no column, nothing new to
+"""0021 adds an index over queued turns (the tenant slots of shared/queueing/fairness.py): no column, nothing new to
 seed. The queued turn seeded before it must still be found and run."""
 
 from __future__ import annotations

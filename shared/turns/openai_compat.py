@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.client_options import ClientOptions
 from shared.infra.db import Conn
-from shared.turns import NewMessage, TurnInput
+from shared.turns.accept import NewMessage, TurnInput
+from shared.turns.client_options import ClientOptions
 
 DEFAULT_SESSION_PREFIX = "openai-"
 _SESSION_UNSAFE = re.compile(r"[^A-Za-z0-9._:@\-]")

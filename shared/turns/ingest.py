@@ -25,7 +25,7 @@ from typing import Any
 
 from shared.infra.db import Conn
 from shared.text import clean_text, estimate_tokens
-from shared.turns import IdempotencyConflict, ensure_session, ensure_user, refresh_token_count
+from shared.turns.accept import IdempotencyConflict, ensure_session, ensure_user, refresh_token_count
 
 ROLES = ("user", "assistant", "system", "tool")
 

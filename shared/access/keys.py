@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from shared.auth import DEFAULT_SCOPES, SCOPES, ensure_tenant, generate_key, hash_key
+from shared.access.auth import DEFAULT_SCOPES, SCOPES, ensure_tenant, generate_key, hash_key
 from shared.infra.db import Conn
 
 MAX_KEY_NAME_CHARS = 100
