@@ -16,7 +16,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions as ec
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
 
 from ops.fake_llm import FakeLLM, FakeReply
 from shared.access.auth import ensure_tenant
@@ -27,12 +27,10 @@ from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, add_sources, store_memory
 from shared.turns.accept import ensure_session, ensure_user, find_user_id
 from tests.conftest import CeleryStack, Gateway, clear_engram_keys, make_key, truncate_all, wait_turn
-from tests.support.browser import missing, save_failure, screenshot, start_browser
+from tests.support.browser import WAIT_S, missing, save_failure, screenshot, start_browser, until
 from tests.support.services import TestServices
 
 pytestmark = pytest.mark.integration
-
-WAIT_S = 20
 
 
 @dataclass
@@ -117,13 +115,13 @@ def sign_in(browser: WebDriver, console: Console, key: str) -> None:
     browser.get(f"{console.url}/console/sign-in")
     browser.find_element(By.ID, "api_key").send_keys(key)
     browser.find_element(By.ID, "sign-in").click()
-    WebDriverWait(browser, WAIT_S).until(ec.url_contains("/console/users"))
+    until(browser, ec.url_contains("/console/users"))
 
 
 def shown(browser: WebDriver, element_id: str) -> WebElement:
     """The element once the page the last click sent for has it: a form's POST is answered with a new page, and
     a click returns before that page is loaded."""
-    found: WebElement = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, element_id)))
+    found: WebElement = until(browser, ec.presence_of_element_located((By.ID, element_id)))
     return found
 
 
@@ -155,7 +153,7 @@ def post_from_page(browser: WebDriver, path: str, fields: dict[str, str]) -> int
 
 def test_sign_in_with_a_key_shows_the_users_and_sign_out_ends_it(browser: WebDriver, console: Console) -> None:
     browser.get(f"{console.url}/console/users")
-    WebDriverWait(browser, WAIT_S).until(ec.url_contains("/console/sign-in"))
+    until(browser, ec.url_contains("/console/sign-in"))
     screenshot(browser, "sign-in")
     browser.find_element(By.ID, "api_key").send_keys("egm_not-a-key")
     browser.find_element(By.ID, "sign-in").click()
@@ -177,7 +175,7 @@ def test_sign_in_with_a_key_shows_the_users_and_sign_out_ends_it(browser: WebDri
         browser.set_window_size(1280, 900)
 
     browser.find_element(By.CSS_SELECTOR, ".sign-out button").click()
-    WebDriverWait(browser, WAIT_S).until(ec.url_contains("/console/sign-in"))
+    until(browser, ec.url_contains("/console/sign-in"))
     browser.get(f"{console.url}/console/users")
     assert "/console/sign-in" in browser.current_url
 
@@ -204,7 +202,7 @@ def test_a_memory_page_shows_its_history_and_source_message(browser: WebDriver, 
     screenshot(browser, "memory")
 
     sources.find_element(By.LINK_TEXT, "trip-1").click()  # into the transcript, at that message
-    highlighted = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.CSS_SELECTOR, ".highlight")))
+    highlighted = until(browser, ec.presence_of_element_located((By.CSS_SELECTOR, ".highlight")))
     assert "planning a trip to Lisbon" in highlighted.text
 
 
@@ -212,7 +210,7 @@ def test_a_session_transcript_and_what_the_model_sees_next(browser: WebDriver, c
     sign_in(browser, console, console.admin)
     browser.get(f"{console.url}/console/users/alice/sessions")
     browser.find_element(By.LINK_TEXT, "trip-1").click()
-    transcript = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "transcript"))).text
+    transcript = until(browser, ec.presence_of_element_located((By.ID, "transcript"))).text
     assert "Lisbon in spring is lovely." in transcript and "I am planning a trip to Lisbon in May" in transcript
     turn = browser.find_element(By.CSS_SELECTOR, ".turn").text
     assert "done" in turn and "cache read" in turn and "output" in turn and " ms" in turn
@@ -227,7 +225,7 @@ def test_a_session_transcript_and_what_the_model_sees_next(browser: WebDriver, c
     screenshot(browser, "transcript")
 
     browser.find_element(By.ID, "context-link").click()
-    totals = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "token-totals"))).text
+    totals = until(browser, ec.presence_of_element_located((By.ID, "token-totals"))).text
     assert "Static prefix" in totals and "tokens" in totals
     assert "tokens" in browser.find_element(By.CSS_SELECTOR, "details.section summary").text
     screenshot(browser, "context")
@@ -245,29 +243,29 @@ def test_create_edit_and_delete_a_memory_in_the_browser(browser: WebDriver, cons
     browser.find_element(By.ID, "value").send_keys("Grows tomatoes on the balcony")
     browser.find_element(By.ID, "tags").send_keys("home, plants")
     browser.find_element(By.CSS_SELECTOR, "#memory-form button").click()
-    value = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "memory-value")))
+    value = until(browser, ec.presence_of_element_located((By.ID, "memory-value")))
     assert value.text == "Grows tomatoes on the balcony"
 
     field = browser.find_element(By.CSS_SELECTOR, "#edit-form textarea")
     field.clear()
     field.send_keys("Grows basil on the balcony")
     browser.find_element(By.CSS_SELECTOR, "#edit-form button").click()
-    WebDriverWait(browser, WAIT_S).until(ec.text_to_be_present_in_element((By.ID, "memory-value"), "basil"))
+    until(browser, ec.text_to_be_present_in_element((By.ID, "memory-value"), "basil"))
     history = browser.find_element(By.ID, "history").text
     assert "supersede" in history and "Grows tomatoes on the balcony" in history
     screenshot(browser, "memory-edited")
 
     edited_url = browser.current_url
     browser.find_element(By.ID, "replaces-link").click()  # the version the edit replaced
-    restore = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "restore-form")))
+    restore = until(browser, ec.presence_of_element_located((By.ID, "restore-form")))
     assert "not active" in text(browser)
     restore.find_element(By.TAG_NAME, "button").click()
-    WebDriverWait(browser, WAIT_S).until(ec.text_to_be_present_in_element((By.ID, "memory-value"), "tomatoes"))
+    until(browser, ec.text_to_be_present_in_element((By.ID, "memory-value"), "tomatoes"))
     assert browser.current_url != edited_url
     assert browser.find_element(By.ID, "history").text.count("supersede") == 2
 
     browser.find_element(By.CSS_SELECTOR, "#delete-form button").click()
-    WebDriverWait(browser, WAIT_S).until(ec.url_matches(r"/console/users/alice/memories$"))
+    until(browser, ec.url_matches(r"/console/users/alice/memories$"))
     assert "garden" not in browser.find_element(By.ID, "results").text
     with db.connection() as conn:
         assert (
@@ -374,17 +372,14 @@ def test_operations_lists_the_jobs_and_runs_one_now(browser: WebDriver, console:
     browser.find_element(By.ID, "run-user").clear()
     browser.find_element(By.ID, "run-user").send_keys("alice")
     browser.find_element(By.CSS_SELECTOR, "#run-form button").click()
-    assert (
-        "Queued a run of decay"
-        in WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.CSS_SELECTOR, ".notice"))).text
-    )
+    assert "Queued a run of decay" in until(browser, ec.presence_of_element_located((By.CSS_SELECTOR, ".notice"))).text
 
     def run_listed(driver: WebDriver) -> bool:
         driver.refresh()
         runs = driver.find_elements(By.ID, "runs")
         return bool(runs) and "alice" in runs[0].text and "done" in runs[0].text
 
-    WebDriverWait(browser, 60, poll_frequency=0.5).until(run_listed)
+    until(browser, run_listed, 60)
     known = browser.find_element(By.XPATH, "//table[@id='runs']//tr[td[contains(., 'known-counts')]]")
     assert [li.text for li in known.find_elements(By.CSS_SELECTOR, "ul.counts li")] == ["merged: 3", "scanned: 17"]
     with db.connection() as conn:  # the user's run shows the counts it stored
@@ -435,8 +430,9 @@ def test_charts_draw_from_postgres(browser: WebDriver, console: Console, priced:
     sign_in(browser, console, console.admin)
     browser.get(f"{console.url}/console/charts")
     for name in ("cache", "llm-calls", "llm-tokens", "llm-cost", "turns", "memories"):
-        WebDriverWait(browser, WAIT_S).until(
-            ec.presence_of_element_located((By.CSS_SELECTOR, f'[data-chart="{name}"][data-drawn="true"] canvas'))
+        until(
+            browser,
+            ec.presence_of_element_located((By.CSS_SELECTOR, f'[data-chart="{name}"][data-drawn="true"] canvas')),
         )
     assert "console-unpriced" in browser.find_element(By.CSS_SELECTOR, '[data-chart="llm-cost"] .chart-note').text
     screenshot(browser, "charts")
@@ -467,7 +463,7 @@ def test_an_admin_creates_a_bound_read_only_key_sees_its_secret_once_rotates_and
             box.click()
     browser.find_element(By.ID, "key-user").send_keys("alice")
     browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
-    secret = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "new-secret"))).text
+    secret = until(browser, ec.presence_of_element_located((By.ID, "new-secret"))).text
     assert secret.startswith("egm_")
     screenshot(browser, "keys")
     row = browser.find_element(By.XPATH, "//table[@id='keys']//tr[th[contains(., 'alice-reader')]]")
@@ -483,7 +479,7 @@ def test_an_admin_creates_a_bound_read_only_key_sees_its_secret_once_rotates_and
         browser.find_element(
             By.XPATH, "//tr[th[contains(., 'alice-reader')]]//form[contains(@action, '/rotate')]//button"
         ).click()
-        rotated = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "new-secret"))).text
+        rotated = until(browser, ec.presence_of_element_located((By.ID, "new-secret"))).text
         assert rotated.startswith("egm_") and rotated != secret
         assert api.get("/v1/users/alice/memories").status_code == 401
         api.headers["Authorization"] = f"Bearer {rotated}"
@@ -498,8 +494,8 @@ def test_an_admin_creates_a_bound_read_only_key_sees_its_secret_once_rotates_and
             By.XPATH, "//tr[th[contains(., 'alice-reader')]]//form[contains(@action, '/revoke')]//button"
         ).click()
         # The revoke redirects back to this same URL: wait for the page it loads, not for the URL.
-        WebDriverWait(browser, WAIT_S).until(ec.staleness_of(listed))
-        keys = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "keys")))
+        until(browser, ec.staleness_of(listed))
+        keys = until(browser, ec.presence_of_element_located((By.ID, "keys")))
         assert "alice-reader" not in keys.text
         assert api.get("/v1/users/alice/memories").status_code == 401
 
@@ -523,7 +519,7 @@ def test_a_bad_key_request_shows_its_error_beside_the_field_and_writes_nothing(
         if box.is_selected():
             box.click()
     browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
-    error = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "key-scopes-error")))
+    error = until(browser, ec.presence_of_element_located((By.ID, "key-scopes-error")))
     assert "at least one scope" in error.text
     assert browser.find_element(By.CSS_SELECTOR, "#key-form fieldset").get_attribute("aria-describedby") == (
         "key-scopes-error"
@@ -534,7 +530,7 @@ def test_a_bad_key_request_shows_its_error_beside_the_field_and_writes_nothing(
     browser.find_element(By.CSS_SELECTOR, "#key-form input[name=scopes][value='memory:read']").click()
     browser.find_element(By.ID, "key-user").send_keys("not a user id!")
     browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
-    error = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "key-user-error")))
+    error = until(browser, ec.presence_of_element_located((By.ID, "key-user-error")))
     assert "user id must be" in error.text
     assert browser.find_element(By.ID, "key-user").get_attribute("aria-describedby") == "key-user-error"
     assert not browser.find_elements(By.ID, "key-scopes-error")
@@ -547,7 +543,7 @@ def test_erasing_a_user_needs_their_id_typed(browser: WebDriver, console: Consol
     sign_in(browser, console, console.admin)
     browser.get(f"{console.url}/console/users/dora/memories")
     browser.find_element(By.ID, "erase-link").click()
-    WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.ID, "confirm"))).send_keys("dor")
+    until(browser, ec.presence_of_element_located((By.ID, "confirm"))).send_keys("dor")
     browser.find_element(By.CSS_SELECTOR, "#erase-form button").click()
     assert "exactly" in shown(browser, "confirm-error").text  # nothing erased
     with db.connection() as conn:
@@ -555,7 +551,7 @@ def test_erasing_a_user_needs_their_id_typed(browser: WebDriver, console: Consol
 
     browser.find_element(By.ID, "confirm").send_keys("dora")
     browser.find_element(By.CSS_SELECTOR, "#erase-form button").click()
-    notice = WebDriverWait(browser, WAIT_S).until(ec.presence_of_element_located((By.CSS_SELECTOR, ".notice")))
+    notice = until(browser, ec.presence_of_element_located((By.CSS_SELECTOR, ".notice")))
     assert "Erased dora" in notice.text and "dora" not in browser.find_element(By.ID, "results").text
     browser.get(f"{console.url}/console/users/dora/memories")
     assert "no user 'dora'" in text(browser)
@@ -604,9 +600,7 @@ def test_the_lag_chart_shows_extraction_and_embedding_lag_from_postgres(browser:
         ).fetchone()["t"]
     sign_in(browser, console, console.admin)
     browser.get(f"{console.url}/console/charts")
-    WebDriverWait(browser, WAIT_S).until(
-        ec.presence_of_element_located((By.CSS_SELECTOR, '[data-chart="lag"][data-drawn="true"] canvas'))
-    )
+    until(browser, ec.presence_of_element_located((By.CSS_SELECTOR, '[data-chart="lag"][data-drawn="true"] canvas')))
     legend = browser.find_element(By.CSS_SELECTOR, '[data-chart="lag"] .u-legend').text
     assert "extraction p95 s" in legend and "message embedding p50 s" in legend
     with httpx.Client(base_url=console.url, cookies=cookies_of(browser)) as client:

@@ -13,11 +13,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
-from selenium.webdriver.support.ui import WebDriverWait
 
 from api.console.session import CSRF_FIELD, KEY_COOKIE, NONCE_COOKIE
 from tests.integration.test_console import (  # noqa: F401  (browser, console, keep_failures: fixtures)
-    WAIT_S,
     Console,
     browser,
     console,
@@ -26,6 +24,7 @@ from tests.integration.test_console import (  # noqa: F401  (browser, console, k
     sign_in,
 )
 from tests.support import browser as browser_support
+from tests.support.browser import until
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +96,7 @@ def _pages(stack: Console) -> list[str]:
 
 def _loaded(driver: WebDriver, url: str) -> None:
     driver.get(url)
-    WebDriverWait(driver, WAIT_S).until(ec.presence_of_element_located((By.TAG_NAME, "main")))
+    until(driver, ec.presence_of_element_located((By.TAG_NAME, "main")))
     if "/console/sign-in" not in url:
         assert "/console/sign-in" not in driver.current_url, f"{url}: sent to sign in"
 
@@ -165,20 +164,20 @@ def test_a_keyboard_alone_signs_in_and_moves_between_pages(
     field = _tab_to(browser, 'el.id === "api_key"')
     assert _focus_shown(field), field
     browser.switch_to.active_element.send_keys(console.admin, Keys.ENTER)
-    WebDriverWait(browser, WAIT_S).until(ec.url_contains("/console/users"))
+    until(browser, ec.url_contains("/console/users"))
     # From the users list to alice's memories, then into a memory, by Tab and Enter.
     link = _tab_to(browser, 'el.tagName === "A" && /\\/users\\/alice\\/memories$/.test(el.getAttribute("href"))')
     assert _focus_shown(link), link
     browser.switch_to.active_element.send_keys(Keys.ENTER)
-    WebDriverWait(browser, WAIT_S).until(ec.url_contains("/console/users/alice/memories"))
+    until(browser, ec.url_contains("/console/users/alice/memories"))
     search = _tab_to(browser, 'el.tagName === "INPUT" && el.name === "q"')
     assert _focus_shown(search), search
     browser.switch_to.active_element.send_keys("jasmine", Keys.ENTER)
-    WebDriverWait(browser, WAIT_S).until(ec.url_contains("q=jasmine"))
+    until(browser, ec.url_contains("q=jasmine"))
     memory = _tab_to(browser, f'el.tagName === "A" && /\\/memories\\/{memory_id("favourite-tea")}$/.test(el.href)')
     assert _focus_shown(memory), memory
     browser.switch_to.active_element.send_keys(Keys.ENTER)
-    WebDriverWait(browser, WAIT_S).until(ec.url_contains(f"/memories/{memory_id('favourite-tea')}"))
+    until(browser, ec.url_contains(f"/memories/{memory_id('favourite-tea')}"))
     assert "Loves jasmine tea" in browser.find_element(By.TAG_NAME, "main").text
 
 

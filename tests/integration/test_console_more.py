@@ -15,11 +15,10 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import pytest
 from psycopg.types.json import Jsonb
-from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
 
 from shared.access.auth import ensure_tenant
 from shared.channels.connections import upsert_connection
@@ -33,7 +32,6 @@ from shared.queueing.queues import QUEUES
 from shared.turns.accept import ensure_session, ensure_user, find_user_id
 from tests.conftest import CeleryStack
 from tests.integration.test_console import (  # noqa: F401  (browser, console, keep_failures: fixtures)
-    WAIT_S,
     Console,
     browser,
     console,
@@ -42,7 +40,7 @@ from tests.integration.test_console import (  # noqa: F401  (browser, console, k
     sign_in,
     text,
 )
-from tests.support.browser import screenshot
+from tests.support.browser import screenshot, until
 
 pytestmark = pytest.mark.integration
 
@@ -79,11 +77,6 @@ def _changed_on(key: str, when: datetime) -> None:
 def _store(user: str, key: str, value: str, **extra: Any) -> int:
     with db.connection() as conn:
         return int(store_memory(conn, _scope(user), MemoryInput(key=key, value=value, **extra), "api").memory["id"])
-
-
-def _until(driver: WebDriver, condition: Any) -> None:
-    """Wait for a condition on a list htmx may be swapping while it is read."""
-    WebDriverWait(driver, WAIT_S, ignored_exceptions=[StaleElementReferenceException]).until(condition)
 
 
 def _keys_listed(driver: WebDriver) -> list[str]:
@@ -123,7 +116,7 @@ def test_the_memory_list_orders_and_filters_by_date(browser: WebDriver, console:
     assert _keys_listed(browser)[:3] == ["next-trip", "favourite-tea", "bike"]
 
     Select(browser.find_element(By.ID, "sort")).select_by_visible_text("Least recently changed first")
-    _until(browser, lambda b: _keys_listed(b)[:1] == ["bike"])
+    until(browser, lambda b: _keys_listed(b)[:1] == ["bike"])
     assert "sort=oldest" in browser.current_url  # htmx keeps the URL in step: the order is linkable
     assert _keys_listed(browser)[:3] == ["bike", "favourite-tea", "next-trip"]
 
@@ -154,7 +147,7 @@ def test_the_memory_list_orders_by_creation(browser: WebDriver, console: Console
     assert _keys_listed(browser) == ["bike", "favourite-tea", "next-trip"]  # recently changed first
 
     Select(browser.find_element(By.ID, "sort")).select_by_visible_text("Newest created first")
-    _until(browser, lambda b: _keys_listed(b) == ["next-trip", "favourite-tea", "bike"])
+    until(browser, lambda b: _keys_listed(b) == ["next-trip", "favourite-tea", "bike"])
     assert "sort=created" in browser.current_url  # linkable, as every order
     assert "created 2026-03-01" in browser.find_element(By.CSS_SELECTOR, "#results .card .muted").text
 
@@ -181,7 +174,7 @@ def test_a_bad_filter_is_said_beside_its_field_and_correcting_it_clears_the_mess
 
     # A corrected field (the list's own htmx request) takes its message away with the bad value.
     Select(browser.find_element(By.ID, "kind")).select_by_value("fact")
-    _until(browser, lambda b: not b.find_element(By.ID, "kind-error").is_displayed())
+    until(browser, lambda b: not b.find_element(By.ID, "kind-error").is_displayed())
     assert not browser.find_element(By.ID, "from-error").is_displayed()
     assert "kind=fact" in browser.current_url and "yesterday" not in browser.current_url
 
@@ -203,7 +196,7 @@ def test_bulk_delete_removes_the_selection_or_nothing(browser: WebDriver, consol
     label = browser.find_element(By.CSS_SELECTOR, f"label[for=pick-{memory_id('old-1')}]")
     assert label.get_attribute("textContent") == "Select old-1"  # each checkbox is named for screen readers
     browser.find_element(By.ID, "bulk-delete").click()
-    WebDriverWait(browser, WAIT_S).until(lambda b: "deleted=2" in b.current_url)
+    until(browser, lambda b: "deleted=2" in b.current_url)
     assert "Deleted 2 memories." in text(browser)
     assert not _active("old-1") and not _active("old-2") and _active("old-3")
 
@@ -281,7 +274,7 @@ def test_users_ordered_by_last_activity(browser: WebDriver, console: Console) ->
 
     assert first_user(browser) == "alice"
     Select(browser.find_element(By.ID, "sort")).select_by_visible_text("Most recently active first")
-    _until(browser, lambda b: first_user(b) == "bob")
+    until(browser, lambda b: first_user(b) == "bob")
     assert "sort=active" in browser.current_url
 
 
@@ -305,7 +298,7 @@ def test_entities_and_weekly_reflections(browser: WebDriver, console: Console) -
     screenshot(browser, "entities")
 
     browser.find_element(By.LINK_TEXT, "Reflections").click()
-    WebDriverWait(browser, WAIT_S).until(lambda b: "/reflections" in b.current_url)
+    until(browser, lambda b: "/reflections" in b.current_url)
     weeks = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#reflections .card-title a")]
     assert weeks == ["week-2026-w11", "week-2026-w10"]  # newest week first
     assert "Booked the flights." in text(browser)
@@ -348,7 +341,7 @@ def test_operations_lists_the_live_worker_and_its_queues(
         b.get(f"{console.url}/console/operations")
         return any(name in row.text for row in b.find_elements(By.CSS_SELECTOR, "#workers tbody tr"))
 
-    _until(browser, worker_listed)
+    until(browser, worker_listed)
     row = next(r for r in browser.find_elements(By.CSS_SELECTOR, "#workers tbody tr") if name in r.text)
     assert all(queue in row.text for queue in QUEUES)
     assert re.search(r"\d+ s ago", row.text)
@@ -418,15 +411,15 @@ def test_searching_users_narrows_the_list_by_id_or_name_and_says_when_none_match
     assert {"alice", "bob"} <= set(_users_listed(browser))
 
     _search_users(browser, "LIC")  # a part of an id, in any case
-    _until(browser, lambda b: _users_listed(b) == ["alice"])
+    until(browser, lambda b: _users_listed(b) == ["alice"])
     assert "q=LIC" in browser.current_url  # the search is linkable
 
     _search_users(browser, "bianch")  # a part of a display name
-    _until(browser, lambda b: _users_listed(b) == ["bob"])
+    until(browser, lambda b: _users_listed(b) == ["bob"])
     assert "Roberto Bianchi" in browser.find_element(By.ID, "results").text
 
     _search_users(browser, "nobody-like-this")
-    _until(browser, lambda b: "No users match “nobody-like-this”." in b.find_element(By.ID, "results").text)
+    until(browser, lambda b: "No users match “nobody-like-this”." in b.find_element(By.ID, "results").text)
     assert _users_listed(browser) == []
 
 
@@ -456,11 +449,11 @@ def test_the_namespace_and_tag_filters_list_only_matching_memories_and_stay_in_t
     sign_in(browser, console, console.reader)
     browser.get(f"{console.url}/console/users/alice/memories")
     browser.find_element(By.ID, "namespace").send_keys("work", Keys.ENTER)
-    _until(browser, lambda b: "namespace=work" in b.current_url)
+    until(browser, lambda b: "namespace=work" in b.current_url)
     assert sorted(_keys_listed(browser)) == ["desk", "laptop"]  # work and under it; not workshop
 
     browser.find_element(By.ID, "tag").send_keys("office", Keys.ENTER)
-    _until(browser, lambda b: "tag=office" in b.current_url)
+    until(browser, lambda b: "tag=office" in b.current_url)
     assert _keys_listed(browser) == ["desk"]  # both filters at once
     assert browser.find_element(By.ID, "namespace").get_attribute("value") == "work"
 
@@ -484,13 +477,13 @@ def test_a_search_worded_unlike_the_memory_finds_it_by_meaning(
 ) -> None:
     # The console has one search, full-text and semantic together: a question sharing no word with the memory
     # ("Loves jasmine tea in the morning") is answered by its meaning alone, once the memory has its vector.
-    WebDriverWait(browser, WAIT_S).until(lambda _: _embedded("favourite-tea"))
+    until(browser, lambda _: _embedded("favourite-tea"))
     sign_in(browser, console, console.reader)
     browser.get(f"{console.url}/console/users/alice/memories")
     question = "what hot drink does she have at breakfast"
     browser.find_element(By.ID, "q").send_keys(question)
-    _until(browser, lambda b: parse_qs(urlparse(b.current_url).query).get("q") == [question])
-    _until(browser, lambda b: _keys_listed(b)[:1] == ["favourite-tea"])
+    until(browser, lambda b: parse_qs(urlparse(b.current_url).query).get("q") == [question])
+    until(browser, lambda b: _keys_listed(b)[:1] == ["favourite-tea"])
     assert "score" in browser.find_element(By.CSS_SELECTOR, "#results .card .muted").text
 
 
@@ -596,7 +589,7 @@ def test_a_compacted_session_shows_its_summary_and_the_next_request_its_steering
     assert len(live) == 10
 
     browser.find_element(By.ID, "context-link").click()
-    steering = WebDriverWait(browser, WAIT_S).until(lambda b: b.find_element(By.ID, "steering"))
+    steering = until(browser, lambda b: b.find_element(By.ID, "steering"))
     reasons = [s.text for s in steering.find_elements(By.CSS_SELECTOR, "details summary")]
     assert "compaction_recovery · the conversation was just compacted (end)" in reasons
     assert "objective_nudge · a task is active and this turn has not used a tool yet (end)" in reasons

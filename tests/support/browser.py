@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
@@ -22,6 +22,20 @@ if TYPE_CHECKING:  # selenium loads only when a test starts a browser
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMIUM = "/usr/bin/chromium"
 FAILED = pytest.StashKey[bool]()  # set on a test whose call failed
+WAIT_S = 20
+T = TypeVar("T")
+
+
+def until(driver: WebDriver, condition: Callable[[WebDriver], T], timeout: float = WAIT_S) -> T:
+    """Wait for `condition`, read again when the page changed under the read. A form's submit or an htmx swap can
+    replace an element between finding it and reading its text: chromedriver then answers either a stale
+    reference or a plain "unknown error: … Node with given id does not belong to the document"; both are read
+    again, and a condition that never holds still ends in a TimeoutException."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ignored = (StaleElementReferenceException, WebDriverException)
+    return WebDriverWait(driver, timeout, ignored_exceptions=ignored).until(condition)
 
 
 def missing() -> str | None:
