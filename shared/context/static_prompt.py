@@ -30,6 +30,7 @@ from shared.context.prompt_text import (
 from shared.infra.db import Conn, Query, first
 from shared.llm.types import ToolSpec
 from shared.memory.memory_input import DIRECTIVE_KEY, DIRECTIVE_NAMESPACE
+from shared.memory.rows import memory_source_sql
 
 WHAT_YOU_KNOW_LIMIT = 50
 PERSONALITY_LIMIT = 10
@@ -96,9 +97,10 @@ def what_you_know(conn: Conn, tenant_id: int, user_id: int) -> list[dict[str, An
 
 
 def what_you_know_query(tenant_id: int, user_id: int) -> Query:
+    # Each memory with its source, as a search result has it, joined to the few rows kept.
+    source_columns, source_joins = memory_source_sql("w")
     return (
-        # Each memory with its source (as a search result has it: search_sql.py), joined to the few rows kept.
-        """SELECT w.*, s.session_key AS source_session_key, c.speaker AS source_speaker FROM (
+        f"""SELECT w.*, {source_columns} FROM (
            (SELECT id, namespace, key, value, kind, access_count, true AS personality, valid_from, event_time,
                    source_session_id, source_message_ids FROM memories
             WHERE tenant_id = %(t)s AND user_id = %(u)s AND valid_until IS NULL
@@ -113,8 +115,7 @@ def what_you_know_query(tenant_id: int, user_id: int) -> Query:
                    OR (namespace = 'entity/default' AND key LIKE 'user/%%'))
               AND NOT (namespace = 'tacit/personality' OR namespace LIKE 'tacit/personality/%%')
             ORDER BY access_count DESC, id LIMIT %(limit)s)) w
-           LEFT JOIN sessions s ON s.id = w.source_session_id
-           LEFT JOIN memory_chunks c ON c.message_id = w.source_message_ids[1]""",
+           {source_joins}""",
         {
             "t": tenant_id,
             "u": user_id,
@@ -127,8 +128,10 @@ def what_you_know_query(tenant_id: int, user_id: int) -> Query:
 
 
 def select_what_you_know(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    personality = [r for r in rows if r["personality"]]
-    others = [r for r in rows if not r["personality"]][: WHAT_YOU_KNOW_LIMIT - len(personality)]
+    # Most used first, as each branch of the query picked them: the rows come out of its source joins in no order.
+    used = sorted(rows, key=lambda r: (-r["access_count"], r["id"]))
+    personality = [r for r in used if r["personality"]]
+    others = [r for r in used if not r["personality"]][: WHAT_YOU_KNOW_LIMIT - len(personality)]
     return sorted(personality + others, key=lambda r: (r["namespace"], r["key"], r["id"]))
 
 

@@ -25,6 +25,16 @@ MEMORY_COLUMNS = """id, namespace, key, value, kind, tags, metadata, confidence,
     supersedes_id, created_at, updated_at"""
 
 
+def memory_source_sql(memory: str) -> tuple[str, str]:
+    """The columns and joins that name where the memory row aliased `memory` came from: `source_session_key` (the
+    session it was learned in) and `source_speaker` (who said the first message it was learned from, as that
+    message's transcript unit names them)."""
+    columns = "src_session.session_key AS source_session_key, src_unit.speaker AS source_speaker"
+    joins = f"""LEFT JOIN sessions src_session ON src_session.id = {memory}.source_session_id
+    LEFT JOIN memory_chunks src_unit ON src_unit.message_id = {memory}.source_message_ids[1]"""
+    return columns, joins
+
+
 def record_event(
     conn: Conn,
     scope: Scope,

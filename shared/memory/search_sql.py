@@ -12,7 +12,7 @@ from pgvector import Vector
 
 from shared.memory.entity_extraction import query_entity_names
 from shared.memory.reads import namespace_prefix_sql
-from shared.memory.rows import Scope
+from shared.memory.rows import Scope, memory_source_sql
 from shared.memory.search_records import SearchFilters, SearchOptions
 from shared.text import clean_text, escape_like
 
@@ -148,6 +148,7 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
     # Chunks carry their memory's tenant and user (copied at indexing), and vec_raw filters on them.
     chunk_memory_filter = _memory_filter_sql(filters, params, scoped=False)
     transcript_filter = transcript_filter_sql(filters, params)
+    source_columns, source_joins = memory_source_sql("m")  # a memory's session and speaker, as excerpts have theirs
     # A disabled leg is a literal `false` in its WHERE clause, so the planner drops it outright.
     text_on = "true" if "text" in options.legs else "false"
     entity_on = "true" if "entity" in options.legs else "false"
@@ -296,15 +297,13 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
            m.valid_from, m.source_message_ids,
            u.id AS unit_id, u.session_id AS unit_session_id, u.message_id, u.said_at, u.speaker,
            sm.content AS message_content, s.session_key,
-           ms.session_key AS source_session_key, mu.speaker AS source_speaker
+           {source_columns}
     FROM kept
     LEFT JOIN memories m ON kept.doc > 0 AND m.id = kept.doc
     LEFT JOIN memory_chunks u ON kept.doc < 0 AND u.id = -kept.doc
     LEFT JOIN session_messages sm ON sm.id = u.message_id
     LEFT JOIN sessions s ON s.id = u.session_id
-    -- A memory's source: its session, and who said the first message it was learned from (that message's unit).
-    LEFT JOIN sessions ms ON ms.id = m.source_session_id
-    LEFT JOIN memory_chunks mu ON mu.message_id = m.source_message_ids[1]
+    {source_joins}
     """
 
 
