@@ -45,6 +45,7 @@ __all__ = [
     "distribution",
     "emit",
     "megabytes",
+    "outline",
     "percentile",
     "ratio",
     "rounded",
@@ -120,6 +121,41 @@ def emit(report: str, summary: Mapping[str, Any], as_json: bool) -> None:
         print(report, flush=True)
     if as_json:
         print(json.dumps(summary, separators=(",", ":"), default=str), flush=True)
+
+
+def outline(title: str, summary: Mapping[str, Any], indent: str = "  ") -> str:
+    """The human report of a benchmark whose figures are its JSON summary: the title, then one line
+    per figure, nested sections indented under their name (a list of figures on one line), so a
+    benchmark writes its figures once and no renderer of its own."""
+
+    def lines(value: Mapping[str, Any], depth: int) -> list[str]:
+        out: list[str] = []
+        for key, item in value.items():
+            label = f"{indent * depth}{str(key).replace('_', ' ')}"
+            if isinstance(item, Mapping) and item and any(isinstance(v, Mapping | list) for v in item.values()):
+                out += [f"{label}:", *lines(item, depth + 1)]
+            elif isinstance(item, Mapping):
+                out.append(f"{label}: " + ", ".join(f"{k} {_figure(v)}" for k, v in item.items()))
+            elif isinstance(item, list) and item and all(isinstance(v, Mapping) for v in item):
+                out += [
+                    f"{label}:",
+                    *(f"{indent * (depth + 1)}- " + ", ".join(f"{k} {_figure(v)}" for k, v in v.items()) for v in item),
+                ]
+            else:
+                out.append(f"{label}: {_figure(item)}")
+        return out
+
+    return "\n".join([title, *lines(summary, 1)])
+
+
+def _figure(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_figure(v) for v in value) + "]"
+    return str(value)
 
 
 def run_main(main: Callable[[], int], error_code: int = 1) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.bench.harness import BenchError, BenchRun, distribution, emit, percentile, ratio, run_main
+from ops.bench.harness import BenchError, BenchRun, distribution, emit, outline, percentile, ratio, run_main
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:
@@ -149,3 +149,25 @@ def test_every_benchmark_takes_the_json_flag(name: str, capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as exit:
         module.main(["--help"])
     assert exit.value.code == 0 and "--json" in capsys.readouterr().out
+
+
+def test_outline_writes_every_figure_once_nested_under_its_section():
+    text = outline(
+        "pipeline",
+        {
+            "calls_per_100_turns": 26.4,
+            "lag": {"facts": {"p50": 1.0, "p95": 20.1}, "units": {"p95": None}},
+            "by_purpose": {"extraction": 14},
+            "runs": [{"n": 2}],
+        },
+    )
+    assert text.splitlines() == [
+        "pipeline",
+        "  calls per 100 turns: 26.4",
+        "  lag:",
+        "    facts: p50 1, p95 20.1",
+        "    units: p95 -",
+        "  by purpose: extraction 14",
+        "  runs:",
+        "    - n 2",
+    ]
