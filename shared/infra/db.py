@@ -222,18 +222,36 @@ def connection(timeout: float | None = None, *, patience: float = 0.0, autocommi
     pool = get_pool()
     conn = _checkout(pool, pool.timeout if timeout is None else timeout, patience)
     try:
-        # Set on every checkout, whatever the previous borrower left (a lock watcher turns autocommit on): a
-        # caller that asked for one transaction must not have each write commit alone and its row locks
-        # released at once. No round trip (the connection is idle). Not in a pool `reset` callback: with one,
-        # psycopg_pool hands every returned connection to a worker thread (a thread switch per `connection()`,
-        # and a burst of requests waits for connections that are free but not yet back).
-        conn.autocommit = autocommit
-        with conn:  # commit on success, roll back on error; a pooled connection is not closed here
+        with lent(pool, conn, autocommit=autocommit):
             yield conn
     except UNAVAILABLE_ERRORS as exc:
         if conn.broken or conn.closed:  # the server went away, not just this statement (a deadlock, a timeout)
             _availability.failed()
         raise DatabaseUnavailable(f"database unavailable: {exc}".strip()) from exc
+
+
+def try_checkout(pool: ConnectionPool[Conn], timeout: float) -> Conn | None:
+    """A connection of `pool` when one is free within `timeout` seconds, else None."""
+    try:
+        return pool.getconn(timeout=timeout)
+    except PoolTimeout:
+        return None
+
+
+@contextmanager
+def lent(pool: ConnectionPool[Conn], conn: Conn, *, autocommit: bool = False) -> Iterator[Conn]:
+    """`conn`, checked out of `pool`, in one transaction (commit on success, roll back on error), then given
+    back to `pool` whatever happened (the pool discards a broken connection). Every borrower of a pooled
+    connection goes through here: the primary's `connection`, `spare_connection`, a replica's reads."""
+    try:
+        # Set on every checkout, whatever the previous borrower left (a lock watcher turns autocommit on): a
+        # caller that asked for one transaction must not have each write commit alone and its row locks
+        # released at once. No round trip (the connection is idle). Not in a pool `reset` callback: with one,
+        # psycopg_pool hands every returned connection to a worker thread (a thread switch per checkout, and
+        # a burst of requests waits for connections that are free but not yet back).
+        conn.autocommit = autocommit
+        with conn:  # a pooled connection is not closed here
+            yield conn
     finally:
         pool.putconn(conn)
 
@@ -256,21 +274,12 @@ def spare_connection() -> Iterator[Conn | None]:
     every connection is busy (then the caller runs its reads on its own connection, one after another). On a
     busy pool a miss is the right answer: a request does not make another wait for its extra speed."""
     pool = _spare_pool.get()
-    conn: Conn | None = None
-    if pool is not None:
-        try:
-            conn = pool.getconn(timeout=_SPARE_WAIT_SECONDS)
-        except PoolTimeout:
-            conn = None
-    if conn is None:
+    conn = None if pool is None else try_checkout(pool, _SPARE_WAIT_SECONDS)
+    if pool is None or conn is None:
         yield None
         return
-    try:
-        conn.autocommit = False
-        with conn:
-            yield conn
-    finally:
-        pool.putconn(conn)  # type: ignore[union-attr]
+    with lent(pool, conn):
+        yield conn
 
 
 def connect(url: str | None = None, *, autocommit: bool = False) -> Conn:

@@ -212,22 +212,18 @@ class _Router:
 
     def run_on(self, replica: _Replica, fn: Callable[[db.Conn], T]) -> tuple[bool, T | None]:
         """(True, fn's result) from the replica, or (False, None) when the replica could not serve it."""
-        try:
-            conn = replica.pool.getconn(timeout=_CHECKOUT_SECONDS)
-        except PoolTimeout:
+        conn = db.try_checkout(replica.pool, _CHECKOUT_SECONDS)
+        if conn is None:
             self.count("primary", "replica_busy")
             return False, None
         try:
-            conn.autocommit = False
-            with conn, db.lending_spares(replica.pool):
+            with db.lent(replica.pool, conn), db.lending_spares(replica.pool):
                 result = fn(conn)
         except _REPLICA_ERRORS as exc:
             if conn.broken or conn.closed:
                 replica.mark_down(self.settings.database_replica_down_seconds, exc)
             self.count("primary", "replica_failed")
             return False, None
-        finally:
-            replica.pool.putconn(conn)
         self.count("replica", "fresh")
         return True, result
 
