@@ -13,6 +13,15 @@ from shared.llm.types import ChatMessage, ChatRequest, ChatResult, DeltaCallback
 from shared.text import estimate_tokens
 
 OFFLINE_LABEL = "[offline mode (no language model)]"
+
+
+def is_offline_reply(role: str, content: str) -> bool:
+    """A reply of these rules: it echoes the conversation or lists memories, so it is not conversation to
+    remember (no transcript unit, no line in another's context, not read by extraction or summaries; the
+    database's engram_is_conversational, migration 0026, says the same)."""
+    return role == "assistant" and content.startswith(OFFLINE_LABEL)
+
+
 _MEMORY_QUESTION = re.compile(r"\b(remember|know|recall)\b.*\b(me|my|i)\b", re.IGNORECASE)
 # Remembered facts appear in the prompt as "- [namespace] key: value" lines ("What You Know",
 # "Relevant memory"); the rules read them back instead of reasoning over them.

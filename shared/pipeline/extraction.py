@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 
+from shared.llm.offline import is_offline_reply
 from shared.memory.keys import MemoryRejected, sanitize
 from shared.memory.memory_input import MemoryInput
 from shared.pipeline.extraction_parsing import ExtractedFacts
@@ -86,8 +87,14 @@ def is_steering(content: str) -> bool:
 
 
 def is_conversational(message: TranscriptMessage) -> bool:
-    """A user or assistant message with text, that is not steering: what extraction and summaries read."""
-    return message.role in ("user", "assistant") and bool(message.content.strip()) and not is_steering(message.content)
+    """A user or assistant message with text, that is neither steering nor a reply of the offline rules: what
+    extraction and summaries read."""
+    return (
+        message.role in ("user", "assistant")
+        and bool(message.content.strip())
+        and not is_steering(message.content)
+        and not is_offline_reply(message.role, message.content)
+    )
 
 
 def truncate(text: str, limit: int) -> str:

@@ -226,6 +226,26 @@ def test_chat_turns_come_back_under_the_names_of_who_said_them(api: httpx.Client
     assert f"- Mel: {plain}" in packed["context"]
 
 
+def test_the_offline_models_replies_take_no_place_in_search_or_context(
+    api: httpx.Client, recall_stack: CeleryStack
+) -> None:
+    said = "My neighbour Ingrid keeps bees on her allotment"
+    turn = api.post("/v1/sessions/chat-5/turns", json={"user_id": "alice", "text": said})
+    assert turn.status_code == 202, turn.text
+    assert wait_turn(api, turn.json()["turn_id"])["status"] == "done"
+    history = api.get("/v1/sessions/chat-5/messages", params={"user_id": "alice"}).json()["messages"]
+    (reply,) = [m["content"] for m in history if m["role"] == "assistant"]
+    assert reply.startswith("[offline mode") and said in reply  # the rules echo what the user said
+    wait_idle(api, "chat-5")
+    # The echo shares every word of the user's line, yet only the line is found: by words and by meaning.
+    for query in (said, "Who keeps bees?", "beekeeping hobby"):
+        found = api.post("/v1/users/alice/memories/search", json={"query": query, "limit": 10}).json()["results"]
+        transcript = [r["value"] for r in found if r["source"] == "transcript"]
+        assert transcript == [said], (query, transcript)
+    packed = _context(api, "Who keeps bees on an allotment?")
+    assert said in packed["context"] and "[offline mode" not in packed["context"]
+
+
 def test_a_fact_is_dated_when_it_was_said_and_traced_to_its_message(
     api: httpx.Client, recall_stack: CeleryStack
 ) -> None:
