@@ -254,8 +254,9 @@ class _Collector:
         return ExtractedFacts(**{name: list(items.items()) for name, items in self.found.items()})
 
 
-# "I like cats and I hate dogs": each first-person clause is read as its own statement.
-_CLAUSE_SPLIT = re.compile(r";|\b(?:and|but)\s+(?=I\b|I'|[Mm]y\b)")
+# "I like cats and I hate dogs", "I'm Alexandra but call me Ali": each first-person clause is read as its own
+# statement.
+_CLAUSE_SPLIT = re.compile(r";|\b(?:and|but)\s+(?=I\b|I'|[Mm]y\b|(?:you can |please )?call me\b)")
 
 
 def _user_sentences(messages: Iterable[TranscriptMessage]) -> Iterator[tuple[TranscriptMessage, str]]:
