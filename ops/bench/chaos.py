@@ -37,9 +37,9 @@ import redis
 from psycopg.rows import dict_row
 
 from ops.bench.harness import BenchRun, backlog_sql, bench_parser, emit, outline, percentile, rounded, run_main
-from ops.bench.pipeline import kind_of, pipeline_reply, user_text
+from ops.bench.pipeline import Driver, SessionPlan, kind_of, pipeline_reply, user_text
 from ops.bench.stack import BenchError, Child, bench_env
-from ops.bench.stalls import STALL_KINDS, RequestLog, outcome_of, process_tree, stopped
+from ops.bench.stalls import STALL_KINDS, process_tree, stopped
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM, FakeReply, Json
 from shared.infra.config import Settings
@@ -47,10 +47,6 @@ from shared.infra.config import Settings
 USER_PREFIX = "chaos-"
 POLL_S = 0.2
 HEAL_TIMEOUT_S = 180.0
-# The client's hang detector: a request not answered this long after its documented limit has hung.
-HANG_MARGIN_S = 30.0
-# A turn's long poll (GET /v1/turns/{id}?wait=…); below ENGRAM_MAX_WAIT_SECONDS.
-POLL_WAIT_S = 20.0
 LOCK_PATTERN = "engram:lock:session:*"
 # The fake model's latency range: chat calls long enough that kills land mid-turn; extraction and summaries.
 CHAT_LATENCY_S, BACKGROUND_LATENCY_S = (2.0, 4.0), (0.3, 1.0)
@@ -216,126 +212,19 @@ class EngramUp:
                     proc.kill()
 
 
-@dataclass
-class TurnRecord:
-    session: int
-    number: int
-    token: str
-    turn_id: int | None = None
-    status: str = "not sent"
-    error: str | None = None
-    retried_503: int = 0
-    retried_errors: int = 0
-
-
-@dataclass
-class Plan:
-    index: int
-    user_id: str
-    session_key: str
-    texts: list[str]
-    tokens: list[str]
-
-
-def make_plans(sessions: int, turns: int, run_id: str, seed: int) -> list[Plan]:
+def make_plans(sessions: int, turns: int, run_id: str, seed: int) -> list[SessionPlan]:
     rng = random.Random(seed)
     plans = []
     for index in range(sessions):
         # One word for full-text search, unique in the run: "pq" + session + turn + salt (see pipeline.py).
         tokens = [f"pq{index % 1000:03d}{n % 100:02d}{rng.randrange(16**4):04x}" for n in range(turns)]
         texts = [user_text(rng, t) for t in tokens]
-        plans.append(Plan(index, f"{USER_PREFIX}{run_id}-{index:03d}", f"chaos-{index:03d}", texts, tokens))
-    return plans
-
-
-class Driver:
-    """One thread per session, as a chat client: each turn is sent (a 503 or a refused connection retried with
-    its Idempotency-Key) and waited for, and every request's latency is logged against its limit (the stack's
-    ENGRAM_REQUEST_TIME_LIMIT_SECONDS plus the wait it asks for; 0: no limit)."""
-
-    def __init__(self, url: str, api_key: str, plans: list[Plan], turn_timeout: float, limit: float = 0.0) -> None:
-        self.url, self.api_key, self.plans = url, api_key, plans
-        self.turn_timeout, self.request_limit = turn_timeout, limit
-        self.request_log = RequestLog()
-        self.records: list[TurnRecord] = []
-        self.lock = threading.Lock()
-        self.abort, self.done = threading.Event(), threading.Event()
-
-    def start(self) -> None:
-        threads = [threading.Thread(target=self._session, args=(plan,), daemon=True) for plan in self.plans]
-        for thread in threads:
-            thread.start()
-
-        def join() -> None:
-            for thread in threads:
-                thread.join()
-            self.done.set()
-
-        threading.Thread(target=join, daemon=True).start()
-
-    def _session(self, plan: Plan) -> None:
-        headers = {"Authorization": f"Bearer {self.api_key}"}
-        # The client's hang detector: a request not answered HANG_MARGIN_S after its limit has hung.
-        timeout = (self.request_limit or POLL_WAIT_S) + POLL_WAIT_S + HANG_MARGIN_S
-        with httpx.Client(base_url=self.url, headers=headers, timeout=timeout) as http:
-            for number, text in enumerate(plan.texts):
-                record = TurnRecord(plan.index, number, plan.tokens[number])
-                with self.lock:
-                    self.records.append(record)
-                self._run_turn(http, plan, text, record)
-                if record.status != "done" or self.abort.is_set():
-                    return  # later turns would queue behind one that is not done
-
-    def _run_turn(self, http: httpx.Client, plan: Plan, text: str, record: TurnRecord) -> None:
-        deadline = time.monotonic() + self.turn_timeout
-        key = uuid.uuid4().hex
-        path, body = f"/v1/sessions/{plan.session_key}/turns", {"user_id": plan.user_id, "text": text}
-        response = self._request(
-            record, deadline, 0.0, lambda: http.post(path, json=body, headers={"Idempotency-Key": key})
+        plans.append(
+            SessionPlan(
+                index, "chaos", f"{USER_PREFIX}{run_id}-{index:03d}", f"chaos-{index:03d}", 0.0, texts, tokens, []
+            )
         )
-        if response is None:
-            return
-        if response.status_code >= 400:
-            record.status, record.error = "refused", f"{response.status_code}: {response.text[:200]}"
-            return
-        turn_id = record.turn_id = int(response.json()["turn_id"])
-        while True:
-            send = lambda: http.get(f"/v1/turns/{turn_id}", params={"wait": POLL_WAIT_S})  # noqa: E731
-            if (response := self._request(record, deadline, POLL_WAIT_S, send)) is None:
-                return
-            if (turn := response.json())["status"] in ("done", "failed"):
-                record.status, record.error = turn["status"], turn.get("error")
-                return
-
-    def _request(
-        self, record: TurnRecord, deadline: float, waits: float, send: Callable[[], httpx.Response]
-    ) -> httpx.Response | None:
-        """`send` until it is answered with something other than 503; None past the deadline."""
-        limit = self.request_limit + waits if self.request_limit else float("inf")
-        while not self.abort.is_set():
-            if time.monotonic() > deadline:
-                record.status, record.error = "timeout", f"not done after {self.turn_timeout:.0f} s"
-                return None
-            sent = time.monotonic()
-            try:
-                response = send()
-            except httpx.HTTPError as exc:
-                outcome = "client timeout (hang)" if isinstance(exc, httpx.TimeoutException) else "connection error"
-                self.request_log.record(time.monotonic() - sent, limit, outcome)
-                record.retried_errors += 1
-                record.error = f"{type(exc).__name__}: {exc}"
-                time.sleep(0.5)
-                continue
-            self.request_log.record(time.monotonic() - sent, limit, outcome_of(response.status_code, response.json))
-            if response.status_code != 503:
-                return response
-            record.retried_503 += 1
-            time.sleep(0.5)
-        record.status = "aborted"
-        return None
-
-    def running(self) -> bool:
-        return not self.done.is_set()
+    return plans
 
 
 @dataclass
@@ -523,7 +412,7 @@ def settle(database_url: str, timeout: float) -> tuple[float, dict[str, int], bo
         time.sleep(1.0)
 
 
-def audit(database_url: str, plans: Sequence[Plan], sent_tokens: set[str]) -> dict[str, int]:
+def audit(database_url: str, plans: Sequence[SessionPlan], sent_tokens: set[str]) -> dict[str, int]:
     """Exactly-once checks, from Postgres."""
     p = {"p": USER_PREFIX + "%"}
     turns = query(

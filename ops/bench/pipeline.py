@@ -20,29 +20,33 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
-from contextlib import closing
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
 import httpx
 import redis
 
-from ops.bench.harness import BenchRun, distribution, emit, outline, ratio, run_main
+from ops.bench.harness import BenchRun, bench_parser, distribution, emit, outline, ratio, run_main
 from ops.bench.stack import BenchError, LocalStack, up_workers
-from ops.client import EngramAPIError, EngramClient, checked
+from ops.bench.stalls import RequestLog, outcome_of
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
 from shared.infra.config import Settings
 from shared.pipeline.memory_prompt import TASK_BOTH, TASK_SUMMARY
 from shared.queueing.queues import QUEUES
 
 TERMINAL = ("done", "failed")
+# The load: the fake model's latency, the mean think time while chatting (below the debounce) and the mean idle
+# pause (above it), a debounce clearly longer than a turn takes on a small machine, and a compaction threshold
+# that every session crosses a few times.
+LLM_LATENCY_S, THINK_S, DEBOUNCE_S, COMPACTION_TOKENS = 0.05, (0.7, 15.0), 5.0, 1500
+SEED, TURN_TIMEOUT_S, DRAIN_TIMEOUT_S = 7, 180.0, 180.0
 # Kombu's Redis transport keeps a message with priority p > 0 in "<queue>\x06\x16<p>"; a depth that ignored
 # those lists could read 0 while work waits. "unacked" holds the reserved messages (ETA tasks included).
 PRIORITY_KEYS = ("", "\x06\x163", "\x06\x166", "\x06\x169")
-SUBMIT_ATTEMPTS = 5
-MAX_RETRY_AFTER_S = 5.0
+POLL_WAIT_S = 20.0  # a turn's long poll (GET /v1/turns/{id}?wait=…); below ENGRAM_MAX_WAIT_SECONDS
+HANG_MARGIN_S = 30.0
 # How the fake recognises background requests: the memory instructions every extraction and compaction call
 # opens with (shared/pipeline/memory_prompt.py), and the personality synthesis by its own system prompt.
 MEMORY_MARKER = "You are the memory worker"
@@ -68,10 +72,6 @@ PROFILES: tuple[str, ...] = ("bursty",) * 4 + ("steady",) * 3 + ("idle",) * 3
 _TOKEN = re.compile(r"\bref (pq[0-9a-z]{9})\b")
 _USER_LINE = re.compile(r"^\[user #\d+\]: (.*)$", re.MULTILINE)
 _TOPIC = re.compile(r"\bref pq[0-9a-z]{9} about ([^.]+)\.")
-
-
-# ---------------------------------------------------------------------------------------------------
-# The script: what users say and when
 
 
 @dataclass
@@ -117,7 +117,7 @@ def think_times(rng: random.Random, profile: str, turns: int, short_s: float, pa
 
 
 def make_plans(args: argparse.Namespace, run_id: str) -> list[SessionPlan]:
-    rng = random.Random(args.seed)
+    rng = random.Random(SEED)
     plans = []
     for index in range(args.sessions):
         profile = PROFILES[index % len(PROFILES)]
@@ -132,14 +132,10 @@ def make_plans(args: argparse.Namespace, run_id: str) -> list[SessionPlan]:
                 start_delay=rng.uniform(0, args.ramp_s),
                 texts=[user_text(rng, token) for token in tokens],
                 tokens=tokens,
-                thinks=think_times(rng, profile, args.turns, args.short_s, args.pause_s),
+                thinks=think_times(rng, profile, args.turns, *THINK_S),
             )
         )
     return plans
-
-
-# ---------------------------------------------------------------------------------------------------
-# The fake model
 
 
 def kind_of(body: Json) -> str:
@@ -185,81 +181,119 @@ def pipeline_reply(body: Json) -> FakeReply:
     return echo_reply(body)
 
 
-# ---------------------------------------------------------------------------------------------------
-# Load
-
-
 @dataclass
 class TurnRecord:
     session: int
     number: int  # 0-based within the session
     token: str
-    submitted: float  # epoch seconds
+    submitted: float = field(default_factory=time.time)
     turn_id: int | None = None
     done_seen: float | None = None  # when this client saw it finished
-    status: str = "error"  # done, failed, or error (the client gave up)
+    status: str = "not sent"  # then done, failed, refused, timeout or aborted
     error: str | None = None
-    retried_503: int = 0  # 503 answers to the POST, retried with the same Idempotency-Key
+    retried_503: int = 0
+    retried_errors: int = 0
 
 
-def run_turn(client: EngramClient, plan: SessionPlan, number: int, timeout: float) -> TurnRecord:
-    """POST the turn (a 503 retried after Retry-After with the same Idempotency-Key, as a client should),
-    then long-poll it until it is done."""
-    record = TurnRecord(plan.index, number, plan.tokens[number], time.time())
-    key = uuid.uuid4().hex
-    body = {"user_id": plan.user_id, "text": plan.texts[number]}
-    try:
-        for _ in range(SUBMIT_ATTEMPTS):
-            response = client.http.post(
-                f"/v1/sessions/{plan.session_key}/turns", json=body, headers={"Idempotency-Key": key}
-            )
-            if response.status_code != 503:
-                break
-            record.retried_503 += 1
-            time.sleep(min(float(response.headers.get("retry-after") or 1), MAX_RETRY_AFTER_S))
-        turn: dict[str, Any] = checked(response).json()
-        record.turn_id = turn["turn_id"]
-        while turn["status"] not in TERMINAL:
-            if time.time() - record.submitted > timeout:
-                record.error = f"not finished after {timeout:.0f} s"
-                return record
-            turn = client.get_turn(turn["turn_id"], wait=30)
-        record.done_seen, record.status, record.error = time.time(), turn["status"], turn.get("error")
-    except (EngramAPIError, httpx.HTTPError) as exc:
-        record.error = f"{type(exc).__name__}: {exc}"
-    return record
+class Driver:
+    """One thread per session, as a chat client: after the session's start delay each turn is sent (a 503 or a
+    refused connection retried with its Idempotency-Key), waited for until done, then the think time. Every
+    request's latency is logged against its limit: `limit` (the stack's ENGRAM_REQUEST_TIME_LIMIT_SECONDS; 0:
+    none) plus the wait the request asks for."""
 
+    def __init__(self, url: str, api_key: str, plans: list[SessionPlan], turn_timeout: float, limit: float = 0) -> None:
+        self.url, self.api_key, self.plans = url, api_key, plans
+        self.turn_timeout, self.request_limit = turn_timeout, limit
+        self.request_log = RequestLog()
+        self.records: list[TurnRecord] = []  # appended by the session threads (list.append is atomic)
+        self.abort, self.done = threading.Event(), threading.Event()
 
-def drive(url: str, api_key: str, plans: list[SessionPlan], args: argparse.Namespace) -> list[TurnRecord]:
-    """One thread per session."""
-    records: list[TurnRecord] = []
-    lock = threading.Lock()
-    abort = threading.Event()
-
-    def session(plan: SessionPlan) -> None:
-        with closing(EngramClient(url, api_key, timeout=30)) as client:
-            if abort.wait(plan.start_delay):
-                return
-            for number in range(len(plan.texts)):
-                record = run_turn(client, plan, number, args.turn_timeout)
-                with lock:
-                    records.append(record)
-                if record.status == "error":
-                    return  # later turns would queue behind one we no longer follow
-                if number < len(plan.thinks) and abort.wait(plan.thinks[number]):
-                    return
-
-    threads = [threading.Thread(target=session, args=(p,), name=f"session-{p.index}", daemon=True) for p in plans]
-    for thread in threads:
-        thread.start()
-    try:
+    def start(self) -> Driver:
+        threads = [threading.Thread(target=self._session, args=(plan,), daemon=True) for plan in self.plans]
         for thread in threads:
-            while thread.is_alive():  # short joins keep the main thread responsive to Ctrl-C and SIGTERM
-                thread.join(0.2)
-    except BaseException:
-        abort.set()
-        raise
-    return records
+            thread.start()
+
+        def join() -> None:
+            for thread in threads:
+                thread.join()
+            self.done.set()
+
+        threading.Thread(target=join, daemon=True).start()
+        return self
+
+    def wait(self) -> list[TurnRecord]:
+        try:
+            while not self.done.wait(0.2):  # short waits keep the main thread responsive to Ctrl-C and SIGTERM
+                pass
+        except BaseException:
+            self.abort.set()
+            raise
+        return self.records
+
+    def running(self) -> bool:
+        return not self.done.is_set()
+
+    def _session(self, plan: SessionPlan) -> None:
+        if self.abort.wait(plan.start_delay):
+            return
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        # The client's hang detector: a request not answered HANG_MARGIN_S after its limit has hung.
+        timeout = (self.request_limit or POLL_WAIT_S) + POLL_WAIT_S + HANG_MARGIN_S
+        with httpx.Client(base_url=self.url, headers=headers, timeout=timeout) as http:
+            for number, text in enumerate(plan.texts):
+                record = TurnRecord(plan.index, number, plan.tokens[number])
+                self.records.append(record)
+                self._run_turn(http, plan, text, record)
+                if record.status != "done" or self.abort.wait(plan.thinks[number] if number < len(plan.thinks) else 0):
+                    return  # later turns would queue behind one that is not done
+
+    def _run_turn(self, http: httpx.Client, plan: SessionPlan, text: str, record: TurnRecord) -> None:
+        deadline = time.monotonic() + self.turn_timeout
+        key = uuid.uuid4().hex
+        path, body = f"/v1/sessions/{plan.session_key}/turns", {"user_id": plan.user_id, "text": text}
+        response = self._request(
+            record, deadline, 0.0, lambda: http.post(path, json=body, headers={"Idempotency-Key": key})
+        )
+        if response is None:
+            return
+        if response.status_code >= 400:
+            record.status, record.error = "refused", f"{response.status_code}: {response.text[:200]}"
+            return
+        turn_id = record.turn_id = int(response.json()["turn_id"])
+        while True:
+            send = lambda: http.get(f"/v1/turns/{turn_id}", params={"wait": POLL_WAIT_S})  # noqa: E731
+            if (response := self._request(record, deadline, POLL_WAIT_S, send)) is None:
+                return
+            if (turn := response.json())["status"] in ("done", "failed"):
+                record.status, record.error, record.done_seen = turn["status"], turn.get("error"), time.time()
+                return
+
+    def _request(
+        self, record: TurnRecord, deadline: float, waits: float, send: Callable[[], httpx.Response]
+    ) -> httpx.Response | None:
+        """`send` until it is answered with something other than 503; None past the deadline."""
+        limit = self.request_limit + waits if self.request_limit else float("inf")
+        while not self.abort.is_set():
+            if time.monotonic() > deadline:
+                record.status, record.error = "timeout", f"not done after {self.turn_timeout:.0f} s"
+                return None
+            sent = time.monotonic()
+            try:
+                response = send()
+            except httpx.HTTPError as exc:
+                outcome = "client timeout (hang)" if isinstance(exc, httpx.TimeoutException) else "connection error"
+                self.request_log.record(time.monotonic() - sent, limit, outcome)
+                record.retried_errors += 1
+                record.error = f"{type(exc).__name__}: {exc}"
+                time.sleep(0.5)
+                continue
+            self.request_log.record(time.monotonic() - sent, limit, outcome_of(response.status_code, response.json))
+            if response.status_code != 503:
+                return response
+            record.retried_503 += 1
+            time.sleep(0.5)
+        record.status = "aborted"
+        return None
 
 
 def warm_up(url: str, api_key: str, database_url: str, timeout: float) -> None:
@@ -268,24 +302,16 @@ def warm_up(url: str, api_key: str, database_url: str, timeout: float) -> None:
     from shared.infra.db import connect
 
     tokens = [f"pqwarmup{i:03d}" for i in range(4)]
-    records: list[TurnRecord] = []
-
-    def one(i: int) -> None:
-        text = f"ref {tokens[i]} about the warm-up."
-        plan = SessionPlan(0, "warm-up", "warmup", f"warmup-{i}", 0.0, [text], [tokens[i]], [])
-        with closing(EngramClient(url, api_key, timeout=30)) as client:
-            records.append(run_turn(client, plan, 0, timeout))
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(tokens))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for record in records:
+    texts = [f"ref {token} about the warm-up." for token in tokens]
+    plans = [
+        SessionPlan(0, "warm-up", "warmup", f"warmup-{i}", 0.0, texts[i : i + 1], tokens[i : i + 1], [])
+        for i in range(4)
+    ]
+    for record in Driver(url, api_key, plans, TURN_TIMEOUT_S).start().wait():
         if record.status != "done":
             raise BenchError(f"warm-up turn failed: {record.error}")
-    with closing(EngramClient(url, api_key, timeout=60)) as client:
-        client.http.post("/v1/users/warmup/memories/search", json={"query": "warm-up"})
+    headers = {"Authorization": f"Bearer {api_key}"}
+    httpx.post(f"{url}/v1/users/warmup/memories/search", json={"query": "warm-up"}, headers=headers, timeout=60)
     deadline = time.monotonic() + timeout
     with connect(database_url, autocommit=True) as conn:
         while time.monotonic() < deadline:
@@ -342,10 +368,6 @@ def drain(redis_url: str, database_url: str, user_prefix: str, timeout: float) -
             break
         time.sleep(1.0)
     return time.monotonic() - started, state
-
-
-# ---------------------------------------------------------------------------------------------------
-# Analysis
 
 
 def fetch_db(database_url: str, user_prefix: str) -> dict[str, list[dict[str, Any]]]:
@@ -451,7 +473,8 @@ def summarise(
         "drain_s": round(drain_s, 1),
         "sustained_turns_per_s": ratio(len(done), load_s + drain_s),
         "turn_e2e_s": distribution([r.done_seen - r.submitted for r in done if r.done_seen], (50, 95), 2),
-        "submit_503_retries": sum(r.retried_503 for r in records),
+        "client_503_retries": sum(r.retried_503 for r in records),
+        "client_error_retries": sum(r.retried_errors for r in records),
         "calls_per_100_turns": {p: round(sum(c["purpose"] == p for c in calls) * 100 / turns, 1) for p in purposes},
         "tokens_by_purpose": {p: prompt_tokens([c for c in calls if c["purpose"] == p]) for p in purposes},
         "vector_searchable_lag_s": lag,
@@ -460,65 +483,32 @@ def summarise(
     }
 
 
-# ---------------------------------------------------------------------------------------------------
-# Main
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.pipeline", description=__doc__.split("\n")[0])
+    parser = bench_parser("ops.bench.pipeline", __doc__, keep=True)
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--turns", type=int, default=20, help="turns per session")
-    parser.add_argument("--llm-latency-ms", type=float, default=50.0, help="the fake model's latency, every call")
-    parser.add_argument(
-        "--think-ms",
-        default="700,15000",
-        help="SHORT,PAUSE: mean think time while chatting (below the debounce) and mean idle pause (above it)",
-    )
     parser.add_argument("--ramp-s", type=float, default=60.0, help="sessions start spread over this many seconds")
-    parser.add_argument("--debounce-s", type=float, default=5.0, help="ENGRAM_EXTRACTION_DEBOUNCE_SECONDS")
     parser.add_argument("--max-wait-s", type=float, default=20.0, help="ENGRAM_EXTRACTION_MAX_WAIT_SECONDS")
-    fields = Settings.model_fields
-    parser.add_argument(
-        "--debounce-stretch",
-        type=float,
-        default=fields["extraction_debounce_stretch"].default,
-        help="ENGRAM_EXTRACTION_DEBOUNCE_STRETCH (default: the setting's default)",
-    )
-    parser.add_argument("--compaction-tokens", type=int, default=1500, help="ENGRAM_COMPACTION_THRESHOLD_TOKENS")
-    # `engram up`'s own pool sizes by default: the load is measured on the processes a default `engram up` starts.
-    parser.add_argument("--turn-concurrency", type=int, default=fields["turn_worker_concurrency"].default)
-    parser.add_argument("--background-concurrency", type=int, default=fields["background_worker_concurrency"].default)
+    backend = Settings.model_fields["embedding_backend"]
     parser.add_argument(
         "--embedding-backend",
-        choices=get_args(fields["embedding_backend"].annotation),
-        default=os.environ.get("ENGRAM_EMBEDDING_BACKEND") or fields["embedding_backend"].default,
+        choices=get_args(backend.annotation),
+        default=os.environ.get("ENGRAM_EMBEDDING_BACKEND") or backend.default,
         help="ENGRAM_EMBEDDING_BACKEND of the engram processes (default: the caller's, else the setting's default)",
     )
-    parser.add_argument("--turn-timeout", type=float, default=180.0)
-    parser.add_argument("--drain-timeout", type=float, default=180.0, help="wait for the pipeline after the load")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
-    parser.add_argument("--json", action="store_true", help="after the report, the figures as one JSON line")
     args = parser.parse_args(argv)
-    try:
-        short_ms, pause_ms = (float(part) for part in args.think_ms.split(","))
-    except ValueError:
-        parser.error("--think-ms takes SHORT,PAUSE in milliseconds, e.g. 700,15000")
-    args.short_s, args.pause_s = short_ms / 1000, pause_ms / 1000
     if args.sessions < 1 or args.turns < 2:
         parser.error("--sessions must be at least 1 and --turns at least 2")
-    if 2.0 * args.short_s >= args.debounce_s or 0.35 * args.pause_s <= args.debounce_s:
-        print("warning: with these --think-ms the short thinks or the pauses straddle the debounce", file=sys.stderr)
     return args
 
 
 def pipeline_env(args: argparse.Namespace) -> dict[str, str]:
+    """The debounce stretch and the workers' pool sizes are `engram up`'s defaults."""
     env = {
         "ENGRAM_AUTO_MEMORY": "true",
-        "ENGRAM_EXTRACTION_DEBOUNCE_SECONDS": str(args.debounce_s),
+        "ENGRAM_EXTRACTION_DEBOUNCE_SECONDS": str(DEBOUNCE_S),
         "ENGRAM_EXTRACTION_MAX_WAIT_SECONDS": str(args.max_wait_s),
-        "ENGRAM_EXTRACTION_DEBOUNCE_STRETCH": str(args.debounce_stretch),
-        "ENGRAM_COMPACTION_THRESHOLD_TOKENS": str(args.compaction_tokens),
+        "ENGRAM_COMPACTION_THRESHOLD_TOKENS": str(COMPACTION_TOKENS),
         "ENGRAM_EMBEDDING_BACKEND": args.embedding_backend,
     }
     # The stack drops the caller's ENGRAM_* settings, except where an export made beforehand lives.
@@ -534,7 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def bench(args: argparse.Namespace) -> int:
     # In this process: only in-process can the fake pick a reply from each request's content.
-    fake = FakeLLM(latency_s=args.llm_latency_ms / 1000)
+    fake = FakeLLM(latency_s=LLM_LATENCY_S)
     fake.default = pipeline_reply
     run_id = uuid.uuid4().hex[:6]
     user_prefix = f"pipe-{run_id}-"
@@ -544,9 +534,9 @@ def bench(args: argparse.Namespace) -> int:
         workdir = cleanup.workdir("engram-bench-pipeline-")
         stack = LocalStack(
             workdir,
-            args.turn_concurrency,
+            up_workers()[0].concurrency,
             llm_url=fake.anthropic_base_url,
-            workers=up_workers(args.turn_concurrency, args.background_concurrency),
+            workers=up_workers(),
             beat=True,
             env=pipeline_env(args),
         )
@@ -558,20 +548,15 @@ def bench(args: argparse.Namespace) -> int:
         plans = make_plans(args, run_id)
         print(f"running {args.sessions} sessions x {args.turns} turns ...", file=sys.stderr, flush=True)
         origin = time.time()
-        records = drive(stack.url, api_key, plans, args)
+        records = Driver(stack.url, api_key, plans, TURN_TIMEOUT_S).start().wait()
         load_s = time.time() - origin
         stack.check_alive()
         print(f"load done in {load_s:.0f} s; draining the pipeline ...", file=sys.stderr, flush=True)
-        drain_s, drain_state = drain(stack.redis_url, stack.database_url, user_prefix, args.drain_timeout)
+        drain_s, drain_state = drain(stack.redis_url, stack.database_url, user_prefix, DRAIN_TIMEOUT_S)
         stack.check_alive()
         summary = summarise(records, fetch_db(stack.database_url, user_prefix), load_s, drain_s)
         summary["drain_state"] = drain_state
-        title = (
-            f"engram pipeline benchmark: {args.sessions} sessions x {args.turns} turns, fake model "
-            f"{args.llm_latency_ms:g} ms, debounce {args.debounce_s:g} s (stretch {args.debounce_stretch:g}, "
-            f"cap {args.max_wait_s:g} s), compaction at {args.compaction_tokens} tokens, worker-turns "
-            f"x{args.turn_concurrency}, worker-background x{args.background_concurrency}, {os.cpu_count()} CPUs"
-        )
+        title = f"engram pipeline benchmark: {args.sessions} sessions x {args.turns} turns, cap {args.max_wait_s:g} s"
         emit(outline(title, summary), summary, args.json)
         healthy = summary["turns_done"] == args.sessions * args.turns and drain_state == "idle"
         cleanup.keep = cleanup.keep or not healthy  # worth a post-mortem: keep the data dir
