@@ -1,14 +1,7 @@
-"""Chaos under load: sessions chat through `engram up` (its embedded Postgres and valkey, ENGRAM_AUTO_MEMORY on)
-while worker processes, valkey and Postgres are SIGKILLed at random moments mid-turn, or with `--stall` SIGSTOPped
-(Postgres, valkey) or frozen (the fake model) for `--stall-seconds`; then Postgres is asked whether anything was
-lost or done twice.
-
-    python -m ops.bench.chaos [--sessions 40] [--turns 5] [--stall] [--json]
-
-Recovery is measured per affected turn, from the fault (a stall: its SIGCONT) to the turn's `finished_at`:
-for a Redis or Postgres fault every turn running then, for a worker kill the running turns whose session lock
-the killed process held. Every gateway request's latency is checked against its limit. What it measures and
-the latest figures: docs/benchmarks.md, "Chaos under load" and "Stalled dependencies".
+"""Chaos under load: sessions chat through `engram up` while worker processes, valkey and Postgres are SIGKILLed
+mid-turn (`--stall`: SIGSTOPped, the fake model frozen); then Postgres is asked whether anything was lost or done
+twice. Recovery: fault (a stall: its SIGCONT) -> each affected turn's `finished_at`. Figures: docs/benchmarks.md,
+"Chaos under load" and "Stalled dependencies".
 """
 
 from __future__ import annotations
@@ -39,7 +32,7 @@ from psycopg.rows import dict_row
 from ops.bench.harness import BenchRun, backlog_sql, bench_parser, emit, outline, percentile, rounded, run_main
 from ops.bench.pipeline import Driver, SessionPlan, kind_of, pipeline_reply, user_text
 from ops.bench.stack import BenchError, Child, bench_env
-from ops.bench.stalls import STALL_KINDS, process_tree, stopped
+from ops.bench.stalls import STALL_KINDS, process_tree, request_summary, stopped
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM, FakeReply, Json
 from shared.infra.config import Settings
@@ -48,32 +41,28 @@ USER_PREFIX = "chaos-"
 POLL_S = 0.2
 HEAL_TIMEOUT_S = 180.0
 LOCK_PATTERN = "engram:lock:session:*"
+# The stack's ENGRAM_REQUEST_TIME_LIMIT_SECONDS (its default): every request's latency is checked against it.
+REQUEST_LIMIT_S = Settings.model_fields["request_time_limit_seconds"].default
 # The fake model's latency range: chat calls long enough that kills land mid-turn; extraction and summaries.
 CHAT_LATENCY_S, BACKGROUND_LATENCY_S = (2.0, 4.0), (0.3, 1.0)
-# Where `engram up` keeps its embedded servers and PID files inside the data dir.
-PGDATA, VALKEY_DIR, PROCS = "postgres", "valkey", "run/procs"
+PROCS = "run/procs"  # where `engram up` keeps its processes' PID files in the data dir
 
 
-class LatencyModel:
-    """Replies as ops/bench/pipeline.py's fake does, each after a random latency: chat calls take
-    `chat` seconds (a range), background calls (extraction, summaries) `background`."""
+def latency_model(seed: int) -> tuple[Callable[[Json], FakeReply], Counter[str]]:
+    """ops/bench/pipeline.py's fake replies, each after a random latency (CHAT_LATENCY_S for chat calls, else
+    BACKGROUND_LATENCY_S), and the calls counted by kind."""
+    rng, lock, calls = random.Random(seed), threading.Lock(), Counter[str]()
 
-    def __init__(self, chat: tuple[float, float], background: tuple[float, float], seed: int) -> None:
-        self.chat = chat
-        self.background = background
-        self.rng = random.Random(seed)
-        self.lock = threading.Lock()
-        self.calls: Counter[str] = Counter()
-
-    def __call__(self, body: Json) -> FakeReply:
+    def reply(body: Json) -> FakeReply:
         kind = kind_of(body)
-        low, high = self.chat if kind == "chat" else self.background
-        with self.lock:
-            delay = self.rng.uniform(low, high)
-            self.calls[kind] += 1
-        reply = pipeline_reply(body)
-        reply.delay_s = delay
-        return reply
+        with lock:
+            delay = rng.uniform(*(CHAT_LATENCY_S if kind == "chat" else BACKGROUND_LATENCY_S))
+            calls[kind] += 1
+        answer = pipeline_reply(body)
+        answer.delay_s = delay
+        return answer
+
+    return reply, calls
 
 
 def query(database_url: str, sql: str, params: Any = None, timeout: float = HEAL_TIMEOUT_S) -> list[dict[str, Any]]:
@@ -91,9 +80,7 @@ def query(database_url: str, sql: str, params: Any = None, timeout: float = HEAL
 
 def postgres_answers(database_url: str) -> bool:
     try:
-        with psycopg.connect(database_url, autocommit=True, connect_timeout=2) as conn:
-            conn.execute("SELECT 1")
-        return True
+        return bool(query(database_url, "SELECT 1", timeout=0))
     except psycopg.OperationalError:
         return False
 
@@ -108,8 +95,8 @@ def redis_answers(redis_url: str) -> bool:
         client.close()
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, abort: threading.Event | None = None) -> float:
-    """Poll `check` until it holds; return the seconds it took."""
+def wait_until(check: Callable[[], bool], timeout: float, what: str, abort: threading.Event | None = None) -> None:
+    """Poll `check` until it holds."""
     started = time.monotonic()
     while not check():
         if time.monotonic() - started > timeout:
@@ -117,23 +104,22 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, abort: thre
         if abort is not None and abort.is_set():
             raise BenchError(f"aborted while waiting for {what}")
         time.sleep(POLL_S)
-    return time.monotonic() - started
 
 
-def read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().split()[0])
-    except (FileNotFoundError, ValueError, IndexError):
-        return None
-
-
-def pid_alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
+def pid_alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def live_pid(path: Path) -> int | None:
+    """The PID in a PID file, if that process is alive."""
+    try:
+        pid = int(path.read_text().split()[0])
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+    return pid if pid_alive(pid) else None
 
 
 class EngramUp:
@@ -181,20 +167,11 @@ class EngramUp:
             return False
 
     def process_pid(self, name: str) -> int | None:
-        return read_pid(self.data_dir / PROCS / f"{name}.pid")
-
-    def pool_pids(self, name: str) -> list[int]:
-        pid = self.process_pid(name)
-        try:
-            return [child.pid for child in psutil.Process(pid).children()] if pid else []
-        except psutil.NoSuchProcess:
-            return []
+        return live_pid(self.data_dir / PROCS / f"{name}.pid")
 
     def server_pid(self, kind: str) -> int | None:
         """The live postmaster ("postgres") or valkey ("redis")."""
-        path = self.data_dir / (f"{PGDATA}/postmaster.pid" if kind == "postgres" else f"{VALKEY_DIR}/valkey.pid")
-        pid = read_pid(path)
-        return pid if pid_alive(pid) else None
+        return live_pid(self.data_dir / ("postgres/postmaster.pid" if kind == "postgres" else "valkey/valkey.pid"))
 
     def server(self, kind: str) -> int:
         if (pid := self.server_pid(kind)) is None:
@@ -241,11 +218,11 @@ class Fault:
 
 
 class Chaos:
-    def __init__(self, stack: EngramUp, driver: Driver, args: argparse.Namespace, fake: FakeLLM | None = None) -> None:
-        self.stack = stack
-        self.driver = driver
-        self.args = args
-        self.fake = fake
+    """Strikes the faults one after another at random moments of the load, each once some turn is running and
+    the previous fault has healed, in a thread of its own."""
+
+    def __init__(self, stack: EngramUp, driver: Driver, args: argparse.Namespace, fake: FakeLLM) -> None:
+        self.stack, self.driver, self.args, self.fake = stack, driver, args, fake
         self.rng = random.Random(args.seed + 1)
         kinds = ["worker"] * args.worker_kills + ["redis"] * args.redis_kills + ["postgres"] * args.postgres_kills
         kinds += list(STALL_KINDS) if args.stall else []
@@ -254,10 +231,9 @@ class Chaos:
         self.faults: list[Fault] = []
         self.error: BaseException | None = None
         self.finished = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="chaos", daemon=True)
 
     def start(self) -> None:
-        self.thread.start()
+        threading.Thread(target=self._run, name="chaos", daemon=True).start()
 
     def _run(self) -> None:
         try:
@@ -298,35 +274,27 @@ class Chaos:
         """A turn holder (a worker-turns pool process holding a session lock) most of the time, else a
         worker-turns or worker-background main process or a background pool process."""
         draw = self.rng.random()
-        if draw < 0.6:
-            holders = sorted(set(self._lock_holders().values()))
-            if holders:
-                return "worker-turns pool process (turn holder)", self.rng.choice(holders)
-        if draw < 0.8:
-            pid = self.stack.process_pid("worker-turns")
-            if pid_alive(pid):
-                assert pid is not None
-                return "worker-turns main process", pid
-        pids = self.stack.pool_pids("worker-background")
-        if pids and self.rng.random() < 0.5:
-            return "worker-background pool process", self.rng.choice(pids)
-        pid = self.stack.process_pid("worker-background")
-        if not pid_alive(pid):
+        holders = sorted(set(self._lock_holders().values())) if draw < 0.6 else []
+        if holders:
+            return "worker-turns pool process (turn holder)", self.rng.choice(holders)
+        if draw < 0.8 and (pid := self.stack.process_pid("worker-turns")):
+            return "worker-turns main process", pid
+        if (pid := self.stack.process_pid("worker-background")) is None:
             raise BenchError("no worker process to kill")
-        assert pid is not None
+        with contextlib.suppress(psutil.Error):
+            if (pool := psutil.Process(pid).children()) and self.rng.random() < 0.5:
+                return "worker-background pool process", self.rng.choice(pool).pid
         return "worker-background main process", pid
 
     def _lock_holders(self) -> dict[int, int]:
         """Session id -> PID of the live process holding its lock (the PID is in the lock's token)."""
-        client = redis.Redis.from_url(self.stack.redis_url, socket_connect_timeout=2, socket_timeout=5)
+        url = self.stack.redis_url
+        client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5, decode_responses=True)
         try:
             holders = {}
-            for name in client.scan_iter(LOCK_PATTERN, count=500):
-                token = client.get(name)
-                text = token.decode(errors="replace") if isinstance(token, bytes) else str(token or "")
-                parts = text.split("|")
+            for key in client.scan_iter(LOCK_PATTERN, count=500):
+                parts = str(client.get(key) or "").split("|")
                 if len(parts) == 6 and parts[3].isdigit() and pid_alive(int(parts[3])):
-                    key = name.decode() if isinstance(name, bytes) else str(name)
                     holders[int(key.rsplit(":", 1)[1])] = int(parts[3])
             return holders
         except redis.RedisError:
@@ -341,7 +309,6 @@ class Chaos:
         _, running = self._snapshot()
         log(f"SIGSTOP {target} for {self.args.stall_seconds:g} s; {len(running)} turns running")
         if kind == "stall-model":
-            assert self.fake is not None
             self.fake.freeze(self.args.stall_seconds)
             try:
                 self.driver.abort.wait(self.args.stall_seconds)
@@ -396,19 +363,14 @@ def log(text: str) -> None:
     print(f"  {time.strftime('%H:%M:%S')} {text}", file=sys.stderr)
 
 
-def settle_state(database_url: str) -> dict[str, int]:
-    rows = query(database_url, backlog_sql(units=False), {"p": USER_PREFIX + "%"})
-    return {key: int(value) for key, value in rows[0].items()}
-
-
 def settle(database_url: str, timeout: float) -> tuple[float, dict[str, int], bool]:
+    """Wait until the stack owes the run's users nothing (`backlog_sql`); (seconds, what is owed, settled)."""
     started = time.monotonic()
     while True:
-        state = settle_state(database_url)
-        if not any(state.values()):
-            return time.monotonic() - started, state, True
-        if time.monotonic() - started > timeout:
-            return time.monotonic() - started, state, False
+        rows = query(database_url, backlog_sql(units=False), {"p": USER_PREFIX + "%"})
+        state = {key: int(value) for key, value in rows[0].items()}
+        if not any(state.values()) or time.monotonic() - started > timeout:
+            return time.monotonic() - started, state, not any(state.values())
         time.sleep(1.0)
 
 
@@ -435,8 +397,6 @@ def audit(database_url: str, plans: Sequence[SessionPlan], sent_tokens: set[str]
     keys = {m["key"] for m in memories}
     planned = sum(len(plan.tokens) for plan in plans)
     return {
-        "turns_planned": planned,
-        "turn_rows": len(turns),
         "turns_done": len(done),
         "failed_turns": sum(1 for t in turns if t["status"] == "failed"),
         "lost_turns": planned - len(done),
@@ -470,7 +430,7 @@ def recovery(database_url: str, faults: list[Fault]) -> list[float]:
     return samples
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.chaos", __doc__, keep=True)
     parser.add_argument("--sessions", type=int, default=40)
     parser.add_argument("--turns", type=int, default=5, help="turns per session")
@@ -480,14 +440,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--postgres-kills", type=int, default=None, help="Postgres SIGKILLs" + kills % 2)
     parser.add_argument("--stall", action="store_true", help="stall Postgres, valkey and the fake model in turn")
     parser.add_argument("--stall-seconds", type=float, default=30.0)
-    parser.add_argument(
-        "--request-limit",
-        type=float,
-        default=Settings.model_fields["request_time_limit_seconds"].default,
-        help="ENGRAM_REQUEST_TIME_LIMIT_SECONDS of the stack: each request's latency is checked against it",
-    )
     parser.add_argument("--turn-concurrency", type=int, default=8, help="ENGRAM_TURN_WORKER_CONCURRENCY")
-    parser.add_argument("--background-concurrency", type=int, default=2, help="ENGRAM_BACKGROUND_WORKER_CONCURRENCY")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an extra ENGRAM_ setting")
     parser.add_argument("--turn-timeout", type=float, default=600.0, help="a turn not done after this is lost")
     parser.add_argument("--settle-timeout", type=float, default=600.0)
@@ -500,57 +453,44 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             setattr(args, name, 0 if args.stall else default)
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must not be negative")
-    if args.stall_seconds <= 0 or args.request_limit < 0:
-        parser.error("--stall-seconds must be positive and --request-limit not negative")
+    if args.stall_seconds <= 0:
+        parser.error("--stall-seconds must be positive")
     if any("=" not in item or not item.startswith("ENGRAM_") for item in args.env):
         parser.error(f"--env takes ENGRAM_KEY=VALUE, not {args.env}")
-    return args
+    return run_main(lambda: bench(args))
 
 
-def stack_env(args: argparse.Namespace, fake: FakeLLM) -> dict[str, str]:
-    env = bench_env(fake.anthropic_base_url)  # with no rate limit: the benchmark measures recovery
-    env.update(
-        {
-            "ENGRAM_AUTO_MEMORY": "true",
-            "ENGRAM_TURN_WORKER_CONCURRENCY": str(args.turn_concurrency),
-            "ENGRAM_BACKGROUND_WORKER_CONCURRENCY": str(args.background_concurrency),
-            "ENGRAM_REQUEST_TIME_LIMIT_SECONDS": str(args.request_limit),
-            # The fake's embeddings: no local model to load in every process.
-            "ENGRAM_EMBEDDING_PROVIDER": "openai",
-            "ENGRAM_EMBEDDING_BASE_URL": fake.openai_base_url,
-            "ENGRAM_EMBEDDING_API_KEY": "bench-key",
-        }
-    )
-    env.update(item.split("=", 1) for item in args.env)
-    return env
-
-
-def warm_up(stack: EngramUp, timeout: float = 180) -> None:
-    """Two turns through every layer before the clock starts (workers up, pools open)."""
-    plans = make_plans(2, 1, "warmup", 0)
-    for plan in plans:
-        plan.user_id = "warmup-" + plan.user_id
-    driver = Driver(stack.url, stack.api_key, plans, timeout)
-    driver.start()
-    driver.done.wait(timeout)
-    bad = [r for r in driver.records if r.status != "done"]
-    if bad or not driver.records:
-        raise BenchError(f"warm-up turns did not finish: {bad}")
-
-
-def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    model = LatencyModel(CHAT_LATENCY_S, BACKGROUND_LATENCY_S, args.seed)
+def bench(args: argparse.Namespace) -> int:
     fake = FakeLLM()
-    fake.default = model
-    fake.start()
-    stack = EngramUp(workdir, stack_env(args, fake))
-    try:
-        print(f"starting engram up in {workdir}", file=sys.stderr)
+    fake.default, calls = latency_model(args.seed)
+    with BenchRun(keep=args.keep) as cleanup:
+        cleanup.callback(fake.stop)
+        fake.start()
+        env = bench_env(fake.anthropic_base_url)  # with no rate limit: the benchmark measures recovery
+        env.update(
+            {
+                "ENGRAM_AUTO_MEMORY": "true",
+                "ENGRAM_TURN_WORKER_CONCURRENCY": str(args.turn_concurrency),
+                # The fake's embeddings: no local model to load in every process.
+                "ENGRAM_EMBEDDING_PROVIDER": "openai",
+                "ENGRAM_EMBEDDING_BASE_URL": fake.openai_base_url,
+                "ENGRAM_EMBEDDING_API_KEY": "bench-key",
+            }
+        )
+        env.update(item.split("=", 1) for item in args.env)
+        stack = EngramUp(cleanup.workdir("engram-chaos-"), env)
+        cleanup.callback(stack.stop)
+        print(f"starting engram up in {stack.workdir}", file=sys.stderr)
         stack.start()
         wait_until(stack.ready, 120, "the gateway's /readyz answering 200")
-        warm_up(stack)
+        # Two turns through every layer before the clock starts (workers up, pools open).
+        warm = make_plans(2, 1, "warmup", 0)
+        for plan in warm:
+            plan.user_id = "warmup-" + plan.user_id
+        if bad := [r for r in Driver(stack.url, stack.api_key, warm, 180).start().wait() if r.status != "done"]:
+            raise BenchError(f"warm-up turns did not finish: {bad}")
         plans = make_plans(args.sessions, args.turns, uuid.uuid4().hex[:6], args.seed)
-        driver = Driver(stack.url, stack.api_key, plans, args.turn_timeout, args.request_limit)
+        driver = Driver(stack.url, stack.api_key, plans, args.turn_timeout, REQUEST_LIMIT_S)
         chaos = Chaos(stack, driver, args, fake)
         print(f"load: {args.sessions} sessions x {args.turns} turns; faults: {', '.join(chaos.plan)}", file=sys.stderr)
         started = time.monotonic()
@@ -569,14 +509,14 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         print(f"load done in {load_s:.0f} s; settling", file=sys.stderr)
         settle_s, state, settled = settle(stack.database_url, args.settle_timeout)
         stack.check_alive()
-        checks = audit(stack.database_url, plans, {r.token for r in driver.records if r.turn_id is not None})
+        records = driver.records
+        checks = audit(stack.database_url, plans, {r.token for r in records if r.turn_id is not None})
         samples = recovery(stack.database_url, chaos.faults)
         log = stack.log_text()
         kinds = Counter(f.kind for f in chaos.faults)
-        records = driver.records
-        return {
+        result = {
             "turns_sent": sum(1 for r in records if r.turn_id is not None),
-            **{k: v for k, v in checks.items() if k != "turns_planned"},
+            **checks,
             "settled": settled,
             "settle_s": round(settle_s, 1),
             **state,
@@ -592,33 +532,16 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "recovery_p50_s": rounded(percentile(samples, 50)),
             "recovery_p95_s": rounded(percentile(samples, 95)),
             "recovery_max_s": rounded(max(samples) if samples else None),
-            "request_limit_s": args.request_limit,
-            **driver.request_log.summary(),
+            "request_limit_s": REQUEST_LIMIT_S,
+            **request_summary(driver.requests),
             "load_s": round(load_s, 1),
             "client_503_retries": sum(r.retried_503 for r in records),
             "client_error_retries": sum(r.retried_errors for r in records),
-            "llm_calls": dict(model.calls),
-            "faults": [
-                {k: v for k, v in asdict(f).items() if k != "affected"} | {"affected": len(f.affected)}
-                for f in chaos.faults
-            ],
+            "llm_calls": dict(calls),
+            "faults": [asdict(f) | {"affected": len(f.affected)} for f in chaos.faults],
             "turn_problems": [asdict(r) for r in records if r.status != "done"][:20],
         }
-    finally:
-        stack.stop()
-        fake.stop()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    return run_main(lambda: bench(args))
-
-
-def bench(args: argparse.Namespace) -> int:
-    with BenchRun(keep=args.keep) as cleanup:
-        result = run(args, cleanup.workdir("engram-chaos-"))
-        title = f"chaos: {args.sessions} sessions x {args.turns} turns"
-        emit(outline(title, result), result, args.json)
+        emit(outline(f"chaos: {args.sessions} sessions x {args.turns} turns", result), result, args.json)
         return 0
 
 

@@ -1,16 +1,10 @@
-"""Fairness between tenants: tenant B's turn latency alone, then while tenant A's burst of turns waits.
-
-    python -m ops.bench.fairness --burst 2000 --json  # --max-active-sessions 0: without the per-tenant bound
-
-B sends one turn every --interval seconds, each timed from POST to done; A's burst is submitted without
-waiting for it, and B goes again once it is all accepted. The goal: B's p95 under the burst at most 2 x alone.
-What it measures and the latest figures: docs/benchmarks.md, "Fairness between tenants".
+"""Fairness between tenants: tenant B's turn latency alone, then while tenant A's burst of turns waits (goal: B's
+p95 under the burst at most 2 x alone). Figures: docs/benchmarks.md, "Fairness between tenants".
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 import time
@@ -29,6 +23,7 @@ from shared.infra.db import connect
 
 GOAL_RATIO = 2.0
 A_SESSIONS, A_THREADS = 20, 8  # A's burst: spread over this many sessions, sent by this many threads
+LLM_LATENCY_MS, TURN_TIMEOUT_S = 200.0, 600.0  # the fake model's reply time; a B turn not done then is given up
 
 
 def paced_turns(url: str, api_key: str, count: int, interval: float, timeout: float, label: str) -> list[TurnResult]:
@@ -82,15 +77,13 @@ def split(results: list[TurnResult]) -> dict[str, dict[str, float | int | None]]
     }
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = bench_parser("ops.bench.fairness", __doc__, keep=True)
     parser.add_argument("--burst", type=int, default=300, help="turns tenant A sends at once")
     parser.add_argument("--b-turns", type=int, default=20, help="turns B sends in each phase")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between B's turns")
-    parser.add_argument("--llm-latency-ms", type=float, default=200.0, help="fake LLM delay per call")
     parser.add_argument("--max-active-sessions", type=int, help="ENGRAM_TENANT_MAX_ACTIVE_SESSIONS (0: no bound)")
     parser.add_argument("--drain-max-turns", type=int, help="ENGRAM_DRAIN_MAX_TURNS")
-    parser.add_argument("--turn-timeout", type=float, default=600.0, help="give up on a B turn after this many s")
     args = parser.parse_args(argv)
     if min(args.burst, args.b_turns) < 1 or args.interval <= 0:
         parser.error("--burst and --b-turns must be at least 1, --interval above 0")
@@ -107,14 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def bench(args: argparse.Namespace) -> int:
-    env: dict[str, str] = {}
-    if args.max_active_sessions is not None:
-        env["ENGRAM_TENANT_MAX_ACTIVE_SESSIONS"] = str(args.max_active_sessions)
-    if args.drain_max_turns is not None:
-        env["ENGRAM_DRAIN_MAX_TURNS"] = str(args.drain_max_turns)
+    settings = {"TENANT_MAX_ACTIVE_SESSIONS": args.max_active_sessions, "DRAIN_MAX_TURNS": args.drain_max_turns}
+    env = {f"ENGRAM_{name}": str(value) for name, value in settings.items() if value is not None}
     with BenchRun(keep=args.keep) as run:
         workdir = run.workdir("engram-fairness-")
-        stack = LocalStack(workdir, 2, args.llm_latency_ms, workers=up_workers(), env=env, ready_timeout=300)
+        stack = LocalStack(workdir, 2, LLM_LATENCY_MS, workers=up_workers(), env=env, ready_timeout=300)
         run.callback(stack.stop)
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         key_a = stack.start()
@@ -126,18 +116,18 @@ def bench(args: argparse.Namespace) -> int:
         abort = threading.Event()
         run.callback(abort.set)
         with ThreadPoolExecutor(2) as pool:
-            warm = pool.map(lambda key: drive(stack.url, key, 2, 3, args.turn_timeout, abort, "warmup"), (key_a, key_b))
+            warm = pool.map(lambda key: drive(stack.url, key, 2, 3, TURN_TIMEOUT_S, abort, "warmup"), (key_a, key_b))
             failed = [r for load in warm for r in load.results if r.status != "done"]
         if failed:
             raise BenchError(f"a warm-up turn did not succeed: {failed[0].status}: {failed[0].error}")
 
         print("B alone ...", file=sys.stderr, flush=True)
-        alone = paced_turns(stack.url, key_b, args.b_turns, args.interval, args.turn_timeout, "alone")
+        alone = paced_turns(stack.url, key_b, args.b_turns, args.interval, TURN_TIMEOUT_S, "alone")
         stack.check_alive()
         print(f"A bursts {args.burst} turns ...", file=sys.stderr, flush=True)
         accepted, submit_s = burst(stack.url, key_a, args.burst)
         print("B during the burst ...", file=sys.stderr, flush=True)
-        loaded = paced_turns(stack.url, key_b, args.b_turns, args.interval, args.turn_timeout, "loaded")
+        loaded = paced_turns(stack.url, key_b, args.b_turns, args.interval, TURN_TIMEOUT_S, "loaded")
         with connect(stack.database_url) as conn:
             row = conn.execute(
                 """SELECT count(*) AS n FROM turns t JOIN sessions s ON s.id = t.session_id
@@ -147,12 +137,10 @@ def bench(args: argparse.Namespace) -> int:
 
     alone_failed, loaded_failed = (sum(r.status != "done" for r in results) for results in (alone, loaded))
     b_failed = alone_failed + loaded_failed
-    alone_ms, loaded_ms = (
-        [r.e2e_ms for r in rs if r.status == "done" and r.e2e_ms is not None] for rs in (alone, loaded)
+    alone_dist, loaded_dist = (
+        distribution([r.e2e_ms for r in rs if r.status == "done" and r.e2e_ms is not None]) for rs in (alone, loaded)
     )
-    alone_dist, loaded_dist = distribution(alone_ms), distribution(loaded_ms)
     p95_ratio = ratio(loaded_dist["p95"], alone_dist["p95"])
-    max_active = Settings().turn_slots_per_tenant if args.max_active_sessions is None else args.max_active_sessions
     summary: dict[str, Any] = {
         "b_alone_ms": alone_dist,
         "b_during_burst_ms": loaded_dist,
@@ -166,17 +154,11 @@ def bench(args: argparse.Namespace) -> int:
         "a_open_after_b": int(row["n"]) if row else None,
         "b_alone_failed": alone_failed,
         "b_during_burst_failed": loaded_failed,
-        "config": {
-            "burst": args.burst,
-            "b_turns": args.b_turns,
-            "interval_s": args.interval,
-            "llm_latency_ms": args.llm_latency_ms,
-            "max_active_sessions": max_active,
-            "drain_max_turns": args.drain_max_turns or Settings.model_fields["drain_max_turns"].default,
-            "cpus": os.cpu_count(),
-        },
+        "turn_slots_per_tenant": Settings().turn_slots_per_tenant
+        if args.max_active_sessions is None
+        else args.max_active_sessions,
     }
-    title = f"engram fairness benchmark (goal: B's p95 during A's burst <= {GOAL_RATIO:g} x alone)"
+    title = f"engram fairness: A bursts {args.burst} turns; goal: B's p95 during the burst <= {GOAL_RATIO:g} x alone"
     emit(outline(title, summary), summary, args.json)
     return 0 if not b_failed else 1
 

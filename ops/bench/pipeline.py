@@ -1,12 +1,6 @@
-"""Background memory pipeline under load: many sessions chatting at once on `engram up`'s process layout,
-with debounced extraction, compaction and embedding, against a fake model in this process.
-
-    python -m ops.bench.pipeline [--sessions 100] [--turns 20] [--max-wait-s 20] [--json]
-
-Each session is one user sending its turns one after another, with think times from its profile (bursty,
-steady or idle). The fake answers an extraction with one fact per user message, derived from the message's
-reference token ("ref pq…"), so every turn's fact can be traced to a stored, embedded memory. What it
-measures and the latest figures: docs/benchmarks.md, "Background pipeline".
+"""Background memory pipeline under load: sessions chatting at once on `engram up`'s process layout, against a fake
+model whose extractions give one fact per message, keyed by the message's reference token ("ref pq…"), so each
+turn's fact can be traced to its stored, embedded memory. Figures: docs/benchmarks.md, "Background pipeline".
 """
 
 from __future__ import annotations
@@ -28,15 +22,14 @@ from typing import Any, get_args
 import httpx
 import redis
 
-from ops.bench.harness import BenchRun, bench_parser, distribution, emit, outline, ratio, run_main
+from ops.bench.harness import BenchRun, backlog_sql, bench_parser, distribution, emit, outline, ratio, run_main
 from ops.bench.stack import BenchError, LocalStack, up_workers
-from ops.bench.stalls import RequestLog, outcome_of
+from ops.bench.stalls import outcome_of
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
 from shared.infra.config import Settings
 from shared.pipeline.memory_prompt import TASK_BOTH, TASK_SUMMARY
 from shared.queueing.queues import QUEUES
 
-TERMINAL = ("done", "failed")
 # The load: the fake model's latency, the mean think time while chatting (below the debounce) and the mean idle
 # pause (above it), a debounce clearly longer than a turn takes on a small machine, and a compaction threshold
 # that every session crosses a few times.
@@ -123,16 +116,11 @@ def make_plans(args: argparse.Namespace, run_id: str) -> list[SessionPlan]:
         profile = PROFILES[index % len(PROFILES)]
         # The token is unique in the run and one word for full-text search ("pq" + session + turn + salt).
         tokens = [f"pq{index % 1000:03d}{n % 100:02d}{rng.randrange(16**4):04x}" for n in range(args.turns)]
+        user_id, key, delay = f"pipe-{run_id}-{index:03d}", f"pipe-{index:03d}", rng.uniform(0, args.ramp_s)
+        texts = [user_text(rng, token) for token in tokens]
         plans.append(
             SessionPlan(
-                index=index,
-                profile=profile,
-                user_id=f"pipe-{run_id}-{index:03d}",
-                session_key=f"pipe-{index:03d}",
-                start_delay=rng.uniform(0, args.ramp_s),
-                texts=[user_text(rng, token) for token in tokens],
-                tokens=tokens,
-                thinks=think_times(rng, profile, args.turns, *THINK_S),
+                index, profile, user_id, key, delay, texts, tokens, think_times(rng, profile, args.turns, *THINK_S)
             )
         )
     return plans
@@ -196,16 +184,15 @@ class TurnRecord:
 
 
 class Driver:
-    """One thread per session, as a chat client: after the session's start delay each turn is sent (a 503 or a
-    refused connection retried with its Idempotency-Key), waited for until done, then the think time. Every
-    request's latency is logged against its limit: `limit` (the stack's ENGRAM_REQUEST_TIME_LIMIT_SECONDS; 0:
-    none) plus the wait the request asks for."""
+    """One thread per session, as a chat client: each turn sent (a 503 or a refused connection retried with its
+    Idempotency-Key) and waited for; each request's latency kept against `limit` (0: none) plus its wait."""
 
     def __init__(self, url: str, api_key: str, plans: list[SessionPlan], turn_timeout: float, limit: float = 0) -> None:
         self.url, self.api_key, self.plans = url, api_key, plans
         self.turn_timeout, self.request_limit = turn_timeout, limit
-        self.request_log = RequestLog()
-        self.records: list[TurnRecord] = []  # appended by the session threads (list.append is atomic)
+        # Appended by the session threads (list.append is atomic); a request as (latency - its limit, outcome).
+        self.records: list[TurnRecord] = []
+        self.requests: list[tuple[float, str]] = []
         self.abort, self.done = threading.Event(), threading.Event()
 
     def start(self) -> Driver:
@@ -278,19 +265,18 @@ class Driver:
                 record.status, record.error = "timeout", f"not done after {self.turn_timeout:.0f} s"
                 return None
             sent = time.monotonic()
+            response: httpx.Response | None = None
             try:
                 response = send()
             except httpx.HTTPError as exc:
                 outcome = "client timeout (hang)" if isinstance(exc, httpx.TimeoutException) else "connection error"
-                self.request_log.record(time.monotonic() - sent, limit, outcome)
-                record.retried_errors += 1
-                record.error = f"{type(exc).__name__}: {exc}"
-                time.sleep(0.5)
-                continue
-            self.request_log.record(time.monotonic() - sent, limit, outcome_of(response.status_code, response.json))
-            if response.status_code != 503:
+                record.retried_errors, record.error = record.retried_errors + 1, f"{type(exc).__name__}: {exc}"
+            else:
+                outcome = outcome_of(response.status_code, response.json)
+            self.requests.append((time.monotonic() - sent - limit, outcome))
+            if response is not None and response.status_code != 503:
                 return response
-            record.retried_503 += 1
+            record.retried_503 += response is not None
             time.sleep(0.5)
         record.status = "aborted"
         return None
@@ -325,47 +311,23 @@ def warm_up(url: str, api_key: str, database_url: str, timeout: float) -> None:
     raise BenchError(f"the warm-up turns' memories were not embedded within {timeout:.0f} s")
 
 
-def pipeline_idle(redis_url: str, database_url: str, user_prefix: str) -> tuple[bool, str]:
-    """Nothing queued or reserved in any Celery queue, every message mined, every memory embedded."""
+def drain(redis_url: str, database_url: str, user_prefix: str) -> tuple[float, str]:
+    """Wait until nothing is queued or reserved in any Celery queue and the stack owes the run's users nothing
+    (`backlog_sql`): every turn done, every user message mined, every memory embedded."""
     from shared.infra.db import connect
 
-    client = redis.Redis.from_url(redis_url, socket_timeout=5)
-    try:
-        pipe = client.pipeline(transaction=False)
-        for queue in QUEUES:
-            for suffix in PRIORITY_KEYS:
-                pipe.llen(queue + suffix)
-        pipe.hlen("unacked")
-        queued = sum(int(n) for n in pipe.execute())
-    except redis.RedisError as exc:
-        return False, f"redis: {exc}"
-    finally:
-        client.close()
-    if queued:
-        return False, f"{queued} messages queued or reserved"
-    with connect(database_url, autocommit=True) as conn:
-        row = conn.execute(
-            """SELECT
-                 (SELECT count(*) FROM session_messages sm JOIN users u ON u.id = sm.user_id
-                   WHERE u.external_id LIKE %(p)s AND sm.extracted_at IS NULL) AS unmined,
-                 (SELECT count(*) FROM memories m JOIN users u ON u.id = m.user_id
-                   WHERE u.external_id LIKE %(p)s AND m.valid_until IS NULL
-                     AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.memory_id = m.id)) AS unembedded""",
-            {"p": user_prefix + "%"},
-        ).fetchone()
-    assert row is not None
-    if row["unmined"] or row["unembedded"]:
-        return False, f"{row['unmined']} messages not mined, {row['unembedded']} memories not embedded"
-    return True, "idle"
-
-
-def drain(redis_url: str, database_url: str, user_prefix: str, timeout: float) -> tuple[float, str]:
-    started = time.monotonic()
-    state = "not checked"
-    while time.monotonic() - started < timeout:
-        idle, state = pipeline_idle(redis_url, database_url, user_prefix)
-        if idle:
-            break
+    started, state = time.monotonic(), "not checked"
+    while time.monotonic() - started < DRAIN_TIMEOUT_S:
+        with redis.Redis.from_url(redis_url, socket_timeout=5) as client:
+            pipe = client.pipeline(transaction=False)
+            for name in [queue + suffix for queue in QUEUES for suffix in PRIORITY_KEYS]:
+                pipe.llen(name)
+            queued = sum(pipe.hlen("unacked").execute())
+        with connect(database_url, autocommit=True) as conn:
+            owed = conn.execute(backlog_sql(units=False), {"p": user_prefix + "%"}).fetchone() or {}
+        state = f"{queued} messages queued or reserved, still owed: {owed}"
+        if not queued and not any(owed.values()):
+            return time.monotonic() - started, "idle"
         time.sleep(1.0)
     return time.monotonic() - started, state
 
@@ -373,42 +335,25 @@ def drain(redis_url: str, database_url: str, user_prefix: str, timeout: float) -
 def fetch_db(database_url: str, user_prefix: str) -> dict[str, list[dict[str, Any]]]:
     from shared.infra.db import connect
 
-    p = {"p": user_prefix + "%"}
+    users = "user_id IN (SELECT id FROM users WHERE external_id LIKE %(p)s)"
     with connect(database_url, autocommit=True) as conn:
         return {
-            "turns": conn.execute(
-                """SELECT t.id, t.finished_at FROM turns t JOIN users u ON u.id = t.user_id
-                   WHERE u.external_id LIKE %(p)s""",
-                p,
-            ).fetchall(),
-            "calls": conn.execute(
-                """SELECT c.purpose, c.input_tokens, c.cache_read_tokens, c.cache_write_tokens
-                   FROM llm_calls c JOIN users u ON u.id = c.user_id WHERE u.external_id LIKE %(p)s""",
-                p,
-            ).fetchall(),
-            "memories": conn.execute(
-                # When the memory's chunk text was first embedded: the embedding cache row is written in the
-                # same transaction as the first chunk, and survives a re-index (which replaces the chunk row).
-                """SELECT m.key, m.created_at,
+            name: conn.execute(sql, {"p": user_prefix + "%"}).fetchall()
+            for name, sql in {
+                "turns": f"SELECT id, finished_at FROM turns WHERE {users}",
+                "calls": f"""SELECT purpose, input_tokens, cache_read_tokens, cache_write_tokens FROM llm_calls
+                   WHERE {users}""",
+                # When the memory's chunk text was first embedded: the embedding cache row is written in the same
+                # transaction as the first chunk, and survives a re-index (which replaces the chunk row).
+                "memories": f"""SELECT m.key, m.created_at,
                           (SELECT min(least(c.created_at, coalesce(e.created_at, c.created_at)))
                              FROM memory_chunks c LEFT JOIN embedding_cache e ON e.content_hash = c.content_hash
                             WHERE c.memory_id = m.id AND c.embedding IS NOT NULL) AS embedded_at
-                   FROM memories m JOIN users u ON u.id = m.user_id
-                   WHERE u.external_id LIKE %(p)s AND m.key LIKE 'note/%%'""",
-                p,
-            ).fetchall(),
-            # Each message's transcript unit: stored with the message, its vector stored by the drain.
-            "unit_lags": conn.execute(
-                """SELECT extract(epoch FROM c.embedded_at - c.created_at) AS lag
-                   FROM memory_chunks c JOIN users u ON u.id = c.user_id
-                   WHERE u.external_id LIKE %(p)s AND c.message_id IS NOT NULL AND c.embedded_at IS NOT NULL""",
-                p,
-            ).fetchall(),
-            "compactions": conn.execute(
-                """SELECT coalesce(sum(s.compaction_count), 0) AS n FROM sessions s JOIN users u ON u.id = s.user_id
-                   WHERE u.external_id LIKE %(p)s""",
-                p,
-            ).fetchall(),
+                   FROM memories m WHERE m.{users} AND m.key LIKE 'note/%%'""",
+                # Each message's transcript unit: stored with the message, its vector stored by the drain.
+                "unit_lags": f"""SELECT extract(epoch FROM embedded_at - created_at) AS lag FROM memory_chunks
+                   WHERE {users} AND message_id IS NOT NULL AND embedded_at IS NOT NULL""",
+            }.items()
         }
 
 
@@ -479,11 +424,10 @@ def summarise(
         "tokens_by_purpose": {p: prompt_tokens([c for c in calls if c["purpose"] == p]) for p in purposes},
         "vector_searchable_lag_s": lag,
         "transcript_vector_lag_s": units,
-        "compactions": int(db["compactions"][0]["n"]),
     }
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.pipeline", __doc__, keep=True)
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--turns", type=int, default=20, help="turns per session")
@@ -499,26 +443,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.turns < 2:
         parser.error("--sessions must be at least 1 and --turns at least 2")
-    return args
-
-
-def pipeline_env(args: argparse.Namespace) -> dict[str, str]:
-    """The debounce stretch and the workers' pool sizes are `engram up`'s defaults."""
-    env = {
-        "ENGRAM_AUTO_MEMORY": "true",
-        "ENGRAM_EXTRACTION_DEBOUNCE_SECONDS": str(DEBOUNCE_S),
-        "ENGRAM_EXTRACTION_MAX_WAIT_SECONDS": str(args.max_wait_s),
-        "ENGRAM_COMPACTION_THRESHOLD_TOKENS": str(COMPACTION_TOKENS),
-        "ENGRAM_EMBEDDING_BACKEND": args.embedding_backend,
-    }
-    # The stack drops the caller's ENGRAM_* settings, except where an export made beforehand lives.
-    if os.environ.get("ENGRAM_EMBEDDING_ONNX_PATH"):
-        env["ENGRAM_EMBEDDING_ONNX_PATH"] = os.environ["ENGRAM_EMBEDDING_ONNX_PATH"]
-    return env
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
     return run_main(lambda: bench(args))
 
 
@@ -532,13 +456,20 @@ def bench(args: argparse.Namespace) -> int:
         cleanup.callback(fake.stop)
         fake.start()
         workdir = cleanup.workdir("engram-bench-pipeline-")
+        env = {
+            "ENGRAM_AUTO_MEMORY": "true",
+            "ENGRAM_EXTRACTION_DEBOUNCE_SECONDS": str(DEBOUNCE_S),
+            "ENGRAM_EXTRACTION_MAX_WAIT_SECONDS": str(args.max_wait_s),
+            "ENGRAM_COMPACTION_THRESHOLD_TOKENS": str(COMPACTION_TOKENS),
+            "ENGRAM_EMBEDDING_BACKEND": args.embedding_backend,
+        }
+        # The stack drops the caller's ENGRAM_* settings, except where an export made beforehand lives.
+        if os.environ.get("ENGRAM_EMBEDDING_ONNX_PATH"):
+            env["ENGRAM_EMBEDDING_ONNX_PATH"] = os.environ["ENGRAM_EMBEDDING_ONNX_PATH"]
+        # `engram up`'s workers with their default pool sizes, its default debounce stretch.
+        workers = up_workers()
         stack = LocalStack(
-            workdir,
-            up_workers()[0].concurrency,
-            llm_url=fake.anthropic_base_url,
-            workers=up_workers(),
-            beat=True,
-            env=pipeline_env(args),
+            workdir, workers[0].concurrency, llm_url=fake.anthropic_base_url, workers=workers, beat=True, env=env
         )
         cleanup.callback(stack.stop)
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
@@ -552,7 +483,7 @@ def bench(args: argparse.Namespace) -> int:
         load_s = time.time() - origin
         stack.check_alive()
         print(f"load done in {load_s:.0f} s; draining the pipeline ...", file=sys.stderr, flush=True)
-        drain_s, drain_state = drain(stack.redis_url, stack.database_url, user_prefix, DRAIN_TIMEOUT_S)
+        drain_s, drain_state = drain(stack.redis_url, stack.database_url, user_prefix)
         stack.check_alive()
         summary = summarise(records, fetch_db(stack.database_url, user_prefix), load_s, drain_s)
         summary["drain_state"] = drain_state

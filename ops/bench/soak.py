@@ -1,12 +1,6 @@
-"""Soak: mixed load for a long time at half the sustainable rate, watching for what only time shows: memory that
-keeps growing, connections or file descriptors that leak, errors that start late, latency that creeps up.
-
-    python -m ops.bench.soak --minutes 10 --window-minutes 2 --json   # default: 30 minutes, 5-minute windows
-
-A round is a chat turn (waited for until done), a memory search and a context request, sent open loop beside an
-ingest every 10 s and a memory write every 5 s, over `--users` users who each start with `--history` earlier
-conversations. Goals (issue 30): zero errors; RSS growth of the gateway, workers and beat <= 10 % after the first
-window (warm-up); every later window's p95 within 20 % of their median. Details: docs/benchmarks.md, "Soak".
+"""Soak: mixed load at half the sustainable rate for a long time, watching for what only time shows: memory that
+keeps growing, leaking connections or file descriptors, late errors, latency that creeps up. Goals (issue 30)
+and figures: docs/benchmarks.md, "Soak".
 """
 
 from __future__ import annotations
@@ -33,7 +27,6 @@ from ops.bench.stack import BenchError, LocalStack, up_workers
 
 JOBS = ("enrichment", "consolidation", "decay", "reflection", "cache_eviction")
 ENGRAM_PROCESSES = ("gateway", "worker-turns", "worker-background", "beat")
-TERMINAL = ("done", "failed")
 RSS_GROWTH_GOAL = 0.10
 P95_FLAT_GOAL = 0.20
 # A user's chat moves to a new session after this many turns: one session growing all run would time ever
@@ -67,19 +60,22 @@ class Load:
         """Every user exists (a search for a user engram has never seen is a 404), has a memory and `history`
         earlier conversations, the oldest `history` days ago."""
         for user in self.users:
-            self.remember_for(user, 0)
+            self.remember(user)
             for past in range(history):
-                said = datetime.now(UTC) - timedelta(days=history - past)
-                messages = [
-                    {
-                        "role": "user" if i % 2 == 0 else "assistant",
-                        "content": f"Earlier, {TOPICS[(past + i) % len(TOPICS)]} came up ({past}.{i}).",
-                        "created_at": (said + timedelta(minutes=i)).isoformat(),
-                    }
+                texts = [
+                    f"Earlier, {TOPICS[(past + i) % len(TOPICS)]} came up ({past}.{i})."
                     for i in range(HISTORY_MESSAGES)
                 ]
-                path = f"/v1/users/{user}/sessions/{user}-past-{past}/messages"
-                self._ok(self.http.post(path, json={"messages": messages}))
+                self._messages(user, f"{user}-past-{past}", texts, datetime.now(UTC) - timedelta(days=history - past))
+
+    def _messages(self, user: str, session: str, texts: list[str], said: datetime | None = None) -> None:
+        """A conversation, user and assistant in turn, a minute apart from `said` (default: now)."""
+        messages = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": text}
+            | ({"created_at": (said + timedelta(minutes=i)).isoformat()} if said else {})
+            for i, text in enumerate(texts)
+        ]
+        self._ok(self.http.post(f"/v1/users/{user}/sessions/{session}/messages", json={"messages": messages}))
 
     def _next(self) -> tuple[int, str]:
         with self._lock:
@@ -87,9 +83,10 @@ class Load:
             return self._count, self.users[self._count % len(self.users)]
 
     @staticmethod
-    def _ok(response: httpx.Response) -> None:
+    def _ok(response: httpx.Response) -> httpx.Response:
         if response.status_code >= 300:
             raise BenchError(f"{response.status_code} {response.text[:200]}")
+        return response
 
     def turn(self) -> None:
         n, user = self._next()
@@ -97,19 +94,13 @@ class Load:
             session = f"{user}-chat-{self._turns[user] // self.session_turns}"
             self._turns[user] += 1
         body = {"user_id": user, "text": f"Tell me more about {TOPICS[n % len(TOPICS)]}, please ({n})."}
-        response = self.http.post(
-            f"/v1/sessions/{session}/turns", json=body, headers={"Idempotency-Key": uuid.uuid4().hex}
-        )
-        self._ok(response)
-        turn_id = response.json()["turn_id"]
-        while True:
-            polled = self.http.get(f"/v1/turns/{turn_id}", params={"wait": 30})
-            self._ok(polled)
-            status = polled.json()["status"]
-            if status == "failed":
-                raise BenchError(f"turn {turn_id} failed: {polled.json().get('error')}")
-            if status in TERMINAL:
-                return
+        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        turn = self._ok(self.http.post(f"/v1/sessions/{session}/turns", json=body, headers=headers)).json()
+        turn_id = turn["turn_id"]
+        while turn["status"] not in ("done", "failed"):
+            turn = self._ok(self.http.get(f"/v1/turns/{turn_id}", params={"wait": 30})).json()
+        if turn["status"] == "failed":
+            raise BenchError(f"turn {turn_id} failed: {turn.get('error')}")
 
     def search(self) -> None:
         n, user = self._next()
@@ -122,17 +113,10 @@ class Load:
 
     def ingest(self) -> None:
         n, user = self._next()
-        messages = [
-            {"role": "user" if i % 2 == 0 else "assistant", "content": f"Message {i} of batch {n}: {TOPICS[i % 5]}."}
-            for i in range(20)
-        ]
-        self._ok(self.http.post(f"/v1/users/{user}/sessions/{user}-import-{n}/messages", json={"messages": messages}))
+        self._messages(user, f"{user}-import-{n}", [f"Message {i} of batch {n}: {TOPICS[i % 5]}." for i in range(20)])
 
-    def remember(self) -> None:
-        n, user = self._next()
-        self.remember_for(user, n)
-
-    def remember_for(self, user: str, n: int) -> None:
+    def remember(self, user: str | None = None) -> None:
+        n, user = (0, user) if user else self._next()
         body = {"key": f"note {n % 50}", "value": f"The user mentioned {TOPICS[n % len(TOPICS)]} (note {n})."}
         self._ok(self.http.post(f"/v1/users/{user}/memories", json=body))
 
@@ -163,9 +147,8 @@ def calibrate(load: Load, sessions: int, seconds: float, database_url: str) -> C
 
     def client(index: int) -> None:
         while time.monotonic() < deadline:
-            load.turn()
-            load.search()
-            load.context()
+            for operation in (load.turn, load.search, load.context):
+                operation()
             done[index] += 1
 
     def side_load() -> None:
@@ -184,9 +167,8 @@ def calibrate(load: Load, sessions: int, seconds: float, database_url: str) -> C
         loop_s = time.monotonic() - started
         stop.set()
         beside.result()
-    settling = time.monotonic()
-    settled = settle(database_url)
-    return Calibration(sum(done), loop_s, time.monotonic() - settling, settled is not None)
+    settle_s = settle(database_url)
+    return Calibration(sum(done), loop_s, SETTLE_TIMEOUT_S if settle_s is None else settle_s, settle_s is not None)
 
 
 def settle(database_url: str) -> float | None:
@@ -203,16 +185,12 @@ def settle(database_url: str) -> float | None:
 
 
 def run_open_loop(
-    load: Load,
-    rate: float,
-    seconds: float,
-    samples: list[Sample],
-    errors: list[str],
-    on_window: Callable[[], None],
-    window_s: float,
-) -> None:
+    load: Load, rate: float, seconds: float, on_window: Callable[[list[Sample]], None], window_s: float
+) -> tuple[list[Sample], list[str]]:
     """Every operation due at its time (its latency counts from then), on a pool large enough that the client
-    is never the bottleneck."""
+    is never the bottleneck; the samples and the first errors."""
+    samples: list[Sample] = []  # appended by the pool's threads (list.append is atomic)
+    errors: list[str] = []
     ops = (
         ("turn", 1 / rate, load.turn),
         ("search", 1 / rate, load.search),
@@ -241,13 +219,14 @@ def run_open_loop(
         for due, op, fn in schedule:
             while (now := time.monotonic() - origin) < due:
                 if now >= next_window:
-                    on_window()
+                    on_window(samples)
                     next_window += window_s
                 time.sleep(min(0.05, due - now))
             pool.submit(run, due, op, fn, origin)
         while time.monotonic() - origin < seconds:
             time.sleep(0.1)
-    on_window()
+    on_window(samples)
+    return samples, errors
 
 
 def process_figures(roots: Mapping[str, int]) -> dict[str, dict[str, float | int | None]]:
@@ -275,16 +254,14 @@ def windows(samples: list[Sample], window_s: float, count: int) -> list[dict[str
     out = []
     for index in range(count):
         inside = [s for s in samples if index * window_s <= s.at < (index + 1) * window_s]
-        by_op: dict[str, list[float]] = defaultdict(list)
-        for sample in inside:
-            by_op[sample.op].append(sample.ms)
+        by_op = {op: [s.ms for s in inside if s.op == op] for op in sorted({s.op for s in inside})}
         out.append(
             {
                 "window": index + 1,
                 "operations": len(inside),
                 "rounds": sum(s.op == "turn" for s in inside),
                 "errors": sum(not s.ok for s in inside),
-                "p95_ms": {op: distribution(values, (95,))["p95"] for op, values in sorted(by_op.items())},
+                "p95_ms": {op: distribution(values, (95,))["p95"] for op, values in by_op.items()},
             }
         )
     return out
@@ -307,12 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.soak", __doc__, keep=True)
     parser.add_argument("--minutes", type=float, default=30.0, help="length of the soak (default 30)")
     parser.add_argument("--window-minutes", type=float, default=5.0, help="report window; the first is warm-up")
-    parser.add_argument("--rate", type=float, help="rounds per second (default: half the measured sustainable rate)")
-    parser.add_argument("--calibrate", type=float, default=60.0, help="seconds of closed-loop rounds to measure it")
     parser.add_argument("--users", type=int, default=400, help="users the load is spread over (default 400)")
     parser.add_argument("--session-turns", type=int, default=SESSION_TURNS, help="turns per chat session")
     parser.add_argument("--history", type=int, default=HISTORY, help="earlier conversations each user starts with")
-    parser.add_argument("--llm-latency-ms", type=float, default=0.0)
     args = parser.parse_args(argv)
     window_s, seconds = args.window_minutes * 60, args.minutes * 60
     if window_s <= 0 or seconds < 2 * window_s:
@@ -323,14 +297,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     schedules = {f"ENGRAM_JOB_{job.upper()}_SCHEDULE": f"{i}-59/5 * * * *" for i, job in enumerate(JOBS)}
     with BenchRun(keep=args.keep) as run:
         workers = up_workers()
+        workdir = run.workdir("engram-soak-")
         stack = LocalStack(
-            run.workdir("engram-soak-"),
-            workers[0].concurrency,
-            args.llm_latency_ms,
-            workers=workers,
-            beat=True,
-            env=schedules,
-            ready_timeout=300,
+            workdir, workers[0].concurrency, workers=workers, beat=True, env=schedules, ready_timeout=300
         )
         run.callback(stack.stop)
         api_key = stack.start()
@@ -339,30 +308,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         load.prepare(args.history)
         if settle(stack.database_url) is None:
             raise BenchError(f"the users' history was not worked through within {SETTLE_TIMEOUT_S:.0f} s")
-        rate, calibration = args.rate, None
-        if rate is None:
-            calibration = calibrate(load, workers[0].concurrency * 2, args.calibrate, stack.database_url)
-            if not calibration.settled:
-                raise BenchError(f"the stack did not catch up within {SETTLE_TIMEOUT_S:.0f} s of calibrating")
-            rate = calibration.sustainable_per_s / 2
-            print(f"sustainable {calibration.sustainable_per_s:.2f} rounds/s; soaking at {rate:.2f}", flush=True)
-        if rate <= 0:
-            raise BenchError("the stack completed no turn while calibrating")
+        # The sustainable rate from 60 s of closed-loop rounds, from twice as many clients as turn processes.
+        calibration = calibrate(load, workers[0].concurrency * 2, 60.0, stack.database_url)
+        if not calibration.settled or not calibration.rounds:
+            raise BenchError(f"calibrating: {calibration.rounds} rounds, caught up: {calibration.settled}")
+        rate = calibration.sustainable_per_s / 2
+        print(f"sustainable {calibration.sustainable_per_s:.2f} rounds/s; soaking at {rate:.2f}", flush=True)
         roots = {child.name: child.pid for child in stack.children}
         if stack.postgres is not None and stack.postgres.pid is not None:
             roots["postgres"] = stack.postgres.pid
         if stack.redis is not None and stack.redis.proc is not None:
             roots["valkey"] = stack.redis.proc.pid
-        samples: list[Sample] = []
-        errors: list[str] = []
         snapshots: list[dict[str, dict[str, float | int | None]]] = []
 
-        def on_window() -> None:
+        def on_window(samples: list[Sample]) -> None:
             stack.check_alive()
             snapshots.append(process_figures(roots))
             print(f"window {len(snapshots)}: {len(samples)} operations, {sum(not s.ok for s in samples)} errors")
 
-        run_open_loop(load, rate, seconds, samples, errors, on_window, window_s)
+        samples, errors = run_open_loop(load, rate, seconds, on_window, window_s)
 
     table = windows(samples, window_s, int(seconds // window_s))
     warm, end = snapshots[0], snapshots[-1]
@@ -380,9 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     summary = {
         "minutes": args.minutes,
-        "sustainable_rounds_per_s": None if calibration is None else round(calibration.sustainable_per_s, 2),
-        "answered_rounds_per_s": None if calibration is None else round(calibration.answered_per_s, 2),
-        "calibration_settle_s": None if calibration is None else round(calibration.settle_s, 1),
+        "sustainable_rounds_per_s": round(calibration.sustainable_per_s, 2),
+        "answered_rounds_per_s": round(calibration.answered_per_s, 2),
+        "calibration_settle_s": round(calibration.settle_s, 1),
         "rounds_per_s": round(rate, 2),
         "operations": len(samples),
         "errors": failed,

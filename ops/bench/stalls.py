@@ -6,10 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 import psutil
 
@@ -44,32 +42,16 @@ def stopped(pids: list[int]) -> Iterator[None]:
         signal_all(pids, signal.SIGCONT)
 
 
-@dataclass
-class RequestLog:
-    """Latency of every gateway request against its limit."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    count: int = 0
-    over_limit: int = 0
-    worst_excess_s: float = 0.0  # latency - limit of the slowest request relative to its limit (< 0: all in time)
-    outcomes: Counter[str] = field(default_factory=Counter)  # "200", "503 dependency_timeout", "connection error"…
-
-    def record(self, latency_s: float, limit_s: float, outcome: str) -> None:
-        excess = latency_s - limit_s
-        with self.lock:
-            self.count += 1
-            self.outcomes[outcome] += 1
-            self.worst_excess_s = excess if self.count == 1 else max(self.worst_excess_s, excess)
-            self.over_limit += excess > LIMIT_GRACE_S
-
-    def summary(self) -> dict[str, object]:
-        with self.lock:
-            return {
-                "requests": self.count,
-                "requests_over_limit": self.over_limit,
-                "worst_request_excess_s": round(self.worst_excess_s, 2),
-                "request_outcomes": dict(self.outcomes.most_common()),
-            }
+def request_summary(requests: list[tuple[float, str]]) -> dict[str, object]:
+    """Requests as (latency - limit, outcome): how many, how many over their limit, the worst excess (< 0: all
+    in time) and the outcomes ("200", "503 dependency_timeout", "connection error"…)."""
+    excess = [over for over, _ in requests]
+    return {
+        "requests": len(requests),
+        "requests_over_limit": sum(over > LIMIT_GRACE_S for over in excess),
+        "worst_request_excess_s": round(max(excess), 2) if excess else None,
+        "request_outcomes": dict(Counter(outcome for _, outcome in requests).most_common()),
+    }
 
 
 def outcome_of(status_code: int, body: Callable[[], object]) -> str:
