@@ -409,7 +409,7 @@ def summarise(
         "text_searchable_lag_p95_s": distribution(stored, (95,), 2)["p95"],
         "all_facts_stored": missing == 0 and len(searchable) == len(done),
         "turns_without_searchable_memory": missing,
-        "turns_expected": len(records),
+        "turns": len(records),
         "turns_done": len(done),
         "turns_failed": [
             f"session {r.session} turn {r.number}: {r.status} {r.error}" for r in records if r.status != "done"
