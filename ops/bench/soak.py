@@ -1,42 +1,12 @@
-"""Soak: mixed load for a long time at half the sustainable turn rate, watching for what only time shows —
-memory that keeps growing, connections or file descriptors that leak, errors that start after an hour,
-latency that creeps up.
-
-    python -m ops.bench.soak                       # 30 minutes, 5-minute windows
-    python -m ops.bench.soak --minutes 10 --window-minutes 2 --json
-
-It starts a private stack (ops/bench/stack.py) laid out as `engram up` runs it (a turns worker, a background
-worker, beat) with every maintenance job scheduled every five minutes, so decay, consolidation, enrichment,
-reflection and cache eviction fire during the run. A round is a chat turn (sent, then waited for until done),
-a memory search and a context request (a user's chat starts a new session every `--session-turns` turns, as
-people start new conversations). Every user starts with a past: `--history` earlier conversations of 20
-messages each, ingested and worked through (embedded, mined) before anything is measured, so the run sees
-users who have talked before, as a deployment does, and the first window does not time searches over
-nothing. First it measures the sustainable rate: `--calibrate` seconds of
-closed-loop rounds from twice as many clients as the turn worker has processes, with the side load below
-beside them, then the time the stack takes to finish the background work those rounds left (extraction,
-embeddings, compaction): the rate counts both, since a stack that answers rounds faster than its pipeline
-keeps up falls further behind in every window. Then, open loop (an operation's
-latency counts from when it was due, so a stalled stack cannot hide behind a slow client), it sends half that
-many rounds per second, plus an ingest of 20 messages every 10 s (a conversation of its own each) and a memory
-write every 5 s, spread over
-`--users` users (400: at half the sustainable rate each one sends a turn about once a minute, as a person
-chatting does). With a handful of users each one's transcript would grow tenfold in half an hour, and a search
-ranks all of a user's matching units, so the windows would show one user's data growing rather than time
-passing; how a search's cost follows one user's size is what `ops.bench.search_scale` measures.
-
-Per window: errors (a non-2xx answer, a turn that failed, a client-side exception), latency p95 per
-operation, and the CPU the whole stack used per round (per process too), which shows a cost that grows with
-the users' data. Per process (gateway, workers, beat, fake model, Postgres, valkey; each with its children): RSS,
-open file descriptors and TCP connections at the end of the first window (warm-up) and at the end.
-
-Goals (issue 30): zero errors; RSS growth of engram's processes (gateway, workers, beat) ≤ 10 % after
-warm-up; every later window's p95 within 20 % of their median. The figures are in the docs' benchmark page.
+"""Soak: mixed load at half the sustainable rate for a long time, watching for what only time shows: memory that
+keeps growing, leaking connections or file descriptors, late errors, latency that creeps up. Goals (issue 30)
+and figures: docs/benchmarks.md, "Soak".
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import threading
 import time
@@ -51,26 +21,19 @@ from typing import Any
 import httpx
 import psutil
 import psycopg
-from psycopg.rows import dict_row
 
-from ops.bench.harness import BenchRun, backlog_sql, bench_parser, cpu_seconds, distribution, emit, megabytes, run_main
+from ops.bench.harness import BenchRun, backlog_sql, bench_parser, distribution, emit, megabytes, outline, run_main
 from ops.bench.stack import BenchError, LocalStack, up_workers
 
 JOBS = ("enrichment", "consolidation", "decay", "reflection", "cache_eviction")
 ENGRAM_PROCESSES = ("gateway", "worker-turns", "worker-background", "beat")
-TERMINAL = ("done", "failed")
 RSS_GROWTH_GOAL = 0.10
 P95_FLAT_GOAL = 0.20
-# A user's chat moves to a new session after this many turns, as people start new conversations: a session
-# growing for the whole soak (each user sends about 30 turns in 30 minutes) would time ever longer histories,
-# not steady load.
-SESSION_TURNS = 10
-# Earlier conversations each user starts with, and their length (messages).
-HISTORY_CONVERSATIONS = 5
-HISTORY_MESSAGES = 20
+# A user's chat moves to a new session after this many turns: one session growing all run would time ever
+# longer histories, not steady load. Each user starts with HISTORY earlier conversations of HISTORY_MESSAGES.
+SESSION_TURNS, HISTORY, HISTORY_MESSAGES = 10, 5, 20
 USER_PREFIX = "soak-user-"
-# How long calibration waits for the backlog its rounds left (a stack that never catches up is reported).
-SETTLE_TIMEOUT_S = 600.0
+SETTLE_TIMEOUT_S = 600.0  # for the backlog the history or the calibration left
 TOPICS = ("hiking in the Alps", "a sourdough starter", "learning Japanese", "the new job", "a cat named Miso")
 
 
@@ -80,19 +43,6 @@ class Sample:
     op: str
     ms: float
     ok: bool
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.samples: list[Sample] = []
-        self.errors: list[str] = []
-        self._lock = threading.Lock()
-
-    def add(self, sample: Sample, error: str | None = None) -> None:
-        with self._lock:
-            self.samples.append(sample)
-            if error is not None and len(self.errors) < 20:
-                self.errors.append(f"{sample.op}: {error}")
 
 
 class Load:
@@ -110,28 +60,33 @@ class Load:
         """Every user exists (a search for a user engram has never seen is a 404), has a memory and `history`
         earlier conversations, the oldest `history` days ago."""
         for user in self.users:
-            self.remember_for(user, 0)
+            self.remember(user)
             for past in range(history):
-                said = datetime.now(UTC) - timedelta(days=history - past)
-                messages = [
-                    {
-                        "role": "user" if i % 2 == 0 else "assistant",
-                        "content": f"Earlier, {TOPICS[(past + i) % len(TOPICS)]} came up ({past}.{i}).",
-                        "created_at": (said + timedelta(minutes=i)).isoformat(),
-                    }
+                texts = [
+                    f"Earlier, {TOPICS[(past + i) % len(TOPICS)]} came up ({past}.{i})."
                     for i in range(HISTORY_MESSAGES)
                 ]
-                path = f"/v1/users/{user}/sessions/{user}-past-{past}/messages"
-                self._ok(self.http.post(path, json={"messages": messages}))
+                self._messages(user, f"{user}-past-{past}", texts, datetime.now(UTC) - timedelta(days=history - past))
+
+    def _messages(self, user: str, session: str, texts: list[str], said: datetime | None = None) -> None:
+        """A conversation, user and assistant in turn, a minute apart from `said` (default: now)."""
+        messages = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": text}
+            | ({"created_at": (said + timedelta(minutes=i)).isoformat()} if said else {})
+            for i, text in enumerate(texts)
+        ]
+        self._ok(self.http.post(f"/v1/users/{user}/sessions/{session}/messages", json={"messages": messages}))
 
     def _next(self) -> tuple[int, str]:
         with self._lock:
             self._count += 1
             return self._count, self.users[self._count % len(self.users)]
 
-    def _ok(self, response: httpx.Response) -> None:
+    @staticmethod
+    def _ok(response: httpx.Response) -> httpx.Response:
         if response.status_code >= 300:
             raise BenchError(f"{response.status_code} {response.text[:200]}")
+        return response
 
     def turn(self) -> None:
         n, user = self._next()
@@ -139,19 +94,13 @@ class Load:
             session = f"{user}-chat-{self._turns[user] // self.session_turns}"
             self._turns[user] += 1
         body = {"user_id": user, "text": f"Tell me more about {TOPICS[n % len(TOPICS)]}, please ({n})."}
-        response = self.http.post(
-            f"/v1/sessions/{session}/turns", json=body, headers={"Idempotency-Key": uuid.uuid4().hex}
-        )
-        self._ok(response)
-        turn_id = response.json()["turn_id"]
-        while True:
-            polled = self.http.get(f"/v1/turns/{turn_id}", params={"wait": 30})
-            self._ok(polled)
-            status = polled.json()["status"]
-            if status == "failed":
-                raise BenchError(f"turn {turn_id} failed: {polled.json().get('error')}")
-            if status in TERMINAL:
-                return
+        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        turn = self._ok(self.http.post(f"/v1/sessions/{session}/turns", json=body, headers=headers)).json()
+        turn_id = turn["turn_id"]
+        while turn["status"] not in ("done", "failed"):
+            turn = self._ok(self.http.get(f"/v1/turns/{turn_id}", params={"wait": 30})).json()
+        if turn["status"] == "failed":
+            raise BenchError(f"turn {turn_id} failed: {turn.get('error')}")
 
     def search(self) -> None:
         n, user = self._next()
@@ -164,17 +113,10 @@ class Load:
 
     def ingest(self) -> None:
         n, user = self._next()
-        messages = [
-            {"role": "user" if i % 2 == 0 else "assistant", "content": f"Message {i} of batch {n}: {TOPICS[i % 5]}."}
-            for i in range(20)
-        ]
-        self._ok(self.http.post(f"/v1/users/{user}/sessions/{user}-import-{n}/messages", json={"messages": messages}))
+        self._messages(user, f"{user}-import-{n}", [f"Message {i} of batch {n}: {TOPICS[i % 5]}." for i in range(20)])
 
-    def remember(self) -> None:
-        n, user = self._next()
-        self.remember_for(user, n)
-
-    def remember_for(self, user: str, n: int) -> None:
+    def remember(self, user: str | None = None) -> None:
+        n, user = (0, user) if user else self._next()
         body = {"key": f"note {n % 50}", "value": f"The user mentioned {TOPICS[n % len(TOPICS)]} (note {n})."}
         self._ok(self.http.post(f"/v1/users/{user}/memories", json=body))
 
@@ -188,31 +130,25 @@ class Calibration:
 
     @property
     def answered_per_s(self) -> float:
-        """Rounds per second as the clients saw them answered."""
         return self.rounds / self.loop_s
 
     @property
     def sustainable_per_s(self) -> float:
-        """Rounds per second the stack can keep up with: their background work (extraction, embeddings,
-        compaction) done too, not left queued."""
+        """Rounds per second with their background work (extraction, embeddings, compaction) done too."""
         return self.rounds / (self.loop_s + self.settle_s)
 
 
 def calibrate(load: Load, sessions: int, seconds: float, database_url: str) -> Calibration:
-    """The sustainable rate, a round being what the soak sends per turn (a turn, a search and a context request):
-    `sessions` clients each start their next round when the last is done, with the soak's side load (an ingest
-    every 10 s, a memory write every 5 s) beside them, for `seconds`; then the stack gets the time it needs to do
-    what those rounds left behind. A rate measured on answered rounds alone is one the background cannot keep
-    up with: the soak at half of it fell further behind every window."""
+    """`sessions` clients each start their next round when the last is done, with the soak's side load beside
+    them, for `seconds`; then the stack gets the time it needs to do what those rounds left behind."""
     deadline = time.monotonic() + seconds
     done = [0] * sessions
     stop = threading.Event()
 
     def client(index: int) -> None:
         while time.monotonic() < deadline:
-            load.turn()
-            load.search()
-            load.context()
+            for operation in (load.turn, load.search, load.context):
+                operation()
             done[index] += 1
 
     def side_load() -> None:
@@ -231,62 +167,51 @@ def calibrate(load: Load, sessions: int, seconds: float, database_url: str) -> C
         loop_s = time.monotonic() - started
         stop.set()
         beside.result()
-    settling = time.monotonic()
-    settled = settle(database_url)
-    return Calibration(sum(done), loop_s, time.monotonic() - settling, settled is not None)
+    settle_s = settle(database_url)
+    return Calibration(sum(done), loop_s, SETTLE_TIMEOUT_S if settle_s is None else settle_s, settle_s is not None)
 
 
 def settle(database_url: str) -> float | None:
-    """Seconds until the stack owes the benchmark's users nothing (`backlog`); None past SETTLE_TIMEOUT_S."""
+    """Seconds until the stack owes the benchmark's users nothing (`backlog_sql`, transcript units included);
+    None past SETTLE_TIMEOUT_S."""
     started = time.monotonic()
     while time.monotonic() - started < SETTLE_TIMEOUT_S:
-        if not any(backlog(database_url, USER_PREFIX).values()):
+        with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
+            row = conn.execute(backlog_sql(units=True), {"p": USER_PREFIX + "%"}).fetchone()
+        if row is not None and not any(row):
             return time.monotonic() - started
         time.sleep(1.0)
     return None
 
 
-def backlog(database_url: str, user_prefix: str) -> dict[str, int]:
-    """What the stack still owes the benchmark's users, transcript units included (`backlog_sql`)."""
-    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row, connect_timeout=5) as conn:
-        row = conn.execute(backlog_sql(units=True), {"p": user_prefix + "%"}).fetchone()
-    assert row is not None
-    return {key: int(value) for key, value in row.items()}
-
-
 def run_open_loop(
-    load: Load, rate: float, seconds: float, recorder: Recorder, on_window: Callable[[], None], window_s: float
-) -> None:
-    """Every operation due at its time, on a pool large enough that the client is never the bottleneck."""
-    schedule: list[tuple[float, str, Callable[[], None]]] = []
-    for op, every in (
-        ("turn", 1 / rate),
-        ("search", 1 / rate),
-        ("context", 1 / rate),
-        ("ingest", 10.0),
-        ("memory_write", 5.0),
-    ):
-        fn = {
-            "turn": load.turn,
-            "search": load.search,
-            "context": load.context,
-            "ingest": load.ingest,
-            "memory_write": load.remember,
-        }[op]
-        at = 0.0
-        while at < seconds:
-            schedule.append((at, op, fn))
-            at += every
-    schedule.sort(key=lambda item: item[0])
+    load: Load, rate: float, seconds: float, on_window: Callable[[list[Sample]], None], window_s: float
+) -> tuple[list[Sample], list[str]]:
+    """Every operation due at its time (its latency counts from then), on a pool large enough that the client
+    is never the bottleneck; the samples and the first errors."""
+    samples: list[Sample] = []  # appended by the pool's threads (list.append is atomic)
+    errors: list[str] = []
+    ops = (
+        ("turn", 1 / rate, load.turn),
+        ("search", 1 / rate, load.search),
+        ("context", 1 / rate, load.context),
+        ("ingest", 10.0, load.ingest),
+        ("memory_write", 5.0, load.remember),
+    )
+    schedule = sorted(
+        ((n * every, op, fn) for op, every, fn in ops for n in range(math.ceil(seconds / every))),
+        key=lambda item: item[0],
+    )
 
     def run(due: float, op: str, fn: Callable[[], None], origin: float) -> None:
         error: str | None = None
         try:
             fn()
         except Exception as exc:  # counted, not raised: the soak goes on
-            error = f"{type(exc).__name__}: {exc}"
-        ms = (time.monotonic() - origin - due) * 1000
-        recorder.add(Sample(due, op, ms, error is None), error)
+            error = f"{op}: {type(exc).__name__}: {exc}"
+        samples.append(Sample(due, op, (time.monotonic() - origin - due) * 1000, error is None))  # list.append: atomic
+        if error is not None and len(errors) < 20:
+            errors.append(error)
 
     origin = time.monotonic()
     next_window = window_s
@@ -294,13 +219,14 @@ def run_open_loop(
         for due, op, fn in schedule:
             while (now := time.monotonic() - origin) < due:
                 if now >= next_window:
-                    on_window()
+                    on_window(samples)
                     next_window += window_s
                 time.sleep(min(0.05, due - now))
             pool.submit(run, due, op, fn, origin)
         while time.monotonic() - origin < seconds:
             time.sleep(0.1)
-    on_window()
+    on_window(samples)
+    return samples, errors
 
 
 def process_figures(roots: Mapping[str, int]) -> dict[str, dict[str, float | int | None]]:
@@ -328,16 +254,14 @@ def windows(samples: list[Sample], window_s: float, count: int) -> list[dict[str
     out = []
     for index in range(count):
         inside = [s for s in samples if index * window_s <= s.at < (index + 1) * window_s]
-        by_op: dict[str, list[float]] = defaultdict(list)
-        for sample in inside:
-            by_op[sample.op].append(sample.ms)
+        by_op = {op: [s.ms for s in inside if s.op == op] for op in sorted({s.op for s in inside})}
         out.append(
             {
                 "window": index + 1,
                 "operations": len(inside),
                 "rounds": sum(s.op == "turn" for s in inside),
                 "errors": sum(not s.ok for s in inside),
-                "p95_ms": {op: distribution(values, (95,))["p95"] for op, values in sorted(by_op.items())},
+                "p95_ms": {op: distribution(values, (95,))["p95"] for op, values in by_op.items()},
             }
         )
     return out
@@ -360,92 +284,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.soak", __doc__, keep=True)
     parser.add_argument("--minutes", type=float, default=30.0, help="length of the soak (default 30)")
     parser.add_argument("--window-minutes", type=float, default=5.0, help="report window; the first is warm-up")
-    parser.add_argument("--rate", type=float, help="rounds per second (default: half the measured sustainable rate)")
-    parser.add_argument("--calibrate", type=float, default=60.0, help="seconds of closed-loop turns to measure it")
     parser.add_argument("--users", type=int, default=400, help="users the load is spread over (default 400)")
-    parser.add_argument(
-        "--session-turns", type=int, default=SESSION_TURNS, help=f"turns per chat session (default {SESSION_TURNS})"
-    )
-    parser.add_argument(
-        "--history",
-        type=int,
-        default=HISTORY_CONVERSATIONS,
-        help=f"earlier conversations of {HISTORY_MESSAGES} messages each user starts with "
-        f"(default {HISTORY_CONVERSATIONS}; 0: none)",
-    )
-    parser.add_argument("--llm-latency-ms", type=float, default=0.0)
+    parser.add_argument("--session-turns", type=int, default=SESSION_TURNS, help="turns per chat session")
+    parser.add_argument("--history", type=int, default=HISTORY, help="earlier conversations each user starts with")
     args = parser.parse_args(argv)
     window_s, seconds = args.window_minutes * 60, args.minutes * 60
     if window_s <= 0 or seconds < 2 * window_s:
         parser.error("--minutes must be at least two windows (--window-minutes): the first is warm-up")
 
+    # Every maintenance job every five minutes, so decay, consolidation, enrichment, reflection and cache
+    # eviction fire during the run.
     schedules = {f"ENGRAM_JOB_{job.upper()}_SCHEDULE": f"{i}-59/5 * * * *" for i, job in enumerate(JOBS)}
     with BenchRun(keep=args.keep) as run:
         workers = up_workers()
+        workdir = run.workdir("engram-soak-")
         stack = LocalStack(
-            run.workdir("engram-soak-"),
-            workers[0].concurrency,
-            args.llm_latency_ms,
-            workers=workers,
-            beat=True,
-            env=schedules,
-            ready_timeout=300,
+            workdir, workers[0].concurrency, workers=workers, beat=True, env=schedules, ready_timeout=300
         )
         run.callback(stack.stop)
         api_key = stack.start()
         load = Load(stack.url, api_key, args.users, args.session_turns)
         run.callback(load.http.close)
         load.prepare(args.history)
-        prepared = settle(stack.database_url)
-        if prepared is None:
+        if settle(stack.database_url) is None:
             raise BenchError(f"the users' history was not worked through within {SETTLE_TIMEOUT_S:.0f} s")
-        print(f"{args.users} users with {args.history} earlier conversations each, worked through", flush=True)
-        rate = args.rate
-        calibration: Calibration | None = None
-        if rate is None:
-            calibration = calibrate(load, workers[0].concurrency * 2, args.calibrate, stack.database_url)
-            if not calibration.settled:
-                raise BenchError(f"the stack did not catch up within {SETTLE_TIMEOUT_S:.0f} s of calibrating")
-            rate = calibration.sustainable_per_s / 2
-            print(
-                f"sustainable: {calibration.sustainable_per_s:.2f} rounds/s (turn + search + context, their "
-                f"background work done; answered at {calibration.answered_per_s:.2f}, then "
-                f"{calibration.settle_s:.0f} s to catch up); soaking at {rate:.2f}",
-                flush=True,
-            )
-        if rate <= 0:
-            raise BenchError("the stack completed no turn while calibrating")
+        # The sustainable rate from 60 s of closed-loop rounds, from twice as many clients as turn processes.
+        calibration = calibrate(load, workers[0].concurrency * 2, 60.0, stack.database_url)
+        if not calibration.settled or not calibration.rounds:
+            raise BenchError(f"calibrating: {calibration.rounds} rounds, caught up: {calibration.settled}")
+        rate = calibration.sustainable_per_s / 2
+        print(f"sustainable {calibration.sustainable_per_s:.2f} rounds/s; soaking at {rate:.2f}", flush=True)
         roots = {child.name: child.pid for child in stack.children}
         if stack.postgres is not None and stack.postgres.pid is not None:
             roots["postgres"] = stack.postgres.pid
         if stack.redis is not None and stack.redis.proc is not None:
             roots["valkey"] = stack.redis.proc.pid
-
-        recorder = Recorder()
         snapshots: list[dict[str, dict[str, float | int | None]]] = []
-        cpu_marks = [cpu_seconds(roots)]
 
-        def on_window() -> None:
+        def on_window(samples: list[Sample]) -> None:
             stack.check_alive()
             snapshots.append(process_figures(roots))
-            cpu_marks.append(cpu_seconds(roots))
-            print(
-                f"window {len(snapshots)}: {len(recorder.samples)} operations, "
-                f"{sum(not s.ok for s in recorder.samples)} errors",
-                flush=True,
-            )
+            print(f"window {len(snapshots)}: {len(samples)} operations, {sum(not s.ok for s in samples)} errors")
 
-        run_open_loop(load, rate, seconds, recorder, on_window, window_s)
+        samples, errors = run_open_loop(load, rate, seconds, on_window, window_s)
 
-    count = int(seconds // window_s)
-    table = windows(recorder.samples, window_s, count)
-    for window, before, after in zip(table, cpu_marks, cpu_marks[1:], strict=False):
-        # What a round cost the stack (every process, Postgres and valkey included) in that window: a cost that
-        # grows with the users' data shows here before it shows as latency.
-        used = sum(after.values()) - sum(before.values())
-        rounds = window["rounds"] or None
-        window["cpu_s"] = {name: round(after[name] - before.get(name, 0.0), 1) for name in after}
-        window["cpu_ms_per_round"] = round(1000 * used / rounds, 1) if rounds else None
+    table = windows(samples, window_s, int(seconds // window_s))
     warm, end = snapshots[0], snapshots[-1]
     growth = {
         name: round((end[name]["rss_mb"] or 0) / warm[name]["rss_mb"] - 1, 3)  # type: ignore[operator]
@@ -453,45 +336,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name in warm and warm[name]["rss_mb"]
     }
     flat = flatness(table[1:])
-    errors = sum(not s.ok for s in recorder.samples)
+    failed = sum(not s.ok for s in samples)
     goals = {
-        "zero_errors": errors == 0,
+        "zero_errors": failed == 0,
         "rss_growth_le_10pct": all(g <= RSS_GROWTH_GOAL for g in growth.values()),
         "p95_flat_within_20pct": all(f is not None and f <= P95_FLAT_GOAL for f in flat.values()),
     }
     summary = {
         "minutes": args.minutes,
-        "sustainable_rounds_per_s": None if calibration is None else round(calibration.sustainable_per_s, 2),
-        "answered_rounds_per_s": None if calibration is None else round(calibration.answered_per_s, 2),
-        "calibration_settle_s": None if calibration is None else round(calibration.settle_s, 1),
+        "sustainable_rounds_per_s": round(calibration.sustainable_per_s, 2),
+        "answered_rounds_per_s": round(calibration.answered_per_s, 2),
+        "calibration_settle_s": round(calibration.settle_s, 1),
         "rounds_per_s": round(rate, 2),
-        "operations": len(recorder.samples),
-        "errors": errors,
-        "error_examples": recorder.errors,
+        "operations": len(samples),
+        "errors": failed,
+        "error_examples": errors,
         "windows": table,
         "processes": {name: {"warm": warm[name], "end": end[name]} for name in warm},
         "rss_growth": growth,
         "p95_flatness": flat,
         "goals": goals,
     }
-    lines = [f"{len(recorder.samples)} operations at {rate:.2f} rounds/s, {errors} errors"]
-    lines += [
-        f"  window {w['window']}: {w['operations']} ops, {w['errors']} errors, p95 ms {w['p95_ms']}, "
-        f"CPU {w.get('cpu_ms_per_round')} ms a round"
-        for w in table
-    ]
-    lines += [
-        f"  {name}: rss {warm[name]['rss_mb']} -> {end[name]['rss_mb']} MB, fds {warm[name]['fds']} -> "
-        f"{end[name]['fds']}, connections {warm[name]['connections']} -> {end[name]['connections']}, "
-        f"processes {warm[name]['processes']} -> {end[name]['processes']}"
-        for name in warm
-    ]
-    lines += [
-        f"rss growth after warm-up: {growth}",
-        f"p95 distance from the windows' median: {flat}",
-        f"goals: {goals}",
-    ]
-    emit("\n".join(lines), summary, args.json)
+    emit(outline(f"engram soak: {args.minutes:g} minutes, {args.users} users", summary), summary, args.json)
     return 0 if all(goals.values()) else 1
 
 
