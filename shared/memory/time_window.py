@@ -7,7 +7,9 @@ phrase counts only when it names a time outright: a year, a month name (a capita
 a number), or a relative day or span (yesterday, today, "… ago", "last week"). A bare weekday is left out:
 which one is meant depends on more than the phrase. When several phrases count, the narrowest one wins.
 
-A cheap test (`may_name_time`) keeps the parser off the many queries that name no time at all.
+A cheap test (`may_name_time`) keeps the parser off the many queries that name no time at all, and the
+commonest cue in chat, a lone "today", "tonight" or "yesterday", is read without it (`_lone_day`): the
+parser costs about 2 ms of CPU a query, paid on every turn that says "today".
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ _NAMES_TIME = re.compile(
     re.IGNORECASE,
 )
 _CAPITAL_MAY_ONLY = re.compile(r"\bmay\b")
+# Days back from the moment asked, for a cue that names one day on its own.
+_LONE_DAYS = {"today": 0, "tonight": 0, "yesterday": 1}
+# Words that move a day cue ("the day before yesterday", "two days after today"): the parser reads those.
+_SHIFTED = re.compile(r"\b(?:before|after|from|since|until|till)\b", re.IGNORECASE)
 # The widths dateparser's periods stand for, narrowest first.
 _PERIOD_ORDER = ("day", "week", "month", "year")
 
@@ -78,11 +84,23 @@ def _window(moment: datetime, period: str) -> tuple[datetime, datetime]:
     return start, start + timedelta(days=1)
 
 
+def _lone_day(query: str, as_of: datetime) -> TimeWindow | None:
+    """The day of a query whose only time cue is "today", "tonight" or "yesterday", nothing shifting it: what
+    the parser answers for it (a day period; "today at 5pm" is that day too), without the parser."""
+    cues = [match.group(0) for match in _NAMES_TIME.finditer(query)]
+    if len(cues) != 1 or (days := _LONE_DAYS.get(cues[0].lower())) is None or _SHIFTED.search(query):
+        return None
+    start, end = _window(as_of - timedelta(days=days), "day")
+    return TimeWindow(start, end, cues[0], "day")
+
+
 def time_window(query: str, as_of: datetime | None = None) -> TimeWindow | None:
     """The window of time `query` names, resolved against `as_of` (default now), or None."""
     if not may_name_time(query):
         return None
     as_of = as_of or datetime.now(UTC)
+    if lone := _lone_day(query, as_of.astimezone(UTC)):
+        return lone
     base = as_of.astimezone(UTC).replace(tzinfo=None)
     settings = {"RELATIVE_BASE": base, "PREFER_DATES_FROM": "past", "RETURN_AS_TIMEZONE_AWARE": False}
     search_dates, date_data_parser = _parsers()

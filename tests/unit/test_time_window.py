@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from shared.memory import time_window as time_window_module
 from shared.memory.time_window import time_window
 
 ASKED = datetime(2023, 10, 1, 12, 0, tzinfo=UTC)
@@ -48,3 +49,30 @@ def test_words_that_only_look_like_times_name_none(query: str) -> None:
 def test_without_a_moment_the_question_is_read_as_asked_now() -> None:
     window = time_window("What did I say last year?")
     assert window is not None and window.end.year == datetime.now(UTC).year
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "my lucky number today is 304",
+        "What did I do yesterday?",
+        "see you TONIGHT",
+        "today at 5pm",
+        "yesterday morning",
+        "by noon today",
+        "the day before yesterday",
+        "2 days after today",
+        "since yesterday",
+        "today, last week",
+        "today and yesterday",
+        "Yesterday in May",
+    ],
+)
+def test_a_lone_day_cue_is_read_as_the_parser_reads_it(query: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Late evening west of UTC: the day is the UTC day of the moment asked, as the parser's.
+    asked = datetime(2024, 3, 10, 23, 30, tzinfo=timezone(timedelta(hours=-5)))
+    quick = time_window(query, asked)
+    monkeypatch.setattr(time_window_module, "_lone_day", lambda query, as_of: None)
+    parsed = time_window(query, asked)
+    assert quick is not None and parsed is not None
+    assert (quick.start, quick.end, quick.period) == (parsed.start, parsed.end, parsed.period)
