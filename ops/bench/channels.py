@@ -193,8 +193,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    return run_main(lambda: bench(args))
+    return run_main(lambda: bench(parse_args(argv)))
 
 
 def bench(args: argparse.Namespace) -> int:
@@ -220,20 +219,17 @@ def bench(args: argparse.Namespace) -> int:
         if len(replies(fake, 0)) < len(warm.sent_at):
             raise BenchError(f"warm-up events were not answered; worker log:\n{stack.workers[0].tail()}")
 
-        sustained = Phase("sustained", rate=args.rate, seconds=args.seconds)
-        run_phase(sustained, 1, stack.url, args.users, args.duplicate_share, args.threads)
-        wait_for_replies(fake, sustained, 1, args.reply_timeout)
-        stack.check_alive()
-        capacity = Phase("capacity", rate=CAPACITY_RATE, seconds=args.capacity_events / CAPACITY_RATE)
-        run_phase(capacity, 2, stack.url, args.users, args.duplicate_share, args.threads)
-        wait_for_replies(fake, capacity, 2, args.reply_timeout)
-        stack.check_alive()
-        drained = summarize(capacity, fake, 2)
+        def phase(number: int, name: str, rate: float, seconds: float) -> Phase:
+            sent = Phase(name, rate=rate, seconds=seconds)
+            run_phase(sent, number, stack.url, args.users, args.duplicate_share, args.threads)
+            wait_for_replies(fake, sent, number, args.reply_timeout)
+            stack.check_alive()
+            return sent
+
+        sustained = phase(1, "sustained", args.rate, args.seconds)
+        drained = summarize(phase(2, "capacity", CAPACITY_RATE, args.capacity_events / CAPACITY_RATE), fake, 2)
         measured = max(drained["throughput_replies_per_s"] or 0.0, 1.0)
-        burst = Phase("burst", rate=10 * measured, seconds=args.burst_seconds)
-        run_phase(burst, 3, stack.url, args.users, args.duplicate_share, args.threads)
-        wait_for_replies(fake, burst, 3, args.reply_timeout)
-        stack.check_alive()
+        burst = phase(3, "burst", 10 * measured, args.burst_seconds)
         summary: dict[str, Any] = {
             "sustained": summarize(sustained, fake, 1),
             "capacity": drained,

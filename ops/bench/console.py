@@ -63,8 +63,7 @@ def _load(database_url: str, users: int, memories: int, sessions: int, messages:
                FROM sessions s, generate_series(1, %s) t WHERE s.user_id = %s""",
             (tenant, user, max(messages // 2, 1), user),
         )
-        # The transcript-unit trigger rebuilds a window of units per inserted row (minutes for 10,000 rows);
-        # the console never reads units, so the load goes without them.
+        # The transcript-unit trigger would take minutes here; the console never reads units.
         conn.execute("ALTER TABLE session_messages DISABLE TRIGGER session_messages_transcript_units")
         conn.execute(
             """INSERT INTO session_messages (tenant_id, user_id, session_id, turn_id, role, content)
@@ -103,8 +102,7 @@ def _load(database_url: str, users: int, memories: int, sessions: int, messages:
                FROM generate_series(1, %(n)s) i""",
             {"tenant": tenant, "user": user, "words": words, "n": memories, "said": user_messages},
         )
-        # The other users hold a little each, as a tenant's users do: the planner's statistics then see many
-        # users, not one that owns every row.
+        # The other users hold a little each, so the planner's statistics see many users.
         conn.execute(
             """INSERT INTO memories (tenant_id, user_id, namespace, key, value, source)
                SELECT %s, u.id, 'tacit/facts', 'note-' || i, 'Note ' || i || ' of ' || u.external_id, 'api'
@@ -131,9 +129,7 @@ def _load(database_url: str, users: int, memories: int, sessions: int, messages:
             )
         )
         conn.commit()
-    # The tables as a running deployment has them once autovacuum has seen the inserts (its insert threshold
-    # is met many times over): planner statistics, and a visibility map, without which the users page's
-    # counts read each counted row from the table instead of the index alone.
+    # As autovacuum would leave them after these inserts: planner statistics and a visibility map.
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("VACUUM (ANALYZE)")
     return {"tenant": tenant, "memory_id": middle}

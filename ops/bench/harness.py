@@ -62,26 +62,22 @@ def ratio(numerator: float | None, denominator: float | None, digits: int = 2) -
     return round(numerator / denominator, digits)
 
 
-def add_json_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+def bench_parser(module: str, doc: str | None, keep: bool | str = False) -> argparse.ArgumentParser:
+    """`python -m <module>`'s parser, described by the docstring's first line, with --json and, with
+    `keep` (True, or its help), --keep."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n")[0] or None)
     parser.add_argument(
         "--json", action="store_true", help="after the report, print the figures as one JSON object (the last line)"
     )
+    if keep:
+        add_keep_flag(parser, *([keep] if isinstance(keep, str) else []))
+    return parser
 
 
 def add_keep_flag(
     parser: argparse.ArgumentParser | argparse._ArgumentGroup, help: str = "keep the temporary directory (logs, data)"
 ) -> None:
     parser.add_argument("--keep", action="store_true", help=help)
-
-
-def bench_parser(module: str, doc: str | None, keep: bool | str = False) -> argparse.ArgumentParser:
-    """`python -m <module>`'s parser, described by the docstring's first line, with --json and, with
-    `keep` (True, or its help), --keep."""
-    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n")[0] or None)
-    add_json_flag(parser)
-    if keep:
-        add_keep_flag(parser, *([keep] if isinstance(keep, str) else []))
-    return parser
 
 
 def emit(report: str, summary: Mapping[str, Any], as_json: bool) -> None:
@@ -229,10 +225,8 @@ class Peak:
 
 
 class MemorySampler(threading.Thread):
-    """Peak memory of process trees (single processes with `tree=False`), sampled every `interval` s; as a
-    context manager also on entry and exit. A tree's RSS sum over-counts prefork children (they share
-    their parent's pages); PSS splits shared pages, so it is kept beside it when the kernel gives it
-    (`pss=False` skips it: reading it is slow)."""
+    """Peak RSS (and PSS, which splits the pages prefork children share, unless `pss=False`: slow to read) of
+    process trees (single processes with `tree=False`), sampled every `interval` s and on entry and exit."""
 
     def __init__(self, roots: Mapping[str, int], interval: float = 0.1, tree: bool = True, pss: bool = True) -> None:
         super().__init__(name="memory-sampler", daemon=True)

@@ -91,32 +91,6 @@ def wait_idle(client: EngramClient, sessions: Sequence[tuple[str, str]], timeout
     return created
 
 
-def wait_compacted(database_url: str, users: Sequence[str], threshold: int, timeout: float) -> None:
-    """Compaction done for these users: no session at or over the threshold left uncompacted."""
-    from shared.infra.db import connect
-
-    deadline = time.monotonic() + timeout
-    with connect(database_url) as conn:
-        conn.autocommit = True
-        while True:
-            row = conn.execute(
-                """SELECT
-                     (SELECT count(*) FROM sessions s JOIN users u ON u.id = s.user_id
-                       WHERE u.external_id = ANY(%(users)s) AND s.compaction_count = 0
-                         AND s.token_count >= %(threshold)s
-                         -- the newest message is never compacted: a one-message session has nothing to compact
-                         AND (SELECT count(*) FROM session_messages m WHERE m.session_id = s.id) > 1)
-                       AS uncompacted""",
-                {"users": list(users), "threshold": threshold},
-            ).fetchone()
-            assert row is not None
-            if row["uncompacted"] == 0:
-                return
-            if time.monotonic() >= deadline:
-                raise BenchError(f"compaction not done within {timeout:.0f} s: {row['uncompacted']} sessions left")
-            time.sleep(0.25)
-
-
 def transcript_units(database_url: str, users: Sequence[str]) -> dict[str, Any]:
     """These users' transcript units, how many have their vector, and the wait from stored to vector stored."""
     from shared.infra.db import connect
@@ -254,19 +228,13 @@ def stack_env(args: argparse.Namespace) -> dict[str, str]:
 def run(args: argparse.Namespace, conversations: list[Conversation]) -> int:
     budgets = parse_budgets(args.budgets)
     env = stack_env(args)
-    try:  # a compaction threshold set by --env: then compaction is waited on too
-        compaction_tokens = int(env["ENGRAM_COMPACTION_THRESHOLD_TOKENS"])
-    except KeyError:
-        compaction_tokens = None
-    except ValueError as exc:
-        raise BenchError("ENGRAM_COMPACTION_THRESHOLD_TOKENS must be a whole number") from exc
     with BenchRun(keep=args.keep) as cleanup:
         workdir = cleanup.workdir("engram-bench-locomo-")
         stack = LocalStack(workdir, 1, workers=up_workers(1, 1), env=env)
         cleanup.callback(stack.stop)
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         try:
-            result = ask_all(args, stack, stack.start(), conversations, budgets, compaction_tokens)
+            result = ask_all(args, stack, stack.start(), conversations, budgets)
         except EngramAPIError as exc:
             raise BenchError(str(exc)) from exc  # BenchRun keeps the workdir: the logs say why
     result["env"] = {key: value for key, value in env.items() if key != "ENGRAM_AUTO_MEMORY"}
@@ -280,7 +248,6 @@ def ask_all(
     api_key: str,
     conversations: list[Conversation],
     budgets: list[int],
-    compaction_tokens: int | None,
 ) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:6]
     users = [(f"{user_id_for(i, c)}-{run_id}", c) for i, c in enumerate(conversations)]
@@ -290,8 +257,6 @@ def ask_all(
         settle_started = time.perf_counter()
         print(f"waiting for the memory pipeline on {len(ingested.sessions)} sessions ...", file=sys.stderr)
         memories = wait_idle(client, ingested.sessions, args.wait_timeout)
-        if compaction_tokens is not None:
-            wait_compacted(stack.database_url, [u for u, _ in users], compaction_tokens, args.wait_timeout)
         settle_s = time.perf_counter() - settle_started
         units = transcript_units(stack.database_url, [u for u, _ in users])
         stack.check_alive()

@@ -71,6 +71,9 @@ class ModeStats:
         for group in ("all", str(category)):
             self.scores.setdefault(f"{metric}|{group}", []).append(value)
 
+    def count(self, group: str) -> int:
+        return len(self.scores.get(f"ndcg@10|{group}", []))
+
     def mean(self, metric: str, group: str = "all") -> float | None:
         values = self.scores.get(f"{metric}|{group}")
         return sum(values) / len(values) if values else None
@@ -243,9 +246,7 @@ def evaluate(
             stats[mode].add(question.category, "ndcg@10", ndcg_at(ranked, evidence, 10, relevant))
 
 
-def summary(
-    stats: dict[str, ModeStats], counts: dict[str, int], times: IngestTimes, embed_ms: list[float]
-) -> dict[str, Any]:
+def summary(stats: dict[str, ModeStats], times: IngestTimes, embed_ms: list[float]) -> dict[str, Any]:
     """Per mode the means over every question (the keys the docs name), then per category and latency."""
     out: dict[str, Any] = {}
     for mode, s in stats.items():
@@ -253,13 +254,11 @@ def summary(
         out[mode]["by_category"] = {
             name: {metric: rounded(s.mean(metric, str(c)), 4) for metric in METRICS}
             for c, name in CATEGORIES.items()
-            if str(c) in counts
+            if s.count(str(c))
         }
         out[mode]["search_ms"] = distribution(s.latencies_ms, (50, 95))
-    out["questions"] = {
-        "all": counts.get("all", 0),
-        **{n: counts[str(c)] for c, n in CATEGORIES.items() if str(c) in counts},
-    }
+    asked = stats["hybrid"]
+    out["questions"] = {"all": asked.count("all"), **{n: asked.count(str(c)) for c, n in CATEGORIES.items()}}
     out["ingest"] = {
         "turns": times.turns,
         "store_s": round(times.store_seconds, 1),
@@ -296,7 +295,6 @@ def run(args: argparse.Namespace) -> int:
     stats = {mode: ModeStats() for mode in MODES}
     times = IngestTimes()
     embed_ms: list[float] = []
-    counts: dict[str, int] = {}
     with BenchRun() as cleanup, connect(cleanup.database(url, "engram-locomo-")) as conn:
         apply_migrations(conn)
         conn.autocommit = False
@@ -311,10 +309,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             evaluate(conn, embedder, conversation, ingested, stats, embed_ms)
-            for question in conversation.questions:
-                for group in ("all", str(question.category)):
-                    counts[group] = counts.get(group, 0) + 1
-    result = summary(stats, counts, times, embed_ms)
+    result = summary(stats, times, embed_ms)
     emit(outline("LoCoMo retrieval (search latency without the query embedding)", result), result, args.json)
     return 0
 

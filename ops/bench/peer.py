@@ -21,23 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ops.bench import locomo_retrieval as locomo
 from ops.bench.harness import BenchError, BenchRun, bench_parser, distribution, emit, outline, ratio, run_main
 
 DEFAULT_FILE = Path("/work/shared/bench/locomo-dev.json")
 TOP_K = 10
-
-
-class System(Protocol):
-    """`ingest` returns once every turn is searchable by vector; `search`: each top result's dia_ids, best first."""
-
-    name: str
-
-    def ingest(self, conversation: locomo.Conversation) -> None: ...
-
-    def search(self, conversation: locomo.Conversation, question: str, k: int) -> list[frozenset[str]]: ...
 
 
 @dataclass
@@ -54,16 +44,17 @@ class Tally:
             "search_p50_ms": latency["p50"],
             "search_p95_ms": latency["p95"],
             "searches": latency["n"],
-            "ingest_turns_per_s": round(self.turns / self.ingest_seconds, 1) if self.ingest_seconds else None,
+            "ingest_turns_per_s": ratio(self.turns, self.ingest_seconds, 1),
             "turns": self.turns,
             "ingest_seconds": round(self.ingest_seconds, 2),
         }
 
 
 def compare(
-    systems: Sequence[System], conversations: Sequence[locomo.Conversation], limit_questions: int | None
+    systems: Sequence[Any], conversations: Sequence[locomo.Conversation], limit_questions: int | None
 ) -> dict[str, Tally]:
-    """Ingest and query every conversation on every system, alternating which goes first."""
+    """Ingest (returns once every turn is searchable by vector) and query (each top result's dia_ids, best
+    first) every conversation on every system, alternating which goes first."""
     tallies = {system.name: Tally() for system in systems}
     asked = 0
     for index, conversation in enumerate(conversations):

@@ -52,9 +52,7 @@ def load(conn: psycopg.Connection[dict[str, Any]], args: argparse.Namespace) -> 
            SELECT 1, u.id, 's' || g, NULL FROM users u, generate_series(1, %s) g""",
         (sessions_per_user,),
     )
-    # One chat turn per (user message, reply) pair, then its messages. Their units are built afterwards, with
-    # the statistics known (the migration's trigger, row by row on an unanalysed table, would scan the table
-    # for each message).
+    # A chat turn per (user message, reply) pair, then its messages; their units are built once analysed.
     conn.execute(
         """INSERT INTO turns (tenant_id, user_id, session_id, status, reply, usage, timings, started_at, finished_at)
            SELECT 1, s.user_id, s.id, 'done', 'ok', '{"llm_calls": 1, "input_tokens": 900}',
