@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ops.bench.harness import BenchRun, MemorySampler, bench_parser, emit, megabytes, outline, run_main
+from ops.bench.harness import BenchRun, MemorySampler, bench_parser, emit, megabytes, outline, ratio, run_main
 
 if TYPE_CHECKING:
     from ops.fake_llm import FakeLLM
@@ -155,13 +155,12 @@ def run_jobs(args: argparse.Namespace, fake: FakeLLM) -> dict[str, Any]:
         )
         results[name] = {
             "seconds": round(seconds, 2),
-            "touched_per_second": round(touched / seconds, 1) if seconds else None,
+            "touched_per_second": ratio(touched, seconds, 1),
             "peak_rss_mb": megabytes(rss.peaks["bench"].rss),
             "llm_calls": calls,
             "llm_calls_per_1000_memories": round(calls * 1000 / total, 2),
             "changed": result.changed,
             "counts": result.counts,
-            "details": {k: v for k, v in result.details.items() if k != "stopped_tenants"},
         }
         print(f"{name}: {seconds:.2f} s", file=sys.stderr, flush=True)
     return {
