@@ -40,7 +40,6 @@ _TOKEN = re.compile(r"bench-(\d+)-(\d+)")
 
 @dataclass
 class Phase:
-    name: str
     rate: float
     seconds: float
     sent_at: dict[int, float] = field(default_factory=dict)  # event number → monotonic send start
@@ -213,23 +212,23 @@ def bench(args: argparse.Namespace) -> int:
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         stack.start()
         # Warm-up: imports, pools and the first prompt of each pool process, not measured.
-        warm = Phase("warmup", rate=2.0, seconds=2.0)
+        warm = Phase(rate=2.0, seconds=2.0)
         run_phase(warm, 0, stack.url, args.users, 0.0, 4)
         wait_for_replies(fake, warm, 0, args.reply_timeout, quiet=0.5)
         if len(replies(fake, 0)) < len(warm.sent_at):
             raise BenchError(f"warm-up events were not answered; worker log:\n{stack.workers[0].tail()}")
 
-        def phase(number: int, name: str, rate: float, seconds: float) -> Phase:
-            sent = Phase(name, rate=rate, seconds=seconds)
+        def phase(number: int, rate: float, seconds: float) -> Phase:
+            sent = Phase(rate=rate, seconds=seconds)
             run_phase(sent, number, stack.url, args.users, args.duplicate_share, args.threads)
             wait_for_replies(fake, sent, number, args.reply_timeout)
             stack.check_alive()
             return sent
 
-        sustained = phase(1, "sustained", args.rate, args.seconds)
-        drained = summarize(phase(2, "capacity", CAPACITY_RATE, args.capacity_events / CAPACITY_RATE), fake, 2)
+        sustained = phase(1, args.rate, args.seconds)
+        drained = summarize(phase(2, CAPACITY_RATE, args.capacity_events / CAPACITY_RATE), fake, 2)
         measured = max(drained["throughput_replies_per_s"] or 0.0, 1.0)
-        burst = phase(3, "burst", 10 * measured, args.burst_seconds)
+        burst = phase(3, 10 * measured, args.burst_seconds)
         summary: dict[str, Any] = {
             "sustained": summarize(sustained, fake, 1),
             "capacity": drained,
