@@ -1,25 +1,11 @@
-"""Slack channel benchmark: signed Events API requests at a fixed rate against a private stack whose
-replies go to a fake Slack Web API (ops/fake_channels.py), with a zero-latency fake LLM.
+"""Slack channel benchmark: signed Events API requests at a fixed rate against a private stack (`engram up`'s
+workers, ENGRAM_AUTO_MEMORY off, a zero-latency fake LLM) whose replies go to an in-process fake Slack Web API.
 
     python -m ops.bench.channels --rate 5 --seconds 20 --json
 
-Three phases, each open-loop (requests are sent on schedule, whether or not earlier ones finished), with
-a share of the events delivered a second time as Slack's retries (`X-Slack-Retry-Num: 1`):
-
-1. sustained: --rate events/s for --seconds. Reported: webhook ack latency p50/p99 (request until the
-   200; Slack gives up after 3 s) and event → reply posted p50/p99 (the signed request leaving until the
-   fake Slack receives chat.postMessage).
-2. capacity: --capacity-events at 100/s, more than the workers answer: the rate at which the backlog
-   drains (replies per second, first event to last reply) is the measured sustained rate.
-3. burst: 10 × that rate for --burst-seconds: the ack latency when events arrive ten times faster than
-   turns can run (the queue absorbs them; Slack must still get its 200 in time).
-
-In both, duplicates sent vs replies posted: replies must equal the unique events, one each.
-
-The stack is `engram up`'s layout (ops/bench/stack.py: a worker on turns + channels, one on the memory
-queues) with ENGRAM_AUTO_MEMORY off, so the figures are the channel path and the turn, not extraction.
-The Slack connection comes from the environment shortcut (ENGRAM_SLACK_SIGNING_SECRET / _BOT_TOKEN). The
-fake Slack runs in this process, so post times and send times share one clock.
+Three open-loop phases, a share of events sent twice as Slack's retries: sustained (--rate for --seconds: ack
+and event -> reply latency), capacity (--capacity-events at 100/s: the rate the backlog drains at is the
+sustained rate) and burst (10 x that rate: ack latency under a queue). Replies must equal unique events.
 """
 
 from __future__ import annotations
@@ -39,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from ops.bench.harness import BenchRun, bench_parser, distribution, emit, run_main
+from ops.bench.harness import BenchRun, bench_parser, distribution, emit, outline, run_main
 from ops.bench.stack import BenchError, LocalStack, up_workers
 from ops.fake_channels import FakeChannels
 from shared.channels.slack import sign
@@ -54,7 +40,6 @@ _TOKEN = re.compile(r"bench-(\d+)-(\d+)")
 
 @dataclass
 class Phase:
-    name: str
     rate: float
     seconds: float
     sent_at: dict[int, float] = field(default_factory=dict)  # event number → monotonic send start
@@ -155,8 +140,7 @@ def replies(fake: FakeChannels, phase_no: int) -> dict[int, list[float]]:
 
 
 def wait_for_replies(fake: FakeChannels, phase: Phase, phase_no: int, timeout: float, quiet: float = 3.0) -> None:
-    """Until every event has its reply, and then `quiet` seconds without any new post (a duplicate reply
-    would arrive in that time)."""
+    """Until every event has its reply, then `quiet` seconds without a new post (a duplicate would come then)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if len(replies(fake, phase_no)) >= len(phase.sent_at):
@@ -193,26 +177,6 @@ def summarize(phase: Phase, fake: FakeChannels, phase_no: int) -> dict[str, Any]
     }
 
 
-def render(summary: dict[str, Any]) -> str:
-    lines = [f"engram Slack channel benchmark ({os.cpu_count()} CPUs, fake LLM 0 ms, fake Slack in-process)"]
-    for name in PHASES:
-        s = summary[name]
-        lines += [
-            f"{name}: {s['events']} events at {s['rate_per_s']}/s + {s['duplicates_sent']} retried duplicates",
-            f"  webhook ack ms      p50 {s['ack_ms']['p50']}  p99 {s['ack_ms']['p99']}  max {s['ack_ms']['max']}"
-            f"  (>= 3 s: {s['acks_over_3s']}, errors: {s['request_errors']})",
-            f"  event → reply ms    p50 {s['event_to_reply_ms']['p50']}  p99 {s['event_to_reply_ms']['p99']}",
-            f"  replies posted      {s['replies_posted']} for {s['events']} unique events "
-            f"(answered {s['events_answered']}, twice {s['events_answered_twice']})",
-            f"  throughput          {s['throughput_replies_per_s']} replies/s",
-        ]
-    lines.append(
-        f"sustained rate (measured: the capacity phase's drain) {summary['sustained_rate_per_s']}/s; "
-        f"burst at 10x = {summary['burst_rate_per_s']}/s"
-    )
-    return "\n".join(lines)
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = bench_parser("ops.bench.channels", __doc__, keep=True)
     parser.add_argument("--rate", type=float, default=5.0, help="sustained phase: events per second")
@@ -228,8 +192,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    return run_main(lambda: bench(args))
+    return run_main(lambda: bench(parse_args(argv)))
 
 
 def bench(args: argparse.Namespace) -> int:
@@ -249,28 +212,23 @@ def bench(args: argparse.Namespace) -> int:
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         stack.start()
         # Warm-up: imports, pools and the first prompt of each pool process, not measured.
-        warm = Phase("warmup", rate=2.0, seconds=2.0)
+        warm = Phase(rate=2.0, seconds=2.0)
         run_phase(warm, 0, stack.url, args.users, 0.0, 4)
         wait_for_replies(fake, warm, 0, args.reply_timeout, quiet=0.5)
         if len(replies(fake, 0)) < len(warm.sent_at):
             raise BenchError(f"warm-up events were not answered; worker log:\n{stack.workers[0].tail()}")
 
-        sustained = Phase("sustained", rate=args.rate, seconds=args.seconds)
-        run_phase(sustained, 1, stack.url, args.users, args.duplicate_share, args.threads)
-        wait_for_replies(fake, sustained, 1, args.reply_timeout)
-        stack.check_alive()
-        # Capacity: more events at once than the workers can answer; the rate at which the backlog
-        # drains is the sustained rate this stack can keep up with.
-        capacity = Phase("capacity", rate=CAPACITY_RATE, seconds=args.capacity_events / CAPACITY_RATE)
-        run_phase(capacity, 2, stack.url, args.users, args.duplicate_share, args.threads)
-        wait_for_replies(fake, capacity, 2, args.reply_timeout)
-        stack.check_alive()
-        drained = summarize(capacity, fake, 2)
+        def phase(number: int, rate: float, seconds: float) -> Phase:
+            sent = Phase(rate=rate, seconds=seconds)
+            run_phase(sent, number, stack.url, args.users, args.duplicate_share, args.threads)
+            wait_for_replies(fake, sent, number, args.reply_timeout)
+            stack.check_alive()
+            return sent
+
+        sustained = phase(1, args.rate, args.seconds)
+        drained = summarize(phase(2, CAPACITY_RATE, args.capacity_events / CAPACITY_RATE), fake, 2)
         measured = max(drained["throughput_replies_per_s"] or 0.0, 1.0)
-        burst = Phase("burst", rate=10 * measured, seconds=args.burst_seconds)
-        run_phase(burst, 3, stack.url, args.users, args.duplicate_share, args.threads)
-        wait_for_replies(fake, burst, 3, args.reply_timeout)
-        stack.check_alive()
+        burst = phase(3, 10 * measured, args.burst_seconds)
         summary: dict[str, Any] = {
             "sustained": summarize(sustained, fake, 1),
             "capacity": drained,
@@ -285,7 +243,7 @@ def bench(args: argparse.Namespace) -> int:
                 "cpus": os.cpu_count(),
             },
         }
-        emit(render(summary), summary, args.json)
+        emit(outline(f"engram Slack channel benchmark ({os.cpu_count()} CPUs)", summary), summary, args.json)
         exact = all(
             summary[p]["replies_posted"] == summary[p]["events"] == summary[p]["events_answered"] for p in PHASES
         )

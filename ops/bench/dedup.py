@@ -1,38 +1,12 @@
-"""Consolidation's second-level dedup, measured: word-overlap Jaccard vs cosine similarity of the project's
-embedder (shared/embeddings; MiniLM locally) on duplicate / non-duplicate pairs derived from LoCoMo.
+"""Consolidation's second-level dedup, measured: word-overlap Jaccard vs the embedder's cosine on duplicate and
+non-duplicate pairs derived from LoCoMo at run time (never stored: CC BY-NC 4.0, evaluation only).
 
-    python -m ops.bench.dedup                          # reads /work/shared/bench/locomo-dev.json
-    python -m ops.bench.dedup --file locomo.json --json
+    python -m ops.bench.dedup [--file locomo.json] [--json]
 
-The data is read at run time and never stored (LoCoMo is CC BY-NC 4.0, evaluation only).
-
-Labelling rule (deterministic). LoCoMo's `observation` lists, per session and speaker, facts a person
-wrote about what the speaker said, each citing the dialogue turn (dia_id) it came from.
-- duplicate: an observation citing exactly one turn, paired with that turn ("<text>", plus the
-  image caption when the turn shared a photo). Both say the same thing in other words.
-- not a duplicate: the same observation paired with a turn of the same speaker from another session:
-  the next session (cyclically) in which the speaker talks, the turn at the same position among the
-  speaker's turns there (modulo their count). Same person, same conversation, another day.
-- not a duplicate (hard): the same observation paired with the turn cited by the next observation of
-  the same speaker in the same session (when that one cites another single turn): same person, same
-  day, often the same topic, but another fact, which consolidation must keep.
-Every pair is thus a written fact against a chat turn: the labels differ in which turn, not in register.
-
-Guard set (all non-duplicates, in the register consolidation really compares: fact against fact): two
-observations of the same speaker in the same session citing different turns (each with the next one).
-Its column `false_merge` is the share of those distinct facts a threshold would call duplicates, i.e.
-the facts consolidation would silently drop. A dedup that drops real facts is worse than one that keeps
-a duplicate, so the threshold is chosen as the best F1 among those whose false_merge is at most 1 %.
-(Consolidation's default does not follow it blindly: the set has no short facts; see
-shared/maintenance/consolidation.py `duplicate_of` for the figures and the decision.)
-
-Weaknesses, honestly: (1) the duplicate pairs mix registers (a third-person written fact against a
-first-person chat line), while consolidation compares two extracted facts; word overlap suffers from
-that more than embeddings do, so Jaccard's absolute recall here is lower than it would be between two
-extracted facts. (2) A "different session" turn is occasionally about the same thing (people return to
-topics), so a few negatives are really duplicates, which costs both methods precision alike. (3) A turn
-often says more than the observation (small talk around the fact), which lowers every similarity of a
-true pair. The figures rank the methods and place a threshold; they are not absolute error rates.
+A duplicate is an observation with the one turn it cites; not one, the observation with the turn at the same
+position of the speaker's next session, or with the turn the speaker's next observation cites. The guard set
+(two distinct observations of one speaker and session) gives `false_merge`; the chosen threshold is the best F1
+with false_merge <= 1 %. docs/benchmarks.md has the rule's details and its weaknesses.
 """
 
 from __future__ import annotations
@@ -45,7 +19,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from ops.bench.harness import bench_parser, emit
+from ops.bench.harness import bench_parser, emit, outline
 
 DEFAULT_FILE = Path("/work/shared/bench/locomo-dev.json")
 JACCARD_THRESHOLDS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.75)
@@ -61,8 +35,7 @@ class Pair:
 
 
 def _dia_ids(value: Any) -> list[str]:
-    """dia_ids in an evidence value (a string, or a list; several may be packed into one string), leading
-    zeros dropped."""
+    """dia_ids in an evidence value (a string or a list; one string may pack several), leading zeros dropped."""
     texts = value if isinstance(value, list) else [value]
     return [f"D{int(s)}:{int(t)}" for text in texts for s, t in _DIA_ID.findall(str(text))]
 
@@ -83,8 +56,7 @@ def _single_turn(evidence: Any, turns: dict[str, dict[str, Any]], speaker: str) 
 
 
 def derive_pairs(conversations: list[dict[str, Any]]) -> tuple[list[Pair], list[Pair]]:
-    """(labelled pairs, guard pairs), by the rules in the module docstring (same input → same pairs, same
-    order)."""
+    """(labelled pairs, guard pairs) by the rules in the module docstring, deterministically."""
     pairs: list[Pair] = []
     guard: list[Pair] = []
     for conversation in conversations:
@@ -183,27 +155,6 @@ def evaluate(pairs: Sequence[Pair], guard: Sequence[Pair], embed: Any) -> dict[s
     }
 
 
-def render(result: dict[str, Any]) -> str:
-    lines = [
-        f"{result['pairs']} labelled pairs ({result['duplicates']} duplicates), {result['guard_pairs']} guard pairs"
-        " (distinct facts)",
-        f"{'method':<8} {'threshold':>9} {'precision':>9} {'recall':>7} {'F1':>6} {'false_merge':>11}",
-    ]
-    for method in ("jaccard", "cosine"):
-        for row in result[method]:
-            lines.append(
-                f"{method:<8} {row['threshold']:>9.2f} {row['precision']:>9.3f} {row['recall']:>7.3f} "
-                f"{row['f1']:>6.3f} {row['false_merge']:>11.3f}"
-            )
-    for name in ("jaccard_0_75", "best_jaccard", "best_cosine", "chosen"):
-        row = result[name]
-        lines.append(
-            f"{name:<13} {row.get('method', ''):<8} t={row['threshold']:.2f}  P={row['precision']:.3f} "
-            f"R={row['recall']:.3f} F1={row['f1']:.3f} false_merge={row['false_merge']:.3f}"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = bench_parser("ops.bench.dedup", __doc__)
     parser.add_argument("--file", type=Path, default=DEFAULT_FILE, help="LoCoMo JSON (a list of conversations)")
@@ -221,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     embedder = embedder_from_settings(get_settings())
     result = evaluate(pairs, guard, embedder.embed)
     result["embedder"] = f"{embedder.provider}:{embedder.model}"
-    emit(render(result), result, args.json)
+    emit(outline("dedup: Jaccard vs cosine", result), result, args.json)
 
 
 if __name__ == "__main__":

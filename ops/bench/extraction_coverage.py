@@ -1,16 +1,11 @@
-"""How much of what people say about themselves the offline rules extractor catches, measured against LoCoMo's
-per-session `observation` facts (written by the dataset's authors, each with the turns it came from).
+"""How much of what people say about themselves the offline rules extractor catches, against LoCoMo's
+per-session `observation` facts.
 
     python -m ops.bench.extraction_coverage ../shared/bench/locomo-dev.json [--json]
 
-Every turn is read as a user message of its speaker, one turn at a time, by `offline_extract` (the offline
-provider's extraction; pure functions, no stack), as the pipeline reads a two-person conversation (its facts
-name their speaker: `name_speakers`). An observation counts as covered when a fact extracted
-from one of its evidence turns shares a content word with it (not a stopword, not a speaker's name): the
-extractor noticed what that turn says, in its own words. Reported: observations, covered share, facts
-extracted, facts per turn, and the facts per category. It measures recall of the rules, not the
-truth of their facts: a fact a turn does not support would show as covered only if it happened to share a
-word with the observation.
+Every turn is one user message of its speaker, read by `offline_extract` (`name_speakers`, as the pipeline reads
+a two-person conversation). An observation is covered when a fact extracted from one of its evidence turns shares
+a content word with it (not a stopword, not a speaker's name): recall of the rules, not the truth of their facts.
 """
 
 from __future__ import annotations
@@ -23,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ops.bench.harness import BenchError, bench_parser, emit, run_main
+from ops.bench.harness import BenchError, bench_parser, emit, outline, run_main
 from ops.bench.locomo_data import normalise_dia_id
 from shared.pipeline.extraction import TranscriptMessage
 from shared.pipeline.offline_extraction import offline_extract
@@ -96,18 +91,6 @@ def measure(data: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def render(result: dict[str, Any]) -> str:
-    families = ", ".join(f"{name} {count}" for name, count in result["facts_by_category"].items()) or "-"
-    return "\n".join(
-        [
-            f"offline rules extraction on {result['turns']} turns: {result['facts']} facts "
-            f"({result['facts_per_turn']} per turn)",
-            f"LoCoMo observations covered: {result['covered']} of {result['observations']} ({result['coverage']})",
-            f"facts by category: {families}",
-        ]
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.extraction_coverage", __doc__)
     parser.add_argument("file", help="LoCoMo-format JSON file")
@@ -124,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(data, list):
             raise BenchError(f"{path}: expected a JSON list of conversations")
         result = measure(data)
-        emit(render(result), result, args.json)
+        emit(outline("offline rules extraction vs LoCoMo observations", result), result, args.json)
         return 0
 
     return run_main(bench)

@@ -1,12 +1,6 @@
-"""What every benchmark under ops/bench shares: one percentile definition, one way to summarise a
-latency distribution, one `--json` convention (the last line of stdout is one JSON object), one
-way to turn a benchmark's own errors into a message and an exit code instead of a traceback, and
-one way to measure processes (peak memory of a process tree, CPU seconds per tree).
-
-A benchmark keeps its workload; the plumbing lives here: `BenchRun` installs the SIGTERM handler,
-makes the temporary work directory and undoes everything the benchmark started, in reverse order,
-with Ctrl-C and SIGTERM ignored while it does (the stack itself: ops.bench.stack).
-"""
+"""What every benchmark under ops/bench shares: one percentile definition, one latency summary, one
+`--json` convention (the last line of stdout is one JSON object), the error exit (`run_main`), the run's
+cleanup (`BenchRun`) and process measurements (peak memory, CPU seconds per process tree)."""
 
 from __future__ import annotations
 
@@ -32,31 +26,9 @@ from ops.bench.stack import BenchError, Terminated, raise_on_sigterm
 if TYPE_CHECKING:
     from ops.embedded import EmbeddedPostgres
 
-__all__ = [
-    "BenchError",
-    "BenchRun",
-    "MemorySampler",
-    "Peak",
-    "add_json_flag",
-    "add_keep_flag",
-    "backlog_sql",
-    "bench_parser",
-    "cpu_seconds",
-    "distribution",
-    "emit",
-    "megabytes",
-    "outline",
-    "percentile",
-    "ratio",
-    "rounded",
-    "run_main",
-    "shown",
-]
-
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default), so a p99 of a few hundred
-    samples is not simply the maximum. None when there are no values (not 0: nothing was measured)."""
+    """Linear interpolation between closest ranks (numpy's default); None when nothing was measured."""
     if not values:
         return None
     ordered = sorted(values)
@@ -66,12 +38,10 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def rounded(value: float | None, digits: int = 1) -> float | None:
-    """round(), with None (not measured) kept."""
     return None if value is None else round(value, digits)
 
 
 def shown(value: float | None, spec: str = ".1f") -> str:
-    """A figure for the report, "-" when it was not measured."""
     return "-" if value is None else format(value, spec)
 
 
@@ -92,10 +62,16 @@ def ratio(numerator: float | None, denominator: float | None, digits: int = 2) -
     return round(numerator / denominator, digits)
 
 
-def add_json_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+def bench_parser(module: str, doc: str | None, keep: bool | str = False) -> argparse.ArgumentParser:
+    """`python -m <module>`'s parser, described by the docstring's first line, with --json and, with
+    `keep` (True, or its help), --keep."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n")[0] or None)
     parser.add_argument(
         "--json", action="store_true", help="after the report, print the figures as one JSON object (the last line)"
     )
+    if keep:
+        add_keep_flag(parser, *([keep] if isinstance(keep, str) else []))
+    return parser
 
 
 def add_keep_flag(
@@ -104,19 +80,8 @@ def add_keep_flag(
     parser.add_argument("--keep", action="store_true", help=help)
 
 
-def bench_parser(module: str, doc: str | None, keep: bool | str = False) -> argparse.ArgumentParser:
-    """The parser of `python -m <module>`, described by the docstring's first line, with --json and,
-    with `keep` (True, or its help), --keep."""
-    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n")[0] or None)
-    add_json_flag(parser)
-    if keep:
-        add_keep_flag(parser, *([keep] if isinstance(keep, str) else []))
-    return parser
-
-
 def emit(report: str, summary: Mapping[str, Any], as_json: bool) -> None:
-    """Print the human report (unless it is empty: a benchmark that printed its lines as it went);
-    with --json, then one compact JSON object as the very last line."""
+    """Print the report (unless empty); with --json, then one compact JSON object as the last line."""
     if report:
         print(report, flush=True)
     if as_json:
@@ -124,9 +89,8 @@ def emit(report: str, summary: Mapping[str, Any], as_json: bool) -> None:
 
 
 def outline(title: str, summary: Mapping[str, Any], indent: str = "  ") -> str:
-    """The human report of a benchmark whose figures are its JSON summary: the title, then one line
-    per figure, nested sections indented under their name (a list of figures on one line), so a
-    benchmark writes its figures once and no renderer of its own."""
+    """A JSON summary as the human report: the title, then one line per figure, nested sections indented
+    under their name (a section of plain figures, or a list of them, on one line each)."""
 
     def lines(value: Mapping[str, Any], depth: int) -> list[str]:
         out: list[str] = []
@@ -159,9 +123,8 @@ def _figure(value: Any) -> str:
 
 
 def run_main(main: Callable[[], int], error_code: int = 1) -> int:
-    """Run a benchmark's main(): a BenchError becomes `error: …` on stderr and exit code `error_code`
-    (1; the LoCoMo benchmark keeps its documented 2), Ctrl-C or SIGTERM exit code 130 — never a
-    traceback for a condition the benchmark itself detected."""
+    """main(), with a BenchError as `error: …` on stderr and exit code `error_code`, and Ctrl-C or SIGTERM
+    as exit code 130: never a traceback for a condition the benchmark itself detected."""
     try:
         return main()
     except BenchError as exc:
@@ -173,18 +136,11 @@ def run_main(main: Callable[[], int], error_code: int = 1) -> int:
 
 
 class BenchRun(contextlib.ExitStack):
-    """One benchmark run's lifetime, used as `with BenchRun(keep=args.keep) as run:`.
-
-    On entry SIGTERM is turned into `Terminated` (a KeyboardInterrupt), so a `kill` cleans up like
-    Ctrl-C. Whatever the benchmark registers (`run.callback(stack.stop)`, `run.enter_context(...)`)
-    is undone on exit in reverse order, with SIGINT and SIGTERM ignored meanwhile: a second Ctrl-C
-    must not cut the cleanup short and leave servers behind. The previous handlers are restored
-    afterwards (a test may call a benchmark's main() in its own process).
-
-    `workdir()` makes the temporary directory; it is removed at the end unless `keep` is set — by
-    --keep, by the benchmark (an unhealthy run is worth a post-mortem) or by a BenchError (the logs
-    say why).
-    """
+    """One run's lifetime (`with BenchRun(keep=args.keep) as run:`). SIGTERM raises `Terminated` (a
+    KeyboardInterrupt) inside it; on exit, what the benchmark registered is undone in reverse order with
+    SIGINT and SIGTERM ignored (a second Ctrl-C must not leave servers behind), then the previous handlers
+    come back. `workdir()` makes a temporary directory, removed at the end unless `keep` is set (by
+    --keep, by the benchmark, or by a BenchError: the logs say why)."""
 
     def __init__(self, keep: bool = False) -> None:
         super().__init__()
@@ -198,9 +154,7 @@ class BenchRun(contextlib.ExitStack):
 
     def workdir(self, prefix: str, what: str = "logs and data") -> Path:
         path = Path(tempfile.mkdtemp(prefix=prefix))
-        # The embedded Postgres runs as an unprivileged user when we are root: it must be able to
-        # reach its data dir below this one.
-        path.chmod(0o755)
+        path.chmod(0o755)  # the embedded Postgres runs unprivileged when we are root: it must reach its data dir
         self.callback(self._remove_workdir, path, what)
         return path
 
@@ -223,13 +177,9 @@ class BenchRun(contextlib.ExitStack):
             shutil.rmtree(path, ignore_errors=True)
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Literal[False]:
-        # Never swallows the benchmark's exception (run_main turns it into an exit code), and says so
-        # in the type so that `return` inside a `with BenchRun()` is the function's only exit for mypy.
+        # Never swallows the exception (run_main makes it an exit code); `Literal[False]` tells mypy so.
         if isinstance(exc, BenchError):
             self.keep = True
         self._saved.setdefault(signal.SIGINT, signal.getsignal(signal.SIGINT))
@@ -250,14 +200,10 @@ def _stop_postgres(server: EmbeddedPostgres) -> None:
         print(f"warning: could not stop the embedded Postgres: {exc}", file=sys.stderr)
 
 
-# ---------------------------------------------------------------------------------------------------
-# Processes
-
 MB = 1024 * 1024
 
 
 def megabytes(value: int | None) -> float | None:
-    """Bytes as MB with one decimal; None stays None (not measured)."""
     return None if value is None else rounded(value / MB)
 
 
@@ -279,14 +225,8 @@ class Peak:
 
 
 class MemorySampler(threading.Thread):
-    """Peak memory of process trees (or of single processes with `tree=False`), sampled every
-    `interval` seconds from start to stop; as a context manager it samples on entry and on exit too.
-
-    RSS is what benchmarks report; for a tree of prefork pool children it over-counts, because they
-    share their parent's pages copy-on-write and each one's RSS includes them. PSS splits shared
-    pages between the processes that map them, so the tree's PSS sum is the honest total; it is
-    kept next to the RSS sum when the kernel provides it (`pss=False` skips it: reading it is slow).
-    """
+    """Peak RSS (and PSS, which splits the pages prefork children share, unless `pss=False`: slow to read) of
+    process trees (single processes with `tree=False`), sampled every `interval` s and on entry and exit."""
 
     def __init__(self, roots: Mapping[str, int], interval: float = 0.1, tree: bool = True, pss: bool = True) -> None:
         super().__init__(name="memory-sampler", daemon=True)
@@ -333,14 +273,13 @@ class MemorySampler(threading.Thread):
 
     def __exit__(self, *_: object) -> None:
         self.stop()
-        self.sample()  # one last look, in case the peak came after the last tick
+        self.sample()  # in case the peak came after the last tick
 
 
 def cpu_seconds(roots: Mapping[str, int], own: str | None = None, reaped: bool = True) -> dict[str, float]:
-    """CPU seconds (user + system) each process tree has used so far: the root, its live descendants
-    and (with `reaped`) the children it has reaped (a recycled pool process keeps counting). The root
-    named `own` is the benchmark's process: its children are the stack, counted under their own names,
-    so it counts alone. A tree that is gone counts 0."""
+    """CPU seconds (user + system) each process tree has used: the root, its live descendants and (with
+    `reaped`) its reaped children. The root named `own` (the benchmark's process, whose children are
+    counted under their own names) counts alone; a tree that is gone counts 0."""
     out: dict[str, float] = {}
     for name, pid in roots.items():
         total = 0.0
@@ -366,8 +305,8 @@ def cpu_seconds(roots: Mapping[str, int], own: str | None = None, reaped: bool =
 
 
 def backlog_sql(*, units: bool) -> str:
-    """What a stack still owes a benchmark's users (external ids LIKE %(p)s), one count a column: turns not
-    finished, user messages not mined, memories without a vector, and with `units` transcript units without one."""
+    """What a stack still owes the users whose external ids are LIKE %(p)s, a count a column: turns not
+    finished, user messages not mined, memories without a vector, and with `units` units without one."""
     unit_count = (
         """,
              (SELECT count(*) FROM memory_chunks c JOIN users u ON u.id = c.user_id

@@ -1,6 +1,4 @@
-"""The LoCoMo dataset as both benchmark modes read it: conversations, their turns and questions
-(ops/bench/locomo_retrieval.py stores the turns itself; ops/bench/locomo_e2e.py sends them to the messages
-API as `session_messages` shapes them)."""
+"""The LoCoMo dataset as the benchmarks read it: conversations, their turns and questions."""
 
 from __future__ import annotations
 
@@ -32,11 +30,6 @@ class Turn:
     event_time: datetime | None
     said: str = ""  # the dialogue text alone: no speaker, no caption (the e2e mode looks for it in context)
     caption: str = ""  # the caption of the image the turn shared, if any
-
-
-def said_text(turn: Turn) -> str:
-    """What a turn says as the e2e mode stores it: the dialogue text, plus the caption of an image it shared."""
-    return turn.said.strip() + (f" [image: {turn.caption}]" if turn.caption else "")
 
 
 @dataclass(frozen=True)
@@ -135,7 +128,8 @@ def session_messages(conversation: Conversation) -> dict[int, list[dict[str, Any
     sessions: dict[int, list[dict[str, Any]]] = {}
     for turn in conversation.turns:
         messages = sessions.setdefault(turn.session, [])
-        message: dict[str, Any] = {"role": "user", "content": said_text(turn), "idempotency_key": turn.dia_id}
+        content = turn.said.strip() + (f" [image: {turn.caption}]" if turn.caption else "")
+        message: dict[str, Any] = {"role": "user", "content": content, "idempotency_key": turn.dia_id}
         if turn.speaker.strip():
             message["name"] = turn.speaker.strip()[:128]
         if turn.event_time is not None:

@@ -1,50 +1,13 @@
-"""End-to-end mode of the LoCoMo benchmark: conversations go in through the messages API, questions are
-answered from `POST /v1/users/{id}/context`, and what is measured is whether the evidence turns reach the
-context block an outside agent would put in its prompt.
-
-    python -m ops.bench.locomo_retrieval --mode e2e --file path/to/locomo.json [--limit-conversations N]
-                                         [--budgets 500,1000,2000] [--compaction-tokens N] [--json]
-
-It starts a private stack (ops/bench/stack.py: embedded Postgres and valkey, the gateway, the two workers
-`engram up` runs, with one process each) with the offline model (ENGRAM_LLM_PROVIDER=offline: extraction by
-rules, no language model) and the product's memory settings unless flags say otherwise. Then:
-
-1. Ingest. One engram user per conversation, one engram session per LoCoMo session (`session-<n>`), its
-   turns in order through `EngramClient.ingest` (engramhq_client, clients/python): role `user` for both
-   speakers (LoCoMo is two people talking; neither is an assistant, and extraction mines user messages), the speaker as
-   `name`, the dialogue text (plus " [image: <caption>]" when the turn shared an image) as content,
-   `created_at` the session's date plus the turn's index in seconds (distinct, ordered times), the dia_id as
-   the message's idempotency key. Every conversation is ingested before waiting, so the workers overlap.
-2. Wait. `EngramClient.wait_until_idle` on every session (GET …/memory-status until every message is mined,
-   every memory from it embedded and every message's transcript unit has its vector), within --wait-timeout
-   overall; the time from the end of the ingest to then is reported as `settle_s`. With --compaction-tokens
-   the benchmark also waits, in Postgres, until no session over the threshold is left uncompacted.
-3. Ask. For each question with evidence (category 5, adversarial, has none), `EngramClient.context` with
-   the question as `query` (no session: the question is about the whole history) at every budget.
-   Latency is the client's wall time for that call (HTTP included); one call before the timed ones loads
-   the gateway's embedding model. Of a question's calls, the first embeds the question and the others
-   find the vector in the embedding cache; which budget goes first rotates from question to question.
-
-Evidence recall of a question = the share of its evidence turns whose text is present in the returned
-`context`; the figure is the mean over questions (as recall@k in the retrieval mode). "Present" is
-normalised containment (`normalise`): Unicode NFKC, case-folded, every run of characters that are not
-letters or digits made one space, then the turn's text must occur in the context's text on word
-boundaries. That survives what the context compiler does to an item (whitespace collapsed, fence
-markers removed, "[user]:" labels and "- " bullets around it) without crediting a turn for a fragment:
-the whole of what was said must be there. A fact extracted from a turn in other words does not count
-(it may still answer the question, but this measures whether what was said reaches the prompt). Very
-short turns ("Yes!") could be matched by accident; the dev file has 2 evidence turns under five words.
-The image caption is not part of the text looked for (what was said is enough).
-
-Tokens: the `tokens` the API reports for each block, checked against max_tokens, and recounted here with
-the same tokenizer (named in the response) when it is a BPE encoding this process can load.
+"""End-to-end mode of the LoCoMo benchmark (`python -m ops.bench.locomo_retrieval --mode e2e --file F`):
+conversations go in through the messages API of a private stack (offline model, `engram up`'s workers),
+questions are asked of `POST /v1/users/{id}/context` at each budget, and evidence recall is the share of a
+question's evidence turns whose whole normalised text (`normalise`) occurs in the returned context.
+docs/benchmarks.md describes the protocol.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import re
 import sys
@@ -53,16 +16,13 @@ import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from engramhq_client import EngramAPIError, EngramClient
 
-from ops.bench.harness import BenchError, BenchRun, add_keep_flag, emit, percentile, rounded, shown
-from ops.bench.locomo_data import CATEGORIES, Conversation, Question, session_messages
-from ops.bench.locomo_turns import Script, play
+from ops.bench.harness import BenchError, BenchRun, add_keep_flag, emit, outline, percentile, rounded
+from ops.bench.locomo_data import CATEGORIES, Conversation, session_messages
 from ops.bench.stack import LocalStack, up_workers
-from ops.fake_llm import FakeLLM
 from shared.context.tokens import O200K, TokenCounter, counter_for
 
 DEFAULT_BUDGETS = (500, 1000, 2000)
@@ -71,10 +31,6 @@ MAX_QUERY_CHARS = 2000  # the context endpoint's limit on `query`
 SECTION_NAMES = ("profile", "active_task", "summary", "relevant_memories", "transcript", "what_you_know", "reflection")
 _NOT_WORD = re.compile(r"[\W_]+")
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:@-]+")
-
-
-# ---------------------------------------------------------------------------------------------------
-# Presence of a turn in a context block
 
 
 def normalise(text: str) -> str:
@@ -92,10 +48,6 @@ def evidence_recall(evidence_texts: Sequence[str], context: str) -> float:
     if not wanted:
         return 0.0
     return sum(1 for text in wanted if text in haystack) / len(wanted)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Ingest
 
 
 def user_id_for(index: int, conversation: Conversation) -> str:
@@ -125,10 +77,6 @@ def ingest_all(client: EngramClient, users: Sequence[tuple[str, Conversation]]) 
     return report
 
 
-# ---------------------------------------------------------------------------------------------------
-# Waiting until the memory pipeline is done
-
-
 def wait_idle(client: EngramClient, sessions: Sequence[tuple[str, str]], timeout: float) -> int:
     """Every session idle by memory-status (within `timeout` overall); returns the memories created."""
     deadline = time.monotonic() + timeout
@@ -143,44 +91,8 @@ def wait_idle(client: EngramClient, sessions: Sequence[tuple[str, str]], timeout
     return created
 
 
-def wait_compacted(database_url: str, users: Sequence[str], threshold: int, timeout: float) -> None:
-    """Compaction done for these users: no session at or over the threshold left uncompacted."""
-    from shared.infra.db import connect
-
-    deadline = time.monotonic() + timeout
-    with connect(database_url) as conn:
-        conn.autocommit = True
-        while True:
-            row = conn.execute(
-                """SELECT
-                     (SELECT count(*) FROM sessions s JOIN users u ON u.id = s.user_id
-                       WHERE u.external_id = ANY(%(users)s) AND s.compaction_count = 0
-                         AND s.token_count >= %(threshold)s
-                         -- the newest message is never compacted: a one-message session has nothing to compact
-                         AND (SELECT count(*) FROM session_messages m WHERE m.session_id = s.id) > 1)
-                       AS uncompacted""",
-                {"users": list(users), "threshold": threshold},
-            ).fetchone()
-            assert row is not None
-            if row["uncompacted"] == 0:
-                return
-            if time.monotonic() >= deadline:
-                raise BenchError(f"compaction not done within {timeout:.0f} s: {row['uncompacted']} sessions left")
-            time.sleep(0.25)
-
-
-@dataclass
-class UnitFigures:
-    units: int
-    embedded: int
-    searchable_lag_s: list[float]  # per unit: stored (the ingest's commit) -> its vector stored
-
-    def lag_percentile(self, q: float) -> float | None:
-        return rounded(percentile(self.searchable_lag_s, q), 2)  # None without any
-
-
-def transcript_units(database_url: str, users: Sequence[str]) -> UnitFigures:
-    """The transcript units of these users' messages, how many have their vector, and how long each waited."""
+def transcript_units(database_url: str, users: Sequence[str]) -> dict[str, Any]:
+    """These users' transcript units, how many have their vector, and the wait from stored to vector stored."""
     from shared.infra.db import connect
 
     with connect(database_url) as conn:
@@ -191,11 +103,12 @@ def transcript_units(database_url: str, users: Sequence[str]) -> UnitFigures:
             (list(users),),
         ).fetchall()
     lags = [float(row["lag"]) for row in rows if row["lag"] is not None]
-    return UnitFigures(len(rows), sum(1 for row in rows if row["embedded"]), lags)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Asking
+    return {
+        "transcript_units": len(rows),
+        "transcript_units_embedded": sum(1 for row in rows if row["embedded"]),
+        "vector_searchable_s_p50": rounded(percentile(lags, 50), 2),
+        "vector_searchable_s_p95": rounded(percentile(lags, 95), 2),
+    }
 
 
 @dataclass
@@ -229,7 +142,6 @@ def ask(
     conversation: Conversation,
     budgets: Sequence[int],
     stats: dict[int, BudgetStats],
-    dump: TextIO | None = None,
 ) -> None:
     texts = {turn.dia_id: turn.said for turn in conversation.turns}
     for index, question in enumerate(conversation.questions):
@@ -241,42 +153,17 @@ def ask(
             started = time.perf_counter()
             packed = client.context(user, query=question.text[:MAX_QUERY_CHARS], max_tokens=budget)
             elapsed = (time.perf_counter() - started) * 1000
-            record(stats[budget], question, evidence, budget, packed.context, packed.tokens, packed.tokenizer)
-            if dump is not None:
-                row = {
-                    "sample_id": conversation.sample_id,
-                    "question": question.text,
-                    "category": question.category,
-                    "evidence": dict(zip(question.evidence, evidence, strict=True)),
-                    "max_tokens": budget,
-                    "recall": stats[budget].recall["all"][-1],
-                    "tokens": packed.tokens,
-                    "context": packed.context,
-                }
-                dump.write(json.dumps(row, ensure_ascii=False) + "\n")
-            stats[budget].latencies_ms.append(elapsed)
+            s = stats[budget]
+            s.add_recall(question.category, evidence_recall(evidence, packed.context))
+            s.tokens.append(packed.tokens)
+            s.over_budget += packed.tokens > budget
+            counter = recounter(packed.tokenizer)
+            if counter is not None:
+                s.recounted += 1
+                s.recount_mismatch += counter.count(packed.context) != packed.tokens
+            s.latencies_ms.append(elapsed)
             for section in packed.sections:
-                stats[budget].section_items[section.name] = stats[budget].section_items.get(section.name, 0) + len(
-                    section.items
-                )
-
-
-def record(
-    stats: BudgetStats, question: Question, evidence: Sequence[str], budget: int, context: str, tokens: int, tok: str
-) -> None:
-    stats.add_recall(question.category, evidence_recall(evidence, context))
-    stats.tokens.append(tokens)
-    if tokens > budget:
-        stats.over_budget += 1
-    counter = recounter(tok)
-    if counter is not None:
-        stats.recounted += 1
-        if counter.count(context) != tokens:
-            stats.recount_mismatch += 1
-
-
-# ---------------------------------------------------------------------------------------------------
-# Reporting
+                s.section_items[section.name] = s.section_items.get(section.name, 0) + len(section.items)
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -310,72 +197,12 @@ def summarise(stats: dict[int, BudgetStats], questions: int) -> dict[str, Any]:
     return out
 
 
-def render(result: dict[str, Any]) -> str:
-    lines = [
-        f"LoCoMo end to end: {result['conversations']} conversations, {result['sessions']} sessions, "
-        f"{result['messages']} messages, {result['questions']} questions ({result['evidence_turns']} evidence turns)",
-        f"ingest {result['ingest_s']:.1f} s; memory pipeline idle {result['settle_s']:.1f} s later; "
-        f"{result['memories_created']} memories extracted; {result['transcript_units']} transcript units, "
-        f"{result['transcript_units_embedded']} with vectors; ingest to vector-searchable p50 "
-        f"{result['vector_searchable_s_p50']} s, p95 {result['vector_searchable_s_p95']} s (full text: at once)",
-        "",
-        f"{'budget':>7} {'recall':>7} {'all-ev':>7} {'tokens':>7} {'max':>6} {'over':>5} {'p50 ms':>7} {'p95 ms':>7}"
-        "   items per question by section",
-    ]
-    for budget, b in result["budgets"].items():
-        items = ", ".join(f"{name} {count}" for name, count in b["section_items_mean"].items()) or "-"
-        recall, complete = shown(b["evidence_recall"], ".3f"), shown(b["all_evidence_present"], ".3f")
-        tokens, p50, p95 = (shown(b[name], ".0f") for name in ("tokens_mean", "latency_ms_p50", "latency_ms_p95"))
-        lines.append(
-            f"{budget:>7} {recall:>7} {complete:>7} {tokens:>7} {b['tokens_max']:>6} {b['over_budget']:>5} "
-            f"{p50:>7} {p95:>7}   {items}"
-        )
-    lines.append("")
-    lines.append("recall by category:")
-    for budget, b in result["budgets"].items():
-        cells = ", ".join(f"{name} {value:.3f}" for name, value in b["by_category"].items())
-        lines.append(f"  {budget:>5}: {cells or '-'}")
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Main
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("e2e mode")
-    group.add_argument(
-        "--budgets", default=",".join(map(str, DEFAULT_BUDGETS)), help="max_tokens values, comma separated"
-    )
-    group.add_argument(
-        "--compaction-tokens",
-        type=int,
-        default=None,
-        metavar="N",
-        help="ENGRAM_COMPACTION_THRESHOLD_TOKENS (min 200; default: the product's, 60%% of the model's window)",
-    )
-    group.add_argument(
-        "--debounce-s", type=float, default=None, help="ENGRAM_EXTRACTION_DEBOUNCE_SECONDS (default: the product's)"
-    )
-    group.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an extra ENGRAM_ setting for the stack (repeatable), e.g. ENGRAM_SEARCH_RELATIVE_FLOOR=0.2",
-    )
+    group.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)), help="max_tokens values, a,b,c")
+    group.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an ENGRAM_ setting (repeat)")
     group.add_argument("--wait-timeout", type=float, default=600.0, help="seconds for the memory pipeline to finish")
-    group.add_argument(
-        "--shape",
-        choices=("ingest", "turns"),
-        default="ingest",
-        help="how the conversations go in: the messages API (offline model), or played as engram's own chat "
-        "turns against a scripted fake model (ops/bench/locomo_turns.py)",
-    )
     add_keep_flag(group, "keep the stack's temporary directory (logs, data)")
-    group.add_argument(
-        "--dump", default=None, metavar="PATH", help="write every question's context and recall to PATH (JSON lines)"
-    )
 
 
 def parse_budgets(raw: str) -> list[int]:
@@ -395,43 +222,24 @@ def stack_env(args: argparse.Namespace) -> dict[str, str]:
         if not sep or not key.startswith("ENGRAM_"):
             raise BenchError(f"--env takes ENGRAM_KEY=VALUE, not {item!r}")
         env[key] = value
-    if args.compaction_tokens is not None:
-        env["ENGRAM_COMPACTION_THRESHOLD_TOKENS"] = str(args.compaction_tokens)
-    if args.debounce_s is not None:
-        env["ENGRAM_EXTRACTION_DEBOUNCE_SECONDS"] = str(args.debounce_s)
     return env
 
 
 def run(args: argparse.Namespace, conversations: list[Conversation]) -> int:
     budgets = parse_budgets(args.budgets)
-    if args.compaction_tokens is not None and args.compaction_tokens < 200:
-        raise BenchError("--compaction-tokens must be at least 200 (the setting's minimum)")
     env = stack_env(args)
-    try:  # set by --compaction-tokens or --env: then compaction is waited on too
-        compaction_tokens = int(env["ENGRAM_COMPACTION_THRESHOLD_TOKENS"])
-    except KeyError:
-        compaction_tokens = None
-    except ValueError as exc:
-        raise BenchError("ENGRAM_COMPACTION_THRESHOLD_TOKENS must be a whole number") from exc
-    run_id = uuid.uuid4().hex[:6]
     with BenchRun(keep=args.keep) as cleanup:
         workdir = cleanup.workdir("engram-bench-locomo-")
-        llm_url, script = None, None
-        if args.shape == "turns":
-            script = Script()
-            fake = FakeLLM()
-            fake.default = script
-            fake.start()
-            cleanup.callback(fake.stop)
-            env["ENGRAM_LLM_PROVIDER"] = "anthropic"
-            llm_url = fake.anthropic_base_url
-        stack = LocalStack(workdir, 1, llm_url=llm_url, workers=up_workers(1, 1), env=env)
+        stack = LocalStack(workdir, 1, workers=up_workers(1, 1), env=env)
         cleanup.callback(stack.stop)
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         try:
-            return ask_all(args, stack, stack.start(), conversations, budgets, compaction_tokens, env, run_id, script)
+            result = ask_all(args, stack, stack.start(), conversations, budgets)
         except EngramAPIError as exc:
             raise BenchError(str(exc)) from exc  # BenchRun keeps the workdir: the logs say why
+    result["env"] = {key: value for key, value in env.items() if key != "ENGRAM_AUTO_MEMORY"}
+    emit(outline("LoCoMo end to end (evidence recall in the context block, per max_tokens)", result), result, args.json)
+    return 0
 
 
 def ask_all(
@@ -440,25 +248,15 @@ def ask_all(
     api_key: str,
     conversations: list[Conversation],
     budgets: list[int],
-    compaction_tokens: int | None,
-    env: dict[str, str],
-    run_id: str,
-    script: Script | None = None,
-) -> int:
+) -> dict[str, Any]:
+    run_id = uuid.uuid4().hex[:6]
     users = [(f"{user_id_for(i, c)}-{run_id}", c) for i, c in enumerate(conversations)]
     with EngramClient(stack.url, api_key, timeout=120.0) as client:
-        if script is None:
-            print(f"ingesting {len(users)} conversations ...", file=sys.stderr, flush=True)
-            ingested = ingest_all(client, users)
-        else:
-            print(f"playing {len(users)} conversations as chat turns ...", file=sys.stderr, flush=True)
-            played = play(stack.url, api_key, users, script)
-            ingested = IngestReport(played.sessions, played.messages, played.seconds)
+        print(f"ingesting {len(users)} conversations ...", file=sys.stderr, flush=True)
+        ingested = ingest_all(client, users)
         settle_started = time.perf_counter()
         print(f"waiting for the memory pipeline on {len(ingested.sessions)} sessions ...", file=sys.stderr)
         memories = wait_idle(client, ingested.sessions, args.wait_timeout)
-        if compaction_tokens is not None:
-            wait_compacted(stack.database_url, [u for u, _ in users], compaction_tokens, args.wait_timeout)
         settle_s = time.perf_counter() - settle_started
         units = transcript_units(stack.database_url, [u for u, _ in users])
         stack.check_alive()
@@ -467,14 +265,11 @@ def ask_all(
         stats = {budget: BudgetStats() for budget in budgets}
         questions = sum(len(c.questions) for _, c in users)
         print(f"asking {questions} questions at budgets {budgets} ...", file=sys.stderr, flush=True)
-        with contextlib.ExitStack() as files:
-            dump = files.enter_context(Path(args.dump).open("w", encoding="utf-8")) if args.dump else None
-            for user, conversation in users:
-                ask(client, user, conversation, budgets, stats, dump)
-                print(f"  {conversation.sample_id}: {len(conversation.questions)} questions", file=sys.stderr)
-    result = {
+        for user, conversation in users:
+            ask(client, user, conversation, budgets, stats)
+            print(f"  {conversation.sample_id}: {len(conversation.questions)} questions", file=sys.stderr)
+    return {
         "mode": "e2e",
-        "shape": args.shape,
         "file": str(args.file),
         "conversations": len(users),
         "sessions": len(ingested.sessions),
@@ -484,21 +279,7 @@ def ask_all(
         "ingest_s": round(ingested.seconds, 2),
         "settle_s": round(settle_s, 2),
         "memories_created": memories,
-        "transcript_units": units.units,
-        "transcript_units_embedded": units.embedded,
-        "vector_searchable_s_p50": units.lag_percentile(50),
-        "vector_searchable_s_p95": units.lag_percentile(95),
+        **units,
         "budgets": summarise(stats, questions),
-        "config": {
-            "llm": "offline" if script is None else "fake anthropic (scripted replies, nothing extracted)",
-            "compaction_tokens": compaction_tokens,
-            "debounce_s": args.debounce_s,
-            "env": {
-                key: value for key, value in env.items() if key not in ("ENGRAM_LLM_PROVIDER", "ENGRAM_AUTO_MEMORY")
-            },
-            "workers": "worker-turns x1, worker-background x1",
-            "cpus": os.cpu_count(),
-        },
+        "cpus": os.cpu_count(),
     }
-    emit(render(result), result, args.json)
-    return 0

@@ -1,45 +1,13 @@
 """Retrieval benchmark on LoCoMo-format conversations: recall@5/10 and NDCG@10 of memory search.
 
-    python -m ops.bench.locomo_retrieval path/to/locomo.json [--json] [--limit-conversations N]
-                                         [--database-url URL]
-    python -m ops.bench.locomo_retrieval --mode e2e --file path/to/locomo.json [--json] [...]
+    python -m ops.bench.locomo_retrieval path/to/locomo.json [--json] [--limit-conversations N] [--database-url URL]
+    python -m ops.bench.locomo_retrieval --mode e2e --file path/to/locomo.json [--json]  (ops/bench/locomo_e2e.py)
 
-`--mode e2e` runs the end-to-end mode instead (ops/bench/locomo_e2e.py: the messages API, the memory
-pipeline and the context endpoint on a private stack); what follows describes the retrieval mode.
-
-Without a database URL (--database-url, else ENGRAM_DATABASE_URL) it starts an embedded Postgres in
-a temporary directory and stops it on exit. Migrations are applied either way, and every run writes
-into a fresh tenant, so runs against a shared database never see each other's memories.
-
-Protocol (the dataset's README), one engram user per conversation. `--store units` (the default): every turn
-is a message of that user, one engram session per LoCoMo session, stored by `shared.turns.ingest.ingest_messages`
-as the messages API stores them (as the e2e mode sends them: the speaker as `name`, the text plus
-" [image: <caption>]" when the turn shared an image, the session's date); each becomes a transcript unit
-(migration 0015: the turn with the two before it as context) and its vector is stored as the embedding
-drain stores it. `--store episodes`: every turn becomes an `episode` memory instead, text "<speaker>: <text>"
-(plus the caption), stamped with its session's date, keeping the CONTEXT_BEFORE turns before it and the
-CONTEXT_AFTER after it (same session) as `metadata.context`, as an episode writer would (the shape
-measured before the transcript was memory). Each question with evidence (category 5, adversarial, has
-none) is searched three ways:
-
-- text:   the lexical leg alone (`shared.memory.search.search`, `legs=("text",)`, no query vector);
-- vector: the vector leg alone (`search`, `legs=("vector",)`);
-- hybrid: as the product searches (`shared.memory.service.search_memories`, what the API, MCP, the context
-  block and the agent's tools call): every leg, fused as the settings say (ENGRAM_SEARCH_* — the product's
-  defaults), with a time the question names searched first and a question about several people asked once
-  per person (shared/memory/query_parts.py).
-
-Results map back to dia_ids; recall@k = |evidence ∩ top-k| / |evidence|, NDCG@10 with binary
-relevance. Search latency covers the `search` call only; embedding the question is timed apart.
-Latency percentiles interpolate between the closest ranks (ops/bench/harness.py, as every benchmark
-here); until the harness unified them they were nearest-rank (a real observation each).
-Ingest is timed in two steps: storing (one transaction per conversation) and embedding + indexing (one
-batched embed_texts call per conversation; episodes are then indexed by index_memory per turn, which finds
-every vector in the embedding cache).
-
-The storage path is the product's, so what the product does is what is measured: with episodes,
-store_memory's dedup means a turn whose text repeats an earlier turn of the same conversation is not stored
-again; its dia_id is then credited to the memory that holds the text.
+One engram user per conversation in a fresh tenant (embedded Postgres unless a database URL is given); its turns
+stored as the messages API stores them (`--store units`, each a transcript unit) or as episode memories with their
+neighbouring turns as context (`--store episodes`). Each question with evidence is searched by the text leg, the
+vector leg and as the product searches (`service.search_memories`, "hybrid"); results map back to dia_ids.
+Search latency covers the search call only; docs/benchmarks.md has the protocol and the figures.
 """
 
 from __future__ import annotations
@@ -53,10 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from pgvector import Vector
 
-from ops.bench.harness import BenchError, BenchRun, bench_parser, emit, percentile, run_main
+from ops.bench.harness import BenchError, BenchRun, bench_parser, distribution, emit, outline, ratio, rounded, run_main
 from ops.bench.locomo_data import CATEGORIES, Conversation, Turn, load_conversations, session_messages
 from shared.access.auth import ensure_tenant
 from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
@@ -79,9 +48,6 @@ LIMIT = 10  # results asked of search: the deepest cut-off measured
 CONTEXT_BEFORE, CONTEXT_AFTER = 2, 1  # neighbouring turns stored as each episode's context
 MODES: dict[str, tuple[Leg, ...] | None] = {"text": ("text",), "vector": ("vector",), "hybrid": None}
 
-# ---------------------------------------------------------------------------------------------------
-# Metrics
-
 
 def recall_at(ranked: Sequence[frozenset[str]], evidence: set[str], k: int) -> float:
     found = set().union(*ranked[:k]) if ranked[:k] else set()
@@ -89,8 +55,7 @@ def recall_at(ranked: Sequence[frozenset[str]], evidence: set[str], k: int) -> f
 
 
 def ndcg_at(ranked: Sequence[frozenset[str]], evidence: set[str], k: int, relevant: int) -> float:
-    """Binary relevance per result (relevant = holds an evidence turn). `relevant` is how many stored
-    memories hold evidence: |evidence|, or fewer when dedup put two evidence turns in one memory."""
+    """Binary relevance; `relevant`: how many stored memories hold evidence (dedup may merge two turns)."""
     dcg = sum(1.0 / math.log2(rank + 2) for rank, ids in enumerate(ranked[:k]) if ids & evidence)
     ideal_hits = min(k, relevant)
     idcg = sum(1.0 / math.log2(rank + 2) for rank in range(ideal_hits))
@@ -106,16 +71,15 @@ class ModeStats:
         for group in ("all", str(category)):
             self.scores.setdefault(f"{metric}|{group}", []).append(value)
 
+    def count(self, group: str) -> int:
+        return len(self.scores.get(f"ndcg@10|{group}", []))
+
     def mean(self, metric: str, group: str = "all") -> float | None:
         values = self.scores.get(f"{metric}|{group}")
         return sum(values) / len(values) if values else None
 
 
 METRICS = (*(f"recall@{k}" for k in K_VALUES), "ndcg@10")
-
-
-# ---------------------------------------------------------------------------------------------------
-# Ingest
 
 
 @dataclass
@@ -139,9 +103,7 @@ class IngestTimes:
 
 
 def neighbour_context(turns: Sequence[Turn], index: int) -> str:
-    """The turns around this one in its session, in order: what an episode writer keeps as
-    `metadata.context` (a reply such as "Yes, twice!" is only findable through what led to it).
-    CONTEXT_BEFORE turns lead up to it, CONTEXT_AFTER answer it."""
+    """The turns around this one in its session, in order: what an episode writer keeps as `metadata.context`."""
     turn = turns[index]
     window = range(index - CONTEXT_BEFORE, index + CONTEXT_AFTER + 1)
     neighbours = [
@@ -230,8 +192,7 @@ def ingest(conn: Conn, embedder: Embedder, tenant_id: int, conversation: Convers
     rows = conn.execute(
         "SELECT id, namespace, key, value, kind, metadata FROM memories WHERE id = ANY(%s) ORDER BY id", (ids,)
     ).fetchall()
-    # One batched call fills the embedding cache (sentence-transformers is far faster on a batch than
-    # on one text at a time); index_memory then only chunks, looks the vectors up and writes rows.
+    # One batched call fills the embedding cache; index_memory then finds every vector there.
     texts = [text for row in rows for _, text in embedding_inputs(row)]
     embed_texts(conn, embedder, texts, batch_size=256)
     for memory_id in ids:
@@ -241,17 +202,12 @@ def ingest(conn: Conn, embedder: Embedder, tenant_id: int, conversation: Convers
     return ingested
 
 
-# ---------------------------------------------------------------------------------------------------
-# Evaluation
-
-
 def options_for(mode: str) -> SearchOptions:
     options = options_from_settings(get_settings(), LIMIT)
     legs = MODES[mode]
     if legs is not None:
         options.legs = legs
-        # A single leg is measured by its ranking alone: the weighted minimum score is a hybrid
-        # relevance floor and would cut a lone leg's tail for reasons unrelated to its order.
+        # A lone leg is measured by its ranking alone: the relative floor is a hybrid relevance cut.
         options.relative_floor = 0.0
     return options
 
@@ -268,7 +224,7 @@ def evaluate(
         started = time.perf_counter()
         vector = embed_texts(conn, embedder, [question.text], batch_size=1)[0]
         embed_ms.append((time.perf_counter() - started) * 1000)
-        # The product's path embeds the question itself and remembers it: done here, outside its timing.
+        # The product's path embeds the question itself (cached): done here, outside its timing.
         service.query_vector(conn, question.text)
         evidence = set(question.evidence)
         relevant = sum(1 for ids in ingested.dia_ids.values() if ids & evidence)
@@ -290,53 +246,30 @@ def evaluate(
             stats[mode].add(question.category, "ndcg@10", ndcg_at(ranked, evidence, 10, relevant))
 
 
-# ---------------------------------------------------------------------------------------------------
-# Reporting
-
-
-def _ms(value: float | None) -> str:
-    return "nan" if value is None else f"{value:.1f}"  # nothing timed: as before the harness, "nan"
-
-
-def _fmt(value: float | None) -> str:
-    return "   -  " if value is None else f"{value:6.3f}"
-
-
-def render(stats: dict[str, ModeStats], counts: dict[str, int], times: IngestTimes, embed_ms: list[float]) -> str:
-    lines = []
-    store_rate = times.turns / times.store_seconds if times.store_seconds else float("nan")
-    index_rate = times.turns / times.index_seconds if times.index_seconds else float("nan")
-    lines.append(
-        f"ingest: {times.turns} turns; store {times.store_seconds:.1f} s ({store_rate:.0f} turns/s), "
-        f"embed+index {times.index_seconds:.1f} s ({index_rate:.0f} turns/s); "
-        f"{times.deduplicated} deduplicated, {times.rejected} rejected"
-    )
-    lines.append(f"query embedding: p50 {_ms(percentile(embed_ms, 50))} ms, p95 {_ms(percentile(embed_ms, 95))} ms")
-    lines.append("")
-    groups = [("all", "all"), *((str(c), name) for c, name in CATEGORIES.items())]
-    header = f"{'mode':<7} {'metric':<10}" + "".join(f"{f'{name} ({counts.get(g, 0)})':>19}" for g, name in groups)
-    lines.append(header)
-    lines.append("-" * len(header))
-    for mode, mode_stats in stats.items():
-        for metric in METRICS:
-            cells = "".join(f"{_fmt(mode_stats.mean(metric, g)):>19}" for g, _ in groups)
-            lines.append(f"{mode:<7} {metric:<10}{cells}")
-    lines.append("")
-    lines.append("search latency (ms, excluding query embedding):")
-    for mode, mode_stats in stats.items():
-        lines.append(
-            f"  {mode:<7} p50 {_ms(percentile(mode_stats.latencies_ms, 50)):>6}   "
-            f"p95 {_ms(percentile(mode_stats.latencies_ms, 95)):>6}"
-        )
-    return "\n".join(lines)
-
-
-def summary(stats: dict[str, ModeStats]) -> dict[str, dict[str, float]]:
-    return {mode: {metric: round(s.mean(metric) or 0.0, 4) for metric in METRICS} for mode, s in stats.items()}
-
-
-# ---------------------------------------------------------------------------------------------------
-# Database
+def summary(stats: dict[str, ModeStats], times: IngestTimes, embed_ms: list[float]) -> dict[str, Any]:
+    """Per mode the means over every question (the keys the docs name), then per category and latency."""
+    out: dict[str, Any] = {}
+    for mode, s in stats.items():
+        out[mode] = {metric: round(s.mean(metric) or 0.0, 4) for metric in METRICS}
+        out[mode]["by_category"] = {
+            name: {metric: rounded(s.mean(metric, str(c)), 4) for metric in METRICS}
+            for c, name in CATEGORIES.items()
+            if s.count(str(c))
+        }
+        out[mode]["search_ms"] = distribution(s.latencies_ms, (50, 95))
+    asked = stats["hybrid"]
+    out["questions"] = {"all": asked.count("all"), **{n: asked.count(str(c)) for c, n in CATEGORIES.items()}}
+    out["ingest"] = {
+        "turns": times.turns,
+        "store_s": round(times.store_seconds, 1),
+        "store_turns_per_s": ratio(times.turns, times.store_seconds, 0),
+        "embed_index_s": round(times.index_seconds, 1),
+        "embed_index_turns_per_s": ratio(times.turns, times.index_seconds, 0),
+        "deduplicated": times.deduplicated,
+        "rejected": times.rejected,
+    }
+    out["query_embedding_ms"] = distribution(embed_ms, (50, 95))
+    return out
 
 
 def read_conversations(args: argparse.Namespace) -> list[Conversation]:
@@ -362,7 +295,6 @@ def run(args: argparse.Namespace) -> int:
     stats = {mode: ModeStats() for mode in MODES}
     times = IngestTimes()
     embed_ms: list[float] = []
-    counts: dict[str, int] = {}
     with BenchRun() as cleanup, connect(cleanup.database(url, "engram-locomo-")) as conn:
         apply_migrations(conn)
         conn.autocommit = False
@@ -377,10 +309,8 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             evaluate(conn, embedder, conversation, ingested, stats, embed_ms)
-            for question in conversation.questions:
-                for group in ("all", str(question.category)):
-                    counts[group] = counts.get(group, 0) + 1
-    emit(render(stats, counts, times, embed_ms), summary(stats), args.json)
+    result = summary(stats, times, embed_ms)
+    emit(outline("LoCoMo retrieval (search latency without the query embedding)", result), result, args.json)
     return 0
 
 
@@ -390,23 +320,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.locomo_retrieval", __doc__)
     parser.add_argument("path", nargs="?", help="LoCoMo-format JSON file (or --file)")
     parser.add_argument("--file", default=None, help="LoCoMo-format JSON file")
-    parser.add_argument(
-        "--mode",
-        choices=("retrieval", "e2e"),
-        default="retrieval",
-        help="retrieval: memory search on stored turns; e2e: messages API → memory pipeline → context endpoint "
-        "(ops/bench/locomo_e2e.py)",
-    )
+    parser.add_argument("--mode", choices=("retrieval", "e2e"), default="retrieval")
     parser.add_argument("--limit-conversations", type=int, default=None, metavar="N")
     parser.add_argument(
-        "--store",
-        choices=("units", "episodes"),
-        default="units",
-        help="retrieval mode: turns as messages (transcript units, the product's path) or as episode memories",
+        "--store", choices=("units", "episodes"), default="units", help="retrieval mode: turns as units or episodes"
     )
-    parser.add_argument(
-        "--database-url", default=None, help="retrieval mode: default ENGRAM_DATABASE_URL, else embedded Postgres"
-    )
+    parser.add_argument("--database-url", default=None, help="retrieval mode (default: ENGRAM_DATABASE_URL)")
     locomo_e2e.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.path and args.file and args.path != args.file:
@@ -418,15 +337,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--limit-conversations must be at least 1")
 
     def bench() -> int:
-        # A bad file is refused before anything is configured or started.
-        conversations = read_conversations(args) if args.mode == "e2e" else None
-        # Warnings and errors only, on stderr: stdout is the report, and with --json its last line is JSON.
-        configure_logging("WARNING")
+        conversations = read_conversations(args) if args.mode == "e2e" else None  # a bad file: before starting
+        configure_logging("WARNING")  # on stderr: stdout is the report
         if conversations is not None:
             return locomo_e2e.run(args, conversations)
         return run(args)
 
-    # BenchError is ops.bench.stack's (one class even when this file runs as __main__); exit code 2.
     return run_main(bench, error_code=2)
 
 

@@ -1,19 +1,12 @@
-"""Maintenance jobs at scale: decay, consolidation, enrichment, reflection and cache eviction over
-synthetic users, each job run once, in-process, through the same entry point beat's tasks use
-(shared.maintenance.jobs.run), against an embedded Postgres and valkey in a temporary directory.
+"""Maintenance jobs at scale: decay, consolidation, enrichment, reflection and cache eviction over synthetic
+users, each run once in-process through beat's entry point (shared.maintenance.jobs.run), on an embedded
+Postgres and valkey, with the fake LLM answering after `--llm-latency-ms` (`--offline`: the offline rules).
 
-    python -m ops.bench.maintenance                                  # 1,000 users x 100 memories
-    python -m ops.bench.maintenance --users 200 --memories 100 --llm-latency-ms 50 --json
+    python -m ops.bench.maintenance [--users 1000] [--memories 100] [--llm-latency-ms 50] [--json]
 
-Corpus: per user `--memories` facts and preferences whose creation (and last access, for a third of
-them) is spread evenly over the two years before the clock; 3 of them created in the last week (so every
-user is due a reflection); one idle, unconsolidated session of 6 messages (3 user statements the
-extraction rules and the fake model both turn into facts); embedding-cache rows, half unused for 40
-days. The model is the fake LLM (ops/fake_llm.py, Anthropic format) answering each job's prompt in its
-format after `--llm-latency-ms`; `--offline` uses the offline rules instead (enrichment then skips).
-
-Per job: duration, memories examined or written per second, the process's peak RSS while it ran, LLM
-calls per 1,000 memories of the corpus, and the run's counts. With --json the last line is one object.
+Per user: `--memories` facts and preferences spread over two years (3 in the last week), an idle session of 6
+messages, embedding-cache rows half unused for 40 days. Per job: duration, memories touched per second, peak RSS,
+LLM calls per 1,000 memories and the job's counts.
 """
 
 from __future__ import annotations
@@ -25,13 +18,11 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ops.bench.harness import BenchRun, MemorySampler, bench_parser, emit, megabytes, run_main
+from ops.bench.harness import BenchRun, MemorySampler, bench_parser, emit, megabytes, outline, ratio, run_main
 
 if TYPE_CHECKING:
-    from ops.embedded import EmbeddedPostgres, EmbeddedRedis
     from ops.fake_llm import FakeLLM
 
 JOB_ORDER = ("enrichment", "consolidation", "decay", "reflection", "cache-eviction")
@@ -111,6 +102,7 @@ def seed(conn: Any, users: int, memories: int, now: datetime) -> int:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from ops.embedded import EmbeddedPostgres, EmbeddedRedis
     from ops.fake_llm import FakeLLM
+    from shared.infra import db
 
     with BenchRun() as cleanup:
         workdir = cleanup.workdir("engram-bench-maint-")
@@ -118,38 +110,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cleanup.callback(postgres.stop)
         redis = EmbeddedRedis(workdir / "valkey")
         cleanup.callback(redis.stop)
-        cleanup.callback(close_pool)
+        cleanup.callback(db.close_pool)
         fake = FakeLLM(latency_s=args.llm_latency_ms / 1000)
         fake.default = fake_answer
         cleanup.callback(fake.stop)
-        return run_jobs(args, workdir, postgres, redis, fake)
+        os.environ["ENGRAM_DATABASE_URL"] = postgres.start()
+        os.environ["ENGRAM_REDIS_URL"] = redis.start()
+        os.environ["ENGRAM_DATA_DIR"] = str(workdir / "data")
+        os.environ["ENGRAM_MAINTENANCE_DAILY_TOKEN_BUDGET"] = "0"
+        os.environ["ENGRAM_JOB_PAGE_SIZE"] = str(args.page_size)
+        fake.start()
+        os.environ["ENGRAM_LLM_PROVIDER"] = "offline" if args.offline else "anthropic"
+        if not args.offline:
+            os.environ["ENGRAM_ANTHROPIC_API_KEY"] = "bench"
+            os.environ["ENGRAM_ANTHROPIC_BASE_URL"] = fake.anthropic_base_url
+        return run_jobs(args, fake)
 
 
-def close_pool() -> None:
-    from shared.infra import db
-
-    db.close_pool()
-
-
-def run_jobs(
-    args: argparse.Namespace, workdir: Path, postgres: EmbeddedPostgres, redis: EmbeddedRedis, fake: FakeLLM
-) -> dict[str, Any]:
-    os.environ["ENGRAM_DATABASE_URL"] = postgres.start()
-    os.environ["ENGRAM_REDIS_URL"] = redis.start()
-    os.environ["ENGRAM_DATA_DIR"] = str(workdir / "data")
-    os.environ["ENGRAM_MAINTENANCE_DAILY_TOKEN_BUDGET"] = "0"
-    os.environ["ENGRAM_JOB_PAGE_SIZE"] = str(args.page_size)
-    fake.start()
-    if args.offline:
-        os.environ["ENGRAM_LLM_PROVIDER"] = "offline"
-    else:
-        os.environ.update(
-            {
-                "ENGRAM_LLM_PROVIDER": "anthropic",
-                "ENGRAM_ANTHROPIC_API_KEY": "bench",
-                "ENGRAM_ANTHROPIC_BASE_URL": fake.anthropic_base_url,
-            }
-        )
+def run_jobs(args: argparse.Namespace, fake: FakeLLM) -> dict[str, Any]:
     from shared.infra import db
     from shared.infra.config import get_settings
     from shared.infra.migrate import apply_migrations
@@ -177,21 +155,14 @@ def run_jobs(
         )
         results[name] = {
             "seconds": round(seconds, 2),
-            "touched_per_second": round(touched / seconds, 1) if seconds else None,
+            "touched_per_second": ratio(touched, seconds, 1),
             "peak_rss_mb": megabytes(rss.peaks["bench"].rss),
             "llm_calls": calls,
             "llm_calls_per_1000_memories": round(calls * 1000 / total, 2),
             "changed": result.changed,
             "counts": result.counts,
-            "details": {k: v for k, v in result.details.items() if k != "stopped_tenants"},
         }
-        print(
-            f"{name:<15} {seconds:8.2f} s  {results[name]['touched_per_second'] or 0:>9} touched/s  "
-            f"peak RSS {results[name]['peak_rss_mb']:7.1f} MB  LLM calls {calls:>5} "
-            f"({results[name]['llm_calls_per_1000_memories']}/1k memories)  changed {result.changed}  "
-            f"{dict(result.counts)}",
-            flush=True,
-        )
+        print(f"{name}: {seconds:.2f} s", file=sys.stderr, flush=True)
     return {
         "bench": "maintenance",
         "users": args.users,
@@ -219,8 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
 
     def bench() -> int:
-        summary = run(args)  # the per-job lines are printed as each job finishes
-        emit("", summary, args.json)
+        summary = run(args)
+        emit(outline("maintenance jobs", summary), summary, args.json)
         return 0
 
     return run_main(bench)

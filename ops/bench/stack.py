@@ -1,15 +1,6 @@
-"""A private engram stack for benchmarks, in a temporary directory: embedded Postgres and valkey
-(ops/embedded.py), the gateway as a uvicorn subprocess, one Celery worker on every queue, and the
-fake LLM (ops/fake_llm.py) speaking the Anthropic format, either as a process of its own or, when
-the caller passes `llm_url`, one the caller runs (e.g. in-process, to script replies and read back
-the requests it received).
-
-Callers that need `engram up`'s process layout pass `workers` (e.g. `up_workers()`: one worker on
-the interactive queues, another on the memory queues) and `beat=True`; `env` adds settings
-(ENGRAM_AUTO_MEMORY, debounce, thresholds) to every engram process.
-
-`LocalStack.stop` undoes whatever `start` got to, so callers can stop it from a `finally`.
-"""
+"""A private engram stack for benchmarks in a temporary directory: embedded Postgres and valkey, the
+gateway, Celery workers (one on every queue, or `workers`, e.g. `engram up`'s `up_workers()`), beat if
+asked, and the fake LLM (ops/fake_llm.py) as a process of its own unless the caller runs one (`llm_url`)."""
 
 from __future__ import annotations
 
@@ -41,8 +32,6 @@ class BenchError(RuntimeError):
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """One Celery worker process group: its name (log file, node name), queues and pool size."""
-
     name: str
     queues: tuple[str, ...]
     concurrency: int
@@ -61,13 +50,8 @@ def up_workers(
     )
 
 
-# ---------------------------------------------------------------------------------------------------
-# Processes
-
-
 class Child:
-    """A subprocess in its own process group (so stopping it also stops its children, e.g. the
-    Celery pool), with stdout and stderr in a log file kept for post-mortems."""
+    """A subprocess in its own process group (stopping it stops its children too), output in a log file."""
 
     def __init__(
         self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, grace: float = STOP_GRACE_S
@@ -119,17 +103,12 @@ class Child:
             os.killpg(self.proc.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(self.grace)
-        # Whatever is left in the group (a pool child that outlived its parent, or a parent that
-        # ignored SIGTERM) must not outlive the benchmark.
+        # Whatever is left in the group (an orphaned pool child, a parent that ignored SIGTERM) goes too.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5)
         self.proc = None
-
-
-# ---------------------------------------------------------------------------------------------------
-# The stack
 
 
 class LocalStack:
@@ -148,11 +127,10 @@ class LocalStack:
         ready_timeout: float = 60,
     ) -> None:
         self.workdir = workdir
-        self.ready_timeout = ready_timeout  # seconds for the gateway to answer /readyz (a loaded machine: more)
+        self.ready_timeout = ready_timeout  # seconds for the gateway to answer /readyz
         self.worker_concurrency = worker_concurrency
         self.llm_latency_ms = llm_latency_ms  # only for the fake this stack starts itself
         self.llm_url = llm_url  # an Anthropic-format server the caller runs; None = start the fake here
-        # None: one worker on every queue, `worker_concurrency` processes (what the first benchmarks used).
         self.worker_specs = (
             tuple(workers) if workers is not None else (WorkerSpec("worker", QUEUES, worker_concurrency),)
         )
@@ -183,7 +161,6 @@ class LocalStack:
         env.update(self.extra_env)
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        # Warnings and errors only (as ENGRAM_LOG_LEVEL in child_env): log I/O would add to every measurement.
         self.gateway = self._spawn("gateway", gateway_argv("127.0.0.1", port, log_level="warning"), env)
         for spec in self.worker_specs:
             argv = worker_argv(spec.queues, spec.name, concurrency=spec.concurrency, log_level="WARNING")
@@ -196,8 +173,7 @@ class LocalStack:
 
     def _start_fake_llm(self) -> str:
         llm_port = free_port()
-        # A process of its own: in the benchmark's process it would compete with the client
-        # threads for the GIL and inflate the latencies being measured.
+        # A process of its own: in the benchmark's it would compete with the client threads for the GIL.
         fake = self._spawn(
             "fake-llm",
             [sys.executable, "-m", "ops.fake_llm", "--port", str(llm_port), "--latency-ms", str(self.llm_latency_ms)],
@@ -214,7 +190,6 @@ class LocalStack:
         return child
 
     def _wait_ready(self, timeout: float = 60) -> None:
-        # The worker's readiness is proven by the warm-up turns, which wait in the queue until it runs.
         deadline = time.monotonic() + timeout
         with httpx.Client(base_url=self.url, timeout=5) as http:
             while time.monotonic() < deadline:
@@ -230,7 +205,7 @@ class LocalStack:
             child.check_alive()
 
     def stop(self) -> None:
-        # Clients of Postgres and Redis first, so none of them logs a storm of connection errors.
+        # Clients of Postgres and Redis first, so none logs a storm of connection errors.
         for child in reversed(self.children):
             child.stop()
         self.children.clear()
@@ -257,17 +232,14 @@ def prepare_database(database_url: str) -> str:
 
 
 def bench_env(llm_url: str) -> dict[str, str]:
-    """The environment of an engram process a benchmark starts: the caller's own, without its ENGRAM_*
-    settings (another stack's URLs, a real API key must not leak in), talking to the model at `llm_url`."""
+    """An engram process's environment: the caller's without its ENGRAM_* settings, the model at `llm_url`."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_")}
     env.update(
         {
             "ENGRAM_LLM_PROVIDER": "anthropic",
             "ENGRAM_ANTHROPIC_API_KEY": "bench-key",
             "ENGRAM_ANTHROPIC_BASE_URL": llm_url,
-            # Per-turn INFO lines would add log I/O to every measurement; warnings and errors still show.
             "ENGRAM_LOG_LEVEL": "WARNING",
-            # The benchmarks drive one key far harder than a client would; they measure the engine.
             "ENGRAM_RATE_LIMIT_KEY_PER_SECOND": "0",
             "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0",
         }
@@ -282,8 +254,7 @@ def child_env(database_url: str, redis_url: str, data_dir: Path, llm_url: str) -
             "ENGRAM_DATABASE_URL": database_url,
             "ENGRAM_REDIS_URL": redis_url,
             "ENGRAM_DATA_DIR": str(data_dir),
-            # What `engram up` writes into the data dir on first start: the key stored channel secrets are
-            # sealed with; without one, a gateway cannot store the Slack or Telegram connection it is given.
+            # As `engram up` writes it on first start: channel secrets are sealed with it.
             "ENGRAM_SECRET_KEY": generate_key(),
             "PYTHONUNBUFFERED": "1",
         }
@@ -292,7 +263,7 @@ def child_env(database_url: str, redis_url: str, data_dir: Path, llm_url: str) -
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C by the benchmarks: stop what they started."""
+    """SIGTERM, handled like Ctrl-C: stop what was started."""
 
 
 def raise_on_sigterm(signum: int, _frame: FrameType | None) -> None:

@@ -22,8 +22,7 @@ def turn(speaker: str, dia_id: str, text: str) -> dict[str, str]:
     return {"speaker": speaker, "dia_id": dia_id, "text": text}
 
 
-# Two sessions of five turns, each over the 200-token compaction threshold the run sets, so every turn
-# but a session's last is compacted and indexed as transcript.
+# Two sessions of five turns, each turn a message with its transcript unit.
 TINY_LOCOMO = [
     {
         "sample_id": "tiny-1",
@@ -127,10 +126,8 @@ def run_e2e(path: Path) -> dict[str, Any]:
         str(path),
         "--budgets",
         ",".join(map(str, BUDGETS)),
-        "--compaction-tokens",
-        "200",
-        "--debounce-s",
-        "0.5",
+        "--env",
+        "ENGRAM_EXTRACTION_DEBOUNCE_SECONDS=0.5",
         "--wait-timeout",
         "180",
         "--json",

@@ -88,7 +88,8 @@ def test_scores_and_the_json_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     lines = capsys.readouterr().out.strip().splitlines()
     last = json.loads(lines[-1])
     assert last["pairs"] == 5 and last["duplicates"] == 2 and last["embedder"] == "stub:two-axes"
-    assert any(line.startswith("jaccard       0.75") for line in lines)
+    # The human report is the summary's outline: the default threshold's row among its lines.
+    assert "  jaccard 0 75: threshold 0.75, precision 1, recall 0, f1 0, false_merge 0" in lines
 
 
 def test_an_unreadable_file_is_a_clear_exit(tmp_path: Path) -> None:

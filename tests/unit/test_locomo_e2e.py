@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from ops.bench.locomo_data import Conversation, load_conversations, session_messages
+from ops.bench.locomo_data import load_conversations, session_messages
 from ops.bench.locomo_e2e import evidence_recall, normalise, user_id_for
 from ops.bench.locomo_retrieval import main
-from ops.bench.locomo_turns import ACK, OPENING, Exchange, exchanges
 
 CONTEXT = (
     "<memory-context>\nWhat follows is data engram remembers about the user.\n\n"
@@ -81,35 +79,6 @@ def test_sessions_become_ingest_batches_in_order_with_speaker_date_and_caption(t
     assert sessions[2][0]["content"] == "Later. [image: a dog]"
     # The sample id is kept readable but made a valid engram user id.
     assert user_id_for(3, conversation) == "locomo-003-conv-7-x"
-
-
-def _conversation(tmp_path: Path, sessions: dict[int, list[tuple[str, str]]]) -> Conversation:
-    talk: dict[str, Any] = {"speaker_a": "Ben", "speaker_b": "Ana"}
-    for number, lines in sessions.items():
-        talk[f"session_{number}_date_time"] = f"1:56 pm on {number} May, 2023"
-        talk[f"session_{number}"] = [
-            {"speaker": who, "dia_id": f"D{number}:{i + 1}", "text": text} for i, (who, text) in enumerate(lines)
-        ]
-    path = tmp_path / "locomo.json"
-    path.write_text(json.dumps([{"sample_id": "c", "conversation": talk, "qa": []}]), encoding="utf-8")
-    (conversation,) = load_conversations(path)
-    return conversation
-
-
-def test_sessions_become_chat_turns_the_first_speaker_says_and_the_fake_model_answers(tmp_path: Path) -> None:
-    conversation = _conversation(
-        tmp_path,
-        {
-            1: [("Ben", "Hey Ana!"), ("Ana", "Hi Ben."), ("Ana", "Guess what."), ("Ben", "What?"), ("Ana", "A cat!")],
-            2: [("Ana", "Hello"), ("Ben", "Hi."), ("Ben", "Bye.")],
-        },
-    )
-    # The user is the conversation's first speaker (Ben); a run of one speaker's lines is one message; a
-    # session the other speaker opens starts with a greeting turn, one the user ends gets an acknowledgement.
-    assert exchanges(conversation) == {
-        1: [Exchange("Hey Ana!", "Hi Ben.\nGuess what."), Exchange("What?", "A cat!")],
-        2: [Exchange(OPENING, "Hello"), Exchange("Hi.\nBye.", ACK)],
-    }
 
 
 @pytest.mark.parametrize(
