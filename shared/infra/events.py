@@ -2,7 +2,10 @@
 
 A stream rather than plain pub/sub: a client that connects after generation began still gets
 every delta from the first one, in order, and a reconnecting client resumes from its last id.
-Streams expire an hour after their last event; the turn row in Postgres remains the record.
+A running turn's stream expires an hour after its last event; a finished turn's (its `done` or `error`
+written) five minutes after, long enough for a client to reconnect and read its tail. Later readers get the
+reply from the turn row in Postgres, which remains the record. Each turn's events take about 4 KiB of
+Redis memory, so the shorter life keeps Redis to the turns of the last minutes, not of the last hour.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import redis
 import redis.asyncio as aioredis
 
 STREAM_TTL_SECONDS = 3600
+FINISHED_STREAM_TTL_SECONDS = 300
 STREAM_MAXLEN = 20_000
 TERMINAL_EVENTS = frozenset({"done", "error"})
 
@@ -63,7 +67,8 @@ class TurnEventPublisher:
             pipe = self.client.pipeline(transaction=False)
             for event, data in held:
                 pipe.xadd(self.key, {"event": event, "data": json.dumps(data)}, maxlen=STREAM_MAXLEN, approximate=True)
-            pipe.expire(self.key, STREAM_TTL_SECONDS)
+            finished = any(event in TERMINAL_EVENTS for event, _ in held)
+            pipe.expire(self.key, FINISHED_STREAM_TTL_SECONDS if finished else STREAM_TTL_SECONDS)
             pipe.execute()
         except redis.RedisError:
             pass

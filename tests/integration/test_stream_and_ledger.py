@@ -16,7 +16,7 @@ from shared.access.auth import ensure_tenant
 from shared.context.fences import strip_markers
 from shared.infra import db
 from shared.infra.config import Settings
-from shared.infra.events import TurnEventPublisher, stream_key
+from shared.infra.events import FINISHED_STREAM_TTL_SECONDS, TurnEventPublisher, stream_key
 from shared.llm.factory import chat_provider
 from shared.llm.types import ChatProvider, ChatRequest, ChatResult, DeltaCallback
 from shared.pipeline.jobs import extract_session
@@ -153,4 +153,18 @@ def test_a_burst_of_deltas_is_written_in_one_round_trip_in_order(clean_state: Te
     for text in "xyz":
         unbatched.publish("delta", text=text)
     assert [data["text"] for _, data in _entries(client, 990002)] == ["x", "y", "z"]
+    client.close()
+
+
+def test_a_finished_turns_stream_leaves_redis_minutes_after_its_end(clean_state: TestServices) -> None:
+    """A running turn's stream lives an hour past its last event; once it is done (or failed), five minutes:
+    Redis holds the events of recent turns, not of every turn of the last hour."""
+    client = redis.Redis.from_url(clean_state.redis_url)
+    for turn_id, end in ((990003, "done"), (990004, "error")):
+        events = TurnEventPublisher(client, turn_id, batch_window=0)
+        events.publish("delta", text="Hi")
+        assert client.ttl(stream_key(turn_id)) > FINISHED_STREAM_TTL_SECONDS  # still running
+        events.publish(end, status=end)
+        assert 0 < client.ttl(stream_key(turn_id)) <= FINISHED_STREAM_TTL_SECONDS
+        assert [event for event, _ in _entries(client, turn_id)] == ["delta", end]  # the tail is still there
     client.close()
