@@ -11,6 +11,7 @@ from shared.infra.db import Conn
 from shared.llm.ledger import calls_by_purpose
 from shared.memory.store import Scope
 from shared.turns.accept import find_session
+from shared.turns.rows import SessionRow
 
 TRANSCRIPT_PAGE = 100
 
@@ -35,7 +36,7 @@ def list_sessions(conn: Conn, scope: Scope, *, page: int = 1) -> Page:
 
 @dataclass(frozen=True)
 class Transcript:
-    session: dict[str, Any]
+    session: SessionRow
     messages: list[dict[str, Any]]
     turns: dict[int, dict[str, Any]]
     llm_calls: dict[str, Any]

@@ -17,7 +17,7 @@ grown enough that a rebuild pays for itself:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +69,7 @@ def _frozen_rows(epoch: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(epoch["frozen"], key=lambda r: (r["namespace"], r["key"], r["id"]))
 
 
-def _store(conn: Conn, session: dict[str, Any], memories: list[dict[str, Any]], base: str, reason: str) -> None:
+def _store(conn: Conn, session: Mapping[str, Any], memories: list[dict[str, Any]], base: str, reason: str) -> None:
     conn.execute(
         """INSERT INTO session_prompt_epochs
                (session_id, tenant_id, user_id, memory_ids, knowledge_digest, base_digest, compaction_count, reason)
@@ -92,7 +92,7 @@ def _store(conn: Conn, session: dict[str, Any], memories: list[dict[str, Any]], 
 
 def split_knowledge(
     conn: Conn,
-    session: dict[str, Any],
+    session: Mapping[str, Any],
     live: list[dict[str, Any]],
     *,
     epoch: dict[str, Any] | None,
@@ -116,7 +116,7 @@ def split_knowledge(
 
 
 def _rebuild_reason(
-    session: dict[str, Any],
+    session: Mapping[str, Any],
     epoch: dict[str, Any] | None,
     frozen: list[dict[str, Any]],
     live: list[dict[str, Any]],
