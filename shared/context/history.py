@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 from shared.context.dynamic import RELEVANT_LIMIT
 from shared.infra.db import Conn, Query
 from shared.llm.types import ChatMessage, ToolCall
+from shared.memory.rows import MemoryLine
 from shared.text import estimate_tokens
 from shared.turns.rows import ContextMessage, SessionRow, TurnRef
 
@@ -95,7 +96,7 @@ def relevant_memories(
     history: list[ChatMessage],
     prior: SearchReads | None = None,
     max_tokens: int | None = None,
-) -> list[dict[str, Any]]:
+) -> list[MemoryLine]:
     """Facts and excerpts of the user's other conversations that bear on the latest user message, best first,
     within `max_tokens` (default ENGRAM_TURN_RECALL_TOKENS; shown, not counted as use: counting them would churn
     the "What You Know" selection every turn). An excerpt is listed under its day and conversation with its
@@ -120,9 +121,10 @@ def relevant_memories(
         filters=SearchFilters(exclude_session_id=turn["session_id"]),
         prior=prior,
     )
-    chosen: list[dict[str, Any]] = []
+    chosen: list[MemoryLine] = []
     used = 0
     for r in results:
+        item: MemoryLine
         if r.source == "transcript":
             item = {
                 "namespace": excerpt_place(r.created_at, r.session_key),

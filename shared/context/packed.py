@@ -42,6 +42,7 @@ from shared.context.tokens import BpeTokenCounter, TokenCounter, counter_for
 from shared.infra.config import Settings
 from shared.infra.db import Conn, Query, fetch_together, first
 from shared.llm.factory import chat_model
+from shared.memory.rows import KnownMemory
 from shared.memory.search import SearchFilters
 from shared.memory.search_reads import SearchReads, search_read_queries
 from shared.memory.service import search_memories
@@ -405,7 +406,7 @@ def _search_items(
     return items
 
 
-def _known_items(known: Sequence[dict[str, Any]], seen: set[str]) -> list[Item]:
+def _known_items(known: Sequence[KnownMemory], seen: set[str]) -> list[Item]:
     rows = sorted(known, key=lambda r: (-r["access_count"], r["id"]))
     items = []
     for rank, row in enumerate(rows):

@@ -61,6 +61,36 @@ class DecayedMemoryRow(MemoryRow):
     decayed_at: datetime | None
 
 
+class MemoryLine(TypedDict):
+    """A remembered item as a prompt lists it (`- [namespace] key: value`): a fact the turn's relevant-memory
+    search found, or an excerpt of another conversation (under its day and conversation, `key` its speaker)."""
+
+    namespace: str
+    key: str
+    value: str
+
+
+class FrozenMemory(MemoryLine):
+    """A memory of a session's "What You Know" epoch, as the epoch's read gives it back (context.epoch)."""
+
+    id: int
+
+
+class KnownMemory(FrozenMemory):
+    """A memory as the "What You Know" read gives it (context.static_prompt.what_you_know_query): chosen by use,
+    with its source as a search result has it (`memory_source_sql`)."""
+
+    kind: str
+    access_count: int
+    personality: bool  # a tacit/personality memory (its own, smaller, share of the list)
+    valid_from: datetime
+    event_time: datetime | None
+    source_session_id: int | None
+    source_message_ids: list[int]
+    source_session_key: str | None
+    source_speaker: str | None
+
+
 def memory_row(row: DictRow | None) -> MemoryRow | None:
     """A row read with MEMORY_COLUMNS (or `RETURNING` them), as the record it is."""
     return cast("MemoryRow | None", row)
