@@ -14,7 +14,7 @@ from shared.context.data_fence import fence
 from shared.context.fences import strip_markers
 from shared.context.static_prompt import Section
 from shared.infra.db import Query
-from shared.memory.rows import FrozenMemory
+from shared.memory.rows import MemoryEntry
 
 RELEVANT_LIMIT = 5
 
@@ -31,7 +31,7 @@ class DynamicInputs:
     relevant: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)  # MemoryLine's {namespace, key, value}
     reflection: str | None = None
     # Tacit memories that joined "What You Know" after the session's prompt epoch (epoch.py).
-    since_epoch: tuple[FrozenMemory, ...] = field(default_factory=tuple)
+    since_epoch: tuple[MemoryEntry, ...] = field(default_factory=tuple)
 
 
 def local_time(now: datetime, timezone: str) -> tuple[datetime, str]:

@@ -32,7 +32,7 @@ from shared.context.prompt_text import (
 from shared.infra.db import Conn, Query, first
 from shared.llm.types import ToolSpec
 from shared.memory.memory_input import DIRECTIVE_KEY, DIRECTIVE_NAMESPACE
-from shared.memory.rows import FrozenMemory, KnownMemory, MemoryLine, memory_source_sql
+from shared.memory.rows import KnownMemory, MemoryEntry, MemoryLine, memory_source_sql
 
 WHAT_YOU_KNOW_LIMIT = 50
 PERSONALITY_LIMIT = 10
@@ -65,7 +65,7 @@ class PromptInputs:
     agent: dict[str, Any] | None = None
     directive: str | None = None
     user: dict[str, Any] | None = None
-    memories: Sequence[FrozenMemory] = ()  # "What You Know": today's selection, or the session's epoch
+    memories: Sequence[MemoryEntry] = ()  # "What You Know": today's selection, or the session's epoch
     file_rules: str | None = None
     file_knowledge: str | None = None
     tools: tuple[ToolSpec, ...] = ()

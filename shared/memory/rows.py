@@ -70,13 +70,14 @@ class MemoryLine(TypedDict):
     value: str
 
 
-class FrozenMemory(MemoryLine):
-    """A memory of a session's "What You Know" epoch, as the epoch's read gives it back (context.epoch)."""
+class MemoryEntry(MemoryLine):
+    """A memory by its id and its line: the memories of a session's "What You Know" epoch as the epoch's read gives
+    them back (context.epoch), consolidation's candidate conflicts, reflection's recent facts."""
 
     id: int
 
 
-class KnownMemory(FrozenMemory):
+class KnownMemory(MemoryEntry):
     """A memory as the "What You Know" read gives it (context.static_prompt.what_you_know_query): chosen by use,
     with its source as a search result has it (`memory_source_sql`)."""
 
