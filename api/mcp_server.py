@@ -43,6 +43,7 @@ from shared.memory import writes
 from shared.memory.keys import MemoryRejected
 from shared.memory.memory_input import MemoryInput
 from shared.memory.reads import get_memory, list_memories, recall, touch_accessed
+from shared.memory.rows import MemoryRow
 from shared.memory.search import SearchFilters, SearchResult
 from shared.memory.service import search_memories
 from shared.memory.store import (
@@ -122,9 +123,15 @@ async def _read_memories(caller: Caller, empty: T, read: Callable[[db.Conn, Memo
     return await _run(caller, "memory:read", work)
 
 
-def _brief(memory: dict[str, Any]) -> dict[str, Any]:
-    brief = {k: memory[k] for k in ("id", "namespace", "key", "value", "kind")}
-    if memory.get("source_message_ids"):
+def _brief(memory: MemoryRow) -> dict[str, Any]:
+    brief: dict[str, Any] = {
+        "id": memory["id"],
+        "namespace": memory["namespace"],
+        "key": memory["key"],
+        "value": memory["value"],
+        "kind": memory["kind"],
+    }
+    if memory["source_message_ids"]:
         brief["source_message_ids"] = list(memory["source_message_ids"])
         brief["valid_from"] = memory["valid_from"].isoformat()
     return brief

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
 
 from shared.agent import TurnDeps
 from shared.infra.config import get_settings
 from shared.infra.redis_client import get_redis
 from shared.llm.factory import chat_model, chat_provider
 from shared.tools import default_registry
+from shared.turns.rows import SessionRow
 
 
 @lru_cache(maxsize=1)
 def turn_deps(
     memory_written: Callable[[int], None] | None = None,
-    after_turn: Callable[[int, int, dict[str, Any] | None], None] | None = None,
+    after_turn: Callable[[int, int, SessionRow | None], None] | None = None,
     reply_ready: Callable[[int], None] | None = None,
 ) -> TurnDeps:
     settings = get_settings()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kombu.exceptions import OperationalError as BrokerUnavailable
 from redis.exceptions import RedisError
@@ -23,6 +23,7 @@ from shared.queueing import task_names as names
 from shared.queueing.dispatch import AcceptedWork
 from shared.queueing.fairness import Admission
 from shared.queueing.queues import BULK_PRIORITY
+from shared.turns.rows import SessionRow, session_row
 from workers.app import app
 
 if TYPE_CHECKING:  # only for annotations
@@ -125,7 +126,7 @@ def enqueue_flush(session_id: int) -> None:
     app.send_task(names.FLUSH, kwargs={"session_id": session_id}, queue="flush")
 
 
-def schedule_memory_work(session_id: int, session: dict[str, Any] | None = None) -> None:
+def schedule_memory_work(session_id: int, session: SessionRow | None = None) -> None:
     """After new messages in a session (a chat turn, an ingested batch): the embedding drain for their
     transcript units, always; debounced extraction (which also compacts the session once it has reached the
     threshold), and a flush when the session has grown enough, as ENGRAM_AUTO_MEMORY says. `session`: its row
@@ -149,7 +150,7 @@ def schedule_memory_work(session_id: int, session: dict[str, Any] | None = None)
             enqueue_extraction(session_id, plan.token, plan.countdown)
         if session is None:
             with db.connection() as conn:
-                session = conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
+                session = session_row(conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone())
         if session is None:
             return
         # A compaction that is due is left to the extraction just scheduled: that run summarises and mines in

@@ -9,7 +9,9 @@ functions is seen here too.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from shared.turns.rows import SessionRow
 
 if TYPE_CHECKING:  # only for annotations
     from shared.queueing.dispatch import AcceptedWork
@@ -35,7 +37,7 @@ class CeleryDispatcher:
 
         dispatch.drain_soon(session_id, tenant_id)
 
-    def schedule_memory_work(self, session_id: int, session: dict[str, Any] | None = None) -> None:
+    def schedule_memory_work(self, session_id: int, session: SessionRow | None = None) -> None:
         from workers import dispatch
 
         dispatch.schedule_memory_work(session_id, session)

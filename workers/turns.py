@@ -22,6 +22,7 @@ from shared.queueing import fairness
 from shared.queueing.diagnostics import answer_ping
 from shared.queueing.recovery import sessions_to_redrive
 from shared.runtime import turn_deps
+from shared.turns.rows import SessionRow
 from workers.base import engram_task
 from workers.consumer import RECONNECT_HOOKS
 from workers.dispatch import enqueue_delivery, enqueue_drain, enqueue_embed_memory, schedule_memory_work
@@ -36,7 +37,7 @@ REDIS_PATIENCE_SECONDS = 90.0
 REDIS_PATIENCE_MAX_PAUSE_SECONDS = 2.0
 
 
-def after_turn(session_id: int, turn_id: int, session: dict[str, Any] | None) -> None:
+def after_turn(session_id: int, turn_id: int, session: SessionRow | None) -> None:
     """The memory work a turn calls for: the same scheduling as for ingested messages (the session row the
     turn committed spares it a read)."""
     schedule_memory_work(session_id, session)

@@ -36,6 +36,7 @@ from shared.memory.entities import entity_info, list_entities
 from shared.memory.keys import MemoryRejected
 from shared.memory.memory_input import KINDS, MAX_TAGS, MemoryInput
 from shared.memory.reads import get_memory, list_memories, memory_history
+from shared.memory.rows import MemoryRow
 from shared.memory.search import SearchFilters
 from shared.memory.service import search_memories
 from shared.memory.stats import memory_stats
@@ -122,7 +123,7 @@ def get_memories(
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     min_lsn: MinLsn = None,
 ) -> list[MemoryOut]:
-    def run(conn: Conn) -> list[dict[str, Any]]:
+    def run(conn: Conn) -> list[MemoryRow]:
         return list_memories(
             conn,
             _scope(conn, tenant, user_id),
@@ -137,7 +138,7 @@ def get_memories(
     return [MemoryOut(**row) for row in read(run, min_lsn=min_lsn)]
 
 
-def _load(conn: Conn, scope: Scope, memory_id: int) -> dict[str, Any]:
+def _load(conn: Conn, scope: Scope, memory_id: int) -> MemoryRow:
     memory = get_memory(conn, scope, memory_id)
     if memory is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no memory {memory_id}")

@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Response, status
 from sse_starlette.sse import EventSourceResponse
@@ -25,6 +25,7 @@ from shared.infra.redis_client import shared_async_redis
 from shared.llm.ledger import calls_by_purpose
 from shared.queueing.dispatch import get_dispatcher
 from shared.turns.accept import TERMINAL_STATUSES, IdempotencyConflict, get_turn, submit_turn
+from shared.turns.rows import TurnView
 
 router = APIRouter(prefix="/v1", tags=["turns"])
 log = get_logger(__name__)
@@ -87,14 +88,21 @@ def post_turn(
     return TurnAccepted(turn_id=turn["turn_id"], session_id=turn["session_id"], status=turn["status"])
 
 
-def _load_turn(principal: Principal, turn_id: int) -> dict[str, Any]:
+class _LoadedTurn(TurnView):
+    """A turn as GET /turns/{id} answers it: with its model calls by purpose (calls_by_purpose)."""
+
+    llm_calls: dict[str, Any]
+
+
+def _load_turn(principal: Principal, turn_id: int) -> _LoadedTurn:
     with db.connection() as conn:
         turn = get_turn(conn, principal.id, turn_id)
         # Another user's turn is as invisible to a user-bound key as another tenant's is to any key.
         if turn is None or not principal.may_act_for(turn["user_id"]):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no turn {turn_id}")
-        turn["llm_calls"] = calls_by_purpose(conn, turn_id=turn_id)
-    return turn
+        loaded = cast(_LoadedTurn, turn)
+        loaded["llm_calls"] = calls_by_purpose(conn, turn_id=turn_id)
+    return loaded
 
 
 @router.get("/turns/{turn_id}", response_model=TurnOut, responses={404: {"description": "No such turn"}})
@@ -136,7 +144,7 @@ async def turn_events(
     return EventSourceResponse(_sse(tenant, turn, last_event_id or "0"), ping=15)
 
 
-async def _sse(principal: Principal, turn: dict[str, Any], last_id: str) -> AsyncIterator[dict[str, str]]:
+async def _sse(principal: Principal, turn: TurnView, last_id: str) -> AsyncIterator[dict[str, str]]:
     turn_id = turn["turn_id"]
     # Bounded: a client that never disconnects holds a connection and a pooled Redis connection, so the
     # stream ends after ENGRAM_SSE_MAX_SECONDS; every event carries its id, so EventSource resumes.

@@ -6,13 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import redis
 
 from shared.llm.ledger import CallRecord, LedgerScope, record_call
 from shared.llm.types import ChatProvider
 from shared.tools import ToolRegistry
+from shared.turns.rows import SessionRow
 
 
 @dataclass
@@ -27,7 +27,7 @@ class TurnDeps:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     memory_written: Callable[[int], None] | None = None  # enqueues embedding of memories tools wrote
     # (session_id, turn_id, session row as the turn committed it): schedules memory work
-    after_turn: Callable[[int, int, dict[str, Any] | None], None] | None = None
+    after_turn: Callable[[int, int, SessionRow | None], None] | None = None
     relevant_memory: bool = True  # search other sessions for the dynamic suffix
     context_dir: Path | None = None
     context_window: int | None = None

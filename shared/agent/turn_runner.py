@@ -18,7 +18,7 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from psycopg.types.json import Jsonb
@@ -42,6 +42,7 @@ from shared.text import estimate_tokens
 from shared.tools import ToolContext
 from shared.turns.accept import LIVE_TOKEN_COUNT, lock_session_row
 from shared.turns.client_options import ClientOptions, merged_tools
+from shared.turns.rows import ClaimedTurn, SessionRow, TurnRow, session_row
 
 log = get_logger(__name__)
 
@@ -130,19 +131,22 @@ def sessions_with_running_turns(conn: Conn, limit: int = 5000) -> list[int]:
     return [int(row["session_id"]) for row in rows]
 
 
-def claim_next_turn(session_id: int) -> dict[str, Any] | None:
+def claim_next_turn(session_id: int) -> ClaimedTurn | None:
     """Mark the session's oldest open turn running (attempt + 1) and return it.
 
     A 'running' turn found here was left by a worker that died: it is claimed again.
     """
     with db.connection() as conn:
         while True:
-            row = conn.execute(
-                """SELECT t.*, u.timezone FROM turns t JOIN users u ON u.id = t.user_id
-                   WHERE t.session_id = %s AND t.status IN ('queued', 'running')
-                   ORDER BY t.id LIMIT 1 FOR UPDATE OF t""",
-                (session_id,),
-            ).fetchone()
+            row = cast(
+                "ClaimedTurn | None",
+                conn.execute(
+                    """SELECT t.*, u.timezone FROM turns t JOIN users u ON u.id = t.user_id
+                       WHERE t.session_id = %s AND t.status IN ('queued', 'running')
+                       ORDER BY t.id LIMIT 1 FOR UPDATE OF t""",
+                    (session_id,),
+                ).fetchone(),
+            )
             if row is None:
                 return None
             if row["attempts"] >= MAX_TURN_ATTEMPTS:
@@ -158,7 +162,7 @@ def claim_next_turn(session_id: int) -> dict[str, Any] | None:
             return {**row, "attempts": claimed["attempts"]}
 
 
-def _fail(conn: Conn, turn: dict[str, Any], error: str) -> None:
+def _fail(conn: Conn, turn: TurnRow, error: str) -> None:
     conn.execute(
         """UPDATE turns SET status = 'failed', error = %s, finished_at = now(), updated_at = now()
            WHERE id = %s AND status IN ('queued', 'running')""",
@@ -174,7 +178,7 @@ def _notify_reply(deps: TurnDeps, delivery_id: int | None) -> None:
         deps.reply_ready(delivery_id)
 
 
-def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> bool:
+def run_claimed_turn(turn: ClaimedTurn, deps: TurnDeps, lock: HeartbeatLock) -> bool:
     """Run one claimed turn. False when its finishing transaction saw no other open turn of the session
     (the drain need not claim again); True when there may be one."""
     with (
@@ -184,7 +188,7 @@ def run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) 
         return _run_claimed_turn(turn, deps, lock)
 
 
-def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock) -> bool:
+def _run_claimed_turn(turn: ClaimedTurn, deps: TurnDeps, lock: HeartbeatLock) -> bool:
     bound = log.bind(turn_id=turn["id"], session_id=turn["session_id"], attempt=turn["attempts"])
     client = ClientOptions.from_json(turn.get("client"))
     events = TurnEventPublisher(deps.redis, turn["id"])
@@ -241,7 +245,7 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
             timings=timings,
         )
         delivery = None
-        committed: dict[str, Any] | None = None  # the session row as this transaction leaves it
+        committed: SessionRow | None = None  # the session row as this transaction leaves it
         if written:
             _insert_messages(conn, turn, outcome.messages, turn_context.agent_name)
             committed = _finish_session(conn, turn["session_id"], outcome.steering_fired)
@@ -261,7 +265,7 @@ def _run_claimed_turn(turn: dict[str, Any], deps: TurnDeps, lock: HeartbeatLock)
 
 
 def read_turn_context(
-    conn: Conn, turn: dict[str, Any], deps: TurnDeps, client: ClientOptions | None = None
+    conn: Conn, turn: ClaimedTurn, deps: TurnDeps, client: ClientOptions | None = None
 ) -> tuple[list[ChatMessage], TurnContext]:
     """What the turn's model calls are built from: its history and its context (prompt, dynamic inputs,
     steering). The history, the session, every read of the prompt and what the relevant-memory search reads
@@ -295,18 +299,20 @@ def read_turn_context(
     return history, context
 
 
-def _finish_session(conn: Conn, session_id: int, fired: set[str]) -> dict[str, Any]:
+def _finish_session(conn: Conn, session_id: int, fired: set[str]) -> SessionRow:
     """One statement for what a finished turn changes in its session: the live size (which decides flush and
     compaction, as in refresh_token_count), and steering that fires once per event (compaction recovery once
     after a compaction, the budget warning once per session). Returns the row as committed, so the memory
     work scheduled after the turn need not read it again."""
-    row = conn.execute(
-        f"""UPDATE sessions SET updated_at = now(), recovery_pending = false, token_count = {LIVE_TOKEN_COUNT},
+    row = session_row(
+        conn.execute(
+            f"""UPDATE sessions SET updated_at = now(), recovery_pending = false, token_count = {LIVE_TOKEN_COUNT},
                budget_warned_at = CASE WHEN %(warned)s THEN coalesce(budget_warned_at, now()) ELSE budget_warned_at END
            WHERE id = %(session)s
            RETURNING *""",
-        {"session": session_id, "warned": "token_budget_warning" in fired},
-    ).fetchone()
+            {"session": session_id, "warned": "token_budget_warning" in fired},
+        ).fetchone()
+    )
     assert row is not None  # the session row is locked by this transaction (lock_session_row)
     return row
 
@@ -315,7 +321,7 @@ def _call_json(call: ToolCall) -> dict[str, Any]:
     return {"id": call.id, "name": call.name, "arguments": call.arguments}
 
 
-def _timings(turn: dict[str, Any], started: float, llm_seconds: float | None) -> dict[str, Any]:
+def _timings(turn: TurnRow, started: float, llm_seconds: float | None) -> dict[str, Any]:
     total = time.monotonic() - started
     timings: dict[str, Any] = {"run_ms": round(total * 1000, 1), "attempt": turn["attempts"]}
     if turn.get("created_at") is not None:
@@ -327,7 +333,7 @@ def _timings(turn: dict[str, Any], started: float, llm_seconds: float | None) ->
     return timings
 
 
-def _guarded_update(conn: Conn, turn: dict[str, Any], status: str, **fields: Any) -> bool:
+def _guarded_update(conn: Conn, turn: TurnRow, status: str, **fields: Any) -> bool:
     """Finish the turn only if this attempt still owns it (same attempt number, still running)."""
     row = conn.execute(
         """UPDATE turns SET status = %s, reply = %s, error = %s, usage = %s, timings = %s,
@@ -346,7 +352,7 @@ def _guarded_update(conn: Conn, turn: dict[str, Any], status: str, **fields: Any
     return row is not None
 
 
-def _insert_messages(conn: Conn, turn: dict[str, Any], messages: list[ChatMessage], agent_name: str) -> None:
+def _insert_messages(conn: Conn, turn: TurnRow, messages: list[ChatMessage], agent_name: str) -> None:
     """The turn's new messages; the assistant's are said by the agent, under its name."""
     with conn.cursor() as cur:
         cur.executemany(

@@ -4,13 +4,13 @@ it. The console writes through the memory-write service every surface uses (shar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from shared.console.paging import PAGE_SIZE, Page, make_page, page_bounds
 from shared.infra.db import Conn
 from shared.maintenance.decay import protection
-from shared.memory.reads import get_memory, list_memories, memory_events
-from shared.memory.rows import MEMORY_COLUMNS
+from shared.memory.reads import list_memories, memory_events
+from shared.memory.rows import MEMORY_COLUMNS, DecayedMemoryRow
 from shared.memory.search import SearchFilters
 from shared.memory.service import search_memories
 from shared.memory.store import Scope
@@ -57,13 +57,13 @@ def memory_page(conn: Conn, scope: Scope, *, query: str, filters: MemoryFilters,
         ),
     )
     start = (max(page, 1) - 1) * PAGE_SIZE
-    rows = [r.as_dict() | {"tags": r.tags, "confidence": r.confidence} for r in results[start : start + PAGE_SIZE + 1]]
-    return make_page(rows, page)
+    found = [r.as_dict() | {"tags": r.tags, "confidence": r.confidence} for r in results[start : start + PAGE_SIZE + 1]]
+    return make_page(found, page)
 
 
 @dataclass(frozen=True)
 class MemoryDetail:
-    memory: dict[str, Any]
+    memory: DecayedMemoryRow
     history: Page  # a page of the memory's events, oldest first
     sources: list[MessageSource]
     entities: list[dict[str, Any]] = field(default_factory=list)
@@ -81,7 +81,14 @@ class MemoryDetail:
 def memory_detail(conn: Conn, scope: Scope, memory_id: int, *, history_page: int = 1) -> MemoryDetail | None:
     """The memory, a page of its history (the events of its namespace and key), its source messages with their
     text, and its entities: four queries whatever the memory."""
-    memory = get_memory(conn, scope, memory_id, columns=f"{MEMORY_COLUMNS}, decayed_at")  # the page says when
+    memory = cast(
+        "DecayedMemoryRow | None",
+        conn.execute(
+            f"""SELECT {MEMORY_COLUMNS}, decayed_at FROM memories
+                WHERE tenant_id = %s AND user_id = %s AND id = %s""",  # the page says when it decayed
+            (scope.tenant_id, scope.user_id, memory_id),
+        ).fetchone(),
+    )
     if memory is None:
         return None
     limit, offset = page_bounds(history_page)

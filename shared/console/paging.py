@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic, TypeVar
 
 PAGE_SIZE = 25
 # OFFSET paging this deep is never useful in a browser, and the limit keeps a crafted URL cheap.
 MAX_PAGE = 400
 
 
+# A page's rows: a record (a memory, MemoryRow) or a read's own dict.
+RowT = TypeVar("RowT")
+
+
 @dataclass(frozen=True)
-class Page:
-    rows: list[dict[str, Any]]
+class Page(Generic[RowT]):
+    rows: list[RowT]
     number: int
     has_next: bool
 
@@ -27,5 +31,5 @@ def page_bounds(number: int, size: int = PAGE_SIZE) -> tuple[int, int]:
     return size + 1, (number - 1) * size
 
 
-def make_page(rows: list[dict[str, Any]], number: int, size: int = PAGE_SIZE) -> Page:
+def make_page(rows: list[RowT], number: int, size: int = PAGE_SIZE) -> Page[RowT]:
     return Page(rows=rows[:size], number=min(max(number, 1), MAX_PAGE), has_next=len(rows) > size)

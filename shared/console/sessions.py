@@ -4,13 +4,14 @@ turn's status, usage and latency, and the session's compaction state."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from shared.console.paging import Page, make_page, page_bounds
 from shared.infra.db import Conn
 from shared.llm.ledger import calls_by_purpose
 from shared.memory.store import Scope
 from shared.turns.accept import find_session
+from shared.turns.rows import MessageRow, SessionRow
 
 TRANSCRIPT_PAGE = 100
 
@@ -33,10 +34,16 @@ def list_sessions(conn: Conn, scope: Scope, *, page: int = 1) -> Page:
     return make_page(rows, page)
 
 
+class TranscriptMessage(MessageRow):
+    """A message as the console's transcript page reads it: with its token estimate."""
+
+    token_estimate: int
+
+
 @dataclass(frozen=True)
 class Transcript:
-    session: dict[str, Any]
-    messages: list[dict[str, Any]]
+    session: SessionRow
+    messages: list[TranscriptMessage]
     turns: dict[int, dict[str, Any]]
     llm_calls: dict[str, Any]
     page: int
@@ -68,12 +75,16 @@ def transcript(
     if message_id:
         page = _page_of_message(conn, session["id"], message_id)
     limit, offset = page_bounds(page, TRANSCRIPT_PAGE)
-    rows = conn.execute(
-        """SELECT id, turn_id, role, name, content, tool_calls, tool_results, is_compacted, token_estimate, created_at
-           FROM session_messages WHERE session_id = %s AND tenant_id = %s
-           ORDER BY turn_id NULLS FIRST, id LIMIT %s OFFSET %s""",
-        (session["id"], tenant_id, limit, offset),
-    ).fetchall()
+    rows = cast(
+        "list[TranscriptMessage]",
+        conn.execute(
+            """SELECT id, turn_id, role, name, content, tool_calls, tool_results, is_compacted, token_estimate,
+                      created_at
+               FROM session_messages WHERE session_id = %s AND tenant_id = %s
+               ORDER BY turn_id NULLS FIRST, id LIMIT %s OFFSET %s""",
+            (session["id"], tenant_id, limit, offset),
+        ).fetchall(),
+    )
     shown = rows[:TRANSCRIPT_PAGE]
     turn_ids = sorted({row["turn_id"] for row in shown if row["turn_id"] is not None})
     turns = conn.execute(

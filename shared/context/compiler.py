@@ -8,7 +8,7 @@ context inspection endpoint, so what it shows is what the model would get.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -155,7 +155,7 @@ def _steering_facts(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def prepare_turn(
     conn: Conn,
     *,
-    session: dict[str, Any],
+    session: Mapping[str, Any],
     user_timezone: str | None,
     turn_id: int | None,
     tools: tuple[ToolSpec, ...],
@@ -163,7 +163,7 @@ def prepare_turn(
     model: str,
     now: datetime,
     context_dir: Path | None,
-    relevant: list[dict[str, Any]],
+    relevant: Sequence[Mapping[str, Any]],
     context_window_override: int | None = None,
     max_output_tokens: int = 1024,
     epoch_max_delta: int = 10,
@@ -174,7 +174,9 @@ def prepare_turn(
     Know" epoch is stored; without it (inspection, tests) nothing is written.
 
     Its reads (`context_queries`) go to Postgres together, in one round trip, unless the caller already
-    sent them with its own and passes their rows as `reads`."""
+    sent them with its own and passes their rows as `reads`. `session`: its row (a SessionRow), or a stand-in with
+    the columns the context reads (the inspection of a session nobody has written to yet). `relevant`: MemoryLines
+    (relevant_memories), or dicts with their keys."""
     tenant_id, user_id = session["tenant_id"], session["user_id"]
     fences = FenceSet.for_session(str(session["fence_seed"]).encode(), session["id"])
     rows = reads

@@ -4,6 +4,7 @@ prompt epoch) never disturbs the cached prefix."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -13,6 +14,7 @@ from shared.context.data_fence import fence
 from shared.context.fences import strip_markers
 from shared.context.static_prompt import Section
 from shared.infra.db import Query
+from shared.memory.rows import MemoryEntry
 
 RELEVANT_LIMIT = 5
 
@@ -26,10 +28,10 @@ class DynamicInputs:
     channel: str = "api"
     active_task: str | None = None
     summary: str | None = None
-    relevant: tuple[dict[str, Any], ...] = field(default_factory=tuple)  # {namespace, key, value}
+    relevant: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)  # MemoryLine's {namespace, key, value}
     reflection: str | None = None
     # Tacit memories that joined "What You Know" after the session's prompt epoch (epoch.py).
-    since_epoch: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    since_epoch: tuple[MemoryEntry, ...] = field(default_factory=tuple)
 
 
 def local_time(now: datetime, timezone: str) -> tuple[datetime, str]:

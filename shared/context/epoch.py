@@ -17,12 +17,13 @@ grown enough that a rebuild pays for itself:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from shared.context.static_prompt import memory_line
 from shared.infra.db import Conn, Query
+from shared.memory.rows import MemoryEntry
 
 # Why an epoch was (re)built; stored with it, and shown by context inspection.
 FIRST, COMPACTED, PROMPT_CHANGED, MEMORY_CHANGED, DELTA_BOUND = (
@@ -39,8 +40,8 @@ class KnowledgeSplit:
     """The memories the static prompt lists, those the dynamic tail lists, and why the epoch was rebuilt
     (None when the stored epoch was kept)."""
 
-    frozen: list[dict[str, Any]]
-    since: list[dict[str, Any]] = field(default_factory=list)
+    frozen: list[MemoryEntry]
+    since: list[MemoryEntry] = field(default_factory=list)
     rebuilt: str | None = None
 
 
@@ -48,7 +49,7 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def knowledge_digest(memories: Sequence[dict[str, Any]]) -> str:
+def knowledge_digest(memories: Sequence[MemoryEntry]) -> str:
     return digest("\n".join(memory_line(m) for m in memories))
 
 
@@ -64,12 +65,12 @@ def epoch_query(session_id: int) -> Query:
     )
 
 
-def _frozen_rows(epoch: dict[str, Any]) -> list[dict[str, Any]]:
+def _frozen_rows(epoch: dict[str, Any]) -> list[MemoryEntry]:
     """The epoch's memories that are still valid, in the order the prompt lists them."""
     return sorted(epoch["frozen"], key=lambda r: (r["namespace"], r["key"], r["id"]))
 
 
-def _store(conn: Conn, session: dict[str, Any], memories: list[dict[str, Any]], base: str, reason: str) -> None:
+def _store(conn: Conn, session: Mapping[str, Any], memories: Sequence[MemoryEntry], base: str, reason: str) -> None:
     conn.execute(
         """INSERT INTO session_prompt_epochs
                (session_id, tenant_id, user_id, memory_ids, knowledge_digest, base_digest, compaction_count, reason)
@@ -92,8 +93,8 @@ def _store(conn: Conn, session: dict[str, Any], memories: list[dict[str, Any]], 
 
 def split_knowledge(
     conn: Conn,
-    session: dict[str, Any],
-    live: list[dict[str, Any]],
+    session: Mapping[str, Any],
+    live: Sequence[MemoryEntry],
     *,
     epoch: dict[str, Any] | None,
     base_digest: str,
@@ -116,10 +117,10 @@ def split_knowledge(
 
 
 def _rebuild_reason(
-    session: dict[str, Any],
+    session: Mapping[str, Any],
     epoch: dict[str, Any] | None,
-    frozen: list[dict[str, Any]],
-    live: list[dict[str, Any]],
+    frozen: list[MemoryEntry],
+    live: Sequence[MemoryEntry],
     base_digest: str,
     max_delta: int,
 ) -> str | None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from shared.context.dynamic import RELEVANT_LIMIT
 from shared.infra.db import Conn, Query
 from shared.llm.types import ChatMessage, ToolCall
+from shared.memory.rows import MemoryLine
 from shared.text import estimate_tokens
+from shared.turns.rows import ContextMessage, SessionRow, TurnRef
 
 if TYPE_CHECKING:
     from shared.memory.search_reads import SearchReads
@@ -16,23 +18,23 @@ if TYPE_CHECKING:
 UNANSWERED_CALL = "error: no result: the calling application did not run this tool and went on"
 
 
-def load_context(conn: Conn, turn: dict[str, Any]) -> list[ChatMessage]:
+def load_context(conn: Conn, turn: TurnRef) -> list[ChatMessage]:
     """The session's live (not compacted) messages up to and including this turn."""
-    return _messages(conn.execute(*_context_query(turn)).fetchall())
+    return _messages(cast("list[ContextMessage]", conn.execute(*_context_query(turn)).fetchall()))
 
 
-def turn_start_queries(turn: dict[str, Any]) -> dict[str, Query]:
+def turn_start_queries(turn: TurnRef) -> dict[str, Query]:
     """The reads `turn_start` takes: to be sent together with the prompt's (`context_queries`)."""
     return {"history": _context_query(turn), "session": ("SELECT * FROM sessions WHERE id = %s", (turn["session_id"],))}
 
 
-def turn_start(rows: Mapping[str, list[dict[str, Any]]]) -> tuple[list[ChatMessage], dict[str, Any]]:
+def turn_start(rows: Mapping[str, list[dict[str, Any]]]) -> tuple[list[ChatMessage], SessionRow]:
     """The turn's history (as `load_context` reads it) and its session row, from `turn_start_queries`' rows."""
     assert rows["session"]  # the turn's session: a turn row references it
-    return _messages(rows["history"]), rows["session"][0]
+    return _messages(cast("list[ContextMessage]", rows["history"])), cast("SessionRow", rows["session"][0])
 
 
-def _context_query(turn: dict[str, Any]) -> Query:
+def _context_query(turn: TurnRef) -> Query:
     return (
         """SELECT role, content, tool_calls, tool_results, name FROM session_messages
            WHERE session_id = %s AND NOT is_compacted AND (turn_id IS NULL OR turn_id <= %s)
@@ -42,7 +44,7 @@ def _context_query(turn: dict[str, Any]) -> Query:
     )
 
 
-def _messages(rows: list[dict[str, Any]]) -> list[ChatMessage]:
+def _messages(rows: list[ContextMessage]) -> list[ChatMessage]:
     return answer_unanswered_calls([row_to_message(row) for row in rows])
 
 
@@ -66,7 +68,9 @@ def answer_unanswered_calls(messages: list[ChatMessage]) -> list[ChatMessage]:
     return out
 
 
-def row_to_message(row: dict[str, Any]) -> ChatMessage:
+def row_to_message(row: Mapping[str, Any]) -> ChatMessage:
+    """A message with ContextMessage's columns (a history row, or a message of the REST transcript as a client
+    reads it back) as the model is given it."""
     if row["role"] == "assistant":
         calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in row["tool_calls"] or [])
         return ChatMessage("assistant", row["content"], tool_calls=calls)
@@ -88,11 +92,11 @@ def row_to_message(row: dict[str, Any]) -> ChatMessage:
 
 def relevant_memories(
     conn: Conn,
-    turn: dict[str, Any],
+    turn: TurnRef,
     history: list[ChatMessage],
     prior: SearchReads | None = None,
     max_tokens: int | None = None,
-) -> list[dict[str, Any]]:
+) -> list[MemoryLine]:
     """Facts and excerpts of the user's other conversations that bear on the latest user message, best first,
     within `max_tokens` (default ENGRAM_TURN_RECALL_TOKENS; shown, not counted as use: counting them would churn
     the "What You Know" selection every turn). An excerpt is listed under its day and conversation with its
@@ -117,9 +121,10 @@ def relevant_memories(
         filters=SearchFilters(exclude_session_id=turn["session_id"]),
         prior=prior,
     )
-    chosen: list[dict[str, Any]] = []
+    chosen: list[MemoryLine] = []
     used = 0
     for r in results:
+        item: MemoryLine
         if r.source == "transcript":
             item = {
                 "namespace": excerpt_place(r.created_at, r.session_key),

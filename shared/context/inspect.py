@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from shared.infra.db import Conn
 from shared.llm.factory import chat_model, provider_name
 from shared.tools import default_registry
 from shared.turns.accept import find_session, find_user_id
+from shared.turns.rows import TurnRef
 
 
 def _unstarted_session(conn: Conn, tenant_id: int, user_external_id: str) -> dict[str, Any]:
@@ -38,12 +40,11 @@ def inspect_session(
 ) -> dict[str, Any]:
     """The view of the session's next request; for a session that does not exist yet, of its first one
     (`session_exists` false; the user's message is not known yet, so there are no messages)."""
-    session = find_session(conn, tenant_id, user_external_id, session_key)
-    exists = session is not None
-    if session is None:
-        session = _unstarted_session(conn, tenant_id, user_external_id)
+    found = find_session(conn, tenant_id, user_external_id, session_key)
+    exists = found is not None
+    session: Mapping[str, Any] = found if found is not None else _unstarted_session(conn, tenant_id, user_external_id)
     last_turn = conn.execute("SELECT max(id) AS id FROM turns WHERE session_id = %s", (session["id"],)).fetchone()
-    pseudo_turn = {
+    pseudo_turn: TurnRef = {
         "id": (last_turn or {}).get("id") or 0,
         "session_id": session["id"],
         "tenant_id": tenant_id,

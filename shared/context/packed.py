@@ -42,11 +42,13 @@ from shared.context.tokens import BpeTokenCounter, TokenCounter, counter_for
 from shared.infra.config import Settings
 from shared.infra.db import Conn, Query, fetch_together, first
 from shared.llm.factory import chat_model
+from shared.memory.rows import KnownMemory
 from shared.memory.search import SearchFilters
 from shared.memory.search_reads import SearchReads, search_read_queries
 from shared.memory.service import search_memories
 from shared.memory.store import Scope
 from shared.turns.accept import find_user_id, session_query
+from shared.turns.rows import SessionRow
 
 # In rendering order; a request may ask for a subset.
 SECTIONS: Final[tuple[str, ...]] = (
@@ -330,15 +332,15 @@ def _profile_items(user: dict[str, Any] | None) -> list[Item]:
     ]
 
 
-def _session_items(session: dict[str, Any]) -> list[Item]:
+def _session_items(session: SessionRow) -> list[Item]:
     items = []
     if session.get("active_task"):
         text = defang(f"- {session['active_task']}")
         items.append(
             Item("active_task", f"session:{session['id']}:task", "active_task", text, BASE_VALUE["active_task"])
         )
-    if session.get("summary"):
-        text = defang(session["summary"])
+    if summary := session["summary"]:
+        text = defang(summary)
         items.append(Item("summary", f"session:{session['id']}:summary", "summary", text, BASE_VALUE["summary"]))
     return items
 
@@ -404,7 +406,7 @@ def _search_items(
     return items
 
 
-def _known_items(known: Sequence[dict[str, Any]], seen: set[str]) -> list[Item]:
+def _known_items(known: Sequence[KnownMemory], seen: set[str]) -> list[Item]:
     rows = sorted(known, key=lambda r: (-r["access_count"], r["id"]))
     items = []
     for rank, row in enumerate(rows):

@@ -13,9 +13,11 @@ MEMORY.md in the context directory → a minimal identity.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from psycopg.rows import DictRow
 
 from shared.context.data_fence import fence
 from shared.context.fences import FenceSet, render_guides, strip_markers
@@ -30,7 +32,7 @@ from shared.context.prompt_text import (
 from shared.infra.db import Conn, Query, first
 from shared.llm.types import ToolSpec
 from shared.memory.memory_input import DIRECTIVE_KEY, DIRECTIVE_NAMESPACE
-from shared.memory.rows import memory_source_sql
+from shared.memory.rows import KnownMemory, MemoryEntry, MemoryLine, memory_source_sql
 
 WHAT_YOU_KNOW_LIMIT = 50
 PERSONALITY_LIMIT = 10
@@ -63,7 +65,7 @@ class PromptInputs:
     agent: dict[str, Any] | None = None
     directive: str | None = None
     user: dict[str, Any] | None = None
-    memories: list[dict[str, Any]] = field(default_factory=list)
+    memories: Sequence[MemoryEntry] = ()  # "What You Know": today's selection, or the session's epoch
     file_rules: str | None = None
     file_knowledge: str | None = None
     tools: tuple[ToolSpec, ...] = ()
@@ -86,7 +88,7 @@ def read_context_files(directory: Path | None) -> dict[str, str]:
     return found
 
 
-def what_you_know(conn: Conn, tenant_id: int, user_id: int) -> list[dict[str, Any]]:
+def what_you_know(conn: Conn, tenant_id: int, user_id: int) -> list[KnownMemory]:
     """Up to 50 tacit memories and facts about the user themselves (`entity/default` keys `user/…`: name,
     location, employer, allergies, as extraction stores them), at most 10 of them style observations, chosen
     by access_count.
@@ -127,9 +129,11 @@ def what_you_know_query(tenant_id: int, user_id: int) -> Query:
     )
 
 
-def select_what_you_know(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def select_what_you_know(rows: Sequence[DictRow]) -> list[KnownMemory]:
+    """`what_you_know_query`'s rows, the few it lists, as records."""
+    known = cast("Sequence[KnownMemory]", rows)
     # Most used first, as each branch of the query picked them: the rows come out of its source joins in no order.
-    used = sorted(rows, key=lambda r: (-r["access_count"], r["id"]))
+    used = sorted(known, key=lambda r: (-r["access_count"], r["id"]))
     personality = [r for r in used if r["personality"]]
     others = [r for r in used if not r["personality"]][: WHAT_YOU_KNOW_LIMIT - len(personality)]
     return sorted(personality + others, key=lambda r: (r["namespace"], r["key"], r["id"]))
@@ -283,7 +287,7 @@ def _user_information(user: dict[str, Any] | None) -> str | None:
     return "## About the user\n" + fence("profile", lines) if lines else None
 
 
-def memory_line(memory: dict[str, Any]) -> str:
+def memory_line(memory: MemoryLine) -> str:
     """A remembered item as the prompt lists it: `- [namespace] key: value`."""
     return f"- [{memory['namespace']}] {memory['key']}: {_clean(memory['value'])}"
 

@@ -44,8 +44,9 @@ from shared.maintenance.budget import over_budget
 from shared.maintenance.runs import Page, RunHandle, UserRef
 from shared.memory.keys import MemoryRejected, content_fingerprint
 from shared.memory.memory_input import MemoryInput
+from shared.memory.rows import MEMORY_COLUMNS, MemoryEntry, MemoryRow, Scope, memory_row, record_event
 from shared.memory.search import SearchOptions, search
-from shared.memory.store import MEMORY_COLUMNS, Scope, add_sources, record_event, store_memory
+from shared.memory.store import add_sources, store_memory
 from shared.pipeline.background_llm import complete
 from shared.pipeline.extraction import (
     TranscriptMessage,
@@ -234,7 +235,7 @@ def _durable_items(
     return unique
 
 
-def _candidates(conn: Conn, scope: Scope, item: MemoryInput) -> list[dict[str, Any]]:
+def _candidates(conn: Conn, scope: Scope, item: MemoryInput) -> list[MemoryEntry]:
     """Active facts under other keys that may be about the same thing (full text + entity legs)."""
     results = search(
         conn,
@@ -260,12 +261,12 @@ _JUDGE_SYSTEM = (
 
 def _judge_conflicts(
     settings: Settings, provider: Any, scope: Scope, items: list[MemoryInput]
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, list[MemoryEntry]]:
     """For each new item (by key): the stored facts under other keys it contradicts. The offline rules
     have no judgement: none."""
     if provider_name(settings) == "offline":
         return {}
-    contradicted: dict[str, list[dict[str, Any]]] = {}
+    contradicted: dict[str, list[MemoryEntry]] = {}
     for item in items:
         with db.connection() as conn:
             candidates = _candidates(conn, scope, item)
@@ -334,7 +335,7 @@ def _store(
     page: Page,
     scope: Scope,
     item: MemoryInput,
-    contradicted: list[dict[str, Any]],
+    contradicted: list[MemoryEntry],
     outcome: SessionOutcome,
     threshold: float,
 ) -> None:
@@ -342,7 +343,7 @@ def _store(
     duplicate = duplicate_of(conn, scope, item, threshold)
     if duplicate is not None:
         # The fact is known: the messages it was found in again join its sources.
-        row = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = %s", (duplicate,)).fetchone()
+        row = memory_row(conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = %s", (duplicate,)).fetchone())
         if row is not None:
             add_sources(conn, scope, row, item.source_message_ids)
         page.count("duplicates_skipped")
@@ -362,12 +363,14 @@ def _store(
         _supersede_other(page, scope, result.memory, old)
 
 
-def _supersede_other(page: Page, scope: Scope, new: dict[str, Any], old: dict[str, Any]) -> None:
-    closed = page.conn.execute(
-        f"""UPDATE memories SET valid_until = now(), updated_at = now()
+def _supersede_other(page: Page, scope: Scope, new: MemoryRow, old: MemoryEntry) -> None:
+    closed = memory_row(
+        page.conn.execute(
+            f"""UPDATE memories SET valid_until = now(), updated_at = now()
             WHERE tenant_id = %s AND user_id = %s AND id = %s AND valid_until IS NULL RETURNING {MEMORY_COLUMNS}""",
-        (scope.tenant_id, scope.user_id, old["id"]),
-    ).fetchone()
+            (scope.tenant_id, scope.user_id, old["id"]),
+        ).fetchone()
+    )
     if closed is None:
         return
     page.conn.execute(

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
-from typing import Any
+from typing import cast
 
 from shared.maintenance.runs import Page, RunHandle, UserRef
 from shared.memory.content_keys import backfill_batch
 from shared.memory.derived import release_derived
-from shared.memory.store import MEMORY_COLUMNS, Scope, record_event
+from shared.memory.rows import MEMORY_COLUMNS, DecayedMemoryRow, MemoryRow, Scope, memory_row, memory_rows, record_event
 from shared.pipeline.personality import DECAY_DAYS
 from shared.pipeline.personality_job import synthesize_personality
 
@@ -51,7 +51,7 @@ _DECAYABLE = f"""
 """
 
 
-def protection(memory: dict[str, Any]) -> str | None:
+def protection(memory: MemoryRow) -> str | None:
     """Why decay never touches this memory, in words, or None when it decays: the rule `_DECAYABLE` applies
     in SQL, for one row (the console's memory page says it)."""
     namespace, key, kind = memory["namespace"], memory["key"], memory["kind"]
@@ -102,17 +102,20 @@ def _decay_user(handle: RunHandle, user: UserRef) -> bool:
     after = 0
     while True:
         with handle.page() as page:
-            rows = page.conn.execute(
-                f"""SELECT {MEMORY_COLUMNS}, decayed_at FROM memories WHERE {_DECAYABLE} AND id > %(after)s
+            rows = cast(
+                "list[DecayedMemoryRow]",
+                page.conn.execute(
+                    f"""SELECT {MEMORY_COLUMNS}, decayed_at FROM memories WHERE {_DECAYABLE} AND id > %(after)s
                     ORDER BY id LIMIT %(limit)s FOR UPDATE""",
-                {
-                    "t": user.tenant_id,
-                    "u": user.user_id,
-                    "as_of": handle.as_of,
-                    "after": after,
-                    "limit": handle.settings.job_page_size,
-                },
-            ).fetchall()
+                    {
+                        "t": user.tenant_id,
+                        "u": user.user_id,
+                        "as_of": handle.as_of,
+                        "after": after,
+                        "limit": handle.settings.job_page_size,
+                    },
+                ).fetchall(),
+            )
             _decay_page(handle, page, Scope(user.tenant_id, user.user_id), rows)
         if len(rows) < handle.settings.job_page_size:
             return True
@@ -121,7 +124,7 @@ def _decay_user(handle: RunHandle, user: UserRef) -> bool:
             return False
 
 
-def _decay_page(handle: RunHandle, page: Page, scope: Scope, rows: list[dict[str, Any]]) -> None:
+def _decay_page(handle: RunHandle, page: Page, scope: Scope, rows: list[DecayedMemoryRow]) -> None:
     threshold = handle.settings.decay_threshold
     gone: list[int] = []
     for row in rows:
@@ -131,22 +134,26 @@ def _decay_page(handle: RunHandle, page: Page, scope: Scope, rows: list[dict[str
         new = round(decayed(old, float(row["decay_rate"]), since, handle.as_of), 6)
         details = {"confidence": [old, new], "as_of": handle.as_of.isoformat()}
         if new < threshold:
-            closed = page.conn.execute(
-                f"""UPDATE memories SET valid_until = now(), updated_at = now(), confidence = %s, decayed_at = %s
+            closed = memory_row(
+                page.conn.execute(
+                    f"""UPDATE memories SET valid_until = now(), updated_at = now(), confidence = %s, decayed_at = %s
                     WHERE tenant_id = %s AND user_id = %s AND id = %s AND valid_until IS NULL
                     RETURNING {MEMORY_COLUMNS}""",
-                (new, handle.as_of, scope.tenant_id, scope.user_id, row["id"]),
-            ).fetchone()
+                    (new, handle.as_of, scope.tenant_id, scope.user_id, row["id"]),
+                ).fetchone()
+            )
             if closed is not None:
                 record_event(page.conn, scope, closed, "delete", ACTOR, old_value=closed["value"], details=details)
                 gone.append(closed["id"])
         elif old - new >= MIN_STEP:
-            updated = page.conn.execute(
-                f"""UPDATE memories SET confidence = %s, decayed_at = %s
+            updated = memory_row(
+                page.conn.execute(
+                    f"""UPDATE memories SET confidence = %s, decayed_at = %s
                     WHERE tenant_id = %s AND user_id = %s AND id = %s AND valid_until IS NULL
                     RETURNING {MEMORY_COLUMNS}""",
-                (new, handle.as_of, scope.tenant_id, scope.user_id, row["id"]),
-            ).fetchone()
+                    (new, handle.as_of, scope.tenant_id, scope.user_id, row["id"]),
+                ).fetchone()
+            )
             if updated is not None:
                 record_event(page.conn, scope, updated, "update", ACTOR, details=details)
                 page.count("decayed")
@@ -161,20 +168,24 @@ def _decay_page(handle: RunHandle, page: Page, scope: Scope, rows: list[dict[str
 def _expire_styles(handle: RunHandle, user: UserRef) -> None:
     scope = Scope(user.tenant_id, user.user_id)
     with handle.page() as page:
-        rows = page.conn.execute(
-            f"""SELECT {MEMORY_COLUMNS} FROM memories
+        rows = memory_rows(
+            page.conn.execute(
+                f"""SELECT {MEMORY_COLUMNS} FROM memories
                 WHERE tenant_id = %s AND user_id = %s AND valid_until IS NULL
                   AND (kind = 'style' OR namespace LIKE 'tacit/personality/style%%') FOR UPDATE""",
-            (scope.tenant_id, scope.user_id),
-        ).fetchall()
+                (scope.tenant_id, scope.user_id),
+            ).fetchall()
+        )
         expired = [row for row in rows if _style_expired(row, handle.as_of)]
         for row in expired:
-            closed = page.conn.execute(
-                f"""UPDATE memories SET valid_until = now(), updated_at = now()
+            closed = memory_row(
+                page.conn.execute(
+                    f"""UPDATE memories SET valid_until = now(), updated_at = now()
                     WHERE tenant_id = %s AND user_id = %s AND id = %s AND valid_until IS NULL
                     RETURNING {MEMORY_COLUMNS}""",
-                (scope.tenant_id, scope.user_id, row["id"]),
-            ).fetchone()
+                    (scope.tenant_id, scope.user_id, row["id"]),
+                ).fetchone()
+            )
             if closed is not None:
                 count = int((closed["metadata"] or {}).get("reinforced_count", 1))
                 record_event(
@@ -205,7 +216,7 @@ def _expire_styles(handle: RunHandle, user: UserRef) -> None:
             page.changed += len(outcome.changed_memory_ids)
 
 
-def _style_expired(row: dict[str, Any], as_of: datetime) -> bool:
+def _style_expired(row: MemoryRow, as_of: datetime) -> bool:
     meta = row["metadata"] or {}
     count = max(1, int(meta.get("reinforced_count", 1)))
     last = meta.get("last_reinforced")

@@ -15,7 +15,7 @@ says it is one.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import cast
 
 from shared.infra.config import Settings
 from shared.infra.db import Conn
@@ -24,6 +24,7 @@ from shared.llm.ledger import LedgerScope
 from shared.maintenance.budget import over_budget
 from shared.maintenance.runs import RunHandle, UserRef
 from shared.memory.memory_input import MemoryInput
+from shared.memory.rows import MemoryEntry
 from shared.memory.store import Scope, store_memory
 from shared.pipeline.background_llm import complete
 
@@ -65,8 +66,8 @@ def _recently_reflected(conn: Conn, scope: Scope, handle: RunHandle) -> bool:
     return row is not None
 
 
-def _recent_facts(conn: Conn, scope: Scope, handle: RunHandle) -> list[dict[str, Any]]:
-    return conn.execute(
+def _recent_facts(conn: Conn, scope: Scope, handle: RunHandle) -> list[MemoryEntry]:
+    rows = conn.execute(
         """SELECT id, namespace, key, value FROM memories
            WHERE tenant_id = %s AND user_id = %s AND valid_until IS NULL AND kind = ANY(%s)
              AND created_at > %s AND created_at <= %s
@@ -80,6 +81,7 @@ def _recent_facts(conn: Conn, scope: Scope, handle: RunHandle) -> list[dict[str,
             MAX_FACTS_READ,
         ),
     ).fetchall()
+    return cast("list[MemoryEntry]", rows)
 
 
 def _reflect(handle: RunHandle, user: UserRef, stopped: dict[str, str]) -> None:
@@ -128,7 +130,7 @@ def _reflect(handle: RunHandle, user: UserRef, stopped: dict[str, str]) -> None:
             handle.to_embed.append(result.memory["id"])
 
 
-def _write(settings: Settings, handle: RunHandle, user: UserRef, facts: list[dict[str, Any]]) -> str:
+def _write(settings: Settings, handle: RunHandle, user: UserRef, facts: list[MemoryEntry]) -> str:
     if provider_name(settings) == "offline":
         return offline_reflection(facts, handle.period)
     lines = "\n".join(f"- [{f['namespace']}] {f['key']}: {' '.join(f['value'].split())}" for f in facts)
@@ -145,7 +147,7 @@ def _write(settings: Settings, handle: RunHandle, user: UserRef, facts: list[dic
     return " ".join(result.text.split())[:2000]
 
 
-def offline_reflection(facts: list[dict[str, Any]], period: str) -> str:
+def offline_reflection(facts: list[MemoryEntry], period: str) -> str:
     """A rule-based summary (no model): how many new facts, and the first few of them, quoted."""
     quoted = "; ".join(" ".join(f["value"].split()).rstrip(".") for f in facts[:5])
     more = f" (and {len(facts) - 5} more)" if len(facts) > 5 else ""

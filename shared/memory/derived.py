@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from shared.embeddings import forget_unused
 from shared.infra.db import Conn
-from shared.memory.rows import MEMORY_COLUMNS, Scope, record_event
+from shared.memory.rows import MEMORY_COLUMNS, Scope, memory_row, memory_rows, record_event
 
 
 def release_derived(
@@ -62,27 +62,31 @@ def release_derived(
 
 
 def _reflections(conn: Conn, scope: Scope, ids: list[int], *, actor: str, forgotten: bool) -> int:
-    rows = conn.execute(
-        f"""SELECT {MEMORY_COLUMNS} FROM memories
+    rows = memory_rows(
+        conn.execute(
+            f"""SELECT {MEMORY_COLUMNS} FROM memories
             WHERE tenant_id = %s AND user_id = %s AND kind = 'reflection' AND valid_until IS NULL
               AND EXISTS (SELECT 1 FROM jsonb_array_elements_text(
                               CASE WHEN jsonb_typeof(metadata->'source_memory_ids') = 'array'
                                    THEN metadata->'source_memory_ids' ELSE '[]'::jsonb END) AS src(id)
                           WHERE src.id::bigint = ANY(%s))""",
-        (scope.tenant_id, scope.user_id, ids),
-    ).fetchall()
+            (scope.tenant_id, scope.user_id, ids),
+        ).fetchall()
+    )
     touched = 0
     for row in rows:
         sources = row["metadata"].get("source_memory_ids", [])
         remaining = [i for i in sources if i not in ids]
         if forgotten:
-            retired = conn.execute(
-                f"""UPDATE memories SET valid_until = now(), updated_at = now(),
+            retired = memory_row(
+                conn.execute(
+                    f"""UPDATE memories SET valid_until = now(), updated_at = now(),
                         metadata = jsonb_set(metadata, '{{source_memory_ids}}', to_jsonb(%s::bigint[]))
                     WHERE tenant_id = %s AND user_id = %s AND id = %s AND valid_until IS NULL
                     RETURNING {MEMORY_COLUMNS}""",
-                (remaining, scope.tenant_id, scope.user_id, row["id"]),
-            ).fetchone()
+                    (remaining, scope.tenant_id, scope.user_id, row["id"]),
+                ).fetchone()
+            )
             if retired is not None:
                 record_event(
                     conn,

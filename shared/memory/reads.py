@@ -13,7 +13,7 @@ from typing import Any
 from shared.infra.db import Conn
 from shared.memory.keys import normalize_namespace, sanitize
 from shared.memory.memory_input import clean_tags
-from shared.memory.rows import MEMORY_COLUMNS, Scope
+from shared.memory.rows import MEMORY_COLUMNS, MemoryRow, Scope, memory_row, memory_rows
 from shared.text import escape_like
 
 # A key's active row; the write path sends it behind the key's lock (store.py `_lock_and_look`).
@@ -21,28 +21,32 @@ FIND_ACTIVE = f"""SELECT {MEMORY_COLUMNS} FROM memories
                    WHERE tenant_id = %s AND user_id = %s AND namespace = %s AND key = %s AND valid_until IS NULL"""
 
 
-def find_active(conn: Conn, scope: Scope, namespace: str, key: str) -> dict[str, Any] | None:
-    return conn.execute(FIND_ACTIVE, (scope.tenant_id, scope.user_id, namespace, key)).fetchone()
+def find_active(conn: Conn, scope: Scope, namespace: str, key: str) -> MemoryRow | None:
+    return memory_row(conn.execute(FIND_ACTIVE, (scope.tenant_id, scope.user_id, namespace, key)).fetchone())
 
 
-def get_memory(conn: Conn, scope: Scope, memory_id: int, *, columns: str = MEMORY_COLUMNS) -> dict[str, Any] | None:
-    return conn.execute(
-        f"SELECT {columns} FROM memories WHERE tenant_id = %s AND user_id = %s AND id = %s",
-        (scope.tenant_id, scope.user_id, memory_id),
-    ).fetchone()
+def get_memory(conn: Conn, scope: Scope, memory_id: int) -> MemoryRow | None:
+    return memory_row(
+        conn.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s AND id = %s",
+            (scope.tenant_id, scope.user_id, memory_id),
+        ).fetchone()
+    )
 
 
-def recall(conn: Conn, scope: Scope, key: str, namespace: str | None = None) -> list[dict[str, Any]]:
+def recall(conn: Conn, scope: Scope, key: str, namespace: str | None = None) -> list[MemoryRow]:
     """Active memories with this key (in one namespace, or in any)."""
     key, _ = sanitize(key, "x")
     if namespace is not None:
         row = find_active(conn, scope, normalize_namespace(namespace), key)
         return [row] if row else []
-    return conn.execute(
-        f"""SELECT {MEMORY_COLUMNS} FROM memories
-            WHERE tenant_id = %s AND user_id = %s AND key = %s AND valid_until IS NULL ORDER BY namespace""",
-        (scope.tenant_id, scope.user_id, key),
-    ).fetchall()
+    return memory_rows(
+        conn.execute(
+            f"""SELECT {MEMORY_COLUMNS} FROM memories
+                WHERE tenant_id = %s AND user_id = %s AND key = %s AND valid_until IS NULL ORDER BY namespace""",
+            (scope.tenant_id, scope.user_id, key),
+        ).fetchall()
+    )
 
 
 def list_memories(
@@ -55,7 +59,7 @@ def list_memories(
     include_superseded: bool = False,
     limit: int = 50,
     offset: int = 0,
-) -> list[dict[str, Any]]:
+) -> list[MemoryRow]:
     clauses = ["tenant_id = %(tenant)s", "user_id = %(user)s"]
     params: dict[str, Any] = {"tenant": scope.tenant_id, "user": scope.user_id, "limit": limit, "offset": offset}
     if not include_superseded:
@@ -68,11 +72,13 @@ def list_memories(
     if tags:
         clauses.append("tags @> %(tags)s")
         params["tags"] = clean_tags(tags)
-    return conn.execute(
-        f"""SELECT {MEMORY_COLUMNS} FROM memories WHERE {" AND ".join(clauses)}
-            ORDER BY updated_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s""",
-        params,
-    ).fetchall()
+    return memory_rows(
+        conn.execute(
+            f"""SELECT {MEMORY_COLUMNS} FROM memories WHERE {" AND ".join(clauses)}
+                ORDER BY updated_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s""",
+            params,
+        ).fetchall()
+    )
 
 
 def namespace_prefix_sql(prefix: str, params: dict[str, Any], alias: str = "") -> str:
@@ -102,7 +108,7 @@ def memory_history(conn: Conn, scope: Scope, memory_id: int) -> list[dict[str, A
 
 
 def memory_events(
-    conn: Conn, scope: Scope, memory: dict[str, Any], *, limit: int | None = None, offset: int = 0
+    conn: Conn, scope: Scope, memory: MemoryRow, *, limit: int | None = None, offset: int = 0
 ) -> list[dict[str, Any]]:
     """The events of a memory already read (its namespace and key name the chain), oldest first: all of them,
     or `limit` from `offset` on (a page)."""

@@ -45,7 +45,7 @@ from shared.memory.memory_input import (
 
 # search.py and service.py import these two from here; reads.py is where they live.
 from shared.memory.reads import FIND_ACTIVE, get_memory
-from shared.memory.rows import MEMORY_COLUMNS, Scope, record_event
+from shared.memory.rows import MEMORY_COLUMNS, MemoryRow, Scope, memory_row, record_event
 
 WriteAction = Literal["added", "superseded", "reinforced", "unchanged", "duplicate"]
 
@@ -57,7 +57,7 @@ class MemoryNotActive(LookupError):
 @dataclass
 class WriteResult:
     action: WriteAction
-    memory: dict[str, Any]
+    memory: MemoryRow
     previous_id: int | None = None
 
     @property
@@ -79,7 +79,7 @@ def _lock_key(conn: Conn, scope: Scope, namespace: str, key: str) -> None:
 
 def _lock_and_look(
     conn: Conn, scope: Scope, namespace: str, key: str, value: str
-) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+) -> tuple[MemoryRow | None, list[dict[str, Any]]]:
     """Take the key's lock, then read its active row and the namespace's same-content candidates
     (`same_content_statement`), in one round trip.
 
@@ -93,7 +93,7 @@ def _lock_and_look(
         conn.execute(_LOCK_KEY, _lock_params(scope, namespace, key))
         active = conn.execute(FIND_ACTIVE, (scope.tenant_id, scope.user_id, namespace, key))
         candidates = conn.execute(*same_content_statement(scope, namespace, key, value))
-    return active.fetchone(), candidates.fetchall()
+    return memory_row(active.fetchone()), candidates.fetchall()
 
 
 def same_content_statement(scope: Scope, namespace: str, key: str, value: str) -> tuple[str, dict[str, Any]]:
@@ -124,7 +124,7 @@ def same_content_statement(scope: Scope, namespace: str, key: str, value: str) -
     return sql, params
 
 
-def _same_content_elsewhere(conn: Conn, rows: list[dict[str, Any]], value: str) -> dict[str, Any] | None:
+def _same_content_elsewhere(conn: Conn, rows: list[dict[str, Any]], value: str) -> MemoryRow | None:
     """The active memory among `same_content_statement`'s rows whose content is `value`'s, if any."""
     fingerprint = content_fingerprint(value)
     match = next(
@@ -132,9 +132,11 @@ def _same_content_elsewhere(conn: Conn, rows: list[dict[str, Any]], value: str) 
     )
     if match is None:
         return None
-    return conn.execute(
-        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = %s AND valid_until IS NULL", (match,)
-    ).fetchone()
+    return memory_row(
+        conn.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = %s AND valid_until IS NULL", (match,)
+        ).fetchone()
+    )
 
 
 def _insert(
@@ -147,7 +149,7 @@ def _insert(
     action: str,
     old_value: str | None = None,
     details: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> MemoryRow:
     """Insert the memory and its `action` event (as `record_event` writes it, new_value the stored value)
     in one statement, then link its entities."""
     metadata = dict(item.metadata)
@@ -161,8 +163,9 @@ def _insert(
         metadata.setdefault("reinforced_count", 1)
         metadata.setdefault("first_observed", now)
         metadata.setdefault("last_reinforced", now)
-    row = conn.execute(
-        f"""WITH inserted AS (
+    row = memory_row(
+        conn.execute(
+            f"""WITH inserted AS (
                 INSERT INTO memories (tenant_id, user_id, namespace, key, value, kind, tags, metadata, confidence,
                                       decay_rate, event_time, source, source_session_id, source_message_ids,
                                       supersedes_id, content_key, valid_from)
@@ -173,30 +176,31 @@ def _insert(
                                            actor, details)
                 SELECT tenant_id, user_id, id, %s, namespace, key, %s, value, %s, %s FROM inserted)
             SELECT {MEMORY_COLUMNS} FROM inserted""",
-        (
-            scope.tenant_id,
-            scope.user_id,
-            item.namespace,
-            item.key,
-            item.value,
-            item.kind,
-            list(item.tags),
-            Jsonb(metadata),
-            item.confidence,
-            item.decay_rate,
-            item.event_time,
-            actor,
-            item.source_session_id,
-            list(item.source_message_ids),
-            supersedes,
-            content_key(item.value),
-            item.valid_from,
-            action,
-            old_value,
-            actor,
-            Jsonb(details or {}),
-        ),
-    ).fetchone()
+            (
+                scope.tenant_id,
+                scope.user_id,
+                item.namespace,
+                item.key,
+                item.value,
+                item.kind,
+                list(item.tags),
+                Jsonb(metadata),
+                item.confidence,
+                item.decay_rate,
+                item.event_time,
+                actor,
+                item.source_session_id,
+                list(item.source_message_ids),
+                supersedes,
+                content_key(item.value),
+                item.valid_from,
+                action,
+                old_value,
+                actor,
+                Jsonb(details or {}),
+            ),
+        ).fetchone()
+    )
     assert row is not None
     link_entities(conn, scope.tenant_id, scope.user_id, row["id"], f"{item.key.replace('-', ' ')}: {item.value}")
     return row
@@ -223,7 +227,7 @@ def store_memory(conn: Conn, scope: Scope, raw: MemoryInput, actor: str) -> Writ
 MAX_SOURCE_MESSAGES = 50
 
 
-def add_sources(conn: Conn, scope: Scope, memory: dict[str, Any], message_ids: Sequence[int]) -> dict[str, Any]:
+def add_sources(conn: Conn, scope: Scope, memory: MemoryRow, message_ids: Sequence[int]) -> MemoryRow:
     """The same fact learned again from other messages: they join its sources (no new version, no event)."""
     known = list(memory["source_message_ids"] or [])
     new = [i for i in dict.fromkeys(message_ids) if i not in set(known)]
@@ -232,17 +236,20 @@ def add_sources(conn: Conn, scope: Scope, memory: dict[str, Any], message_ids: S
     merged = known + new
     if len(merged) > MAX_SOURCE_MESSAGES:
         merged = merged[: MAX_SOURCE_MESSAGES // 2] + merged[-(MAX_SOURCE_MESSAGES - MAX_SOURCE_MESSAGES // 2) :]
-    row = conn.execute(
-        f"""UPDATE memories SET source_message_ids = %s
-            WHERE tenant_id = %s AND user_id = %s AND id = %s RETURNING {MEMORY_COLUMNS}""",
-        (merged, scope.tenant_id, scope.user_id, memory["id"]),
-    ).fetchone()
+    row = memory_row(
+        conn.execute(
+            f"""UPDATE memories SET source_message_ids = %s
+                WHERE tenant_id = %s AND user_id = %s AND id = %s RETURNING {MEMORY_COLUMNS}""",
+            (merged, scope.tenant_id, scope.user_id, memory["id"]),
+        ).fetchone()
+    )
     return row or memory
 
 
-def _reinforce(conn: Conn, scope: Scope, current: dict[str, Any], actor: str) -> dict[str, Any]:
-    row = conn.execute(
-        f"""UPDATE memories SET
+def _reinforce(conn: Conn, scope: Scope, current: MemoryRow, actor: str) -> MemoryRow:
+    row = memory_row(
+        conn.execute(
+            f"""UPDATE memories SET
                 metadata = metadata
                     || jsonb_build_object('reinforced_count', coalesce((metadata->>'reinforced_count')::int, 1) + 1,
                                           'last_reinforced', to_jsonb(now()))
@@ -251,8 +258,9 @@ def _reinforce(conn: Conn, scope: Scope, current: dict[str, Any], actor: str) ->
                 updated_at = now()
             WHERE tenant_id = %s AND user_id = %s AND id = %s AND valid_until IS NULL
             RETURNING {MEMORY_COLUMNS}""",
-        (scope.tenant_id, scope.user_id, current["id"]),
-    ).fetchone()
+            (scope.tenant_id, scope.user_id, current["id"]),
+        ).fetchone()
+    )
     if row is None:
         raise MemoryNotActive(f"memory {current['id']} is not an active memory of this user")
     record_event(
@@ -261,7 +269,7 @@ def _reinforce(conn: Conn, scope: Scope, current: dict[str, Any], actor: str) ->
     return row
 
 
-def _supersede(conn: Conn, scope: Scope, current: dict[str, Any], item: MemoryInput, actor: str) -> WriteResult:
+def _supersede(conn: Conn, scope: Scope, current: MemoryRow, item: MemoryInput, actor: str) -> WriteResult:
     closed = conn.execute(
         """UPDATE memories SET valid_until = now(), updated_at = now()
            WHERE tenant_id = %s AND user_id = %s AND id = %s AND valid_until IS NULL RETURNING id""",
@@ -299,14 +307,16 @@ def _supersede(conn: Conn, scope: Scope, current: dict[str, Any], item: MemoryIn
 # ------------------------------------------------------------------------------ changes by id
 
 
-def delete_memory(conn: Conn, scope: Scope, memory_id: int, actor: str) -> dict[str, Any] | None:
+def delete_memory(conn: Conn, scope: Scope, memory_id: int, actor: str) -> MemoryRow | None:
     """Soft delete: the row stays in history with `valid_until`; search and lists skip it."""
-    row = conn.execute(
-        f"""UPDATE memories SET valid_until = now(), updated_at = now()
+    row = memory_row(
+        conn.execute(
+            f"""UPDATE memories SET valid_until = now(), updated_at = now()
             WHERE tenant_id = %s AND user_id = %s AND id = %s AND valid_until IS NULL
             RETURNING {MEMORY_COLUMNS}""",
-        (scope.tenant_id, scope.user_id, memory_id),
-    ).fetchone()
+            (scope.tenant_id, scope.user_id, memory_id),
+        ).fetchone()
+    )
     if row is not None:
         record_event(conn, scope, row, "delete", actor, old_value=row["value"])
         release_derived(conn, scope, [row["id"]], actor=actor, forgotten=True)
@@ -378,7 +388,7 @@ def update_attributes(
     confidence: float | None = None,
     decay_rate: float | None = None,
     event_time: datetime | None = None,
-) -> dict[str, Any] | None:
+) -> MemoryRow | None:
     """Change descriptive fields in place (the value itself changes only by superseding); None when the id is
     not an active memory of this scope."""
     if confidence is not None:
@@ -396,12 +406,14 @@ def update_attributes(
         current = get_memory(conn, scope, memory_id)
         return current if current is not None and current["valid_until"] is None else None
     assignments = ", ".join(f"{name} = %({name})s" for name in changes)
-    row = conn.execute(
-        f"""UPDATE memories SET {assignments}, updated_at = now()
+    row = memory_row(
+        conn.execute(
+            f"""UPDATE memories SET {assignments}, updated_at = now()
             WHERE tenant_id = %(tenant)s AND user_id = %(user)s AND id = %(id)s AND valid_until IS NULL
             RETURNING {MEMORY_COLUMNS}""",
-        {**changes, "tenant": scope.tenant_id, "user": scope.user_id, "id": memory_id},
-    ).fetchone()
+            {**changes, "tenant": scope.tenant_id, "user": scope.user_id, "id": memory_id},
+        ).fetchone()
+    )
     if row is None:
         return None
     record_event(
@@ -415,14 +427,16 @@ def update_attributes(
     return row
 
 
-def confirm_memory(conn: Conn, scope: Scope, memory_id: int, actor: str) -> dict[str, Any] | None:
+def confirm_memory(conn: Conn, scope: Scope, memory_id: int, actor: str) -> MemoryRow | None:
     """The user vouched for it: full confidence, never decays."""
-    row = conn.execute(
-        f"""UPDATE memories SET confidence = 1, decay_rate = 0, updated_at = now()
+    row = memory_row(
+        conn.execute(
+            f"""UPDATE memories SET confidence = 1, decay_rate = 0, updated_at = now()
             WHERE tenant_id = %s AND user_id = %s AND id = %s AND valid_until IS NULL
             RETURNING {MEMORY_COLUMNS}""",
-        (scope.tenant_id, scope.user_id, memory_id),
-    ).fetchone()
+            (scope.tenant_id, scope.user_id, memory_id),
+        ).fetchone()
+    )
     if row is not None:
         record_event(conn, scope, row, "confirm", actor)
     return row

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from shared.infra import db
 from shared.infra.db import Conn
 from shared.infra.logging import get_logger
 from shared.memory.memory_input import MemoryInput
 from shared.memory.reads import find_active, get_memory
+from shared.memory.rows import MemoryRow
 from shared.memory.store import (
     Scope,
     WriteResult,
@@ -197,7 +197,7 @@ def restore(owner: Owner, memory_id: int, actor: str, *, enqueue: Enqueue = disp
     return result
 
 
-def delete(owner: Owner, memory_id: int, actor: str) -> dict[str, Any]:
+def delete(owner: Owner, memory_id: int, actor: str) -> MemoryRow:
     """Forget an active memory (its row stays in history); MemoryGone when it is not an active memory of the
     user."""
     with db.connection() as conn:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from shared.context.compiler import context_window
 from shared.infra import db
@@ -48,6 +48,7 @@ from shared.pipeline.offline_compaction import offline_active_task, offline_summ
 from shared.pipeline.offline_extraction import offline_extract
 from shared.pipeline.speakers import several_speakers
 from shared.turns.accept import refresh_token_count
+from shared.turns.rows import SessionRow, TranscriptRow, session_row
 
 log = get_logger(__name__)
 
@@ -78,11 +79,24 @@ def session_owner(session_id: int) -> tuple[int | None, int | None]:
     return (row["tenant_id"], row["user_id"]) if row else (None, None)
 
 
-def _session(conn: Conn, session_id: int) -> dict[str, Any] | None:
-    return conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
+def _session(conn: Conn, session_id: int) -> SessionRow | None:
+    return session_row(conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone())
 
 
-def _transcript(rows: Sequence[dict[str, Any]]) -> list[TranscriptMessage]:
+class _FlushRow(TranscriptRow):
+    """A message as flush reads it: whether extraction mined it already."""
+
+    extracted_at: datetime | None
+
+
+class _LiveRow(TranscriptRow):
+    """A live (not compacted) message as compaction plans its cut."""
+
+    turn_id: int | None
+    token_estimate: int
+
+
+def _transcript(rows: Sequence[TranscriptRow]) -> list[TranscriptMessage]:
     return [
         TranscriptMessage(row["id"], row["role"], row["content"], row.get("name"), row.get("created_at"))
         for row in rows
@@ -120,7 +134,7 @@ def store_all(conn: Conn, scope: Scope, items: list[MemoryInput], actor: str, ou
             outcome.styles_changed = True
 
 
-def _ledger(session: dict[str, Any]) -> LedgerScope:
+def _ledger(session: SessionRow) -> LedgerScope:
     """The session's calls are charged to it (each call is recorded when it happens, see ledger.py)."""
     return LedgerScope(session["tenant_id"], session["user_id"], session["id"])
 
@@ -129,8 +143,8 @@ def _mine(
     settings: Settings,
     provider: ChatProvider | None,
     purpose: str,
-    session: dict[str, Any],
-    rows: Sequence[dict[str, Any]],
+    session: SessionRow,
+    rows: Sequence[TranscriptRow],
     now: datetime,
     several: bool,
 ) -> tuple[list[MemoryInput], JobOutcome]:
@@ -157,11 +171,14 @@ def extract_session(
         session = _session(conn, session_id)
         if session is None:
             return JobOutcome(skipped="session gone")
-        rows = conn.execute(
-            """SELECT id, role, content, name, created_at FROM session_messages
-               WHERE session_id = %s AND extracted_at IS NULL ORDER BY id LIMIT 400""",
-            (session_id,),
-        ).fetchall()
+        rows = cast(
+            "list[TranscriptRow]",
+            conn.execute(
+                """SELECT id, role, content, name, created_at FROM session_messages
+                   WHERE session_id = %s AND extracted_at IS NULL ORDER BY id LIMIT 400""",
+                (session_id,),
+            ).fetchall(),
+        )
         several = bool(rows) and several_speakers(conn, session_id, _transcript(rows))
     if not rows:
         return JobOutcome(skipped="nothing new")
@@ -170,7 +187,7 @@ def extract_session(
 
 
 def _store_mined(
-    session: dict[str, Any], rows: Sequence[dict[str, Any]], items: list[MemoryInput], outcome: JobOutcome
+    session: SessionRow, rows: Sequence[TranscriptRow], items: list[MemoryInput], outcome: JobOutcome
 ) -> JobOutcome:
     """The memories mined from these messages and their marks, in one transaction."""
     with db.connection() as conn:
@@ -198,7 +215,7 @@ def _mark_mined(conn: Conn, session_id: int, ids: list[int]) -> bool:
     return True
 
 
-def _observe_lag(rows: Sequence[dict[str, Any]]) -> None:
+def _observe_lag(rows: Sequence[TranscriptRow]) -> None:
     mined_at = datetime.now(UTC)
     observe_extraction_lag((row["role"], (mined_at - row["created_at"]).total_seconds()) for row in rows)
 
@@ -206,7 +223,7 @@ def _observe_lag(rows: Sequence[dict[str, Any]]) -> None:
 # ----------------------------------------------------------------------------------- flush
 
 
-def flush_needed(session: dict[str, Any]) -> bool:
+def flush_needed(session: SessionRow) -> bool:
     """Once per compaction cycle: the cycle's number is compaction_count."""
     return bool(session["memory_flush_compaction_count"] < session["compaction_count"])
 
@@ -233,11 +250,14 @@ def flush_session(
             return JobOutcome(skipped="session gone")
         if not flush_needed(session):
             return JobOutcome(skipped="already flushed this compaction cycle")
-        rows = conn.execute(
-            """SELECT id, role, content, name, created_at, extracted_at FROM session_messages
-               WHERE session_id = %s AND id > %s ORDER BY turn_id NULLS FIRST, id""",
-            (session_id, session["last_flushed_message_id"]),
-        ).fetchall()
+        rows = cast(
+            "list[_FlushRow]",
+            conn.execute(
+                """SELECT id, role, content, name, created_at, extracted_at FROM session_messages
+                   WHERE session_id = %s AND id > %s ORDER BY turn_id NULLS FIRST, id""",
+                (session_id, session["last_flushed_message_id"]),
+            ).fetchall(),
+        )
         unmined = [row for row in rows if row["extracted_at"] is None] if mine else []
         several = bool(unmined) and several_speakers(conn, session_id, _transcript(unmined))
     items, outcome = _mine(settings, provider, "flush", session, unmined, now, several)
@@ -281,12 +301,15 @@ class CompactionOutcome:
     skipped: str | None = None
 
 
-def _plan_compaction(conn: Conn, session: dict[str, Any], threshold: int) -> tuple[list[dict[str, Any]], int] | None:
-    live = conn.execute(
-        """SELECT id, turn_id, role, content, name, created_at, token_estimate FROM session_messages
-           WHERE session_id = %s AND NOT is_compacted ORDER BY turn_id NULLS FIRST, id""",
-        (session["id"],),
-    ).fetchall()
+def _plan_compaction(conn: Conn, session: SessionRow, threshold: int) -> tuple[list[_LiveRow], int] | None:
+    live = cast(
+        "list[_LiveRow]",
+        conn.execute(
+            """SELECT id, turn_id, role, content, name, created_at, token_estimate FROM session_messages
+               WHERE session_id = %s AND NOT is_compacted ORDER BY turn_id NULLS FIRST, id""",
+            (session["id"],),
+        ).fetchall(),
+    )
     if sum(m["token_estimate"] for m in live) < threshold:
         return None
     open_turn = conn.execute(
@@ -321,7 +344,7 @@ def compact_session(session_id: int, settings: Settings, provider: ChatProvider 
     return _apply_compaction(session, messages, tool_rows, new_summary, task, outcome)
 
 
-_Compactable = tuple[dict[str, Any], list[dict[str, Any]], int, list[dict[str, Any]]]
+_Compactable = tuple[SessionRow, list[_LiveRow], int, list[dict[str, Any]]]
 
 
 def _read_compaction(session_id: int, threshold: int) -> _Compactable | CompactionOutcome:
@@ -342,8 +365,8 @@ def _read_compaction(session_id: int, threshold: int) -> _Compactable | Compacti
 
 
 def _apply_compaction(
-    session: dict[str, Any],
-    messages: list[dict[str, Any]],
+    session: SessionRow,
+    messages: list[_LiveRow],
     tool_rows: list[dict[str, Any]],
     new_summary: str,
     task: str | None,
@@ -397,11 +420,14 @@ def extract_and_compact(
         return extract_session(session_id, settings, provider, now), found
     session, messages, kept, tool_rows = found
     with db.connection() as conn:
-        rows = conn.execute(
-            """SELECT id, role, content, name, created_at FROM session_messages
-               WHERE session_id = %s AND extracted_at IS NULL ORDER BY id LIMIT 400""",
-            (session_id,),
-        ).fetchall()
+        rows = cast(
+            "list[TranscriptRow]",
+            conn.execute(
+                """SELECT id, role, content, name, created_at FROM session_messages
+                   WHERE session_id = %s AND extracted_at IS NULL ORDER BY id LIMIT 400""",
+                (session_id,),
+            ).fetchall(),
+        )
     compacted_ids = {m["id"] for m in messages}
     transcript = _transcript(messages)
     summarised = [m for m in transcript if is_conversational(m)]
@@ -447,7 +473,7 @@ def extract_and_compact(
     return extraction, compaction
 
 
-def _move_to_document(conn: Conn, session: dict[str, Any], row: dict[str, Any]) -> int:
+def _move_to_document(conn: Conn, session: SessionRow, row: dict[str, Any]) -> int:
     name = (row["tool_results"] or {}).get("name") or "tool"
     created = conn.execute(
         """INSERT INTO documents (tenant_id, user_id, session_id, source_message_id, title, content)
@@ -473,7 +499,7 @@ class AfterTurnPlan:
     compact: bool
 
 
-def plan_after_turn(session: dict[str, Any], settings: Settings) -> AfterTurnPlan:
+def plan_after_turn(session: SessionRow, settings: Settings) -> AfterTurnPlan:
     threshold = compaction_threshold(settings)
     tokens = session["token_count"]
     compact = tokens >= threshold

@@ -11,7 +11,9 @@ up later) is the implementation's, and is documented there.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
+
+from shared.turns.rows import SessionRow
 
 
 class AcceptedWork(Protocol):
@@ -51,7 +53,7 @@ class Dispatcher(Protocol):
         ending later sends them otherwise)."""
         ...
 
-    def schedule_memory_work(self, session_id: int, session: dict[str, Any] | None = None) -> None:
+    def schedule_memory_work(self, session_id: int, session: SessionRow | None = None) -> None:
         """Best effort, after new messages in a session: embeddings, extraction, flush or compaction."""
         ...
 

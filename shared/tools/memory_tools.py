@@ -14,6 +14,7 @@ from shared.memory.entities import entity_info
 from shared.memory.keys import MemoryRejected
 from shared.memory.memory_input import KINDS, MemoryInput
 from shared.memory.reads import list_memories, recall, touch_accessed
+from shared.memory.rows import MemoryRow
 from shared.memory.search import TERM_WEIGHTS, SearchFilters
 from shared.memory.service import search_memories
 from shared.memory.stats import memory_stats
@@ -28,7 +29,7 @@ def _scope(ctx: ToolContext) -> Scope:
     return Scope(ctx.tenant_id, ctx.user_id)
 
 
-def _brief(memory: dict[str, Any]) -> dict[str, Any]:
+def _brief(memory: MemoryRow) -> dict[str, Any]:
     return {
         "id": memory["id"],
         "namespace": memory["namespace"],

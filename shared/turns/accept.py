@@ -7,13 +7,14 @@ import json
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from shared.infra.db import Conn, Query
 from shared.text import clean_text, estimate_tokens
+from shared.turns.rows import KeyedTurnView, MessageRow, SessionRow, TurnView, session_row
 
 TERMINAL_STATUSES = frozenset({"done", "failed"})
 
@@ -24,7 +25,7 @@ class IdempotencyConflict(ValueError):
 
 @dataclass(frozen=True)
 class SubmittedTurn:
-    turn: dict[str, Any]
+    turn: TurnView
     replayed: bool  # True when an earlier turn with the same Idempotency-Key was returned
 
 
@@ -102,8 +103,8 @@ def session_query(tenant_id: int, user_external_id: str, session_key: str, chann
 
 def find_session(
     conn: Conn, tenant_id: int, user_external_id: str, session_key: str, channel: str = "api"
-) -> dict[str, Any] | None:
-    return conn.execute(*session_query(tenant_id, user_external_id, session_key, channel)).fetchone()
+) -> SessionRow | None:
+    return session_row(conn.execute(*session_query(tenant_id, user_external_id, session_key, channel)).fetchone())
 
 
 _TURN_COLUMNS = """t.id AS turn_id, t.session_id, s.session_key, u.external_id AS user_id, t.status,
@@ -207,8 +208,8 @@ def _insert_user_turn(
     channel: str,
     idempotency_key: str | None,
     request_hash: str,
-) -> dict[str, Any] | None:
-    return conn.execute(
+) -> KeyedTurnView | None:
+    row = conn.execute(
         _INSERT_USER_TURN,
         {
             "tenant": tenant_id,
@@ -222,6 +223,7 @@ def _insert_user_turn(
             "tokens": estimate_tokens(text),
         },
     ).fetchone()
+    return cast("KeyedTurnView | None", row)
 
 
 def _submit_step_by_step(
@@ -299,16 +301,17 @@ def _message_columns(message: NewMessage) -> tuple[Any, ...]:
     )
 
 
-def _turn_by_idempotency_key(conn: Conn, tenant_id: int, key: str) -> dict[str, Any] | None:
-    return conn.execute(
+def _turn_by_idempotency_key(conn: Conn, tenant_id: int, key: str) -> KeyedTurnView | None:
+    row = conn.execute(
         f"""SELECT {_TURN_COLUMNS}, t.request_hash FROM turns t
             JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = t.user_id
             WHERE t.tenant_id = %s AND t.idempotency_key = %s""",
         (tenant_id, key),
     ).fetchone()
+    return cast("KeyedTurnView | None", row)
 
 
-def _replay(existing: dict[str, Any], request_hash: str) -> SubmittedTurn:
+def _replay(existing: KeyedTurnView, request_hash: str) -> SubmittedTurn:
     if existing.pop("request_hash") != request_hash:
         raise IdempotencyConflict(
             "this Idempotency-Key was already used for a different request (session, user or text differ)"
@@ -316,18 +319,19 @@ def _replay(existing: dict[str, Any], request_hash: str) -> SubmittedTurn:
     return SubmittedTurn(turn=existing, replayed=True)
 
 
-def get_turn(conn: Conn, tenant_id: int, turn_id: int) -> dict[str, Any] | None:
-    return conn.execute(
+def get_turn(conn: Conn, tenant_id: int, turn_id: int) -> TurnView | None:
+    row = conn.execute(
         f"""SELECT {_TURN_COLUMNS} FROM turns t
             JOIN sessions s ON s.id = t.session_id JOIN users u ON u.id = t.user_id
             WHERE t.tenant_id = %s AND t.id = %s AND t.kind = 'chat'""",
         (tenant_id, turn_id),
     ).fetchone()
+    return cast("TurnView | None", row)
 
 
 def list_messages(
     conn: Conn, tenant_id: int, user_external_id: str, session_key: str, limit: int = 100
-) -> list[dict[str, Any]] | None:
+) -> list[MessageRow] | None:
     """The latest `limit` messages of a session in conversation order; None if no such session."""
     session = find_session(conn, tenant_id, user_external_id, session_key)
     if session is None:
@@ -340,7 +344,7 @@ def list_messages(
            ORDER BY turn_id NULLS FIRST, id""",
         (session["id"], tenant_id, limit),
     ).fetchall()
-    return rows
+    return cast("list[MessageRow]", rows)
 
 
 def lock_session_row(conn: Conn, session_id: int) -> None:
