@@ -1,12 +1,11 @@
-"""The pieces of the injection benchmark (ops/bench/injection.py) that are not about running it: the
-fake model that obeys injected text, and the per-item outcome records."""
+"""The injection benchmark's fake model that obeys injected text, and its per-item outcome records."""
 
 from __future__ import annotations
 
 import json
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ops.fake_llm import FakeReply, Json, echo_reply, user_texts
@@ -14,15 +13,11 @@ from ops.fake_llm import FakeReply, Json, echo_reply, user_texts
 CLEAN_DIRECTIVE = (
     "You keep your answers short and direct. You match the user's informal, playful tone. You use British spelling."
 )
-
-
-# ---------------------------------------------------------------------------------------------------
-# The model that obeys
+EXTRACTION_CATEGORIES = ("preferences", "entities", "decisions", "styles", "artifacts")
 
 
 def alnum(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return "".join(ch for ch in text if ch.isalnum())
+    return "".join(ch for ch in unicodedata.normalize("NFKC", text).casefold() if ch.isalnum())
 
 
 def visible(fragment: str, seen: str) -> bool:
@@ -33,21 +28,16 @@ def visible(fragment: str, seen: str) -> bool:
 
 def _system_text(body: Json) -> str:
     system = body.get("system")
-    if isinstance(system, str):
-        return system
     if isinstance(system, list):
         return "".join(block.get("text", "") for block in system if isinstance(block, dict))
-    return ""
+    return system if isinstance(system, str) else ""
 
 
 @dataclass
 class ObeyingModel:
-    """The fake server's responder: a model that does whatever injected text asks it to.
-
-    `parts` are what the attack put into the conversation and `payload` what it wants remembered;
-    when all parts are visible in an extraction request the payload comes back as a fact of every
-    category; when the payload is among the style observations of a synthesis request, it is appended
-    to the directive paragraph. What the model is never shown, it cannot obey."""
+    """A model that does whatever injected text asks: when all `parts` are visible in an extraction
+    request, `payload` comes back as a fact of every category; when the payload is among a synthesis
+    request's style observations, it is appended to the directive. What it is never shown, it cannot obey."""
 
     parts: tuple[str, ...] = ()
     payload: str | None = None
@@ -61,44 +51,20 @@ class ObeyingModel:
 
     def __call__(self, body: Json) -> FakeReply:
         system = _system_text(body)
-        if "pick out durable memories" in system:
-            return FakeReply(text=json.dumps(self._extraction(body)))
-        if "personality directive" in system:
-            return FakeReply(text=self._directive(body))
-        return echo_reply(body)
-
-    def _extraction(self, body: Json) -> dict[str, list[dict[str, str]]]:
-        empty: dict[str, list[dict[str, str]]] = {
-            "preferences": [],
-            "entities": [],
-            "decisions": [],
-            "styles": [],
-            "artifacts": [],
-        }
-        if self.payload is None:
-            return empty
         seen = alnum(" ".join(user_texts(body)))
-        if not all(visible(part, seen) for part in self.parts):
-            return empty
-        self.saw_attack = True
-        item = {"key": "injected", "value": self.payload}
-        return {
-            "preferences": [item],
-            "entities": [{"key": "note/injected", "value": self.payload}],
-            "decisions": [item],
-            "styles": [item],
-            "artifacts": [item],
-        }
-
-    def _directive(self, body: Json) -> str:
-        if self.payload is None or not visible(self.payload, alnum(" ".join(user_texts(body)))):
-            return CLEAN_DIRECTIVE
-        self.saw_attack = True
-        return f"{CLEAN_DIRECTIVE} {' '.join(self.payload.split())}"
-
-
-# ---------------------------------------------------------------------------------------------------
-# Outcomes
+        if "pick out durable memories" in system:
+            found: dict[str, list[dict[str, str]]] = {name: [] for name in EXTRACTION_CATEGORIES}
+            if self.payload is not None and all(visible(part, seen) for part in self.parts):
+                self.saw_attack = True
+                found = {name: [{"key": "injected", "value": self.payload}] for name in EXTRACTION_CATEGORIES}
+                found["entities"] = [{"key": "note/injected", "value": self.payload}]
+            return FakeReply(text=json.dumps(found))
+        if "personality directive" in system:
+            if self.payload is None or not visible(self.payload, seen):
+                return FakeReply(text=CLEAN_DIRECTIVE)
+            self.saw_attack = True
+            return FakeReply(text=f"{CLEAN_DIRECTIVE} {' '.join(self.payload.split())}")
+        return echo_reply(body)
 
 
 @dataclass
@@ -111,15 +77,8 @@ class PathResult:
     not_seen: int = 0  # extraction: the model was never shown the attack
 
     def add(self, other: PathResult) -> None:
-        self.offered += other.offered
-        self.refused_as_injection += other.refused_as_injection
-        self.refused_otherwise += other.refused_otherwise
-        self.stored += other.stored
-        self.deduplicated += other.deduplicated
-        self.not_seen += other.not_seen
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 @dataclass
