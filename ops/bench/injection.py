@@ -11,6 +11,7 @@ compiler; benign statements through the REST path and extraction. docs/benchmark
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import uuid
@@ -35,18 +36,27 @@ from ops.bench.injection_corpus import (
 )
 from ops.bench.injection_model import CLEAN_DIRECTIVE, ItemOutcome, ObeyingModel, PathResult, alnum, visible
 from ops.fake_llm import FakeLLM
+from shared.access.auth import ensure_tenant
+from shared.context.compiler import compile_request, prepare_turn
+from shared.context.data_fence import fence, unfenced
+from shared.context.fences import strip_markers
+from shared.context.profiles import patch_user_profile
+from shared.infra import db
+from shared.infra.config import Settings, get_settings
+from shared.infra.logging import configure_logging
+from shared.infra.migrate import apply_migrations
+from shared.llm.factory import chat_provider
+from shared.memory.keys import MemoryRejected, sanitize
+from shared.memory.memory_input import MemoryInput
+from shared.memory.store import Scope, store_memory
+from shared.pipeline.jobs import extract_session
+from shared.pipeline.personality_job import synthesize_personality
+from shared.text import estimate_tokens
+from shared.tools import default_registry
+from shared.tools.memory_tools import memory_store
+from shared.tools.registry import ToolContext, ToolError
+from shared.turns.accept import ensure_session, ensure_user
 
-PATHS = (
-    "agent_style",
-    "agent_directive",
-    "api_directive",
-    "api_fact",
-    "api_key",
-    "agent_fact",
-    "api_parts",
-    "extraction",
-    "synthesis",
-)
 SEED_STYLES = (
     ("brief-answers", "Prefers short, direct answers"),
     ("informal-tone", "Writes informally, with humour"),
@@ -88,10 +98,6 @@ def _attack_free(row: dict[str, Any]) -> bool:
 
 class Runner:
     def __init__(self, tenant_name: str, fake: FakeLLM) -> None:
-        from shared.access.auth import ensure_tenant
-        from shared.infra import db
-        from shared.infra.config import Settings
-        from shared.llm.factory import chat_provider
 
         self.model = ObeyingModel()
         fake.default = self.model
@@ -116,8 +122,6 @@ class Runner:
         self.baseline_dynamic = {s.name: s.text for s in compiled.dynamic_sections}
 
     def _user(self, external_id: str) -> tuple[int, dict[str, Any]]:
-        from shared.infra import db
-        from shared.turns.accept import ensure_session, ensure_user
 
         with db.connection() as conn:
             user_id = ensure_user(conn, self.tenant_id, external_id)
@@ -128,10 +132,6 @@ class Runner:
 
     def _store(self, user_id: int, actor: str, **fields: Any) -> tuple[str, str | None]:
         """("stored" | "deduplicated" | "refused_injection" | "refused_other", reason) of one store_memory call."""
-        from shared.infra import db
-        from shared.memory.keys import MemoryRejected
-        from shared.memory.memory_input import MemoryInput
-        from shared.memory.store import Scope, store_memory
 
         try:
             with db.connection() as conn:
@@ -141,8 +141,6 @@ class Runner:
         return ("stored" if result.action in STORED else "deduplicated"), None
 
     def _agent_store(self, user_id: int, session_id: int, args: dict[str, Any]) -> tuple[str, str | None]:
-        from shared.tools.memory_tools import memory_store
-        from shared.tools.registry import ToolContext, ToolError
 
         try:
             answer = json.loads(memory_store(ToolContext(self.tenant_id, user_id, session_id, 0, NOW), args))
@@ -151,8 +149,6 @@ class Runner:
         return ("stored" if answer["action"] in STORED else "deduplicated"), None
 
     def _messages(self, user_id: int, session_id: int, rows: Sequence[tuple[str, str]]) -> None:
-        from shared.infra import db
-        from shared.text import estimate_tokens
 
         with db.connection() as conn:
             for role, content in rows:
@@ -163,7 +159,6 @@ class Runner:
                 )
 
     def _active(self, user_id: int) -> list[dict[str, Any]]:
-        from shared.infra import db
 
         with db.connection() as conn:
             return conn.execute(
@@ -181,13 +176,11 @@ class Runner:
                 raise BenchError(f"seeding a style observation failed: {reason}")
 
     def _synthesize(self, user_id: int) -> None:
-        from shared.pipeline.personality_job import synthesize_personality
 
         synthesize_personality(self.tenant_id, user_id, self.settings, provider=self.provider, now=NOW)
 
     def _extract(self, outcome: ItemOutcome, user_id: int, session_id: int) -> int | None:
         """Run extraction (five items, one per category); the items stored, None when the model saw nothing."""
-        from shared.pipeline.jobs import extract_session
 
         before = len(self._active(user_id))
         extract_session(session_id, self.settings, provider=self.provider, now=NOW)
@@ -201,9 +194,6 @@ class Runner:
         return stored
 
     def _compile(self, user_id: int, session: dict[str, Any]) -> tuple[Any, Any]:
-        from shared.context.compiler import compile_request, prepare_turn
-        from shared.infra import db
-        from shared.tools import default_registry
 
         relevant = [{"namespace": r["namespace"], "key": r["key"], "value": r["value"]} for r in self._active(user_id)]
         with db.connection() as conn:
@@ -226,8 +216,6 @@ class Runner:
         sections: dict[str, str], baseline: dict[str, str], data_sections: dict[str, tuple[str, str]]
     ) -> list[str]:
         """Data sections must read, outside their fences, as header and preface; the others as the baseline's."""
-        from shared.context.data_fence import fence, unfenced
-        from shared.context.fences import strip_markers
 
         reasons = []
         for name, text in sections.items():
@@ -241,7 +229,6 @@ class Runner:
         return reasons
 
     def _check_prompt(self, outcome: ItemOutcome, user_id: int, session: dict[str, Any], probes: Sequence[str]) -> None:
-        from shared.context.data_fence import unfenced
 
         tc, compiled = self._compile(user_id, session)
         outcome.problems = list(compiled.problems)
@@ -302,9 +289,6 @@ class Runner:
         for path, result in writes:
             self._record(outcome, path, result)
         if attack.channel == DISPLAY_NAME:
-            from shared.context.profiles import patch_user_profile
-            from shared.infra import db
-
             with db.connection() as conn:
                 patch_user_profile(conn, self.tenant_id, user_id, {"display_name": payload[:200]})
 
@@ -359,7 +343,6 @@ class Runner:
         return outcome
 
     def run_benign(self, item: Benign) -> ItemOutcome:
-        from shared.memory.keys import MemoryRejected, sanitize
 
         outcome = ItemOutcome(item.id, item.category)
         user_id, session = self._user(f"benign-{item.id}-{uuid.uuid4().hex[:6]}")
@@ -416,14 +399,11 @@ class Report:
         for category in CATEGORIES:
             if chosen := [o for o in self.attacks if o.category == category]:
                 by_category[category] = {k.removeprefix("attacks_"): v for k, v in self._attack_figures(chosen).items()}
-        by_path: dict[str, dict[str, int]] = {}
-        for path in PATHS:
-            total = PathResult()
-            for outcome in self.attacks:
-                if path in outcome.paths:
-                    total.add(outcome.paths[path])
-            if total.offered:
-                by_path[path] = dict(vars(total))
+        totals: dict[str, PathResult] = {}
+        for outcome in self.attacks:
+            for path, result in outcome.paths.items():
+                totals.setdefault(path, PathResult()).add(result)
+        by_path = {path: dict(vars(total)) for path, total in totals.items()}
         holdout: dict[str, Any] = {}
         if self.holdout_attacks:
             holdout.update(self._attack_figures(self.holdout_attacks))
@@ -503,16 +483,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--database-url", default=None, help="default: an embedded Postgres for this run")
     parser.add_argument("--workers", type=int, default=3, help="threads, each with its own fake model (default 3)")
     args = parser.parse_args(argv)
-    from shared.infra.logging import configure_logging
 
     configure_logging("WARNING")
 
     def bench() -> int:
-        import os
-
-        from shared.infra import db
-        from shared.infra.config import get_settings
-        from shared.infra.migrate import apply_migrations
 
         with BenchRun() as cleanup:
             cleanup.callback(db.close_pool)

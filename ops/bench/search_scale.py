@@ -46,7 +46,6 @@ from ops.bench.harness import (
 from shared.embeddings import ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
 from shared.embeddings.providers import LocalEmbedder
-from shared.embeddings.space import forget_checked_spaces
 from shared.infra.db import Conn
 from shared.infra.migrate import apply_migrations
 from shared.memory.entity_extraction import extract_entities
@@ -62,42 +61,20 @@ MB = 1024 * 1024
 
 
 # ---------------------------------------------------------------------------------------------------
-# Vocabulary and templates
+# Facts and questions: the words and sentence templates are data, beside this module.
 
-
-def _w(text: str) -> list[str]:
-    return [w.strip() for w in text.split(",") if w.strip()]
-
-
-# The words and sentence templates are data, beside this module.
 _DATA = json.loads((Path(__file__).parent / "data" / "search_scale.json").read_text(encoding="utf-8"))
-VOCAB: dict[str, list[str]] = {slot: _w(words) for slot, words in _DATA["vocab"].items()}
-
-KEY_SAFE = re.compile(r"[^a-z0-9]+")
-
-
-@dataclass(frozen=True)
-class Template:
-    kind: str
-    namespace: str  # "{date}" is filled with the fact's event date
-    key: str  # format string over the slots; normalised to lowercase-hyphen words
-    text: str
-    tags: tuple[str, ...]
-    questions: tuple[str, ...]  # held-out question forms; their slots are filled independently
-
-
-def _t(kind: str, namespace: str, key: str, text: str, tags: str, *questions: str) -> Template:
-    return Template(kind, namespace, key, text, tuple(_w(tags)), questions)
-
-
-TEMPLATES: tuple[Template, ...] = tuple(_t(*fields) for fields in _DATA["templates"])
-
-# Questions that no template answers: real traffic has them, and they exercise the OR query with
-# common words.
-FREE_QUESTIONS: tuple[str, ...] = tuple(_DATA["free_questions"])
+VOCAB: dict[str, list[str]] = {
+    slot: [w.strip() for w in words.split(",") if w.strip()] for slot, words in _DATA["vocab"].items()
+}
+# kind, namespace ("{date}": the fact's event date), key, text, tags (comma-separated), held-out question forms.
+TEMPLATES: list[list[str]] = _DATA["templates"]
+FREE_QUESTIONS: list[str] = _DATA["free_questions"]  # no template answers them: OR queries with common words
+SLOT = re.compile(r"\{(\w+)\}")
 
 
 def _fill(rng: random.Random, text: str, values: dict[str, str] | None = None) -> tuple[str, dict[str, str]]:
+    """`text` with its slots filled (independently, unless `values` has them); the values used."""
     values = dict(values or {})
 
     def slot(match: re.Match[str]) -> str:
@@ -111,7 +88,7 @@ def _fill(rng: random.Random, text: str, values: dict[str, str] | None = None) -
                 values[name] = rng.choice(VOCAB[name])
         return values[name]
 
-    return re.sub(r"\{(\w+)\}", slot, text), values
+    return SLOT.sub(slot, text), values
 
 
 @dataclass(frozen=True)
@@ -132,17 +109,17 @@ def generate_facts(rng: random.Random, count: int, now: datetime) -> list[Fact]:
         attempts += 1
         if attempts > count * 50:
             raise BenchError(f"the templates cannot make {count} distinct facts; lower --pool")
-        template = rng.choice(TEMPLATES)
-        value, values = _fill(rng, template.text)
+        kind, namespace, key_form, text, tags, *_questions = rng.choice(TEMPLATES)
+        value, values = _fill(rng, text)
         if value in facts:
             continue
-        key = KEY_SAFE.sub("-", _fill(rng, template.key, values)[0].lower()).strip("-")
+        key = re.sub(r"[^a-z0-9]+", "-", _fill(rng, key_form, values)[0].lower()).strip("-")
         event_time = None
-        namespace = template.namespace
         if "{date}" in namespace:
             event_time = now - timedelta(days=rng.randint(1, 720), hours=rng.randint(0, 23))
             namespace = namespace.replace("{date}", event_time.date().isoformat())
-        facts[value] = Fact(template.kind, namespace, key, value, template.tags, event_time)
+        tag_list = tuple(t.strip() for t in tags.split(",") if t.strip())
+        facts[value] = Fact(kind, namespace, key, value, tag_list, event_time)
     return list(facts.values())
 
 
@@ -152,7 +129,7 @@ def generate_questions(rng: random.Random, count: int, exclude: set[str]) -> lis
         if rng.random() < 0.05:
             question = rng.choice(FREE_QUESTIONS)
         else:
-            question = _fill(rng, rng.choice(rng.choice(TEMPLATES).questions))[0]
+            question = _fill(rng, rng.choice(rng.choice(TEMPLATES)[5:]))[0]
         if question not in exclude:
             questions[question] = None
     return list(questions)
@@ -219,17 +196,8 @@ def prepare(conn: Conn, users: int) -> Setup:
     conn.commit()
     register_vector_types(conn)
     row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (HNSW_INDEX,)).fetchone()
-    if row is None:
-        # An interrupted earlier run left its space without the index (it is dropped while loading):
-        # this is a scratch database, so let the product set the space up afresh, index included.
-        conn.execute("DELETE FROM embedding_space")
-        conn.commit()
-        forget_checked_spaces()
-        ensure_embedding_space(conn, LocalEmbedder())
-        conn.commit()
-        row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (HNSW_INDEX,)).fetchone()
-    if row is None:
-        raise BenchError(f"ensure_embedding_space did not create {HNSW_INDEX}")
+    if row is None:  # an interrupted earlier run dropped it while loading
+        raise BenchError(f"{HNSW_INDEX} is missing: run on a fresh scratch database")
     return Setup(tenant_id, user_ids, str(row["indexdef"]))
 
 
