@@ -367,7 +367,7 @@ def bench(args: argparse.Namespace) -> int:
                 records = run_session(client, fake, user_id, session_key, args.turns, every, args.turn_timeout)
                 wall_s = time.perf_counter() - started
                 stack.check_alive()
-                params = {"user_id": user_id, "limit": TRANSCRIPT_LIMIT}
+                params: dict[str, str | int] = {"user_id": user_id, "limit": TRANSCRIPT_LIMIT}
                 transcript = _check(client.http.get(f"/v1/sessions/{session_key}/messages", params=params))["messages"]
                 if len(transcript) >= TRANSCRIPT_LIMIT:
                     raise BenchError(f"the transcript has {TRANSCRIPT_LIMIT}+ messages; the baseline needs all of them")

@@ -76,18 +76,13 @@ INJECTION_REFUSAL = "looks like a prompt injection"
 STORED = ("added", "superseded", "reinforced")
 
 
-def _refusal(reason: str) -> tuple[str, str]:
-    return ("refused_injection" if INJECTION_REFUSAL in reason else "refused_other"), reason
+def _refusal(reason: str) -> str:
+    return "refused_as_injection" if INJECTION_REFUSAL in reason else "refused_otherwise"
 
 
 def _is_instruction(row: dict[str, Any]) -> bool:
     """Guidance the model is told to follow: a directive or style, or anything under tacit/personality."""
-    namespace = row["namespace"]
-    return (
-        row["kind"] in ("directive", "style")
-        or namespace == "tacit/personality"
-        or namespace.startswith("tacit/personality/")
-    )
+    return row["kind"] in ("directive", "style") or f"{row['namespace']}/".startswith("tacit/personality/")
 
 
 def _attack_free(row: dict[str, Any]) -> bool:
@@ -98,7 +93,6 @@ def _attack_free(row: dict[str, Any]) -> bool:
 
 class Runner:
     def __init__(self, tenant_name: str, fake: FakeLLM) -> None:
-
         self.model = ObeyingModel()
         fake.default = self.model
         self.settings = Settings(
@@ -122,7 +116,6 @@ class Runner:
         self.baseline_dynamic = {s.name: s.text for s in compiled.dynamic_sections}
 
     def _user(self, external_id: str) -> tuple[int, dict[str, Any]]:
-
         with db.connection() as conn:
             user_id = ensure_user(conn, self.tenant_id, external_id)
             session_id = ensure_session(conn, self.tenant_id, user_id, "chat")
@@ -130,26 +123,23 @@ class Runner:
         assert session is not None
         return user_id, session
 
-    def _store(self, user_id: int, actor: str, **fields: Any) -> tuple[str, str | None]:
-        """("stored" | "deduplicated" | "refused_injection" | "refused_other", reason) of one store_memory call."""
-
+    def _store(self, user_id: int, actor: str, **fields: Any) -> str:
+        """What became of one store_memory call, as a PathResult field name."""
         try:
             with db.connection() as conn:
                 result = store_memory(conn, Scope(self.tenant_id, user_id), MemoryInput(**fields), actor)
         except MemoryRejected as exc:
             return _refusal(exc.reason)
-        return ("stored" if result.action in STORED else "deduplicated"), None
+        return "stored" if result.action in STORED else "deduplicated"
 
-    def _agent_store(self, user_id: int, session_id: int, args: dict[str, Any]) -> tuple[str, str | None]:
-
+    def _agent_store(self, user_id: int, session_id: int, args: dict[str, Any]) -> str:
         try:
             answer = json.loads(memory_store(ToolContext(self.tenant_id, user_id, session_id, 0, NOW), args))
         except ToolError as exc:
             return _refusal(str(exc))
-        return ("stored" if answer["action"] in STORED else "deduplicated"), None
+        return "stored" if answer["action"] in STORED else "deduplicated"
 
     def _messages(self, user_id: int, session_id: int, rows: Sequence[tuple[str, str]]) -> None:
-
         with db.connection() as conn:
             for role, content in rows:
                 conn.execute(
@@ -159,7 +149,6 @@ class Runner:
                 )
 
     def _active(self, user_id: int) -> list[dict[str, Any]]:
-
         with db.connection() as conn:
             return conn.execute(
                 """SELECT namespace, key, value, kind FROM memories
@@ -169,19 +158,15 @@ class Runner:
 
     def _seed_styles(self, user_id: int) -> None:
         for key, value in SEED_STYLES:
-            outcome, reason = self._store(
-                user_id, "extraction", key=key, value=value, kind="style", namespace="tacit/personality/style"
-            )
-            if outcome != "stored":
-                raise BenchError(f"seeding a style observation failed: {reason}")
+            fields = {"key": key, "value": value, "kind": "style", "namespace": "tacit/personality/style"}
+            if (outcome := self._store(user_id, "extraction", **fields)) != "stored":
+                raise BenchError(f"seeding a style observation failed: {outcome}")
 
     def _synthesize(self, user_id: int) -> None:
-
         synthesize_personality(self.tenant_id, user_id, self.settings, provider=self.provider, now=NOW)
 
     def _extract(self, outcome: ItemOutcome, user_id: int, session_id: int) -> int | None:
         """Run extraction (five items, one per category); the items stored, None when the model saw nothing."""
-
         before = len(self._active(user_id))
         extract_session(session_id, self.settings, provider=self.provider, now=NOW)
         stats = outcome.paths.setdefault("extraction", PathResult())
@@ -194,7 +179,6 @@ class Runner:
         return stored
 
     def _compile(self, user_id: int, session: dict[str, Any]) -> tuple[Any, Any]:
-
         relevant = [{"namespace": r["namespace"], "key": r["key"], "value": r["value"]} for r in self._active(user_id)]
         with db.connection() as conn:
             tc = prepare_turn(
@@ -216,7 +200,6 @@ class Runner:
         sections: dict[str, str], baseline: dict[str, str], data_sections: dict[str, tuple[str, str]]
     ) -> list[str]:
         """Data sections must read, outside their fences, as header and preface; the others as the baseline's."""
-
         reasons = []
         for name, text in sections.items():
             if name in data_sections:
@@ -229,39 +212,31 @@ class Runner:
         return reasons
 
     def _check_prompt(self, outcome: ItemOutcome, user_id: int, session: dict[str, Any], probes: Sequence[str]) -> None:
-
         tc, compiled = self._compile(user_id, session)
         outcome.problems = list(compiled.problems)
-        for attribute, sections, baseline, data_sections, text in (
-            ("unfenced_static", tc.static.sections, self.baseline_static, STATIC_DATA_SECTIONS, compiled.system_static),
-            (
-                "unfenced_dynamic",
-                compiled.dynamic_sections,
-                self.baseline_dynamic,
-                DYNAMIC_DATA_SECTIONS,
-                compiled.system_dynamic,
-            ),
-        ):
+
+        def reasons(sections: Any, baseline: dict[str, str], data: dict[str, tuple[str, str]], text: str) -> list[str]:
             region = alnum(unfenced(text))
-            reasons = self._outside_fences({s.name: s.text for s in sections}, baseline, data_sections)
-            reasons += [
+            probed = [
                 f"attack text outside the fences: {t[:40]!r}"
                 for t in probes
                 if len(alnum(t)) >= 12 and visible(t, region)
             ]
-            setattr(outcome, attribute, reasons)
+            return self._outside_fences({s.name: s.text for s in sections}, baseline, data) + probed
+
+        outcome.unfenced_static = reasons(
+            tc.static.sections, self.baseline_static, STATIC_DATA_SECTIONS, compiled.system_static
+        )
+        outcome.unfenced_dynamic = reasons(
+            compiled.dynamic_sections, self.baseline_dynamic, DYNAMIC_DATA_SECTIONS, compiled.system_dynamic
+        )
 
     @staticmethod
-    def _record(outcome: ItemOutcome, path: str, result: tuple[str, str | None]) -> None:
+    def _record(outcome: ItemOutcome, path: str, result: str) -> None:
         stats = outcome.paths.setdefault(path, PathResult())
         stats.offered += 1
-        field = {
-            "stored": "stored",
-            "deduplicated": "deduplicated",
-            "refused_injection": "refused_as_injection",
-        }.get(result[0], "refused_otherwise")
-        setattr(stats, field, getattr(stats, field) + 1)
-        outcome.injection_refusals += result[0] == "refused_injection"
+        setattr(stats, result, getattr(stats, result) + 1)
+        outcome.injection_refusals += result == "refused_as_injection"
 
     def run_attack(self, attack: Attack) -> ItemOutcome:
         outcome = ItemOutcome(attack.id, attack.category)
@@ -271,7 +246,7 @@ class Runner:
         # Instruction-shaped writes first: a fact with the same text written earlier would make them
         # no-ops by dedup, hiding whether the writer rules refuse them.
         directive = {"key": "directive", "value": payload, "kind": "directive", "namespace": "tacit/personality"}
-        writes: list[tuple[str, tuple[str, str | None]]] = [
+        writes: list[tuple[str, str]] = [
             (
                 "agent_style",
                 self._agent_store(user_id, session_id, {"key": "style-note", "value": payload, "kind": "style"}),
@@ -343,7 +318,6 @@ class Runner:
         return outcome
 
     def run_benign(self, item: Benign) -> ItemOutcome:
-
         outcome = ItemOutcome(item.id, item.category)
         user_id, session = self._user(f"benign-{item.id}-{uuid.uuid4().hex[:6]}")
         self._record(outcome, "api_fact", self._store(user_id, "api", key="note", value=item.text))
@@ -449,8 +423,8 @@ def run(
     its own (the obeying model keeps per-item state) started here; the first uses `fake`."""
     started = time.monotonic()
     tenant = f"injection-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    groups = (attacks, benign, holdout_attacks, holdout_benign)
-    jobs: list[tuple[int, Attack | Benign]] = [(g, item) for g, items in enumerate(groups) for item in items]
+    groups: tuple[Sequence[Attack | Benign], ...] = (attacks, benign, holdout_attacks, holdout_benign)
+    jobs = [(g, item) for g, items in enumerate(groups) for item in items]
     workers = max(1, min(workers, len(jobs)))
     fakes = [fake] + [FakeLLM().start() for _ in range(workers - 1)]
     defaults = [f.default for f in fakes]
@@ -475,7 +449,7 @@ def run(
     for (group, _), outcome in zip(jobs, results, strict=True):
         assert outcome is not None
         by_group[group].append(outcome)
-    return Report(*by_group, elapsed_s=time.monotonic() - started)
+    return Report(by_group[0], by_group[1], by_group[2], by_group[3], time.monotonic() - started)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -487,7 +461,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging("WARNING")
 
     def bench() -> int:
-
         with BenchRun() as cleanup:
             cleanup.callback(db.close_pool)
             url = cleanup.database(args.database_url, "engram-injection-")

@@ -277,11 +277,9 @@ def load(
     by_user_vectors: dict[int, list[np.ndarray]] = {u: [] for u in users}
     for memory_id, row in enumerate(rows, start=1):
         fact, ids = row.fact, (memory_id, setup.tenant_id, row.user_id)
-        created = [row.created] * 3  # created_at, updated_at, valid_from
+        times = [row.created] * 3  # created_at, updated_at, valid_from
         tags = list(fact.tags)
-        mem_rows.append(
-            (*ids, fact.namespace, row.key, fact.value, fact.kind, tags, fact.event_time, *created, "bench")
-        )
+        mem_rows.append((*ids, fact.namespace, row.key, fact.value, fact.kind, tags, fact.event_time, *times, "bench"))
         text = embeddable_text({"namespace": fact.namespace, "key": row.key, "kind": fact.kind, "value": fact.value})
         digest = hashlib.sha256(text.encode()).hexdigest()
         chunk_rows.append((*ids, memory_id, text, len(text), digest, row.vector, row.created))

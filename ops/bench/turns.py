@@ -100,8 +100,10 @@ def _one_turn(
         t2 = time.perf_counter()
     except (EngramAPIError, httpx.HTTPError, BenchError) as exc:
         return TurnResult(index, "error", error=f"{type(exc).__name__}: {exc}")
-    ms = [(t1 - t0) * 1000, (t2 - t1) * 1000, (t2 - t0) * 1000]
-    return TurnResult(index, turn["status"], *ms, t2, turn.get("timings") or {}, turn.get("error"))
+    ms = {"accept_ms": (t1 - t0) * 1000, "accepted_to_done_ms": (t2 - t1) * 1000, "e2e_ms": (t2 - t0) * 1000}
+    return TurnResult(
+        index, turn["status"], **ms, done_at=t2, timings=turn.get("timings") or {}, error=turn.get("error")
+    )
 
 
 def drive(
