@@ -22,7 +22,7 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,14 +122,10 @@ def prompt_tokens(body: Json) -> int:
 @dataclass
 class TurnRecord:
     number: int  # 1-based
-    turn_id: int
-    status: str
-    e2e_ms: float
-    usage: dict[str, Any]
-    error: str | None
-    calls: list[RecordedRequest] = field(default_factory=list)  # this turn's agent-loop requests, in order
-    background_calls: int = 0  # other model requests that arrived meanwhile
-    memory_added: bool = False  # a memory was written through REST just before this turn
+    turn: dict[str, Any]  # as the API returned it when done, with the client's e2e_ms
+    calls: list[RecordedRequest]  # this turn's agent-loop requests, in order
+    background_calls: int  # other model requests that arrived meanwhile
+    memory_added: bool  # a memory was written through REST just before this turn
 
 
 def _check(response: httpx.Response) -> dict[str, Any]:
@@ -177,19 +173,7 @@ def run_session(
         turn = run_turn(client, session_key, user_id, user_message(number), timeout)
         new = [r for r in fake.requests[seen:] if r.path == "/v1/messages"]
         calls = [r for r in new if tail_text(r.body) is not None]
-        records.append(
-            TurnRecord(
-                number,
-                turn["turn_id"],
-                turn["status"],
-                turn["e2e_ms"],
-                turn.get("usage") or {},
-                turn.get("error"),
-                calls,
-                len(new) - len(calls),
-                memory,
-            )
-        )
+        records.append(TurnRecord(number, turn, calls, len(new) - len(calls), memory))
     return records
 
 
@@ -201,8 +185,10 @@ def baseline_bodies(records: list[TurnRecord], transcript: list[dict[str, Any]])
     rows = [r for r in transcript if r["role"] in ("user", "assistant", "tool")]
     out: dict[int, list[Json]] = {}
     for record in records:
-        earlier = [row_to_message(r) for r in rows if r["turn_id"] is not None and r["turn_id"] < record.turn_id]
-        own = [r for r in rows if r["turn_id"] == record.turn_id]
+        earlier = [
+            row_to_message(r) for r in rows if r["turn_id"] is not None and r["turn_id"] < record.turn["turn_id"]
+        ]
+        own = [r for r in rows if r["turn_id"] == record.turn["turn_id"]]
         users = [row_to_message(r) for r in own if r["role"] == "user"]
         produced = [r for r in own if r["role"] != "user"]
         starts = [i for i, r in enumerate(produced) if r["role"] == "assistant"]  # each call's answer
@@ -254,7 +240,7 @@ def analyse(records: list[TurnRecord], transcript: list[dict[str, Any]], wall_s:
     write = sum(u.cache_write_tokens for u in usages)
     uncached = sum(u.input_tokens for u in usages)
     recorded = [
-        sum(int(r.usage.get(k) or 0) for r in records)
+        sum(int((r.turn.get("usage") or {}).get(k) or 0) for r in records)
         for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
     ]
 
@@ -286,7 +272,7 @@ def analyse(records: list[TurnRecord], transcript: list[dict[str, Any]], wall_s:
         "naive_cached_input_share": _share(naive_read, naive_prompt),
         "cost_weighted_vs_naive": _share(cost, naive_cost),
         "turns": len(records),
-        "turns_done": sum(r.status == "done" for r in records),
+        "turns_done": sum(r.turn["status"] == "done" for r in records),
         "memories_added": sum(r.memory_added for r in records),
         "llm_calls": len(calls),
         "llm_calls_per_turn": round(len(calls) / turns, 3),
@@ -311,8 +297,10 @@ def analyse(records: list[TurnRecord], transcript: list[dict[str, Any]], wall_s:
             "matches_usage_recorded_by_engram": recorded == [uncached, read, write],
         },
         "wall_s": round(wall_s, 2),
-        "turn_e2e_ms": distribution([r.e2e_ms for r in records], (50, 95)),
-        "failed_turns": [{"turn": r.number, "error": r.error} for r in records if r.status != "done"],
+        "turn_e2e_ms": distribution([r.turn["e2e_ms"] for r in records], (50, 95)),
+        "failed_turns": [
+            {"turn": r.number, "error": r.turn.get("error")} for r in records if r.turn["status"] != "done"
+        ],
     }
 
 
