@@ -149,33 +149,17 @@ def drive(
 # Floors
 
 
-class HealthProbe(threading.Thread):
-    """GET /healthz over one keep-alive connection, every `interval` seconds, until stopped."""
-
-    def __init__(self, url: str, interval: float = 0.02) -> None:
-        super().__init__(name="healthz-probe", daemon=True)
-        self.url, self.interval = url, interval
-        self.latencies_ms: list[float] = []
-        self.errors = 0
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=30) as client:
-            while not self._stop_event.is_set():
-                t0 = time.perf_counter()
-                try:
-                    ok = client.get("/healthz").status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                if ok:
-                    self.latencies_ms.append((time.perf_counter() - t0) * 1000)
-                else:
-                    self.errors += 1
-                self._stop_event.wait(self.interval)
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join(timeout=35)
+def probe_healthz(url: str, stop: threading.Event, latencies: list[float], errors: list[float]) -> None:
+    """GET /healthz over one keep-alive connection every 20 ms until `stop` is set."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                ok = client.get("/healthz").status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            (latencies if ok else errors).append((time.perf_counter() - t0) * 1000)
+            stop.wait(0.02)
 
 
 def healthz_burst(url: str, requests: int) -> list[float]:
@@ -381,17 +365,20 @@ def bench(args: argparse.Namespace) -> int:
                 raise BenchError(f"warm-up turn did not succeed: {bad[0].status}: {bad[0].error}")
         stack.check_alive()
         burst_floor = healthz_burst(stack.url, args.sessions)
-        probe = HealthProbe(stack.url)
+        stop_probe = threading.Event()
+        probe_ms: list[float] = []
+        probe_errors: list[float] = []
         cpu_before = cpu_seconds(cpu_roots, own=CLIENT)
-        probe.start()
+        probe = _threads(1, lambda _: probe_healthz(stack.url, stop_probe, probe_ms, probe_errors))[0]
         try:
             results, started = drive(stack.url, api_key, args.sessions, args.turns, args.turn_timeout, abort, "bench")
         finally:
-            probe.stop()
+            stop_probe.set()
+            probe.join(35)
         cpu_after_turns = cpu_seconds(cpu_roots, own=CLIENT)
         stack.check_alive()
         details = summarize(results, started, args.sessions, args.turns)
-        details["healthz_ms"] = {**_dist(probe.latencies_ms), "errors": probe.errors}
+        details["healthz_ms"] = {**_dist(probe_ms), "errors": len(probe_errors)}
         details["healthz_burst_ms"] = _dist(burst_floor)
         noop = details["noop"] = noop_round_trips(stack.redis_url, args.sessions, args.turns, args.turn_timeout)
         cpu_after_noop = cpu_seconds(cpu_roots, own=CLIENT)
