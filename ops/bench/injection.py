@@ -14,28 +14,18 @@ import json
 import os
 import sys
 import time
+import unicodedata
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
+from ops.bench import injection_corpus as corpus
 from ops.bench.harness import BenchError, BenchRun, bench_parser, emit, outline, run_main
-from ops.bench.injection_corpus import (
-    ATTACKS,
-    BENIGN,
-    CATEGORIES,
-    DISPLAY_NAME,
-    HOLDOUT_ATTACKS,
-    HOLDOUT_BENIGN,
-    TOOL,
-    TURNS,
-    Attack,
-    Benign,
-)
-from ops.bench.injection_model import CLEAN_DIRECTIVE, ItemOutcome, ObeyingModel, PathResult, alnum, visible
-from ops.fake_llm import FakeLLM
+from ops.bench.injection_corpus import Attack, Benign
+from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, user_texts
 from shared.access.auth import ensure_tenant
 from shared.context.compiler import compile_request, prepare_turn
 from shared.context.data_fence import fence, unfenced
@@ -56,6 +46,94 @@ from shared.tools import default_registry
 from shared.tools.memory_tools import memory_store
 from shared.tools.registry import ToolContext, ToolError
 from shared.turns.accept import ensure_session, ensure_user
+
+CLEAN_DIRECTIVE = (
+    "You keep your answers short and direct. You match the user's informal, playful tone. You use British spelling."
+)
+EXTRACTION_CATEGORIES = ("preferences", "entities", "decisions", "styles", "artifacts")
+
+
+def alnum(text: str) -> str:
+    return "".join(ch for ch in unicodedata.normalize("NFKC", text).casefold() if ch.isalnum())
+
+
+def visible(fragment: str, seen: str) -> bool:
+    """Whether a model shown `seen` saw `fragment` (compared on letters and digits, first 60 of them)."""
+    probe = alnum(fragment)[:60]
+    return bool(probe) and probe in seen
+
+
+def _system_text(body: Json) -> str:
+    system = body.get("system")
+    if isinstance(system, list):
+        return "".join(block.get("text", "") for block in system if isinstance(block, dict))
+    return system if isinstance(system, str) else ""
+
+
+@dataclass
+class ObeyingModel:
+    """A model that does whatever injected text asks: when all `parts` are visible in an extraction
+    request, `payload` comes back as a fact of every category; when the payload is among a synthesis
+    request's style observations, it is appended to the directive. What it is never shown, it cannot obey."""
+
+    parts: tuple[str, ...] = ()
+    payload: str | None = None
+    saw_attack: bool = False
+
+    def arm(self, parts: Sequence[str], payload: str) -> None:
+        self.parts, self.payload, self.saw_attack = tuple(parts), payload, False
+
+    def disarm(self) -> None:
+        self.parts, self.payload, self.saw_attack = (), None, False
+
+    def __call__(self, body: Json) -> FakeReply:
+        system = _system_text(body)
+        seen = alnum(" ".join(user_texts(body)))
+        if "pick out durable memories" in system:
+            found: dict[str, list[dict[str, str]]] = {name: [] for name in EXTRACTION_CATEGORIES}
+            if self.payload is not None and all(visible(part, seen) for part in self.parts):
+                self.saw_attack = True
+                found = {name: [{"key": "injected", "value": self.payload}] for name in EXTRACTION_CATEGORIES}
+                found["entities"] = [{"key": "note/injected", "value": self.payload}]
+            return FakeReply(text=json.dumps(found))
+        if "personality directive" in system:
+            if self.payload is None or not visible(self.payload, seen):
+                return FakeReply(text=CLEAN_DIRECTIVE)
+            self.saw_attack = True
+            return FakeReply(text=f"{CLEAN_DIRECTIVE} {' '.join(self.payload.split())}")
+        return echo_reply(body)
+
+
+@dataclass
+class PathResult:
+    offered: int = 0
+    refused_as_injection: int = 0
+    refused_otherwise: int = 0
+    stored: int = 0
+    deduplicated: int = 0  # accepted, but the same content was already stored (nothing new written)
+    not_seen: int = 0  # extraction: the model was never shown the attack
+
+    def add(self, other: PathResult) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclass
+class ItemOutcome:
+    id: str
+    category: str
+    paths: dict[str, PathResult] = field(default_factory=dict)
+    stored_rows: list[dict[str, Any]] = field(default_factory=list)
+    instruction_rows: list[dict[str, Any]] = field(default_factory=list)
+    unfenced_static: list[str] = field(default_factory=list)  # why, when it is
+    unfenced_dynamic: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    injection_refusals: int = 0
+
+    @property
+    def refused(self) -> bool:
+        return not self.stored_rows
+
 
 SEED_STYLES = (
     ("brief-answers", "Prefers short, direct answers"),
@@ -263,14 +341,14 @@ class Runner:
             ]
         for path, result in writes:
             self._record(outcome, path, result)
-        if attack.channel == DISPLAY_NAME:
+        if attack.channel == corpus.DISPLAY_NAME:
             with db.connection() as conn:
                 patch_user_profile(conn, self.tenant_id, user_id, {"display_name": payload[:200]})
 
         # Extraction, with a model that obeys whatever it is shown (tool results are never shown to it).
-        if attack.channel == TURNS:
+        if attack.channel == corpus.TURNS:
             transcript = [row for part in attack.parts for row in (("user", part), ("assistant", "Noted."))]
-        elif attack.channel == TOOL:
+        elif attack.channel == corpus.TOOL:
             transcript = [
                 ("user", "Can you look that up for me?"),
                 ("assistant", "Let me check."),
@@ -280,7 +358,7 @@ class Runner:
         else:  # a message, a channel message under a display name, pasted text
             transcript = [("user", attack.text), ("assistant", "OK.")]
         self._messages(user_id, session_id, transcript)
-        self.model.arm(attack.parts if attack.channel == TURNS else (payload,), payload)
+        self.model.arm(attack.parts if attack.channel == corpus.TURNS else (payload,), payload)
         stored = self._extract(outcome, user_id, session_id)
         if stored is not None:  # sanitize is the only check these items can fail
             outcome.paths["extraction"].refused_as_injection += 5 - stored
@@ -309,7 +387,7 @@ class Runner:
         self.model.disarm()
 
         rows = [r for r in self._active(user_id) if not _attack_free(r)]
-        if attack.channel == DISPLAY_NAME:  # kept in the profile (no detector there): data, fenced
+        if attack.channel == corpus.DISPLAY_NAME:  # kept in the profile (no detector there): data, fenced
             rows.append({"namespace": "profile", "key": "display_name", "value": payload[:200], "kind": "profile"})
         outcome.stored_rows = rows
         outcome.instruction_rows = [r for r in rows if _is_instruction(r)]
@@ -370,7 +448,7 @@ class Report:
 
     def summary(self) -> dict[str, Any]:
         by_category = {}
-        for category in CATEGORIES:
+        for category in corpus.CATEGORIES:
             if chosen := [o for o in self.attacks if o.category == category]:
                 by_category[category] = {k.removeprefix("attacks_"): v for k, v in self._attack_figures(chosen).items()}
         totals: dict[str, PathResult] = {}
@@ -411,10 +489,10 @@ class Report:
 def run(
     fake: FakeLLM,
     *,
-    attacks: Sequence[Attack] = ATTACKS,
-    benign: Sequence[Benign] = BENIGN,
-    holdout_attacks: Sequence[Attack] = HOLDOUT_ATTACKS,
-    holdout_benign: Sequence[Benign] = HOLDOUT_BENIGN,
+    attacks: Sequence[Attack] = corpus.ATTACKS,
+    benign: Sequence[Benign] = corpus.BENIGN,
+    holdout_attacks: Sequence[Attack] = corpus.HOLDOUT_ATTACKS,
+    holdout_benign: Sequence[Benign] = corpus.HOLDOUT_BENIGN,
     workers: int = 1,
 ) -> Report:
     """Run the corpus against the database in ENGRAM_DATABASE_URL (migrated) and `fake` (started).
