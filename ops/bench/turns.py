@@ -74,43 +74,28 @@ def _threads(count: int, target: Callable[[int], None]) -> list[threading.Thread
 
 @dataclass
 class TurnResult:
+    session: int
     index: int
     status: str  # done, failed, or error (the client gave up: HTTP error, timeout)
-    accept_ms: float = 0.0
-    accepted_to_done_ms: float = 0.0
-    e2e_ms: float = 0.0
-    done_at: float = 0.0  # perf_counter
+    accept_ms: float | None = None
+    e2e_ms: float | None = None
+    accepted_to_done_ms: float | None = None
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    done_at: float | None = None  # perf_counter
 
 
-def _one_turn(
-    client: EngramClient, key: str, user: str, text: str, index: int, timeout: float, abort: threading.Event
-) -> TurnResult:
-    t0 = time.perf_counter()
-    try:
-        accepted = turn = client.submit_turn(key, user, text)
-        t1 = time.perf_counter()
-        while turn["status"] not in TERMINAL:
-            if abort.is_set():
-                raise BenchError("aborted")
-            if time.perf_counter() - t0 > timeout:
-                raise BenchError(f"turn {accepted['turn_id']} not finished after {timeout:.0f}s")
-            turn = client.get_turn(accepted["turn_id"], wait=30)
-        t2 = time.perf_counter()
-    except (EngramAPIError, httpx.HTTPError, BenchError) as exc:
-        return TurnResult(index, "error", error=f"{type(exc).__name__}: {exc}")
-    ms = {"accept_ms": (t1 - t0) * 1000, "accepted_to_done_ms": (t2 - t1) * 1000, "e2e_ms": (t2 - t0) * 1000}
-    return TurnResult(
-        index, turn["status"], **ms, done_at=t2, timings=turn.get("timings") or {}, error=turn.get("error")
-    )
+@dataclass
+class LoadRun:
+    results: list[TurnResult]
+    started: float  # when the sessions were released, all at one barrier (the first turns are a burst)
+    finished: float
 
 
 def drive(
     url: str, api_key: str, sessions: int, turns: int, timeout: float, abort: threading.Event, label: str
-) -> tuple[list[TurnResult], float]:
-    """`sessions` threads, each sending its `turns` one after another and waiting for each to finish; the
-    results and when the sessions started (all at one barrier: the first turns are a burst, as after a deploy)."""
+) -> LoadRun:
+    """`sessions` threads, each sending its `turns` one after another and waiting for each to finish."""
     results: list[TurnResult] = []
     barrier = threading.Barrier(sessions + 1)
     run_id = uuid.uuid4().hex[:8]
@@ -122,8 +107,9 @@ def drive(
             for index in range(turns):
                 if abort.is_set():
                     return
-                text = f"Turn {index + 1}. Please remember that my lucky number today is {number * 100 + index}."
-                result = _one_turn(client, f"{label}-{run_id}-{number}", f"user-{number}", text, index, timeout, abort)
+                result = _one_turn(
+                    client, f"{label}-{run_id}-{number}", f"user-{number}", number, index, timeout, abort
+                )
                 results.append(result)
                 if result.status == "error":
                     return  # the session's later turns would queue behind one we no longer follow
@@ -142,7 +128,29 @@ def drive(
     for thread in threads:
         while thread.is_alive():  # short joins keep the main thread responsive to Ctrl-C and SIGTERM
             thread.join(0.2)
-    return results, started
+    return LoadRun(results, started, time.perf_counter())
+
+
+def _one_turn(
+    client: EngramClient, key: str, user: str, session: int, index: int, timeout: float, abort: threading.Event
+) -> TurnResult:
+    text = f"Turn {index + 1}. Please remember that my lucky number today is {session * 100 + index}."
+    t0 = time.perf_counter()
+    try:
+        accepted = turn = client.submit_turn(key, user, text)
+        t1 = time.perf_counter()
+        while turn["status"] not in TERMINAL:
+            if abort.is_set():
+                raise BenchError("aborted")
+            if time.perf_counter() - t0 > timeout:
+                raise BenchError(f"turn {accepted['turn_id']} not finished after {timeout:.0f}s")
+            turn = client.get_turn(accepted["turn_id"], wait=30)
+        t2 = time.perf_counter()
+    except (EngramAPIError, httpx.HTTPError, BenchError) as exc:
+        return TurnResult(session, index, "error", error=f"{type(exc).__name__}: {exc}")
+    ms = {"accept_ms": (t1 - t0) * 1000, "e2e_ms": (t2 - t0) * 1000, "accepted_to_done_ms": (t2 - t1) * 1000}
+    timings = turn.get("timings") or {}
+    return TurnResult(session, index, turn["status"], **ms, timings=timings, error=turn.get("error"), done_at=t2)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -221,7 +229,8 @@ def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: f
 # Figures
 
 
-def summarize(results: list[TurnResult], started: float, sessions: int, turns: int) -> dict[str, Any]:
+def summarize(run: LoadRun, sessions: int, turns: int) -> dict[str, Any]:
+    results, started = run.results, run.started
     done = [r for r in results if r.status == "done"]
     series: dict[str, list[float]] = {
         name: []
@@ -229,6 +238,7 @@ def summarize(results: list[TurnResult], started: float, sessions: int, turns: i
     }
     for r in done:
         t = r.timings
+        assert r.accept_ms is not None and r.e2e_ms is not None and r.accepted_to_done_ms is not None
         series["accept_ms"].append(r.accept_ms)
         series["e2e_ms"].append(r.e2e_ms)
         if "llm_ms" in t:
@@ -241,7 +251,7 @@ def summarize(results: list[TurnResult], started: float, sessions: int, turns: i
         if "queued_ms" in t and "overhead_ms" in t:
             series["overhead_ms"].append(float(t["queued_ms"]) + float(t["overhead_ms"]))
     # Throughput over the span in which turns were being served: first POST to last done.
-    span = max(max((r.done_at for r in done), default=started) - started, 1e-9)
+    span = max(max((r.done_at for r in done if r.done_at is not None), default=run.finished) - started, 1e-9)
     return {
         "sessions": sessions,
         "turns_per_session": turns,
@@ -253,8 +263,8 @@ def summarize(results: list[TurnResult], started: float, sessions: int, turns: i
         "turns_per_s": round(len(done) / span, 2),
         **{name: _dist(values) for name, values in series.items()},
         # Every session's first turn is sent at one barrier on a new connection: the burst, apart.
-        "accept_first_turn_ms": _dist([r.accept_ms for r in done if r.index == 0]),
-        "accept_later_turns_ms": _dist([r.accept_ms for r in done if r.index > 0]),
+        "accept_first_turn_ms": _dist([r.accept_ms for r in done if r.index == 0 and r.accept_ms is not None]),
+        "accept_later_turns_ms": _dist([r.accept_ms for r in done if r.index > 0 and r.accept_ms is not None]),
         "first_errors": sorted({r.error for r in results if r.status != "done" and r.error})[:3],
     }
 
@@ -360,8 +370,8 @@ def bench(args: argparse.Namespace) -> int:
         warmup_sessions = max(1, args.worker_concurrency)
         if args.warmup_turns > 0:
             # Imports, connection pools and each pool process's first prompt build happen here, unmeasured.
-            warm, _ = drive(stack.url, api_key, warmup_sessions, args.warmup_turns, args.turn_timeout, abort, "warmup")
-            if bad := [r for r in warm if r.status != "done"]:
+            warm = drive(stack.url, api_key, warmup_sessions, args.warmup_turns, args.turn_timeout, abort, "warmup")
+            if bad := [r for r in warm.results if r.status != "done"]:
                 raise BenchError(f"warm-up turn did not succeed: {bad[0].status}: {bad[0].error}")
         stack.check_alive()
         burst_floor = healthz_burst(stack.url, args.sessions)
@@ -371,13 +381,13 @@ def bench(args: argparse.Namespace) -> int:
         cpu_before = cpu_seconds(cpu_roots, own=CLIENT)
         probe = _threads(1, lambda _: probe_healthz(stack.url, stop_probe, probe_ms, probe_errors))[0]
         try:
-            results, started = drive(stack.url, api_key, args.sessions, args.turns, args.turn_timeout, abort, "bench")
+            measured = drive(stack.url, api_key, args.sessions, args.turns, args.turn_timeout, abort, "bench")
         finally:
             stop_probe.set()
             probe.join(35)
         cpu_after_turns = cpu_seconds(cpu_roots, own=CLIENT)
         stack.check_alive()
-        details = summarize(results, started, args.sessions, args.turns)
+        details = summarize(measured, args.sessions, args.turns)
         details["healthz_ms"] = {**_dist(probe_ms), "errors": len(probe_errors)}
         details["healthz_burst_ms"] = _dist(burst_floor)
         noop = details["noop"] = noop_round_trips(stack.redis_url, args.sessions, args.turns, args.turn_timeout)
