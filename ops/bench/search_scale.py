@@ -38,9 +38,9 @@ from ops.bench.harness import (
     MemorySampler,
     bench_parser,
     emit,
+    megabytes,
     outline,
     percentile,
-    rounded,
     run_main,
 )
 from shared.embeddings import ensure_embedding_space
@@ -57,7 +57,6 @@ TENANT = "bench-search-scale"
 HNSW_INDEX = "memory_chunks_embedding_hnsw"  # shared/embeddings/space.py INDEX_NAME
 MEMORY_TABLES = ("memories", "memory_chunks", "entities", "memory_entities")
 GOAL_P95_MS = 20.0  # the issue's goal for hybrid search at 1M memories over 10k users
-MB = 1024 * 1024
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -231,19 +230,13 @@ class _Row:
 
 
 def load(
-    conn: Conn,
-    setup: Setup,
-    size: int,
-    facts: Sequence[Fact],
-    pool_vectors: np.ndarray,
-    noise_norm: float,
-    skew: float,
-    seed: int,
-    now: datetime,
+    conn: Conn, setup: Setup, size: int, facts: Sequence[Fact], pool_vectors: np.ndarray, args: argparse.Namespace
 ) -> Corpus:
-    rng = np.random.default_rng(seed)
+    """`size` memories of `facts` (pool vectors plus noise) for the users, bulk-loaded with the HNSW index dropped."""
+    rng = np.random.default_rng(args.seed + size)
+    now = datetime.now(UTC)
     users = setup.user_ids
-    per_user = memories_per_user(size, len(users), skew)
+    per_user = memories_per_user(size, len(users), args.skew)
 
     conn.execute(f"TRUNCATE {', '.join(MEMORY_TABLES)} RESTART IDENTITY CASCADE")
     # Bulk load first, index after: the build is then one pass (what a restore or reindex does).
@@ -254,7 +247,7 @@ def load(
         # Distinct facts while the pool suffices; a heavier user repeats facts (as distinct noisy vectors).
         chosen = rng.choice(len(facts), size=count, replace=count > len(facts))
         keys: set[tuple[str, str]] = set()
-        for index, vector in zip(chosen, noisy(pool_vectors[chosen], noise_norm, rng), strict=True):
+        for index, vector in zip(chosen, noisy(pool_vectors[chosen], args.noise, rng), strict=True):
             fact = facts[int(index)]
             key, suffix = fact.key, 1
             while (fact.namespace, key) in keys:  # a second "sister-maria-home": keys stay unique per user
@@ -464,7 +457,7 @@ def run_searches(
         if mode == "vector":
             recalls.append(vector_recall(corpus, user_id, query.vector, results, options.limit))
     return {
-        **{f"p{q}_ms": rounded(percentile(latencies, q), 2) for q in (50, 95, 99)},
+        **{f"p{q}_ms": round(percentile(latencies, q) or 0.0, 2) for q in (50, 95, 99)},
         "mean_ms": round(float(np.mean(latencies)), 2),
         "results": round(float(np.mean(results_per_search)), 1),
         "recall": round(float(np.mean(recalls)), 3) if recalls else None,
@@ -529,7 +522,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
         for size in args.size_list:
             log(f"[{size}] loading, building the HNSW index, VACUUM ANALYZE ...")
             start = time.perf_counter()
-            corpus = load(conn, setup, size, facts, pool_vectors, args.noise, args.skew, args.seed + size, now)
+            corpus = load(conn, setup, size, facts, pool_vectors, args)
             load_s = time.perf_counter() - start
             build_s = build_index(conn, setup.hnsw_indexdef, args.maintenance_work_mem)
             vacuum_analyze(url)
@@ -546,7 +539,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 "meets_goal": hybrid_p95 is not None and hybrid_p95 <= GOAL_P95_MS,
                 "load_s": round(load_s, 1),
                 "hnsw_build_s": round(build_s, 1),
-                "relation_mb": {name: round(value / MB, 1) for name, value in sizes.items()},
+                "relation_mb": {name: megabytes(value) for name, value in sizes.items()},
                 "postgres_memory": pg_memory,
                 "latency": latency,
             }
