@@ -375,12 +375,7 @@ def bench(args: argparse.Namespace) -> int:
         }
         if len(runs) > 1:
             summary["without_memory_writes"] = quiet
-        summary["config"] = {
-            "turns": args.turns,
-            "memory_every": args.memory_every,
-            "worker_concurrency": args.worker_concurrency,
-            "cpus": os.cpu_count(),
-        }
+        summary["config"] = {"turns": args.turns, "memory_every": args.memory_every, "cpus": os.cpu_count()}
         title = f"engram context benchmark: 1 user, {args.turns} turns, a memory every {args.memory_every} turns"
         emit(outline(title, summary), summary, args.json)
         complete = all(run["turns_done"] == run["turns"] for run in runs)
