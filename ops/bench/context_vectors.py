@@ -175,7 +175,7 @@ def _summary(
     return {
         "questions": len(per_question["concat"]["hybrid"]),
         "recall": recall,
-        "costs": {k: round(v, 1) if k.endswith("seconds") else int(v) for k, v in costs.items()},
+        "costs": {k: round(v, 2) if k.endswith("seconds") else int(v) for k, v in costs.items()},
     }
 
 
