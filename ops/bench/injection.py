@@ -63,13 +63,6 @@ def visible(fragment: str, seen: str) -> bool:
     return bool(probe) and probe in seen
 
 
-def _system_text(body: Json) -> str:
-    system = body.get("system")
-    if isinstance(system, list):
-        return "".join(block.get("text", "") for block in system if isinstance(block, dict))
-    return system if isinstance(system, str) else ""
-
-
 @dataclass
 class ObeyingModel:
     """A model that does whatever injected text asks: when all `parts` are visible in an extraction
@@ -87,7 +80,7 @@ class ObeyingModel:
         self.parts, self.payload, self.saw_attack = (), None, False
 
     def __call__(self, body: Json) -> FakeReply:
-        system = _system_text(body)
+        system = json.dumps(body.get("system"))  # which job is asking: its prompt's wording says
         seen = alnum(" ".join(user_texts(body)))
         if "pick out durable memories" in system:
             found: dict[str, list[dict[str, str]]] = {name: [] for name in EXTRACTION_CATEGORIES}

@@ -1,13 +1,13 @@
 """Hybrid search latency at scale: shared.memory.search.search() over synthetic memories.
 
     python -m ops.bench.search_scale --memories 1000000 --users 10000 [--skew 1] [--json]
-    python -m ops.bench.search_scale --sizes 10000,100000 --database-url postgresql://.../scratch
+    python -m ops.bench.search_scale --sizes 10000,100000
 
-Without a URL it runs on an embedded Postgres; a given database must be a scratch one (the memory tables
-are truncated for every size). Facts come from the templates of data/search_scale.json, each memory a
-pool fact's real MiniLM vector plus noise, spread over `--users` (`--skew s`: user i holds ~1/(i+1)^s),
-bulk-loaded with the HNSW index dropped and then rebuilt, timed. Searches (hybrid, text only, vector only
-with recall@10 against the exact top 10) use held-out questions, each timed around one search() call.
+On an embedded Postgres of its own; the memory tables are truncated for every size. Facts come from the
+templates of data/search_scale.json, each memory a pool fact's real MiniLM vector plus noise, spread over
+`--users` (`--skew s`: user i holds ~1/(i+1)^s), bulk-loaded with the HNSW index dropped, then rebuilt,
+timed. Searches (hybrid, text only, vector only with recall@10 against the exact top 10) use held-out
+questions, each timed around one search() call.
 """
 
 from __future__ import annotations
@@ -163,40 +163,24 @@ class Setup:
 
 
 def prepare(conn: Conn, users: int) -> Setup:
+    """The tenant, its users and the embedding space in the run's fresh database: ensure_embedding_space types the
+    column as vector(384) and creates the HNSW index the product searches with (its definition is kept)."""
     apply_migrations(conn)  # leaves the connection in autocommit mode
     conn.autocommit = False
-    foreign = conn.execute(
-        """SELECT count(*) AS n FROM memories m JOIN tenants t ON t.id = m.tenant_id WHERE t.name <> %s""",
-        (TENANT,),
-    ).fetchone()
-    if foreign is not None and foreign["n"]:
-        raise BenchError(f"the database holds {foreign['n']} memories of other tenants; use a scratch database")
-    row = conn.execute(
-        "INSERT INTO tenants (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING id",
-        (TENANT,),
-    ).fetchone()
+    row = conn.execute("INSERT INTO tenants (name) VALUES (%s) RETURNING id", (TENANT,)).fetchone()
     assert row is not None
     tenant_id = int(row["id"])
     user_ids = []
     for number in range(users):
-        row = conn.execute(
-            """INSERT INTO users (tenant_id, external_id) VALUES (%s, %s)
-               ON CONFLICT (tenant_id, external_id) DO UPDATE SET updated_at = now() RETURNING id""",
-            (tenant_id, f"user-{number:04d}"),
-        ).fetchone()
+        sql = "INSERT INTO users (tenant_id, external_id) VALUES (%s, %s) RETURNING id"
+        row = conn.execute(sql, (tenant_id, f"user-{number:04d}")).fetchone()
         assert row is not None
         user_ids.append(int(row["id"]))
-    conn.commit()
-    # ensure_embedding_space refuses vectors it did not see being made, so it runs on empty tables:
-    # it types the column as vector(384) and creates the HNSW index the product searches with.
-    conn.execute(f"TRUNCATE {', '.join(MEMORY_TABLES)} RESTART IDENTITY CASCADE")
-    conn.commit()
     ensure_embedding_space(conn, LocalEmbedder())
     conn.commit()
     register_vector_types(conn)
     row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (HNSW_INDEX,)).fetchone()
-    if row is None:  # an interrupted earlier run dropped it while loading
-        raise BenchError(f"{HNSW_INDEX} is missing: run on a fresh scratch database")
+    assert row is not None
     return Setup(tenant_id, user_ids, str(row["indexdef"]))
 
 
@@ -483,7 +467,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--noise", type=float, default=0.25, help="expected norm of the noise added per memory")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--maintenance-work-mem", default="2GB", help="for the HNSW build (as for a reindex)")
-    parser.add_argument("--database-url", default=os.environ.get("ENGRAM_DATABASE_URL"), help="a scratch database")
     args = parser.parse_args(argv)
     try:
         args.size_list = (
@@ -557,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def bench(args: argparse.Namespace) -> int:
     with BenchRun(keep=args.keep) as cleanup:
-        report = run(args, cleanup.database(args.database_url, "engram-search-bench-"))
+        report = run(args, cleanup.database(None, "engram-search-bench-"))
         title = f"engram search scale benchmark (goal: hybrid p95 <= {GOAL_P95_MS:g} ms)"
         emit(outline(title, report), report, True)  # always: the JSON line is this benchmark's record
         return 0

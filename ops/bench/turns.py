@@ -337,7 +337,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--sessions", type=int, default=4, help="concurrent sessions (one thread each)")
     parser.add_argument("--turns", type=int, default=5, help="turns per session, sent one after another")
     parser.add_argument("--worker-concurrency", type=int, default=2, help="Celery pool processes")
-    parser.add_argument("--llm-latency-ms", type=float, default=0.0, help="fake LLM delay per call")
     parser.add_argument("--warmup-turns", type=int, default=2, help="per pool process, not measured")
     parser.add_argument("--turn-timeout", type=float, default=120.0, help="give up on a turn after this many s")
     args = parser.parse_args(argv)
@@ -355,7 +354,7 @@ def bench(args: argparse.Namespace) -> int:
     abort = threading.Event()
     with BenchRun(keep=args.keep) as run:
         workdir = run.workdir("engram-bench-")
-        stack = LocalStack(workdir, args.worker_concurrency, args.llm_latency_ms)
+        stack = LocalStack(workdir, args.worker_concurrency)  # the fake LLM answers at once
         run.callback(stack.stop)
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         api_key = stack.start()
@@ -400,7 +399,6 @@ def bench(args: argparse.Namespace) -> int:
         details["memory"] = {name: peak.figures() for name, peak in sampler.peaks.items()}
         details["config"] = {
             "worker_concurrency": args.worker_concurrency,
-            "llm_latency_ms": args.llm_latency_ms,
             "warmup_turns": warmup_sessions * args.warmup_turns,
             "cpus": os.cpu_count(),
         }
