@@ -188,7 +188,14 @@ def healthz_burst(url: str, requests: int) -> list[float]:
     return latencies
 
 
-def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: float) -> dict[str, Any]:
+@dataclass
+class NoopRun:
+    round_trips_ms: list[float]
+    tasks_per_s: float
+    lost: int
+
+
+def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: float) -> NoopRun:
     """`sessions` threads, each sending `per_session` no-op tasks one after another on the turns queue
     and waiting for each reply: the turn pattern without engram's work."""
     app = Celery("engram-bench-noop", broker=redis_url)
@@ -217,12 +224,7 @@ def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: f
     span = max(time.perf_counter() - started, 1e-9)
     replies.close()
     app.close()
-    return {
-        "tasks_per_s": round(len(times) / span, 2),
-        "round_trip_ms": _dist(times),
-        "lost": len(lost),
-        "n": len(times),
-    }
+    return NoopRun(times, round(len(times) / span, 2), len(lost))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -389,10 +391,15 @@ def bench(args: argparse.Namespace) -> int:
         details = summarize(measured, args.sessions, args.turns)
         details["healthz_ms"] = {**_dist(probe_ms), "errors": len(probe_errors)}
         details["healthz_burst_ms"] = _dist(burst_floor)
-        noop = details["noop"] = noop_round_trips(stack.redis_url, args.sessions, args.turns, args.turn_timeout)
+        noop = noop_round_trips(stack.redis_url, args.sessions, args.turns, args.turn_timeout)
+        details["noop"] = {
+            "tasks_per_s": noop.tasks_per_s,
+            "round_trip_ms": _dist(noop.round_trips_ms),
+            "lost": noop.lost,
+        }
         cpu_after_noop = cpu_seconds(cpu_roots, own=CLIENT)
         details["cpu_ms_per_turn"] = cpu_ms_per_unit(cpu_before, cpu_after_turns, details["turns_done"])
-        details["cpu_ms_per_noop_task"] = cpu_ms_per_unit(cpu_after_turns, cpu_after_noop, noop.pop("n"))
+        details["cpu_ms_per_noop_task"] = cpu_ms_per_unit(cpu_after_turns, cpu_after_noop, len(noop.round_trips_ms))
         stack.check_alive()
         sampler.stop()
         sampler.sample()  # one last look, in case the peak came after the last tick
