@@ -1,22 +1,12 @@
 """Embedding a memory with its context: today's concatenated window against vectors combined from pieces.
 
     python -m ops.bench.context_vectors path/to/locomo.json [--alphas 0.5,0.6,0.7] [--json]
-                                        [--limit-conversations N] [--database-url URL]
 
-Turns are stored as ops/bench/locomo_retrieval.py stores them (store_memory, neighbouring turns as
-`metadata.context`). Then, for the same stored memories, each recipe writes the chunks' vectors and the
-questions are searched (vector leg alone, and hybrid as the settings say):
-
-- concat: the product's vector, v("<chunk>\\n\\nContext:\\n<context>") (shared/memory/indexing.py);
-- lines a=…: normalise(a·v(chunk) + (1−a)·mean(v(each neighbouring turn))), the neighbours taken from
-  the conversation (the stored context has no line breaks: store.py folds whitespace), each turn
-  embedded once however many windows it is in;
-- whole a=…: normalise(a·v(chunk) + (1−a)·v(stored context)).
-
-The model cost of each input set is timed on the embedder directly (no cache), once per conversation:
-concat texts, and chunks + unique neighbour turns (the `lines` recipes). The `whole` recipes embed
-chunks + contexts: as many characters as concat, so no saving to time.
-Per question, recall@10 of each recipe is compared with concat's (better / worse / same).
+Turns are stored as ops/bench/locomo_retrieval.py stores them; then, for the same memories, each recipe
+writes the chunks' vectors and the questions are searched (vector leg alone, and hybrid): concat (the
+product's window), lines a=… (a·v(chunk) + (1−a)·mean(v(each neighbouring turn)), each turn embedded
+once) and whole a=… (a·v(chunk) + (1−a)·v(stored context)), normalised; recall@10 per question against
+concat's, and the model time of the concat texts and of chunks + neighbour turns.
 """
 
 from __future__ import annotations
@@ -33,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ops.bench import locomo_retrieval as locomo
-from ops.bench.harness import BenchRun, bench_parser, emit, run_main
+from ops.bench.harness import BenchRun, bench_parser, emit, outline, run_main
 from shared.access.auth import ensure_tenant
 from shared.embeddings import Embedder, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
@@ -49,16 +39,6 @@ from shared.memory.store import Scope, store_memory
 from shared.turns.accept import ensure_user
 
 LEGS = ("vector", "hybrid")
-
-
-@dataclass
-class Costs:
-    concat_texts: int = 0
-    concat_chars: int = 0
-    concat_seconds: float = 0.0
-    lines_texts: int = 0
-    lines_chars: int = 0
-    lines_seconds: float = 0.0
 
 
 @dataclass
@@ -99,10 +79,14 @@ def _store(conn: Conn, tenant_id: int, conversation: locomo.Conversation) -> Sto
     return stored
 
 
-def _timed(embedder: Embedder, texts: list[str]) -> tuple[dict[str, list[float]], float]:
+def _timed(embedder: Embedder, texts: list[str], costs: dict[str, float], name: str) -> dict[str, list[float]]:
+    """The texts' vectors, their count, characters and model time added to `costs`."""
     started = time.perf_counter()
     vectors = embedder.embed(texts)
-    return dict(zip(texts, vectors, strict=True)), time.perf_counter() - started
+    costs[f"{name}_seconds"] += time.perf_counter() - started
+    costs[f"{name}_texts"] += len(texts)
+    costs[f"{name}_chars"] += sum(map(len, texts))
+    return dict(zip(texts, vectors, strict=True))
 
 
 def _combined(own: list[float], context: list[list[float]], alpha: float) -> list[float]:
@@ -110,16 +94,12 @@ def _combined(own: list[float], context: list[list[float]], alpha: float) -> lis
     return [float(x) for x in vector / np.linalg.norm(vector)]
 
 
-def _recipes(alphas: Sequence[float]) -> list[str]:
-    return ["concat", *(f"lines a={a:g}" for a in alphas), *(f"whole a={a:g}" for a in alphas)]
-
-
 def run(args: argparse.Namespace) -> int:
     conversations = locomo.read_conversations(args)
     embedder = embedder_from_settings(get_settings())
-    recipes = _recipes(args.alphas)
+    recipes = ["concat", *(f"{kind} a={a:g}" for kind in ("lines", "whole") for a in args.alphas)]
     per_question: dict[str, dict[str, list[float]]] = {r: {leg: [] for leg in LEGS} for r in recipes}
-    costs = Costs()
+    costs = {f"{name}_{figure}": 0.0 for name in ("concat", "lines") for figure in ("texts", "chars", "seconds")}
     with (
         BenchRun() as cleanup,
         connect(cleanup.database(args.database_url or get_settings().database_url, "engram-ctxvec-")) as conn,
@@ -142,14 +122,8 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
             contexts = list(dict.fromkeys(c for row in stored.rows if (c := (row["metadata"] or {}).get(CONTEXT_KEY))))
-            concat_vectors, seconds = _timed(embedder, concat)
-            costs.concat_texts += len(concat)
-            costs.concat_chars += sum(map(len, concat))
-            costs.concat_seconds += seconds
-            piece_vectors, seconds = _timed(embedder, pieces)
-            costs.lines_texts += len(pieces)
-            costs.lines_chars += sum(map(len, pieces))
-            costs.lines_seconds += seconds
+            concat_vectors = _timed(embedder, concat, costs, "concat")
+            piece_vectors = _timed(embedder, pieces, costs, "lines")
             context_vectors = dict(zip(contexts, embedder.embed(contexts), strict=True))
             for recipe in recipes:
                 items = []
@@ -178,11 +152,13 @@ def run(args: argparse.Namespace) -> int:
                     per_question[recipe][leg].extend(stats[leg].scores.get("recall@10|all", []))
             print(f"{conversation.sample_id}: {len(conversation.turns)} turns", file=sys.stderr, flush=True)
     summary = _summary(recipes, per_question, costs)
-    emit(_render(summary), summary, args.json)
+    emit(outline("context vectors: recall@10 (better/worse/same vs concat per question)", summary), summary, args.json)
     return 0
 
 
-def _summary(recipes: list[str], per_question: dict[str, dict[str, list[float]]], costs: Costs) -> dict[str, Any]:
+def _summary(
+    recipes: list[str], per_question: dict[str, dict[str, list[float]]], costs: dict[str, float]
+) -> dict[str, Any]:
     recall: dict[str, dict[str, Any]] = {}
     for recipe in recipes:
         recall[recipe] = {}
@@ -196,25 +172,11 @@ def _summary(recipes: list[str], per_question: dict[str, dict[str, list[float]]]
                     sum(x == y for x, y in zip(values, base, strict=True)),
                 ]
             recall[recipe][leg] = entry
-    return {"questions": len(per_question["concat"]["hybrid"]), "recall": recall, "costs": vars(costs)}
-
-
-def _render(summary: dict[str, Any]) -> str:
-    costs = summary["costs"]
-    lines = [
-        f"model cost: concat {costs['concat_texts']} texts, {costs['concat_chars']} chars, "
-        f"{costs['concat_seconds']:.1f} s; chunks + neighbour turns {costs['lines_texts']} texts, "
-        f"{costs['lines_chars']} chars, {costs['lines_seconds']:.1f} s",
-        f"recall@10 over {summary['questions']} questions (vs concat per question: better/worse/same)",
-    ]
-    for recipe, legs in summary["recall"].items():
-        cells = "   ".join(
-            f"{leg} {entry['recall_at_10']}"
-            + (f" ({'/'.join(map(str, entry['better_worse_same']))})" if "better_worse_same" in entry else "")
-            for leg, entry in legs.items()
-        )
-        lines.append(f"  {recipe:<12} {cells}")
-    return "\n".join(lines)
+    return {
+        "questions": len(per_question["concat"]["hybrid"]),
+        "recall": recall,
+        "costs": {k: round(v, 2) if k.endswith("seconds") else int(v) for k, v in costs.items()},
+    }
 
 
 def _alphas(raw: str) -> list[float]:

@@ -2,22 +2,11 @@
 
     python -m ops.bench.embedders --file ../shared/bench/locomo-dev.json [--backends torch,onnx,onnx-int8] [--json]
 
-Each backend runs in its own child process (so its RSS is its own, measured after loading the model and
-embedding every turn) with one compute thread, as the embedding workers run.
-
-Recall is a direct embed-and-rank, not engram search: per conversation every turn ("speaker: text
-[image: caption]", parsed by ops.bench.locomo_retrieval) is embedded, each question is ranked against
-that conversation's turns by cosine, and recall@10 = |evidence ∩ top 10| / |evidence|, averaged over
-questions (categories the LoCoMo benchmark excludes are skipped, as there). It isolates the model from
-chunking, context windows and the hybrid leg, so it compares embedders and nothing else.
-
-Throughput is texts/s over all turns (batches of --batch-size) after one warm-up call; the ONNX
-export (first use) is timed separately. What ingest really embeds is longer: each turn with its
-neighbouring turns as its context (`neighbour_context`, as `ops.bench.locomo_retrieval` stores them),
-built by the product's `embedding_inputs`. The first --windows of those are embedded one call each and
-reported as milliseconds per context window, with their mean length in the model's tokens. Install size
-is the on-disk size of the distributions a backend needs at run time beyond engram's other dependencies,
-read from their installed file lists.
+Each backend runs in a child process of its own with one compute thread. Recall@10 is a direct embed-and-
+rank of each question against its conversation's turns (the model alone, no engram search); throughput is
+texts/s over all turns; the first --windows context windows (each turn with its neighbours, made into model
+input by the product's `embedding_inputs`) are timed one call each. Install size is the on-disk size of the
+distributions a backend needs at run time beyond engram's other dependencies.
 """
 
 from __future__ import annotations
@@ -37,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ops.bench.harness import BenchError, bench_parser, emit, ratio, run_main
+from ops.bench.harness import BenchError, bench_parser, emit, outline, ratio, run_main
 from ops.bench.locomo_data import Conversation, load_conversations
 from ops.bench.locomo_retrieval import neighbour_context, recall_at
 
@@ -181,23 +170,10 @@ def run(args: argparse.Namespace) -> int:
                 quantize_local_onnx(onnx_path, int8_path(onnx_path))
                 quantize_s = round(time.perf_counter() - started, 2)
         for backend in backends:
-            command = [
-                sys.executable,
-                "-m",
-                "ops.bench.embedders",
-                "--child",
-                backend,
-                "--file",
-                str(file),
-                "--onnx-path",
-                str(onnx_path),
-                "--batch-size",
-                str(args.batch_size),
-                "--windows",
-                str(args.windows),
-            ]
-            if args.limit_conversations is not None:
-                command += ["--limit-conversations", str(args.limit_conversations)]
+            options = {"child": backend, "file": file, "onnx-path": onnx_path, "batch-size": args.batch_size}
+            options.update({"windows": args.windows, "limit-conversations": args.limit_conversations})
+            command = [sys.executable, "-m", "ops.bench.embedders"]
+            command += [f"--{name}={value}" for name, value in options.items() if value is not None]
             done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(), check=False)
             if done.returncode != 0:
                 raise BenchError(f"{backend} failed: {done.stderr.strip()[-500:]}")
@@ -210,40 +186,24 @@ def run(args: argparse.Namespace) -> int:
         if backend == "onnx-int8":
             figures["quantize_s"] = quantize_s
     summary: dict[str, Any] = {}
+
+    def cosines(a: str, b: str) -> np.ndarray:
+        return np.sum(np.asarray(results[a]["sample"]) * np.asarray(results[b]["sample"]), axis=1)
+
     if "torch" in results and "onnx" in results:
-        a = np.asarray(results["torch"]["sample"])
-        b = np.asarray(results["onnx"]["sample"])
-        summary["onnx_vs_torch_min_cosine"] = round(float(np.min(np.sum(a * b, axis=1))), 6)
+        summary["onnx_vs_torch_min_cosine"] = round(float(np.min(cosines("torch", "onnx"))), 6)
         summary["onnx_vs_torch_speedup"] = ratio(results["onnx"]["texts_per_s"], results["torch"]["texts_per_s"])
     if "onnx" in results and "onnx-int8" in results:
         # int8 is another embedding space: how far its vectors are from fp32's, and what it buys.
-        a = np.asarray(results["onnx"]["sample"])
-        b = np.asarray(results["onnx-int8"]["sample"])
-        summary["int8_vs_onnx_min_cosine"] = round(float(np.min(np.sum(a * b, axis=1))), 6)
-        summary["int8_vs_onnx_mean_cosine"] = round(float(np.mean(np.sum(a * b, axis=1))), 6)
+        summary["int8_vs_onnx_min_cosine"] = round(float(np.min(cosines("onnx", "onnx-int8"))), 6)
+        summary["int8_vs_onnx_mean_cosine"] = round(float(np.mean(cosines("onnx", "onnx-int8"))), 6)
         summary["int8_vs_onnx_speedup"] = ratio(results["onnx-int8"]["texts_per_s"], results["onnx"]["texts_per_s"])
-        fp32_ms, int8_ms = results["onnx"]["window_ms"], results["onnx-int8"]["window_ms"]
-        if fp32_ms and int8_ms:
-            summary["int8_vs_onnx_window_speedup"] = ratio(fp32_ms, int8_ms)
+        summary["int8_vs_onnx_window_speedup"] = ratio(results["onnx"]["window_ms"], results["onnx-int8"]["window_ms"])
     for figures in results.values():
         figures.pop("sample")
     summary["backends"] = results
     summary["load_avg_1m"] = round(os.getloadavg()[0], 2)
-    columns = (("recall@10", 9), ("texts/s", 8), ("ms/window", 9), ("load s", 7), ("RSS MB", 7), ("install MB", 10))
-    lines = [f"{'backend':<9} " + " ".join(f"{name:>{width}}" for name, width in columns)]
-    for backend, f in results.items():
-        lines.append(
-            f"{backend:<9} {f['recall_at_10']:>9} {f['texts_per_s']:>8} {f['window_ms']!s:>9} {f['load_s']:>7} "
-            f"{f['peak_rss_mb']:>7} {f['install_mb']:>10}"
-        )
-    if results:
-        first = next(iter(results.values()))
-        lines.append(f"context windows: {first['windows']}, {first['window_tokens']} model tokens on average")
-    keys = ("onnx_vs_torch_min_cosine", "onnx_vs_torch_speedup", "int8_vs_onnx_min_cosine", "int8_vs_onnx_mean_cosine")
-    for key in (*keys, "int8_vs_onnx_speedup", "int8_vs_onnx_window_speedup", "load_avg_1m"):
-        if key in summary:
-            lines.append(f"{key}: {summary[key]}")
-    emit("\n".join(lines), summary, args.json)
+    emit(outline("embedding backends", summary), summary, args.json)
     return 0
 
 
