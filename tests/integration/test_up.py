@@ -125,10 +125,11 @@ def test_up_runs_demo_stops_cleanly_keeps_data_and_cleans_up_after_a_crash(up_en
     assert len(replies) == 4
     assert all("offline mode (no language model)" in reply for reply in replies)
     assert "current_time" in demo.stdout  # the tool loop ran for "What time is it?"
-    # Counted once extraction is done, every namespace: the name, the city and the preference the reply lists.
-    assert "(3 memories stored for demo-user)" in demo.stdout, demo.stdout
-    # The background pipeline extracted the preference, the name and the city; recall lists them all.
-    assert "green tea" in replies[-1].lower()
+    # Counted once extraction is done, every namespace: the name, the city, the preference and the name to use,
+    # which the reply lists.
+    assert "(4 memories stored for demo-user)" in demo.stdout, demo.stdout
+    # The background pipeline extracted them all (", and call me Ali" is a clause of its own); recall lists them.
+    assert "green tea" in replies[-1].lower() and "called ali" in replies[-1].lower(), replies[-1]
     assert "alice" in replies[-1].lower() and "lisbon" in replies[-1].lower(), replies[-1]
 
     # The processes' start-up chatter is in their log files under the data dir, which the banner names; the
