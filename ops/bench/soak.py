@@ -20,10 +20,10 @@ from typing import Any
 
 import httpx
 import psutil
-import psycopg
 
-from ops.bench.harness import BenchRun, backlog_sql, bench_parser, distribution, emit, megabytes, outline, run_main
-from ops.bench.stack import BenchError, LocalStack, up_workers
+from ops.bench.harness import BenchRun, bench_parser, distribution, emit, megabytes, outline, run_main
+from ops.bench.pipeline import settle, start_stack
+from ops.bench.stack import BenchError
 
 JOBS = ("enrichment", "consolidation", "decay", "reflection", "cache_eviction")
 ENGRAM_PROCESSES = ("gateway", "worker-turns", "worker-background", "beat")
@@ -167,21 +167,8 @@ def calibrate(load: Load, sessions: int, seconds: float, database_url: str) -> C
         loop_s = time.monotonic() - started
         stop.set()
         beside.result()
-    settle_s = settle(database_url)
-    return Calibration(sum(done), loop_s, SETTLE_TIMEOUT_S if settle_s is None else settle_s, settle_s is not None)
-
-
-def settle(database_url: str) -> float | None:
-    """Seconds until the stack owes the benchmark's users nothing (`backlog_sql`, transcript units included);
-    None past SETTLE_TIMEOUT_S."""
-    started = time.monotonic()
-    while time.monotonic() - started < SETTLE_TIMEOUT_S:
-        with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
-            row = conn.execute(backlog_sql(units=True), {"p": USER_PREFIX + "%"}).fetchone()
-        if row is not None and not any(row):
-            return time.monotonic() - started
-        time.sleep(1.0)
-    return None
+    settle_s, _, settled = settle(database_url, USER_PREFIX, SETTLE_TIMEOUT_S, units=True)
+    return Calibration(sum(done), loop_s, settle_s, settled)
 
 
 def run_open_loop(
@@ -259,7 +246,6 @@ def windows(samples: list[Sample], window_s: float, count: int) -> list[dict[str
             {
                 "window": index + 1,
                 "operations": len(inside),
-                "rounds": sum(s.op == "turn" for s in inside),
                 "errors": sum(not s.ok for s in inside),
                 "p95_ms": {op: distribution(values, (95,))["p95"] for op, values in by_op.items()},
             }
@@ -296,20 +282,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # eviction fire during the run.
     schedules = {f"ENGRAM_JOB_{job.upper()}_SCHEDULE": f"{i}-59/5 * * * *" for i, job in enumerate(JOBS)}
     with BenchRun(keep=args.keep) as run:
-        workers = up_workers()
-        workdir = run.workdir("engram-soak-")
-        stack = LocalStack(
-            workdir, workers[0].concurrency, workers=workers, beat=True, env=schedules, ready_timeout=300
-        )
-        run.callback(stack.stop)
-        api_key = stack.start()
+        stack, api_key = start_stack(run, "soak", beat=True, env=schedules, ready_timeout=300)
         load = Load(stack.url, api_key, args.users, args.session_turns)
         run.callback(load.http.close)
         load.prepare(args.history)
-        if settle(stack.database_url) is None:
+        if not settle(stack.database_url, USER_PREFIX, SETTLE_TIMEOUT_S, units=True)[2]:
             raise BenchError(f"the users' history was not worked through within {SETTLE_TIMEOUT_S:.0f} s")
         # The sustainable rate from 60 s of closed-loop rounds, from twice as many clients as turn processes.
-        calibration = calibrate(load, workers[0].concurrency * 2, 60.0, stack.database_url)
+        calibration = calibrate(load, stack.worker_specs[0].concurrency * 2, 60.0, stack.database_url)
         if not calibration.settled or not calibration.rounds:
             raise BenchError(f"calibrating: {calibration.rounds} rounds, caught up: {calibration.settled}")
         rate = calibration.sustainable_per_s / 2
