@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
 import re
@@ -26,7 +27,7 @@ import psutil
 import psycopg
 import redis
 
-from ops.bench.harness import BenchRun, bench_parser, emit, outline, percentile, rounded, run_main
+from ops.bench.harness import BenchRun, bench_parser, distribution, emit, outline, rounded, run_main
 from ops.bench.pipeline import (
     Driver,
     kind_of,
@@ -141,16 +142,14 @@ class EngramUp:
         except httpx.HTTPError:
             return False
 
-    def process_pid(self, name: str) -> int | None:
-        return live_pid(self.data_dir / PROCS / f"{name}.pid")
-
-    def server_pid(self, kind: str) -> int | None:
-        """The live postmaster ("postgres") or valkey ("redis")."""
-        return live_pid(self.data_dir / ("postgres/postmaster.pid" if kind == "postgres" else "valkey/valkey.pid"))
+    def pid(self, name: str) -> int | None:
+        """The live process of `engram up`'s `name` ("worker-turns"…), "postgres" (postmaster) or "redis"."""
+        files = {"postgres": "postgres/postmaster.pid", "redis": "valkey/valkey.pid"}
+        return live_pid(self.data_dir / files.get(name, f"{PROCS}/{name}.pid"))
 
     def back(self, kind: str, killed: int) -> bool:
         """The server runs again (a new PID) and answers."""
-        if self.server_pid(kind) in (None, killed):
+        if self.pid(kind) in (None, killed):
             return False
         try:
             if kind == "postgres":
@@ -161,7 +160,7 @@ class EngramUp:
             return False
 
     def server(self, kind: str) -> int:
-        if (pid := self.server_pid(kind)) is None:
+        if (pid := self.pid(kind)) is None:
             raise BenchError(f"{kind} is not running")
         return pid
 
@@ -194,10 +193,9 @@ class Chaos:
     def __init__(self, stack: EngramUp, driver: Driver, args: argparse.Namespace, fake: FakeLLM) -> None:
         self.stack, self.driver, self.args, self.fake = stack, driver, args, fake
         self.rng = random.Random(SEED + 1)
-        kinds = ["worker"] * args.worker_kills + ["redis"] * args.redis_kills + ["postgres"] * args.postgres_kills
-        kinds += list(STALL_KINDS) if args.stall else []
-        self.rng.shuffle(kinds)
-        self.plan = kinds
+        self.plan = ["worker"] * args.worker_kills + ["redis"] * args.redis_kills + ["postgres"] * args.postgres_kills
+        self.plan += list(STALL_KINDS) if args.stall else []
+        self.rng.shuffle(self.plan)
         self.faults: list[Fault] = []
 
     def run(self) -> None:
@@ -232,9 +230,9 @@ class Chaos:
         holders = sorted(set(self._lock_holders().values())) if draw < 0.6 else []
         if holders:
             return "worker-turns pool process (turn holder)", self.rng.choice(holders)
-        if draw < 0.8 and (pid := self.stack.process_pid("worker-turns")):
+        if draw < 0.8 and (pid := self.stack.pid("worker-turns")):
             return "worker-turns main process", pid
-        if (pid := self.stack.process_pid("worker-background")) is None:
+        if (pid := self.stack.pid("worker-background")) is None:
             raise BenchError("no worker process to kill")
         with contextlib.suppress(psutil.Error):
             if (pool := psutil.Process(pid).children()) and self.rng.random() < 0.5:
@@ -342,22 +340,15 @@ def audit(database_url: str, planned: int, sent_tokens: set[str]) -> dict[str, i
 
 
 def recovery(database_url: str, faults: list[Fault]) -> list[float]:
+    """Fault -> each affected turn's finished_at (a lost turn is counted as lost, not here)."""
     ids = sorted({turn_id for fault in faults for turn_id in fault.affected})
-    rows = query(
-        database_url,
-        "SELECT id, extract(epoch FROM finished_at)::float8 AS finished FROM turns WHERE id = ANY(%s)",
-        (ids,),
-    )
-    finished = {int(r["id"]): r["finished"] for r in rows}
-    samples: list[float] = []
+    sql = "SELECT id, extract(epoch FROM finished_at)::float8 AS finished FROM turns WHERE id = ANY(%s)"
+    finished = {int(r["id"]): float(r["finished"]) for r in query(database_url, sql, (ids,)) if r["finished"]}
     for fault in faults:
-        for turn_id in fault.affected:
-            if finished.get(turn_id) is not None:  # a lost turn is counted as lost, not here
-                took = float(finished[turn_id]) - fault.at
-                # A turn that finished while the dependency was stopped did not wait for it to go on.
-                fault.recovery_s.append(round(max(took, 0.0) if fault.kind in STALL_KINDS else took, 2))
-        samples.extend(fault.recovery_s)
-    return samples
+        # A turn that finished while the dependency was stopped did not wait for it to go on.
+        floor = 0.0 if fault.kind in STALL_KINDS else -math.inf
+        fault.recovery_s = [round(max(finished[t] - fault.at, floor), 2) for t in fault.affected if t in finished]
+    return [took for fault in faults for took in fault.recovery_s]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -421,18 +412,17 @@ def bench(args: argparse.Namespace) -> int:
         driver.wait(stack.child.check_alive)
         load_s = time.monotonic() - started
         print(f"load done in {load_s:.0f} s; settling", file=sys.stderr)
-        settle_s, state, settled = settle(stack.database_url, USER_PREFIX, args.settle_timeout)
+        _, state, settled = settle(stack.database_url, USER_PREFIX, args.settle_timeout)
         stack.child.check_alive()
         records = driver.records
         checks = audit(stack.database_url, len(plans) * args.turns, {r.token for r in records if r.turn_id})
-        samples = recovery(stack.database_url, chaos.faults)
+        recovered = distribution(recovery(stack.database_url, chaos.faults), (50, 95))
         log = stack.child.tail(None)
         kinds = Counter(f.kind for f in chaos.faults)
         result = {
             "turns_sent": sum(1 for r in records if r.turn_id is not None),
             **checks,
             "settled": settled,
-            "settle_s": round(settle_s, 1),
             **state,
             "kills": kinds["worker"],
             "redis_kills": kinds["redis"],
@@ -440,12 +430,8 @@ def bench(args: argparse.Namespace) -> int:
             # `engram up` logs each embedded server it brought back.
             "redis_restarts": len(re.findall(r"embedded server restarted.*service=valkey\b", log)),
             "postgres_restarts": len(re.findall(r"embedded server restarted.*service=postgres\b", log)),
-            "stalls": sum(1 for f in chaos.faults if f.kind in STALL_KINDS),
-            "recovery_samples": len(samples),
-            "recovery_p50_s": rounded(percentile(samples, 50)),
-            "recovery_p95_s": rounded(percentile(samples, 95)),
-            "recovery_max_s": rounded(max(samples) if samples else None),
-            "request_limit_s": REQUEST_LIMIT_S,
+            "recovery_samples": recovered.pop("n"),
+            **{f"recovery_{name}_s": value for name, value in recovered.items()},
             "requests": len(driver.requests),
             "requests_over_limit": sum(over > LIMIT_GRACE_S for over, _ in driver.requests),
             "worst_request_excess_s": rounded(max((over for over, _ in driver.requests), default=None), 2),

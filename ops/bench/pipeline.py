@@ -41,10 +41,6 @@ SEED, TURN_TIMEOUT_S, DRAIN_TIMEOUT_S, POLL_S, USER_PREFIX = 7, 180.0, 180.0, 0.
 PRIORITY_KEYS = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 POLL_WAIT_S = 20.0  # a turn's long poll (GET /v1/turns/{id}?wait=…); below ENGRAM_MAX_WAIT_SECONDS
 HANG_MARGIN_S = 30.0
-# How the fake recognises background requests: the memory instructions every extraction and compaction call
-# opens with (shared/pipeline/memory_prompt.py), and the personality synthesis by its own system prompt.
-MEMORY_MARKER = "You are the memory worker"
-SYNTHESIS_MARKER = "personality directive"
 
 SUMMARY = """## Decisions
 - Keep the project notes in one shared document
@@ -88,25 +84,6 @@ def user_text(rng: random.Random, token: str) -> str:
     return text
 
 
-def think_times(rng: random.Random, profile: str, turns: int, short_s: float, pause_s: float) -> list[float]:
-    """bursty: 3-7 turns with short thinks (below the debounce), then an idle pause; steady: short thinks
-    only (the cap extracts it); idle: a pause after every turn."""
-    thinks: list[float] = []
-    burst_left = rng.randint(3, 7)
-    for _ in range(turns - 1):
-        if profile == "steady":
-            thinks.append(rng.uniform(1.2, 2.0) * short_s)
-        elif profile == "idle":
-            thinks.append(rng.uniform(0.35, 0.9) * pause_s)
-        elif burst_left > 1:
-            thinks.append(rng.uniform(0.3, 1.7) * short_s)
-            burst_left -= 1
-        else:
-            thinks.append(rng.uniform(0.5, 1.5) * pause_s)
-            burst_left = rng.randint(3, 7)
-    return thinks
-
-
 def make_plans(
     sessions: int, turns: int, user_prefix: str, seed: int, ramp_s: float | None = None
 ) -> list[SessionPlan]:
@@ -120,20 +97,37 @@ def make_plans(
         tokens = [f"pq{index % 1000:03d}{n % 100:02d}{rng.randrange(16**4):04x}" for n in range(turns)]
         user_id, delay = f"{user_prefix}{index:03d}", rng.uniform(0, ramp_s) if ramp_s is not None else 0.0
         texts = [user_text(rng, token) for token in tokens]
-        thinks = think_times(rng, profile, turns, *THINK_S) if ramp_s is not None else []
+        # bursty: 3-7 turns with short thinks (below the debounce), then an idle pause; steady: short thinks only
+        # (the cap extracts it); idle: a pause after every turn.
+        thinks: list[float] = []
+        short_s, pause_s = THINK_S
+        burst_left = rng.randint(3, 7)
+        for _ in range(turns - 1 if ramp_s is not None else 0):
+            if profile == "steady":
+                thinks.append(rng.uniform(1.2, 2.0) * short_s)
+            elif profile == "idle":
+                thinks.append(rng.uniform(0.35, 0.9) * pause_s)
+            elif burst_left > 1:
+                thinks.append(rng.uniform(0.3, 1.7) * short_s)
+                burst_left -= 1
+            else:
+                thinks.append(rng.uniform(0.5, 1.5) * pause_s)
+                burst_left = rng.randint(3, 7)
         plans.append(SessionPlan(index, user_id, delay, texts, tokens, thinks))
     return plans
 
 
 def kind_of(body: Json) -> str:
     """extraction, summary, compaction (a summary that also extracts, in one call), synthesis or chat."""
+    # By the memory instructions every extraction and compaction call opens with (shared/pipeline/memory_prompt.py)
+    # and the personality synthesis's own system prompt.
     system = json.dumps(body.get("system", ""))
-    if MEMORY_MARKER in system:
+    if "You are the memory worker" in system:
         task = last_user_text(body).lstrip()
         if task.startswith(TASK_BOTH):
             return "compaction"
         return "summary" if task.startswith(TASK_SUMMARY) else "extraction"
-    if SYNTHESIS_MARKER in system:
+    if "personality directive" in system:
         return "synthesis"
     return "chat"
 
@@ -174,7 +168,7 @@ class Driver:
     Idempotency-Key) and waited for; each request's latency kept against `limit` (0: none) plus its wait."""
 
     def __init__(self, url: str, api_key: str, plans: list[SessionPlan], turn_timeout: float, limit: float = 0) -> None:
-        self.url, self.api_key, self.plans = url, api_key, plans
+        self.url, self.api_key = url, api_key
         self.turn_timeout, self.request_limit = turn_timeout, limit
         # Appended by the session threads (list.append is atomic); a request as (latency - its limit, outcome).
         self.records: list[TurnRecord] = []
@@ -191,8 +185,7 @@ class Driver:
         return any(thread.is_alive() for thread in self.threads)
 
     def wait(self, check: Callable[[], None] = lambda: None) -> list[TurnRecord]:
-        """The records once every session is done; `check` (raising to abort) between short waits, which also
-        keep the main thread responsive to Ctrl-C and SIGTERM."""
+        """The records once every session is done, calling `check` (which may raise) every 0.2 s."""
         try:
             while self.running():
                 time.sleep(0.2)
@@ -380,10 +373,8 @@ def summarise(
             continue
         stored.append(traced["created_at"].timestamp() - end)
         searchable.append(traced["embedded_at"].timestamp() - end)
-    lag, units = (
-        distribution(searchable, (50, 95), 2),
-        distribution([float(r["lag"]) for r in db["unit_lags"]], (50, 95), 2),
-    )
+    lag = distribution(searchable, (50, 95), 2)
+    units = distribution([float(r["lag"]) for r in db["unit_lags"]], (50, 95), 2)
     purposes = sorted({c["purpose"] for c in calls})
     return {
         "background_calls_per_100_turns": round(len(background) * 100 / turns, 1),
@@ -392,22 +383,19 @@ def summarise(
         "vector_searchable_lag_p95_s": lag["p95"],
         "transcript_vector_lag_p50_s": units["p50"],
         "transcript_vector_lag_p95_s": units["p95"],
+        "transcript_units": units["n"],
         "text_searchable_lag_p95_s": distribution(stored, (95,), 2)["p95"],
         "all_facts_stored": len(searchable) == len(done),
         "turns_without_searchable_memory": len(done) - len(searchable),
         "turns": len(records),
         "turns_done": len(done),
-        "turns_failed": [
-            f"session {r.session} turn {r.number}: {r.status} {r.error}" for r in records if r.status != "done"
-        ][:10],
+        "turns_failed": [f"{r.session}/{r.number} {r.status}: {r.error}" for r in records if r.status != "done"][:10],
         "load_s": round(load_s, 1),
         "drain_s": round(drain_s, 1),
         "sustained_turns_per_s": ratio(len(done), load_s + drain_s),
         "turn_e2e_s": distribution([r.done_seen - r.submitted for r in done if r.done_seen], (50, 95), 2),
         "calls_per_100_turns": {p: round(sum(c["purpose"] == p for c in calls) * 100 / turns, 1) for p in purposes},
         "tokens_by_purpose": {p: prompt_tokens([c for c in calls if c["purpose"] == p]) for p in purposes},
-        "vector_searchable_lag_s": lag,
-        "transcript_vector_lag_s": units,
     }
 
 

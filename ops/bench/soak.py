@@ -23,7 +23,7 @@ import psutil
 
 from ops.bench.harness import BenchRun, bench_parser, distribution, emit, megabytes, outline, run_main
 from ops.bench.pipeline import settle, start_stack
-from ops.bench.stack import BenchError
+from ops.bench.stack import BenchError, LocalStack
 
 JOBS = ("enrichment", "consolidation", "decay", "reflection", "cache_eviction")
 ENGRAM_PROCESSES = ("gateway", "worker-turns", "worker-background", "beat")
@@ -172,10 +172,10 @@ def calibrate(load: Load, sessions: int, seconds: float, database_url: str) -> C
 
 
 def run_open_loop(
-    load: Load, rate: float, seconds: float, on_window: Callable[[list[Sample]], None], window_s: float
-) -> tuple[list[Sample], list[str]]:
+    load: Load, rate: float, seconds: float, window_s: float, stack: LocalStack
+) -> tuple[list[Sample], list[str], list[dict[str, dict[str, float | int | None]]]]:
     """Every operation due at its time (its latency counts from then), on a pool large enough that the client
-    is never the bottleneck; the samples and the first errors."""
+    is never the bottleneck; the samples, the first errors and the stack's processes at each window's end."""
     samples: list[Sample] = []  # appended by the pool's threads (list.append is atomic)
     errors: list[str] = []
     ops = (
@@ -200,20 +200,30 @@ def run_open_loop(
         if error is not None and len(errors) < 20:
             errors.append(error)
 
+    assert stack.postgres is not None and stack.redis is not None and stack.redis.proc is not None
+    roots = {child.name: child.pid for child in stack.children}
+    roots |= {"postgres": stack.postgres.pid or 0, "valkey": stack.redis.proc.pid}
+    snapshots: list[dict[str, dict[str, float | int | None]]] = []
+
+    def on_window() -> None:
+        stack.check_alive()
+        snapshots.append(process_figures(roots))
+        print(f"window {len(snapshots)}: {len(samples)} operations, {sum(not s.ok for s in samples)} errors")
+
     origin = time.monotonic()
     next_window = window_s
     with ThreadPoolExecutor(max_workers=64, thread_name_prefix="soak") as pool:
         for due, op, fn in schedule:
             while (now := time.monotonic() - origin) < due:
                 if now >= next_window:
-                    on_window(samples)
+                    on_window()
                     next_window += window_s
                 time.sleep(min(0.05, due - now))
             pool.submit(run, due, op, fn, origin)
         while time.monotonic() - origin < seconds:
             time.sleep(0.1)
-    on_window(samples)
-    return samples, errors
+    on_window()
+    return samples, errors, snapshots
 
 
 def process_figures(roots: Mapping[str, int]) -> dict[str, dict[str, float | int | None]]:
@@ -294,19 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise BenchError(f"calibrating: {calibration.rounds} rounds, caught up: {calibration.settled}")
         rate = calibration.sustainable_per_s / 2
         print(f"sustainable {calibration.sustainable_per_s:.2f} rounds/s; soaking at {rate:.2f}", flush=True)
-        roots = {child.name: child.pid for child in stack.children}
-        if stack.postgres is not None and stack.postgres.pid is not None:
-            roots["postgres"] = stack.postgres.pid
-        if stack.redis is not None and stack.redis.proc is not None:
-            roots["valkey"] = stack.redis.proc.pid
-        snapshots: list[dict[str, dict[str, float | int | None]]] = []
-
-        def on_window(samples: list[Sample]) -> None:
-            stack.check_alive()
-            snapshots.append(process_figures(roots))
-            print(f"window {len(snapshots)}: {len(samples)} operations, {sum(not s.ok for s in samples)} errors")
-
-        samples, errors = run_open_loop(load, rate, seconds, on_window, window_s)
+        samples, errors, snapshots = run_open_loop(load, rate, seconds, window_s, stack)
 
     table = windows(samples, window_s, int(seconds // window_s))
     warm, end = snapshots[0], snapshots[-1]
