@@ -101,15 +101,6 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def live_pid(path: Path) -> int | None:
-    """The PID in a PID file, if that process is alive."""
-    try:
-        pid = int(path.read_text().split()[0])
-    except (FileNotFoundError, ValueError, IndexError):
-        return None
-    return pid if pid_alive(pid) else None
-
-
 class EngramUp:
     """`engram up` in `workdir`, its output in a log file."""
 
@@ -145,7 +136,10 @@ class EngramUp:
     def pid(self, name: str) -> int | None:
         """The live process of `engram up`'s `name` ("worker-turns"…), "postgres" (postmaster) or "redis"."""
         files = {"postgres": "postgres/postmaster.pid", "redis": "valkey/valkey.pid"}
-        return live_pid(self.data_dir / files.get(name, f"{PROCS}/{name}.pid"))
+        with contextlib.suppress(FileNotFoundError, ValueError, IndexError):
+            pid = int((self.data_dir / files.get(name, f"{PROCS}/{name}.pid")).read_text().split()[0])
+            return pid if pid_alive(pid) else None
+        return None
 
     def back(self, kind: str, killed: int) -> bool:
         """The server runs again (a new PID) and answers."""
@@ -251,41 +245,30 @@ class Chaos:
                     holders[int(key.rsplit(":", 1)[1])] = int(parts[3])
         return holders
 
-    def _stall(self, kind: str) -> Fault:
-        """Freeze a dependency for --stall-seconds under load, then let it go on."""
-        pid = os.getpid() if kind == "stall-model" else self.stack.server(kind.removeprefix("stall-"))
-        target = {"stall-model": "fake model", "stall-redis": "valkey"}.get(kind, "postgres (postmaster and backends)")
-        _, running = self._snapshot()
-        log(f"SIGSTOP {target} for {self.args.stall_seconds:g} s; {len(running)} turns running")
-        if kind == "stall-model":
-            self.fake.freeze(self.args.stall_seconds)
-            try:
-                self.driver.abort.wait(self.args.stall_seconds)
-            finally:
-                self.fake.thaw()
-        else:
-            with stopped(process_tree(pid) if kind == "stall-postgres" else [pid]):
-                self.driver.abort.wait(self.args.stall_seconds)
-        log(f"SIGCONT {target}")
-        # The system clock is Postgres's (same machine); Postgres may still be catching up.
-        return Fault(kind, target, pid, time.time(), sorted(running))
-
     def _strike(self, kind: str) -> Fault:
-        if kind in STALL_KINDS:
-            return self._stall(kind)
+        """SIGKILL a worker process or a server, or (a stall) freeze a dependency for --stall-seconds."""
+        server = kind.removeprefix("stall-")
         if kind == "worker":
             target, pid = self._worker_target()
-            killed = {pid}
-            with contextlib.suppress(psutil.Error):
-                killed |= {child.pid for child in psutil.Process(pid).children(recursive=True)}
-            holders = self._lock_holders()
+            killed, holders = {pid, *process_tree(pid)}, self._lock_holders()
         else:
-            target, pid = ("valkey" if kind == "redis" else "postgres (postmaster)"), self.stack.server(kind)
+            target = {"redis": "valkey", "postgres": "postgres (postmaster)", "model": "fake model"}[server]
+            pid = os.getpid() if server == "model" else self.stack.server(server)
         at, running = self._snapshot()
-        signal_all([pid], signal.SIGKILL)
-        affected = [t for t, session in running.items() if kind != "worker" or holders.get(session) in killed]
-        log(f"SIGKILL {target} (pid {pid}); {len(running)} turns running, {len(affected)} hit")
-        return Fault(kind, target, pid, at, sorted(affected))
+        affected = sorted(t for t, session in running.items() if kind != "worker" or holders.get(session) in killed)
+        if kind not in STALL_KINDS:
+            signal_all([pid], signal.SIGKILL)
+            log(f"SIGKILL {target} (pid {pid}); {len(running)} turns running, {len(affected)} hit")
+            return Fault(kind, target, pid, at, affected)
+        log(f"SIGSTOP {target} for {self.args.stall_seconds:g} s; {len(running)} turns running")
+        if server == "model":
+            self.fake.freeze(self.args.stall_seconds)
+        with stopped([] if server == "model" else process_tree(pid) if server == "postgres" else [pid]):
+            self.driver.abort.wait(self.args.stall_seconds)
+        self.fake.thaw()
+        log(f"SIGCONT {target}")
+        # The system clock is Postgres's (same machine); Postgres may still be catching up.
+        return Fault(kind, target, pid, time.time(), affected)
 
     def _heal(self, fault: Fault) -> None:
         """Wait until the killed server is back and the gateway ready again, so the next fault hits a

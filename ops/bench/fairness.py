@@ -89,8 +89,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    return run_main(lambda: bench(args))
+    return run_main(lambda: bench(parse_args(argv)))
 
 
 def bench(args: argparse.Namespace) -> int:

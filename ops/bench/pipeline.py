@@ -318,10 +318,24 @@ def warm_up(url: str, api_key: str, plans: list[SessionPlan]) -> None:
         raise BenchError(f"warm-up turns did not finish: {bad}")
 
 
-def fetch_db(database_url: str, user_prefix: str) -> dict[str, list[dict[str, Any]]]:
+def prompt_tokens(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Prompt tokens as the provider billed them (uncached input, cache reads, cache writes) and the share
+    of the prompt read from the cache."""
+    figures = {
+        "input": sum(c["input_tokens"] or 0 for c in calls),
+        "cache_read": sum(c["cache_read_tokens"] or 0 for c in calls),
+        "cache_write": sum(c["cache_write_tokens"] or 0 for c in calls),
+    }
+    return {"calls": len(calls), **figures, "cached_share": ratio(figures["cache_read"], sum(figures.values()), 3)}
+
+
+def summarise(records: list[TurnRecord], database_url: str, load_s: float, drain_s: float) -> dict[str, Any]:
+    """The figures: per purpose from the llm_calls ledger; a fact's lag from its turn's finished_at to its memory
+    stored (text-searchable) and to its first embedding (vector-searchable), for the memory keyed by the turn's
+    token; each message's transcript unit from stored to its vector. Database times are transaction starts."""
     users = "user_id IN (SELECT id FROM users WHERE external_id LIKE %(p)s)"
-    return {
-        name: query(database_url, sql, {"p": user_prefix + "%"})
+    db = {
+        name: query(database_url, sql, {"p": USER_PREFIX + "%"})
         for name, sql in {
             "turns": f"SELECT id, finished_at FROM turns WHERE {users}",
             "calls": f"""SELECT purpose, input_tokens, cache_read_tokens, cache_write_tokens FROM llm_calls
@@ -338,33 +352,14 @@ def fetch_db(database_url: str, user_prefix: str) -> dict[str, list[dict[str, An
                WHERE {users} AND message_id IS NOT NULL AND embedded_at IS NOT NULL""",
         }.items()
     }
-
-
-def prompt_tokens(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Prompt tokens as the provider billed them (uncached input, cache reads, cache writes) and the share
-    of the prompt read from the cache."""
-    figures = {
-        "input": sum(c["input_tokens"] or 0 for c in calls),
-        "cache_read": sum(c["cache_read_tokens"] or 0 for c in calls),
-        "cache_write": sum(c["cache_write_tokens"] or 0 for c in calls),
-    }
-    return {"calls": len(calls), **figures, "cached_share": ratio(figures["cache_read"], sum(figures.values()), 3)}
-
-
-def summarise(
-    records: list[TurnRecord], db: dict[str, list[dict[str, Any]]], load_s: float, drain_s: float
-) -> dict[str, Any]:
-    """The figures: per purpose from the llm_calls ledger; a fact's lag from its turn's finished_at to its memory
-    stored (text-searchable) and to its first embedding (vector-searchable), for the memory keyed by the turn's
-    token; each message's transcript unit from stored to its vector. Database times are transaction starts."""
     done = [r for r in records if r.status == "done"]
     turns = max(len(records), 1)
     calls = db["calls"]
     background = [c for c in calls if c["purpose"] != "chat"]
     finished = {row["id"]: row["finished_at"].timestamp() for row in db["turns"] if row["finished_at"] is not None}
-    memories: dict[str, dict[str, Any]] = {}
-    for memory in sorted(db["memories"], key=lambda m: m["created_at"], reverse=True):
-        memories[memory["key"].removeprefix("note/")] = memory  # the first one stored for the token
+    # The first memory stored for each token (the dict keeps the last of those sorted latest first).
+    by_age = sorted(db["memories"], key=lambda m: m["created_at"], reverse=True)
+    memories = {memory["key"].removeprefix("note/"): memory for memory in by_age}
     stored: list[float] = []
     searchable: list[float] = []
     for record in done:
@@ -446,7 +441,7 @@ def bench(args: argparse.Namespace) -> int:
         print(f"load done in {load_s:.0f} s; draining the pipeline ...", file=sys.stderr, flush=True)
         drain_s, owed, drained = settle(stack.database_url, USER_PREFIX, DRAIN_TIMEOUT_S, redis_url=stack.redis_url)
         stack.check_alive()
-        summary = summarise(records, fetch_db(stack.database_url, USER_PREFIX), load_s, drain_s)
+        summary = summarise(records, stack.database_url, load_s, drain_s)
         summary |= {"drained": drained, "still_owed": owed}
         title = f"engram pipeline benchmark: {args.sessions} sessions x {args.turns} turns, cap {args.max_wait_s:g} s"
         emit(outline(title, summary), summary, args.json)
