@@ -1,7 +1,6 @@
 """Chaos under load: sessions chat through `engram up` while worker processes, valkey and Postgres are SIGKILLed
 mid-turn (`--stall`: SIGSTOPped, the fake model frozen); then Postgres is asked whether anything was lost or done
-twice. Recovery: fault (a stall: its SIGCONT) -> each affected turn's `finished_at`. Figures: docs/benchmarks.md,
-"Chaos under load" and "Stalled dependencies".
+twice. Figures: docs/benchmarks.md, "Chaos under load" and "Stalled dependencies".
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import random
 import re
 import signal
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -59,12 +57,11 @@ LIMIT_GRACE_S = 1.0
 
 def latency_model(seed: int) -> Callable[[Json], FakeReply]:
     """ops/bench/pipeline.py's fake replies, each after a random latency (CHAT_LATENCY_S for chat calls, else
-    BACKGROUND_LATENCY_S)."""
-    rng, lock = random.Random(seed), threading.Lock()
+    BACKGROUND_LATENCY_S). Called on the fake's one event loop thread: the draws need no lock."""
+    rng = random.Random(seed)
 
     def reply(body: Json) -> FakeReply:
-        with lock:
-            delay = rng.uniform(*(CHAT_LATENCY_S if kind_of(body) == "chat" else BACKGROUND_LATENCY_S))
+        delay = rng.uniform(*(CHAT_LATENCY_S if kind_of(body) == "chat" else BACKGROUND_LATENCY_S))
         return replace(pipeline_reply(body), delay_s=delay)
 
     return reply
@@ -95,10 +92,9 @@ def stopped(pids: list[int]) -> Iterator[None]:
 
 
 def pid_alive(pid: int) -> bool:
-    try:
+    with contextlib.suppress(psutil.NoSuchProcess):
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    return False
 
 
 class EngramUp:
@@ -128,10 +124,9 @@ class EngramUp:
         wait_until(self.ready, 120, "the gateway's /readyz answering 200")
 
     def ready(self) -> bool:
-        try:
+        with contextlib.suppress(httpx.HTTPError):
             return httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return False
 
     def pid(self, name: str) -> int | None:
         """The live process of `engram up`'s `name` ("worker-turns"…), "postgres" (postmaster) or "redis"."""
@@ -175,9 +170,9 @@ class Fault:
     pid: int
     # Epoch seconds (Postgres's clock, which stamps finished_at) just before the kill; for a stall, its SIGCONT.
     at: float
-    affected: list[int]  # the turns it hit (see the module's docstring)
+    affected: list[int]  # the turns running (at a worker kill: those whose lock the killed processes held)
     gateway_ready_s: float | None = None  # server answering (a stall: SIGCONT) -> the gateway's /readyz 200
-    recovery_s: list[float] = field(default_factory=list)
+    recovery_s: list[float] = field(default_factory=list)  # `at` -> each affected turn's finished_at
 
 
 class Chaos:
@@ -264,7 +259,7 @@ class Chaos:
         if server == "model":
             self.fake.freeze(self.args.stall_seconds)
         with stopped([] if server == "model" else process_tree(pid) if server == "postgres" else [pid]):
-            self.driver.abort.wait(self.args.stall_seconds)
+            time.sleep(self.args.stall_seconds)
         self.fake.thaw()
         log(f"SIGCONT {target}")
         # The system clock is Postgres's (same machine); Postgres may still be catching up.
@@ -275,9 +270,9 @@ class Chaos:
         healthy system."""
         if fault.kind in ("redis", "postgres"):
             back = lambda: self.stack.back(fault.kind, fault.pid)  # noqa: E731
-            wait_until(back, HEAL_TIMEOUT_S, f"{fault.target} coming back", self.driver.abort)
+            wait_until(back, HEAL_TIMEOUT_S, f"{fault.target} coming back")
         back_at = time.monotonic()
-        wait_until(self.stack.ready, HEAL_TIMEOUT_S, "the gateway's /readyz answering 200", self.driver.abort)
+        wait_until(self.stack.ready, HEAL_TIMEOUT_S, "the gateway's /readyz answering 200")
         if fault.kind != "worker":
             fault.gateway_ready_s = round(time.monotonic() - back_at, 2)
 
@@ -364,17 +359,14 @@ def bench(args: argparse.Namespace) -> int:
     with BenchRun(keep=args.keep) as run:
         run.callback(fake.stop)
         fake.start()
-        env = bench_env(fake.anthropic_base_url)  # with no rate limit: the benchmark measures recovery
-        env.update(
-            {
-                "ENGRAM_AUTO_MEMORY": "true",
-                "ENGRAM_TURN_WORKER_CONCURRENCY": str(args.turn_concurrency),
-                # The fake's embeddings: no local model to load in every process.
-                "ENGRAM_EMBEDDING_PROVIDER": "openai",
-                "ENGRAM_EMBEDDING_BASE_URL": fake.openai_base_url,
-                "ENGRAM_EMBEDDING_API_KEY": "bench-key",
-            }
-        )
+        # With no rate limit (the benchmark measures recovery) and the fake's embeddings (no model in every process).
+        env = bench_env(fake.anthropic_base_url) | {
+            "ENGRAM_AUTO_MEMORY": "true",
+            "ENGRAM_TURN_WORKER_CONCURRENCY": str(args.turn_concurrency),
+            "ENGRAM_EMBEDDING_PROVIDER": "openai",
+            "ENGRAM_EMBEDDING_BASE_URL": fake.openai_base_url,
+            "ENGRAM_EMBEDDING_API_KEY": "bench-key",
+        }
         env.update(item.split("=", 1) for item in args.env)
         stack = EngramUp(run.workdir("engram-chaos-"), env)
         run.callback(stack.stop)
@@ -413,6 +405,7 @@ def bench(args: argparse.Namespace) -> int:
             # `engram up` logs each embedded server it brought back.
             "redis_restarts": len(re.findall(r"embedded server restarted.*service=valkey\b", log)),
             "postgres_restarts": len(re.findall(r"embedded server restarted.*service=postgres\b", log)),
+            "stall_s": args.stall_seconds if args.stall else None,
             "recovery_samples": recovered.pop("n"),
             **{f"recovery_{name}_s": value for name, value in recovered.items()},
             "requests": len(driver.requests),
@@ -424,10 +417,7 @@ def bench(args: argparse.Namespace) -> int:
             "faults": [asdict(f) | {"affected": len(f.affected)} for f in chaos.faults],
             "turn_problems": [asdict(r) for r in records if r.status != "done"][:20],
         }
-        title = f"chaos: {args.sessions} sessions x {args.turns} turns" + (
-            f", stalls of {args.stall_seconds:g} s" if args.stall else ""
-        )
-        emit(outline(title, result), result, args.json)
+        emit(outline(f"chaos: {args.sessions} sessions x {args.turns} turns", result), result, args.json)
         return 0
 
 

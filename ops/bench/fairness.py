@@ -28,21 +28,17 @@ LLM_LATENCY_MS, TURN_TIMEOUT_S = 200.0, 600.0  # the fake model's reply time; a 
 def paced_turns(url: str, api_key: str, count: int, interval: float, timeout: float, label: str) -> list[TurnResult]:
     """`count` turns of one session, one starting every `interval` seconds (each timed to done in a thread of
     its own, so a slow turn does not delay the next one's start)."""
-    abort = threading.Event()
     results: list[TurnResult] = []
 
     def one(index: int) -> None:
         with closing(EngramClient(url, api_key, timeout=60)) as client:
-            results.append(_one_turn(client, f"{label}-b", "bob", 0, index, timeout, abort))
+            results.append(_one_turn(client, f"{label}-b", "bob", 0, index, timeout, threading.Event()))
 
-    threads = []
     start = time.perf_counter()
-    for index in range(count):
-        time.sleep(max(0.0, start + index * interval - time.perf_counter()))  # the load's pacing
-        threads.append(threading.Thread(target=one, args=(index,), daemon=True))
-        threads[-1].start()
-    for thread in threads:
-        thread.join(timeout + 5)
+    with ThreadPoolExecutor(count) as pool:
+        for index in range(count):
+            time.sleep(max(0.0, start + index * interval - time.perf_counter()))  # the load's pacing
+            pool.submit(one, index)
     return results
 
 

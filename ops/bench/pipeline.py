@@ -211,11 +211,9 @@ class Driver:
 
     def _run_turn(self, http: httpx.Client, plan: SessionPlan, text: str, record: TurnRecord) -> None:
         deadline = time.monotonic() + self.turn_timeout
-        key = uuid.uuid4().hex
         path, body = f"/v1/sessions/{plan.user_id}/turns", {"user_id": plan.user_id, "text": text}
-        response = self._request(
-            record, deadline, 0.0, lambda: http.post(path, json=body, headers={"Idempotency-Key": key})
-        )
+        headers = {"Idempotency-Key": uuid.uuid4().hex}  # the same for every retry
+        response = self._request(record, deadline, 0.0, lambda: http.post(path, json=body, headers=headers))
         if response is None:
             return
         if response.status_code >= 400:
@@ -272,13 +270,11 @@ def query(database_url: str, sql: str, params: Any = None, timeout: float = DRAI
             time.sleep(POLL_S)
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, abort: threading.Event | None = None) -> None:
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
     started = time.monotonic()
     while not check():
         if time.monotonic() - started > timeout:
             raise BenchError(f"{what} did not happen within {timeout:.0f} s")
-        if abort is not None and abort.is_set():
-            raise BenchError(f"aborted while waiting for {what}")
         time.sleep(POLL_S)
 
 
@@ -319,8 +315,7 @@ def warm_up(url: str, api_key: str, plans: list[SessionPlan]) -> None:
 
 
 def prompt_tokens(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Prompt tokens as the provider billed them (uncached input, cache reads, cache writes) and the share
-    of the prompt read from the cache."""
+    """Prompt tokens as billed (uncached input, cache reads, cache writes) and the share read from the cache."""
     figures = {
         "input": sum(c["input_tokens"] or 0 for c in calls),
         "cache_read": sum(c["cache_read_tokens"] or 0 for c in calls),

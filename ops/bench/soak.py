@@ -1,10 +1,10 @@
-"""Soak: mixed load at half the sustainable rate for a long time, watching for what only time shows: memory that
-keeps growing, leaking connections or file descriptors, late errors, latency that creeps up. Goals (issue 30)
-and figures: docs/benchmarks.md, "Soak".
+"""Soak: mixed load at half the sustainable rate for a long time, watching for what only time shows (growing memory,
+leaking connections or file descriptors, late errors, creeping latency). Goals and figures: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import statistics
@@ -52,7 +52,7 @@ class Load:
         self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {api_key}"}, timeout=120)
         self.users = [f"{USER_PREFIX}{i}" for i in range(users)]
         self.session_turns = session_turns
-        self._count = 0
+        self._count = itertools.count(1)
         self._turns: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
 
@@ -78,9 +78,8 @@ class Load:
         self._ok(self.http.post(f"/v1/users/{user}/sessions/{session}/messages", json={"messages": messages}))
 
     def _next(self) -> tuple[int, str]:
-        with self._lock:
-            self._count += 1
-            return self._count, self.users[self._count % len(self.users)]
+        n = next(self._count)  # atomic
+        return n, self.users[n % len(self.users)]
 
     @staticmethod
     def _ok(response: httpx.Response) -> httpx.Response:
@@ -231,10 +230,9 @@ def process_figures(roots: Mapping[str, int]) -> dict[str, dict[str, float | int
     for name, pid in roots.items():
         rss = fds = conns = 0
         # Postgres serves on a Unix socket; its processes (one per connection) say what TCP cannot.
-        try:
+        tree: list[psutil.Process] = []
+        with contextlib.suppress(psutil.Error):
             tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-        except psutil.Error:
-            tree = []
         for proc in tree:
             try:
                 rss += proc.memory_info().rss
@@ -266,11 +264,9 @@ def flatness(later: list[dict[str, Any]]) -> dict[str, float | None]:
     """Per operation, the largest distance of a window's p95 from the median of the windows' p95 (0.1 = 10 %);
     None with fewer than two windows to compare."""
     out: dict[str, float | None] = {}
-    if len(later) < 2:
-        return {op: None for window in later for op in window["p95_ms"]}
     for op in sorted({op for window in later for op in window["p95_ms"]}):
         values = [w["p95_ms"][op] for w in later if w["p95_ms"].get(op) is not None]
-        middle = statistics.median(values) if values else None
+        middle = statistics.median(values) if values and len(later) > 1 else None
         out[op] = round(max(abs(v - middle) / middle for v in values), 3) if middle else None
     return out
 
