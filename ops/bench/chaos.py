@@ -247,7 +247,7 @@ class Chaos:
             target, pid = self._worker_target()
             killed, holders = {pid, *process_tree(pid)}, self._lock_holders()
         else:
-            target = {"redis": "valkey", "postgres": "postgres (postmaster)", "model": "fake model"}[server]
+            target = {"redis": "valkey", "postgres": "postgres", "model": "fake model"}[server]
             pid = os.getpid() if server == "model" else self.stack.server(server)
         at, running = self._snapshot()
         affected = sorted(t for t, session in running.items() if kind != "worker" or holders.get(session) in killed)
