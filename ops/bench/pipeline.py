@@ -119,8 +119,7 @@ def make_plans(
 
 def kind_of(body: Json) -> str:
     """extraction, summary, compaction (a summary that also extracts, in one call), synthesis or chat."""
-    # By the memory instructions every extraction and compaction call opens with (shared/pipeline/memory_prompt.py)
-    # and the personality synthesis's own system prompt.
+    # The memory instructions open every extraction and compaction call (shared/pipeline/memory_prompt.py).
     system = json.dumps(body.get("system", ""))
     if "You are the memory worker" in system:
         task = last_user_text(body).lstrip()
@@ -187,9 +186,10 @@ class Driver:
     def wait(self, check: Callable[[], None] = lambda: None) -> list[TurnRecord]:
         """The records once every session is done, calling `check` (which may raise) every 0.2 s."""
         try:
-            while self.running():
-                time.sleep(0.2)
-                check()
+            for thread in self.threads:
+                while thread.is_alive():
+                    thread.join(0.2)
+                    check()
         except BaseException:
             self.abort.set()
             raise
