@@ -1,7 +1,6 @@
 """Chaos under load: sessions chat through `engram up` while worker processes, valkey and Postgres are SIGKILLed
 mid-turn (`--stall`: SIGSTOPped, the fake model frozen); then Postgres is asked whether anything was lost or done
-twice. Recovery: fault (a stall: its SIGCONT) -> each affected turn's `finished_at`. Figures: docs/benchmarks.md,
-"Chaos under load" and "Stalled dependencies".
+twice. Figures: docs/benchmarks.md, "Chaos under load" and "Stalled dependencies".
 """
 
 from __future__ import annotations
@@ -9,199 +8,159 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
 import re
 import signal
 import sys
-import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psutil
 import psycopg
 import redis
-from psycopg.rows import dict_row
 
-from ops.bench.harness import BenchRun, backlog_sql, bench_parser, emit, outline, percentile, rounded, run_main
-from ops.bench.pipeline import Driver, SessionPlan, kind_of, pipeline_reply, user_text
+from ops.bench.harness import BenchRun, bench_parser, distribution, emit, outline, rounded, run_main
+from ops.bench.pipeline import (
+    Driver,
+    kind_of,
+    make_plans,
+    pipeline_reply,
+    query,
+    settle,
+    wait_until,
+    warm_up,
+)
 from ops.bench.stack import BenchError, Child, bench_env
-from ops.bench.stalls import STALL_KINDS, process_tree, request_summary, stopped
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM, FakeReply, Json
 from shared.infra.config import Settings
 
 USER_PREFIX = "chaos-"
-POLL_S = 0.2
-HEAL_TIMEOUT_S = 180.0
+POLL_S, HEAL_TIMEOUT_S, TURN_TIMEOUT_S, SEED = 0.2, 180.0, 600.0, 11
 LOCK_PATTERN = "engram:lock:session:*"
 # The stack's ENGRAM_REQUEST_TIME_LIMIT_SECONDS (its default): every request's latency is checked against it.
 REQUEST_LIMIT_S = Settings.model_fields["request_time_limit_seconds"].default
 # The fake model's latency range: chat calls long enough that kills land mid-turn; extraction and summaries.
 CHAT_LATENCY_S, BACKGROUND_LATENCY_S = (2.0, 4.0), (0.3, 1.0)
 PROCS = "run/procs"  # where `engram up` keeps its processes' PID files in the data dir
+STALL_KINDS = ("stall-postgres", "stall-model", "stall-redis")
+# A request answered this much after its limit still counts as in time: the client's clock includes the
+# connect and the gateway's own queueing, which the limit (started when the app sees the request) does not.
+LIMIT_GRACE_S = 1.0
 
 
-def latency_model(seed: int) -> tuple[Callable[[Json], FakeReply], Counter[str]]:
+def latency_model(seed: int) -> Callable[[Json], FakeReply]:
     """ops/bench/pipeline.py's fake replies, each after a random latency (CHAT_LATENCY_S for chat calls, else
-    BACKGROUND_LATENCY_S), and the calls counted by kind."""
-    rng, lock, calls = random.Random(seed), threading.Lock(), Counter[str]()
+    BACKGROUND_LATENCY_S). Called on the fake's one event loop thread: the draws need no lock."""
+    rng = random.Random(seed)
 
     def reply(body: Json) -> FakeReply:
-        kind = kind_of(body)
-        with lock:
-            delay = rng.uniform(*(CHAT_LATENCY_S if kind == "chat" else BACKGROUND_LATENCY_S))
-            calls[kind] += 1
-        answer = pipeline_reply(body)
-        answer.delay_s = delay
-        return answer
+        delay = rng.uniform(*(CHAT_LATENCY_S if kind_of(body) == "chat" else BACKGROUND_LATENCY_S))
+        return replace(pipeline_reply(body), delay_s=delay)
 
-    return reply, calls
+    return reply
 
 
-def query(database_url: str, sql: str, params: Any = None, timeout: float = HEAL_TIMEOUT_S) -> list[dict[str, Any]]:
-    """Run one statement on a fresh connection, retrying while Postgres is down (it is killed here)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with psycopg.connect(database_url, autocommit=True, row_factory=dict_row, connect_timeout=3) as conn:
-                return conn.execute(sql, params).fetchall()
-        except psycopg.OperationalError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(POLL_S)
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (the postmaster and its backends), parent first."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
+    return []
 
 
-def postgres_answers(database_url: str) -> bool:
+def signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+@contextlib.contextmanager
+def stopped(pids: list[int]) -> Iterator[None]:
+    """SIGSTOP `pids` for the block; SIGCONT whatever happens (a stopped server outliving the run would
+    ignore the SIGTERM that stops the stack)."""
+    signal_all(pids, signal.SIGSTOP)
     try:
-        return bool(query(database_url, "SELECT 1", timeout=0))
-    except psycopg.OperationalError:
-        return False
-
-
-def redis_answers(redis_url: str) -> bool:
-    client = redis.Redis.from_url(redis_url, socket_connect_timeout=1, socket_timeout=2)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
+        yield
     finally:
-        client.close()
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str, abort: threading.Event | None = None) -> None:
-    """Poll `check` until it holds."""
-    started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout:
-            raise BenchError(f"{what} did not happen within {timeout:.0f} s")
-        if abort is not None and abort.is_set():
-            raise BenchError(f"aborted while waiting for {what}")
-        time.sleep(POLL_S)
+        signal_all(pids, signal.SIGCONT)
 
 
 def pid_alive(pid: int) -> bool:
-    try:
+    with contextlib.suppress(psutil.NoSuchProcess):
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def live_pid(path: Path) -> int | None:
-    """The PID in a PID file, if that process is alive."""
-    try:
-        pid = int(path.read_text().split()[0])
-    except (FileNotFoundError, ValueError, IndexError):
-        return None
-    return pid if pid_alive(pid) else None
+    return False
 
 
 class EngramUp:
     """`engram up` in `workdir`, its output in a log file."""
 
     def __init__(self, workdir: Path, env: dict[str, str]) -> None:
-        self.data_dir = workdir / "data"
-        self.workdir, self.env = workdir, env
-        self.child: Child | None = None
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.database_url = self.redis_url = self.api_key = ""
-
-    def start(self, timeout: float = 240) -> None:
-        env = self.env | {
+        self.workdir, self.data_dir, port = workdir, workdir / "data", free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        env = env | {
             "ENGRAM_DATA_DIR": str(self.data_dir),
-            "ENGRAM_PORT": str(self.port),
+            "ENGRAM_PORT": str(port),
             "ENGRAM_FLOWER_PORT": str(free_port()),
             "ENGRAM_UP_WORKER_METRICS_PORT": "0",  # free ports: two runs at once must not collide on 9808
             "PYTHONUNBUFFERED": "1",
         }
         # Its supervised processes get time to stop before the process group is killed.
-        self.child = Child("engram-up", [sys.executable, "-m", "ops.cli", "up"], env, self.workdir, grace=90).start()
-        deadline = time.monotonic() + timeout
-        while not (match := re.search(r"API key\s+(egm_\S+)", self.log_text())):
-            self.check_alive()
-            if time.monotonic() > deadline:
-                raise BenchError(f"engram up did not start within {timeout:.0f} s:\n{self.log_text()[-3000:]}")
-            time.sleep(POLL_S)
-        self.api_key = match.group(1)
+        self.child = Child("engram-up", [sys.executable, "-m", "ops.cli", "up"], env, workdir, grace=90)
+
+    def start(self) -> None:
+        self.child.start()
+        key = lambda: re.findall(r"API key\s+(egm_\S+)", self.child.tail(None))  # noqa: E731
+        wait_until(lambda: bool(key()) or self.child.exit_code() is not None, 240, "engram up starting")
+        self.child.check_alive()
+        self.api_key = key()[0]
         services = json.loads((self.data_dir / "run" / "services.json").read_text())
         self.database_url, self.redis_url = services["database_url"], services["redis_url"]
-
-    def log_text(self) -> str:
-        return self.child.tail(None) if self.child is not None else ""
-
-    def check_alive(self) -> None:
-        if self.child is not None:
-            self.child.check_alive()
+        wait_until(self.ready, 120, "the gateway's /readyz answering 200")
 
     def ready(self) -> bool:
-        try:
+        with contextlib.suppress(httpx.HTTPError):
             return httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200
-        except httpx.HTTPError:
+        return False
+
+    def pid(self, name: str) -> int | None:
+        """The live process of `engram up`'s `name` ("worker-turns"…), "postgres" (postmaster) or "redis"."""
+        files = {"postgres": "postgres/postmaster.pid", "redis": "valkey/valkey.pid"}
+        with contextlib.suppress(FileNotFoundError, ValueError, IndexError):
+            pid = int((self.data_dir / files.get(name, f"{PROCS}/{name}.pid")).read_text().split()[0])
+            return pid if pid_alive(pid) else None
+        return None
+
+    def back(self, kind: str, killed: int) -> bool:
+        """The server runs again (a new PID) and answers."""
+        if self.pid(kind) in (None, killed):
+            return False
+        try:
+            if kind == "postgres":
+                return bool(query(self.database_url, "SELECT 1", timeout=0))
+            with redis.Redis.from_url(self.redis_url, socket_connect_timeout=1, socket_timeout=2) as client:
+                return bool(client.ping())
+        except (psycopg.OperationalError, redis.RedisError):
             return False
 
-    def process_pid(self, name: str) -> int | None:
-        return live_pid(self.data_dir / PROCS / f"{name}.pid")
-
-    def server_pid(self, kind: str) -> int | None:
-        """The live postmaster ("postgres") or valkey ("redis")."""
-        return live_pid(self.data_dir / ("postgres/postmaster.pid" if kind == "postgres" else "valkey/valkey.pid"))
-
     def server(self, kind: str) -> int:
-        if (pid := self.server_pid(kind)) is None:
+        if (pid := self.pid(kind)) is None:
             raise BenchError(f"{kind} is not running")
         return pid
 
     def stop(self) -> None:
-        if self.child is not None:
-            self.child.stop()
+        self.child.stop()
         # Whatever the stack's supervisor started and left behind must not outlive the benchmark.
         run_dir = str(self.data_dir / "run")
         for proc in psutil.process_iter():
             with contextlib.suppress(psutil.Error):
                 if proc.environ().get("ENGRAM_SUPERVISOR_RUN_DIR") == run_dir:
                     proc.kill()
-
-
-def make_plans(sessions: int, turns: int, run_id: str, seed: int) -> list[SessionPlan]:
-    rng = random.Random(seed)
-    plans = []
-    for index in range(sessions):
-        # One word for full-text search, unique in the run: "pq" + session + turn + salt (see pipeline.py).
-        tokens = [f"pq{index % 1000:03d}{n % 100:02d}{rng.randrange(16**4):04x}" for n in range(turns)]
-        texts = [user_text(rng, t) for t in tokens]
-        plans.append(
-            SessionPlan(
-                index, "chaos", f"{USER_PREFIX}{run_id}-{index:03d}", f"chaos-{index:03d}", 0.0, texts, tokens, []
-            )
-        )
-    return plans
 
 
 @dataclass
@@ -211,10 +170,9 @@ class Fault:
     pid: int
     # Epoch seconds (Postgres's clock, which stamps finished_at) just before the kill; for a stall, its SIGCONT.
     at: float
-    affected: list[int]  # the turns it hit (see the module's docstring)
-    back_s: float | None = None  # redis/postgres: kill -> answering again
+    affected: list[int]  # the turns running (at a worker kill: those whose lock the killed processes held)
     gateway_ready_s: float | None = None  # server answering (a stall: SIGCONT) -> the gateway's /readyz 200
-    recovery_s: list[float] = field(default_factory=list)
+    recovery_s: list[float] = field(default_factory=list)  # `at` -> each affected turn's finished_at
 
 
 class Chaos:
@@ -223,42 +181,26 @@ class Chaos:
 
     def __init__(self, stack: EngramUp, driver: Driver, args: argparse.Namespace, fake: FakeLLM) -> None:
         self.stack, self.driver, self.args, self.fake = stack, driver, args, fake
-        self.rng = random.Random(args.seed + 1)
-        kinds = ["worker"] * args.worker_kills + ["redis"] * args.redis_kills + ["postgres"] * args.postgres_kills
-        kinds += list(STALL_KINDS) if args.stall else []
-        self.rng.shuffle(kinds)
-        self.plan = kinds
+        self.rng = random.Random(SEED + 1)
+        self.plan = ["worker"] * args.worker_kills + ["redis"] * args.redis_kills + ["postgres"] * args.postgres_kills
+        self.plan += list(STALL_KINDS) if args.stall else []
+        self.rng.shuffle(self.plan)
         self.faults: list[Fault] = []
-        self.error: BaseException | None = None
-        self.finished = threading.Event()
 
-    def start(self) -> None:
-        threading.Thread(target=self._run, name="chaos", daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            # Spread the faults over the expected length of the load.
-            expected = self.args.sessions * self.args.turns * sum(CHAT_LATENCY_S) / 2
-            expected /= max(1, self.args.turn_concurrency)
-            gap = expected / (len(self.plan) + 1)
-            for kind in self.plan:
-                if self.driver.abort.wait(self.rng.uniform(0.5, 1.5) * gap if self.driver.running() else 0):
-                    return
-                # Land mid-turn: wait (while the load lasts) until some turn is running.
-                while self.driver.running() and not self._running_turns():
-                    if self.driver.abort.wait(POLL_S):
-                        return
-                fault = self._strike(kind)
-                self.faults.append(fault)
-                self._heal(fault)
-        except BaseException as exc:  # reported by the main thread
-            self.error = exc
-        finally:
-            self.finished.set()
-
-    def _running_turns(self) -> bool:
-        rows = query(self.stack.database_url, "SELECT 1 FROM turns WHERE status = 'running' LIMIT 1")
-        return bool(rows)
+    def run(self) -> None:
+        # Spread the faults over the expected length of the load.
+        expected = self.args.sessions * self.args.turns * sum(CHAT_LATENCY_S) / 2
+        gap = expected / max(1, self.args.turn_concurrency) / (len(self.plan) + 1)
+        running = "SELECT 1 FROM turns WHERE status = 'running' LIMIT 1"
+        for kind in self.plan:
+            time.sleep(self.rng.uniform(0.5, 1.5) * gap if self.driver.running() else 0)
+            # Land mid-turn: wait (while the load lasts) until some turn is running.
+            while self.driver.running() and not query(self.stack.database_url, running):
+                time.sleep(POLL_S)
+            self.stack.child.check_alive()
+            fault = self._strike(kind)
+            self.faults.append(fault)
+            self._heal(fault)
 
     def _snapshot(self) -> tuple[float, dict[int, int]]:
         """Postgres's clock now, and the running turns (turn id -> session id)."""
@@ -277,9 +219,9 @@ class Chaos:
         holders = sorted(set(self._lock_holders().values())) if draw < 0.6 else []
         if holders:
             return "worker-turns pool process (turn holder)", self.rng.choice(holders)
-        if draw < 0.8 and (pid := self.stack.process_pid("worker-turns")):
+        if draw < 0.8 and (pid := self.stack.pid("worker-turns")):
             return "worker-turns main process", pid
-        if (pid := self.stack.process_pid("worker-background")) is None:
+        if (pid := self.stack.pid("worker-background")) is None:
             raise BenchError("no worker process to kill")
         with contextlib.suppress(psutil.Error):
             if (pool := psutil.Process(pid).children()) and self.rng.random() < 0.5:
@@ -288,73 +230,49 @@ class Chaos:
 
     def _lock_holders(self) -> dict[int, int]:
         """Session id -> PID of the live process holding its lock (the PID is in the lock's token)."""
+        holders: dict[int, int] = {}
         url = self.stack.redis_url
         client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5, decode_responses=True)
-        try:
-            holders = {}
+        with contextlib.suppress(redis.RedisError), client:
             for key in client.scan_iter(LOCK_PATTERN, count=500):
                 parts = str(client.get(key) or "").split("|")
                 if len(parts) == 6 and parts[3].isdigit() and pid_alive(int(parts[3])):
                     holders[int(key.rsplit(":", 1)[1])] = int(parts[3])
-            return holders
-        except redis.RedisError:
-            return {}
-        finally:
-            client.close()
-
-    def _stall(self, kind: str) -> Fault:
-        """Freeze a dependency for --stall-seconds under load, then let it go on."""
-        pid = os.getpid() if kind == "stall-model" else self.stack.server(kind.removeprefix("stall-"))
-        target = {"stall-model": "fake model", "stall-redis": "valkey"}.get(kind, "postgres (postmaster and backends)")
-        _, running = self._snapshot()
-        log(f"SIGSTOP {target} for {self.args.stall_seconds:g} s; {len(running)} turns running")
-        if kind == "stall-model":
-            self.fake.freeze(self.args.stall_seconds)
-            try:
-                self.driver.abort.wait(self.args.stall_seconds)
-            finally:
-                self.fake.thaw()
-        else:
-            with stopped(process_tree(pid) if kind == "stall-postgres" else [pid]):
-                self.driver.abort.wait(self.args.stall_seconds)
-        log(f"SIGCONT {target}")
-        # The system clock is Postgres's (same machine); Postgres may still be catching up.
-        return Fault(kind, target, pid, time.time(), sorted(running))
+        return holders
 
     def _strike(self, kind: str) -> Fault:
-        if kind in STALL_KINDS:
-            return self._stall(kind)
+        """SIGKILL a worker process or a server, or (a stall) freeze a dependency for --stall-seconds."""
+        server = kind.removeprefix("stall-")
         if kind == "worker":
             target, pid = self._worker_target()
-            killed = {pid}
-            with contextlib.suppress(psutil.Error):
-                killed |= {child.pid for child in psutil.Process(pid).children(recursive=True)}
-            holders = self._lock_holders()
+            killed, holders = {pid, *process_tree(pid)}, self._lock_holders()
         else:
-            target, pid = ("valkey" if kind == "redis" else "postgres (postmaster)"), self.stack.server(kind)
+            target = {"redis": "valkey", "postgres": "postgres", "model": "fake model"}[server]
+            pid = os.getpid() if server == "model" else self.stack.server(server)
         at, running = self._snapshot()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        affected = [t for t, session in running.items() if kind != "worker" or holders.get(session) in killed]
-        log(f"SIGKILL {target} (pid {pid}); {len(running)} turns running, {len(affected)} hit")
-        return Fault(kind, target, pid, at, sorted(affected))
+        affected = sorted(t for t, session in running.items() if kind != "worker" or holders.get(session) in killed)
+        if kind not in STALL_KINDS:
+            signal_all([pid], signal.SIGKILL)
+            log(f"SIGKILL {target} (pid {pid}); {len(running)} turns running, {len(affected)} hit")
+            return Fault(kind, target, pid, at, affected)
+        log(f"SIGSTOP {target} for {self.args.stall_seconds:g} s; {len(running)} turns running")
+        if server == "model":
+            self.fake.freeze(self.args.stall_seconds)
+        with stopped([] if server == "model" else process_tree(pid) if server == "postgres" else [pid]):
+            time.sleep(self.args.stall_seconds)
+        self.fake.thaw()
+        log(f"SIGCONT {target}")
+        # The system clock is Postgres's (same machine); Postgres may still be catching up.
+        return Fault(kind, target, pid, time.time(), affected)
 
     def _heal(self, fault: Fault) -> None:
         """Wait until the killed server is back and the gateway ready again, so the next fault hits a
         healthy system."""
-        started = time.monotonic()
         if fault.kind in ("redis", "postgres"):
-
-            def back() -> bool:
-                pid = self.stack.server_pid(fault.kind)
-                if fault.kind == "redis":
-                    return pid not in (None, fault.pid) and redis_answers(self.stack.redis_url)
-                return pid not in (None, fault.pid) and postgres_answers(self.stack.database_url)
-
-            wait_until(back, HEAL_TIMEOUT_S, f"{fault.target} coming back", self.driver.abort)
-            fault.back_s = round(time.monotonic() - started, 2)
+            back = lambda: self.stack.back(fault.kind, fault.pid)  # noqa: E731
+            wait_until(back, HEAL_TIMEOUT_S, f"{fault.target} coming back")
         back_at = time.monotonic()
-        wait_until(self.stack.ready, HEAL_TIMEOUT_S, "the gateway's /readyz answering 200", self.driver.abort)
+        wait_until(self.stack.ready, HEAL_TIMEOUT_S, "the gateway's /readyz answering 200")
         if fault.kind != "worker":
             fault.gateway_ready_s = round(time.monotonic() - back_at, 2)
 
@@ -363,18 +281,7 @@ def log(text: str) -> None:
     print(f"  {time.strftime('%H:%M:%S')} {text}", file=sys.stderr)
 
 
-def settle(database_url: str, timeout: float) -> tuple[float, dict[str, int], bool]:
-    """Wait until the stack owes the run's users nothing (`backlog_sql`); (seconds, what is owed, settled)."""
-    started = time.monotonic()
-    while True:
-        rows = query(database_url, backlog_sql(units=False), {"p": USER_PREFIX + "%"})
-        state = {key: int(value) for key, value in rows[0].items()}
-        if not any(state.values()) or time.monotonic() - started > timeout:
-            return time.monotonic() - started, state, not any(state.values())
-        time.sleep(1.0)
-
-
-def audit(database_url: str, plans: Sequence[SessionPlan], sent_tokens: set[str]) -> dict[str, int]:
+def audit(database_url: str, planned: int, sent_tokens: set[str]) -> dict[str, int]:
     """Exactly-once checks, from Postgres."""
     p = {"p": USER_PREFIX + "%"}
     turns = query(
@@ -395,7 +302,6 @@ def audit(database_url: str, plans: Sequence[SessionPlan], sent_tokens: set[str]
     by_key = Counter((m["user_id"], m["namespace"], m["key"]) for m in memories)
     by_value = Counter((m["user_id"], m["namespace"], m["value"]) for m in memories)
     keys = {m["key"] for m in memories}
-    planned = sum(len(plan.tokens) for plan in plans)
     return {
         "turns_done": len(done),
         "failed_turns": sum(1 for t in turns if t["status"] == "failed"),
@@ -412,22 +318,15 @@ def audit(database_url: str, plans: Sequence[SessionPlan], sent_tokens: set[str]
 
 
 def recovery(database_url: str, faults: list[Fault]) -> list[float]:
+    """Fault -> each affected turn's finished_at (a lost turn is counted as lost, not here)."""
     ids = sorted({turn_id for fault in faults for turn_id in fault.affected})
-    rows = query(
-        database_url,
-        "SELECT id, extract(epoch FROM finished_at)::float8 AS finished FROM turns WHERE id = ANY(%s)",
-        (ids,),
-    )
-    finished = {int(r["id"]): r["finished"] for r in rows}
-    samples: list[float] = []
+    sql = "SELECT id, extract(epoch FROM finished_at)::float8 AS finished FROM turns WHERE id = ANY(%s)"
+    finished = {int(r["id"]): float(r["finished"]) for r in query(database_url, sql, (ids,)) if r["finished"]}
     for fault in faults:
-        for turn_id in fault.affected:
-            if finished.get(turn_id) is not None:  # a lost turn is counted as lost, not here
-                took = float(finished[turn_id]) - fault.at
-                # A turn that finished while the dependency was stopped did not wait for it to go on.
-                fault.recovery_s.append(round(max(took, 0.0) if fault.kind in STALL_KINDS else took, 2))
-        samples.extend(fault.recovery_s)
-    return samples
+        # A turn that finished while the dependency was stopped did not wait for it to go on.
+        floor = 0.0 if fault.kind in STALL_KINDS else -math.inf
+        fault.recovery_s = [round(max(finished[t] - fault.at, floor), 2) for t in fault.affected if t in finished]
+    return [took for fault in faults for took in fault.recovery_s]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -442,19 +341,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stall-seconds", type=float, default=30.0)
     parser.add_argument("--turn-concurrency", type=int, default=8, help="ENGRAM_TURN_WORKER_CONCURRENCY")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an extra ENGRAM_ setting")
-    parser.add_argument("--turn-timeout", type=float, default=600.0, help="a turn not done after this is lost")
     parser.add_argument("--settle-timeout", type=float, default=600.0)
-    parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args(argv)
-    if args.sessions < 1 or args.turns < 1:
-        parser.error("--sessions and --turns must be at least 1")
+    if args.sessions < 1 or args.turns < 1 or args.stall_seconds <= 0:
+        parser.error("--sessions and --turns must be at least 1, --stall-seconds above 0")
     for name, default in (("worker_kills", 5), ("redis_kills", 2), ("postgres_kills", 2)):
         if getattr(args, name) is None:
             setattr(args, name, 0 if args.stall else default)
-        if getattr(args, name) < 0:
-            parser.error(f"--{name.replace('_', '-')} must not be negative")
-    if args.stall_seconds <= 0:
-        parser.error("--stall-seconds must be positive")
     if any("=" not in item or not item.startswith("ENGRAM_") for item in args.env):
         parser.error(f"--env takes ENGRAM_KEY=VALUE, not {args.env}")
     return run_main(lambda: bench(args))
@@ -462,63 +355,49 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def bench(args: argparse.Namespace) -> int:
     fake = FakeLLM()
-    fake.default, calls = latency_model(args.seed)
-    with BenchRun(keep=args.keep) as cleanup:
-        cleanup.callback(fake.stop)
+    fake.default = latency_model(SEED)
+    with BenchRun(keep=args.keep) as run:
+        run.callback(fake.stop)
         fake.start()
-        env = bench_env(fake.anthropic_base_url)  # with no rate limit: the benchmark measures recovery
-        env.update(
-            {
-                "ENGRAM_AUTO_MEMORY": "true",
-                "ENGRAM_TURN_WORKER_CONCURRENCY": str(args.turn_concurrency),
-                # The fake's embeddings: no local model to load in every process.
-                "ENGRAM_EMBEDDING_PROVIDER": "openai",
-                "ENGRAM_EMBEDDING_BASE_URL": fake.openai_base_url,
-                "ENGRAM_EMBEDDING_API_KEY": "bench-key",
-            }
-        )
+        # With no rate limit (the benchmark measures recovery) and the fake's embeddings (no model in every process).
+        env = bench_env(fake.anthropic_base_url) | {
+            "ENGRAM_AUTO_MEMORY": "true",
+            "ENGRAM_TURN_WORKER_CONCURRENCY": str(args.turn_concurrency),
+            "ENGRAM_EMBEDDING_PROVIDER": "openai",
+            "ENGRAM_EMBEDDING_BASE_URL": fake.openai_base_url,
+            "ENGRAM_EMBEDDING_API_KEY": "bench-key",
+        }
         env.update(item.split("=", 1) for item in args.env)
-        stack = EngramUp(cleanup.workdir("engram-chaos-"), env)
-        cleanup.callback(stack.stop)
+        stack = EngramUp(run.workdir("engram-chaos-"), env)
+        run.callback(stack.stop)
         print(f"starting engram up in {stack.workdir}", file=sys.stderr)
         stack.start()
-        wait_until(stack.ready, 120, "the gateway's /readyz answering 200")
-        # Two turns through every layer before the clock starts (workers up, pools open).
-        warm = make_plans(2, 1, "warmup", 0)
-        for plan in warm:
-            plan.user_id = "warmup-" + plan.user_id
-        if bad := [r for r in Driver(stack.url, stack.api_key, warm, 180).start().wait() if r.status != "done"]:
-            raise BenchError(f"warm-up turns did not finish: {bad}")
-        plans = make_plans(args.sessions, args.turns, uuid.uuid4().hex[:6], args.seed)
-        driver = Driver(stack.url, stack.api_key, plans, args.turn_timeout, REQUEST_LIMIT_S)
+        warm_up(stack.url, stack.api_key, make_plans(2, 1, "warmup-", 0))
+        plans = make_plans(args.sessions, args.turns, USER_PREFIX, SEED)
+        driver = Driver(stack.url, stack.api_key, plans, TURN_TIMEOUT_S, REQUEST_LIMIT_S)
         chaos = Chaos(stack, driver, args, fake)
         print(f"load: {args.sessions} sessions x {args.turns} turns; faults: {', '.join(chaos.plan)}", file=sys.stderr)
         started = time.monotonic()
         driver.start()
-        chaos.start()
         try:
-            while not (driver.done.is_set() and chaos.finished.is_set()) and chaos.error is None:
-                stack.check_alive()
-                time.sleep(0.5)
-            if chaos.error is not None:
-                raise chaos.error
+            chaos.run()
         except BaseException:
             driver.abort.set()
             raise
+        driver.wait(stack.child.check_alive)
         load_s = time.monotonic() - started
         print(f"load done in {load_s:.0f} s; settling", file=sys.stderr)
-        settle_s, state, settled = settle(stack.database_url, args.settle_timeout)
-        stack.check_alive()
+        _, state, settled = settle(stack.database_url, USER_PREFIX, args.settle_timeout)
+        stack.child.check_alive()
         records = driver.records
-        checks = audit(stack.database_url, plans, {r.token for r in records if r.turn_id is not None})
-        samples = recovery(stack.database_url, chaos.faults)
-        log = stack.log_text()
+        checks = audit(stack.database_url, len(plans) * args.turns, {r.token for r in records if r.turn_id})
+        recovered = distribution(recovery(stack.database_url, chaos.faults), (50, 95))
+        log = stack.child.tail(None)
         kinds = Counter(f.kind for f in chaos.faults)
         result = {
             "turns_sent": sum(1 for r in records if r.turn_id is not None),
             **checks,
             "settled": settled,
-            "settle_s": round(settle_s, 1),
             **state,
             "kills": kinds["worker"],
             "redis_kills": kinds["redis"],
@@ -526,18 +405,15 @@ def bench(args: argparse.Namespace) -> int:
             # `engram up` logs each embedded server it brought back.
             "redis_restarts": len(re.findall(r"embedded server restarted.*service=valkey\b", log)),
             "postgres_restarts": len(re.findall(r"embedded server restarted.*service=postgres\b", log)),
-            "stalls": sum(1 for f in chaos.faults if f.kind in STALL_KINDS),
             "stall_s": args.stall_seconds if args.stall else None,
-            "recovery_samples": len(samples),
-            "recovery_p50_s": rounded(percentile(samples, 50)),
-            "recovery_p95_s": rounded(percentile(samples, 95)),
-            "recovery_max_s": rounded(max(samples) if samples else None),
-            "request_limit_s": REQUEST_LIMIT_S,
-            **request_summary(driver.requests),
+            "recovery_samples": recovered.pop("n"),
+            **{f"recovery_{name}_s": value for name, value in recovered.items()},
+            "requests": len(driver.requests),
+            "requests_over_limit": sum(over > LIMIT_GRACE_S for over, _ in driver.requests),
+            "worst_request_excess_s": rounded(max((over for over, _ in driver.requests), default=None), 2),
+            "request_outcomes": dict(Counter(outcome for _, outcome in driver.requests).most_common()),
             "load_s": round(load_s, 1),
-            "client_503_retries": sum(r.retried_503 for r in records),
-            "client_error_retries": sum(r.retried_errors for r in records),
-            "llm_calls": dict(calls),
+            "llm_calls": dict(Counter(kind_of(r.body) for r in fake.requests if r.path == "/v1/messages")),
             "faults": [asdict(f) | {"affected": len(f.affected)} for f in chaos.faults],
             "turn_problems": [asdict(r) for r in records if r.status != "done"][:20],
         }

@@ -14,11 +14,10 @@ from contextlib import closing
 from typing import Any
 
 from ops.bench.harness import BenchError, BenchRun, bench_parser, distribution, emit, outline, ratio, run_main
-from ops.bench.stack import LocalStack, up_workers
+from ops.bench.pipeline import query, start_stack
 from ops.bench.turns import TurnResult, _one_turn, drive
 from ops.client import EngramClient
 from shared.access.auth import create_key
-from shared.infra.config import Settings
 from shared.infra.db import connect
 
 GOAL_RATIO = 2.0
@@ -29,21 +28,17 @@ LLM_LATENCY_MS, TURN_TIMEOUT_S = 200.0, 600.0  # the fake model's reply time; a 
 def paced_turns(url: str, api_key: str, count: int, interval: float, timeout: float, label: str) -> list[TurnResult]:
     """`count` turns of one session, one starting every `interval` seconds (each timed to done in a thread of
     its own, so a slow turn does not delay the next one's start)."""
-    abort = threading.Event()
     results: list[TurnResult] = []
 
     def one(index: int) -> None:
         with closing(EngramClient(url, api_key, timeout=60)) as client:
-            results.append(_one_turn(client, f"{label}-b", "bob", 0, index, timeout, abort))
+            results.append(_one_turn(client, f"{label}-b", "bob", 0, index, timeout, threading.Event()))
 
-    threads = []
     start = time.perf_counter()
-    for index in range(count):
-        time.sleep(max(0.0, start + index * interval - time.perf_counter()))  # the load's pacing
-        threads.append(threading.Thread(target=one, args=(index,), daemon=True))
-        threads[-1].start()
-    for thread in threads:
-        thread.join(timeout + 5)
+    with ThreadPoolExecutor(count) as pool:
+        for index in range(count):
+            time.sleep(max(0.0, start + index * interval - time.perf_counter()))  # the load's pacing
+            pool.submit(one, index)
     return results
 
 
@@ -83,31 +78,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--b-turns", type=int, default=20, help="turns B sends in each phase")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between B's turns")
     parser.add_argument("--max-active-sessions", type=int, help="ENGRAM_TENANT_MAX_ACTIVE_SESSIONS (0: no bound)")
-    parser.add_argument("--drain-max-turns", type=int, help="ENGRAM_DRAIN_MAX_TURNS")
     args = parser.parse_args(argv)
-    if min(args.burst, args.b_turns) < 1 or args.interval <= 0:
-        parser.error("--burst and --b-turns must be at least 1, --interval above 0")
-    if args.max_active_sessions is not None and args.max_active_sessions < 0:
-        parser.error("--max-active-sessions must be 0 (no bound) or more")
-    if args.drain_max_turns is not None and args.drain_max_turns < 1:
-        parser.error("--drain-max-turns must be at least 1")
+    if min(args.burst, args.b_turns) < 1 or args.interval <= 0 or (args.max_active_sessions or 0) < 0:
+        parser.error("--burst and --b-turns must be at least 1, --interval above 0, --max-active-sessions 0 or more")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    return run_main(lambda: bench(args))
+    return run_main(lambda: bench(parse_args(argv)))
 
 
 def bench(args: argparse.Namespace) -> int:
-    settings = {"TENANT_MAX_ACTIVE_SESSIONS": args.max_active_sessions, "DRAIN_MAX_TURNS": args.drain_max_turns}
-    env = {f"ENGRAM_{name}": str(value) for name, value in settings.items() if value is not None}
+    bound = args.max_active_sessions
+    env = {} if bound is None else {"ENGRAM_TENANT_MAX_ACTIVE_SESSIONS": str(bound)}
     with BenchRun(keep=args.keep) as run:
-        workdir = run.workdir("engram-fairness-")
-        stack = LocalStack(workdir, 2, LLM_LATENCY_MS, workers=up_workers(), env=env, ready_timeout=300)
-        run.callback(stack.stop)
-        print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
-        key_a = stack.start()
+        stack, key_a = start_stack(run, "fairness", llm_latency_ms=LLM_LATENCY_MS, env=env, ready_timeout=300)
         with connect(stack.database_url) as conn:
             key_b = create_key(conn, "tenant-b", "bench")
             conn.commit()
@@ -128,11 +113,11 @@ def bench(args: argparse.Namespace) -> int:
         accepted, submit_s = burst(stack.url, key_a, args.burst)
         print("B during the burst ...", file=sys.stderr, flush=True)
         loaded = paced_turns(stack.url, key_b, args.b_turns, args.interval, TURN_TIMEOUT_S, "loaded")
-        with connect(stack.database_url) as conn:
-            row = conn.execute(
-                """SELECT count(*) AS n FROM turns t JOIN sessions s ON s.id = t.session_id
-                   WHERE s.session_key LIKE 'burst-%%' AND t.status IN ('queued', 'running')"""
-            ).fetchone()
+        (row,) = query(
+            stack.database_url,
+            """SELECT count(*) AS n FROM turns t JOIN sessions s ON s.id = t.session_id
+               WHERE s.session_key LIKE 'burst-%' AND t.status IN ('queued', 'running')""",
+        )
         stack.check_alive()
 
     alone_failed, loaded_failed = (sum(r.status != "done" for r in results) for results in (alone, loaded))
@@ -151,12 +136,9 @@ def bench(args: argparse.Namespace) -> int:
         "goal_met": p95_ratio is not None and p95_ratio <= GOAL_RATIO and not b_failed,
         "a_accepted": accepted,
         "a_submit_s": round(submit_s, 1),
-        "a_open_after_b": int(row["n"]) if row else None,
+        "a_open_after_b": int(row["n"]),
         "b_alone_failed": alone_failed,
         "b_during_burst_failed": loaded_failed,
-        "turn_slots_per_tenant": Settings().turn_slots_per_tenant
-        if args.max_active_sessions is None
-        else args.max_active_sessions,
     }
     title = f"engram fairness: A bursts {args.burst} turns; goal: B's p95 during the burst <= {GOAL_RATIO:g} x alone"
     emit(outline(title, summary), summary, args.json)

@@ -6,6 +6,7 @@ turn's fact can be traced to its stored, embedded memory. Figures: docs/benchmar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -17,16 +18,16 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import httpx
+import psycopg
 import redis
+from psycopg.rows import dict_row
 
 from ops.bench.harness import BenchRun, backlog_sql, bench_parser, distribution, emit, outline, ratio, run_main
 from ops.bench.stack import BenchError, LocalStack, up_workers
-from ops.bench.stalls import outcome_of
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
-from shared.infra.config import Settings
 from shared.pipeline.memory_prompt import TASK_BOTH, TASK_SUMMARY
 from shared.queueing.queues import QUEUES
 
@@ -34,16 +35,12 @@ from shared.queueing.queues import QUEUES
 # pause (above it), a debounce clearly longer than a turn takes on a small machine, and a compaction threshold
 # that every session crosses a few times.
 LLM_LATENCY_S, THINK_S, DEBOUNCE_S, COMPACTION_TOKENS = 0.05, (0.7, 15.0), 5.0, 1500
-SEED, TURN_TIMEOUT_S, DRAIN_TIMEOUT_S = 7, 180.0, 180.0
+SEED, TURN_TIMEOUT_S, DRAIN_TIMEOUT_S, POLL_S, USER_PREFIX = 7, 180.0, 180.0, 0.2, "pipe-"
 # Kombu's Redis transport keeps a message with priority p > 0 in "<queue>\x06\x16<p>"; a depth that ignored
 # those lists could read 0 while work waits. "unacked" holds the reserved messages (ETA tasks included).
 PRIORITY_KEYS = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 POLL_WAIT_S = 20.0  # a turn's long poll (GET /v1/turns/{id}?wait=…); below ENGRAM_MAX_WAIT_SECONDS
 HANG_MARGIN_S = 30.0
-# How the fake recognises background requests: the memory instructions every extraction and compaction call
-# opens with (shared/pipeline/memory_prompt.py), and the personality synthesis by its own system prompt.
-MEMORY_MARKER = "You are the memory worker"
-SYNTHESIS_MARKER = "personality directive"
 
 SUMMARY = """## Decisions
 - Keep the project notes in one shared document
@@ -62,17 +59,14 @@ _SCRIPT = json.loads((Path(__file__).parent / "data" / "pipeline_script.json").r
 TOPICS: tuple[str, ...] = tuple(_SCRIPT["topics"])
 SENTENCES: tuple[str, ...] = tuple(_SCRIPT["sentences"])
 PROFILES: tuple[str, ...] = ("bursty",) * 4 + ("steady",) * 3 + ("idle",) * 3
-_TOKEN = re.compile(r"\bref (pq[0-9a-z]{9})\b")
 _USER_LINE = re.compile(r"^\[user #\d+\]: (.*)$", re.MULTILINE)
-_TOPIC = re.compile(r"\bref pq[0-9a-z]{9} about ([^.]+)\.")
+_FACT = re.compile(r"\bref (pq[0-9a-z]{9})\b(?: about ([^.]+)\.)?")
 
 
 @dataclass
 class SessionPlan:
     index: int
-    profile: str
-    user_id: str
-    session_key: str
+    user_id: str  # also its session's key
     start_delay: float
     texts: list[str]
     tokens: list[str]
@@ -90,51 +84,49 @@ def user_text(rng: random.Random, token: str) -> str:
     return text
 
 
-def think_times(rng: random.Random, profile: str, turns: int, short_s: float, pause_s: float) -> list[float]:
-    """bursty: 3-7 turns with short thinks (below the debounce), then an idle pause; steady: short thinks
-    only (the cap extracts it); idle: a pause after every turn."""
-    thinks: list[float] = []
-    burst_left = rng.randint(3, 7)
-    for _ in range(turns - 1):
-        if profile == "steady":
-            thinks.append(rng.uniform(1.2, 2.0) * short_s)
-        elif profile == "idle":
-            thinks.append(rng.uniform(0.35, 0.9) * pause_s)
-        elif burst_left > 1:
-            thinks.append(rng.uniform(0.3, 1.7) * short_s)
-            burst_left -= 1
-        else:
-            thinks.append(rng.uniform(0.5, 1.5) * pause_s)
-            burst_left = rng.randint(3, 7)
-    return thinks
-
-
-def make_plans(args: argparse.Namespace, run_id: str) -> list[SessionPlan]:
-    rng = random.Random(SEED)
+def make_plans(
+    sessions: int, turns: int, user_prefix: str, seed: int, ramp_s: float | None = None
+) -> list[SessionPlan]:
+    """Sessions of users `user_prefix`000, 001…; with `ramp_s`, starting spread over it, with the profiles'
+    think times (else at once, each turn sent when the last is done)."""
+    rng = random.Random(seed)
     plans = []
-    for index in range(args.sessions):
+    for index in range(sessions):
         profile = PROFILES[index % len(PROFILES)]
         # The token is unique in the run and one word for full-text search ("pq" + session + turn + salt).
-        tokens = [f"pq{index % 1000:03d}{n % 100:02d}{rng.randrange(16**4):04x}" for n in range(args.turns)]
-        user_id, key, delay = f"pipe-{run_id}-{index:03d}", f"pipe-{index:03d}", rng.uniform(0, args.ramp_s)
+        tokens = [f"pq{index % 1000:03d}{n % 100:02d}{rng.randrange(16**4):04x}" for n in range(turns)]
+        user_id, delay = f"{user_prefix}{index:03d}", rng.uniform(0, ramp_s) if ramp_s is not None else 0.0
         texts = [user_text(rng, token) for token in tokens]
-        plans.append(
-            SessionPlan(
-                index, profile, user_id, key, delay, texts, tokens, think_times(rng, profile, args.turns, *THINK_S)
-            )
-        )
+        # bursty: 3-7 turns with short thinks (below the debounce), then an idle pause; steady: short thinks only
+        # (the cap extracts it); idle: a pause after every turn.
+        thinks: list[float] = []
+        short_s, pause_s = THINK_S
+        burst_left = rng.randint(3, 7)
+        for _ in range(turns - 1 if ramp_s is not None else 0):
+            if profile == "steady":
+                thinks.append(rng.uniform(1.2, 2.0) * short_s)
+            elif profile == "idle":
+                thinks.append(rng.uniform(0.35, 0.9) * pause_s)
+            elif burst_left > 1:
+                thinks.append(rng.uniform(0.3, 1.7) * short_s)
+                burst_left -= 1
+            else:
+                thinks.append(rng.uniform(0.5, 1.5) * pause_s)
+                burst_left = rng.randint(3, 7)
+        plans.append(SessionPlan(index, user_id, delay, texts, tokens, thinks))
     return plans
 
 
 def kind_of(body: Json) -> str:
     """extraction, summary, compaction (a summary that also extracts, in one call), synthesis or chat."""
+    # The memory instructions open every extraction and compaction call (shared/pipeline/memory_prompt.py).
     system = json.dumps(body.get("system", ""))
-    if MEMORY_MARKER in system:
+    if "You are the memory worker" in system:
         task = last_user_text(body).lstrip()
         if task.startswith(TASK_BOTH):
             return "compaction"
         return "summary" if task.startswith(TASK_SUMMARY) else "extraction"
-    if SYNTHESIS_MARKER in system:
+    if "personality directive" in system:
         return "synthesis"
     return "chat"
 
@@ -142,31 +134,20 @@ def kind_of(body: Json) -> str:
 def extraction_json(prompt: str, summary: str | None = None) -> str:
     """One entity per user message in the transcript that carries a reference token, keyed by it; lines
     marked as read before (a compaction's context) are skipped, as the instructions say."""
-    entities = []
-    for line in _USER_LINE.findall(prompt):
-        token = _TOKEN.search(line)
-        if token is None:
-            continue
-        topic = _TOPIC.search(line)
-        about = topic.group(1) if topic else "a note"
-        entities.append(
-            {"key": f"note/{token.group(1)}", "value": f"User filed reference {token.group(1)} about {about}"}
-        )
+    facts = [fact.groups() for line in _USER_LINE.findall(prompt) if (fact := _FACT.search(line))]
+    entities = [
+        {"key": f"note/{t}", "value": f"User filed reference {t} about {about or 'a note'}"} for t, about in facts
+    ]
     answer: dict[str, Any] = {"preferences": [], "entities": entities, "decisions": [], "styles": [], "artifacts": []}
     return json.dumps(answer if summary is None else {**answer, "summary": summary})
 
 
 def pipeline_reply(body: Json) -> FakeReply:
     kind = kind_of(body)
-    if kind == "extraction":  # flush calls use the same prompt
-        return FakeReply(text=extraction_json(last_user_text(body)))
-    if kind == "compaction":
-        return FakeReply(text=extraction_json(last_user_text(body), SUMMARY))
-    if kind == "summary":
-        return FakeReply(text=SUMMARY)
-    if kind == "synthesis":
-        return FakeReply(text=DIRECTIVE)
-    return echo_reply(body)
+    if kind in ("extraction", "compaction"):  # flush calls use the extraction prompt
+        return FakeReply(text=extraction_json(last_user_text(body), SUMMARY if kind == "compaction" else None))
+    texts = {"summary": SUMMARY, "synthesis": DIRECTIVE}
+    return FakeReply(text=texts[kind]) if kind in texts else echo_reply(body)
 
 
 @dataclass
@@ -179,8 +160,6 @@ class TurnRecord:
     done_seen: float | None = None  # when this client saw it finished
     status: str = "not sent"  # then done, failed, refused, timeout or aborted
     error: str | None = None
-    retried_503: int = 0
-    retried_errors: int = 0
 
 
 class Driver:
@@ -188,37 +167,33 @@ class Driver:
     Idempotency-Key) and waited for; each request's latency kept against `limit` (0: none) plus its wait."""
 
     def __init__(self, url: str, api_key: str, plans: list[SessionPlan], turn_timeout: float, limit: float = 0) -> None:
-        self.url, self.api_key, self.plans = url, api_key, plans
+        self.url, self.api_key = url, api_key
         self.turn_timeout, self.request_limit = turn_timeout, limit
         # Appended by the session threads (list.append is atomic); a request as (latency - its limit, outcome).
         self.records: list[TurnRecord] = []
         self.requests: list[tuple[float, str]] = []
-        self.abort, self.done = threading.Event(), threading.Event()
+        self.abort = threading.Event()
+        self.threads = [threading.Thread(target=self._session, args=(plan,), daemon=True) for plan in plans]
 
     def start(self) -> Driver:
-        threads = [threading.Thread(target=self._session, args=(plan,), daemon=True) for plan in self.plans]
-        for thread in threads:
+        for thread in self.threads:
             thread.start()
-
-        def join() -> None:
-            for thread in threads:
-                thread.join()
-            self.done.set()
-
-        threading.Thread(target=join, daemon=True).start()
         return self
 
-    def wait(self) -> list[TurnRecord]:
+    def running(self) -> bool:
+        return any(thread.is_alive() for thread in self.threads)
+
+    def wait(self, check: Callable[[], None] = lambda: None) -> list[TurnRecord]:
+        """The records once every session is done, calling `check` (which may raise) every 0.2 s."""
         try:
-            while not self.done.wait(0.2):  # short waits keep the main thread responsive to Ctrl-C and SIGTERM
-                pass
+            for thread in self.threads:
+                while thread.is_alive():
+                    thread.join(0.2)
+                    check()
         except BaseException:
             self.abort.set()
             raise
         return self.records
-
-    def running(self) -> bool:
-        return not self.done.is_set()
 
     def _session(self, plan: SessionPlan) -> None:
         if self.abort.wait(plan.start_delay):
@@ -236,11 +211,9 @@ class Driver:
 
     def _run_turn(self, http: httpx.Client, plan: SessionPlan, text: str, record: TurnRecord) -> None:
         deadline = time.monotonic() + self.turn_timeout
-        key = uuid.uuid4().hex
-        path, body = f"/v1/sessions/{plan.session_key}/turns", {"user_id": plan.user_id, "text": text}
-        response = self._request(
-            record, deadline, 0.0, lambda: http.post(path, json=body, headers={"Idempotency-Key": key})
-        )
+        path, body = f"/v1/sessions/{plan.user_id}/turns", {"user_id": plan.user_id, "text": text}
+        headers = {"Idempotency-Key": uuid.uuid4().hex}  # the same for every retry
+        response = self._request(record, deadline, 0.0, lambda: http.post(path, json=body, headers=headers))
         if response is None:
             return
         if response.status_code >= 400:
@@ -270,96 +243,79 @@ class Driver:
                 response = send()
             except httpx.HTTPError as exc:
                 outcome = "client timeout (hang)" if isinstance(exc, httpx.TimeoutException) else "connection error"
-                record.retried_errors, record.error = record.retried_errors + 1, f"{type(exc).__name__}: {exc}"
+                record.error = f"{type(exc).__name__}: {exc}"
             else:
-                outcome = outcome_of(response.status_code, response.json)
+                outcome = str(response.status_code)  # a 5xx with its error code: "503 dependency_timeout"
+                with contextlib.suppress(ValueError, AttributeError):
+                    if response.status_code >= 500 and (code := response.json().get("code")):
+                        outcome += f" {code}"
             self.requests.append((time.monotonic() - sent - limit, outcome))
             if response is not None and response.status_code != 503:
                 return response
-            record.retried_503 += response is not None
             time.sleep(0.5)
         record.status = "aborted"
         return None
 
 
-def warm_up(url: str, api_key: str, database_url: str, timeout: float) -> None:
-    """Load the embedding model and open the pools in every process before the measured run: concurrent
-    turns, their extraction and embedding, a search."""
-    from shared.infra.db import connect
-
-    tokens = [f"pqwarmup{i:03d}" for i in range(4)]
-    texts = [f"ref {token} about the warm-up." for token in tokens]
-    plans = [
-        SessionPlan(0, "warm-up", "warmup", f"warmup-{i}", 0.0, texts[i : i + 1], tokens[i : i + 1], [])
-        for i in range(4)
-    ]
-    for record in Driver(url, api_key, plans, TURN_TIMEOUT_S).start().wait():
-        if record.status != "done":
-            raise BenchError(f"warm-up turn failed: {record.error}")
-    headers = {"Authorization": f"Bearer {api_key}"}
-    httpx.post(f"{url}/v1/users/warmup/memories/search", json={"query": "warm-up"}, headers=headers, timeout=60)
+def query(database_url: str, sql: str, params: Any = None, timeout: float = DRAIN_TIMEOUT_S) -> list[dict[str, Any]]:
+    """Run one statement on a fresh connection, retrying while Postgres is down (chaos kills it)."""
     deadline = time.monotonic() + timeout
-    with connect(database_url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                """SELECT count(*) AS n FROM memory_chunks c JOIN memories m ON m.id = c.memory_id
-                   WHERE m.key LIKE 'note/pqwarmup%%' AND c.embedding IS NOT NULL"""
-            ).fetchone()
-            if row is not None and row["n"] >= len(tokens):
-                return
-            time.sleep(0.5)
-    raise BenchError(f"the warm-up turns' memories were not embedded within {timeout:.0f} s")
+    while True:
+        try:
+            with psycopg.connect(database_url, autocommit=True, row_factory=dict_row, connect_timeout=3) as conn:
+                return conn.execute(sql, params).fetchall()
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(POLL_S)
 
 
-def drain(redis_url: str, database_url: str, user_prefix: str) -> tuple[float, str]:
-    """Wait until nothing is queued or reserved in any Celery queue and the stack owes the run's users nothing
-    (`backlog_sql`): every turn done, every user message mined, every memory embedded."""
-    from shared.infra.db import connect
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > timeout:
+            raise BenchError(f"{what} did not happen within {timeout:.0f} s")
+        time.sleep(POLL_S)
 
-    started, state = time.monotonic(), "not checked"
-    while time.monotonic() - started < DRAIN_TIMEOUT_S:
-        with redis.Redis.from_url(redis_url, socket_timeout=5) as client:
-            pipe = client.pipeline(transaction=False)
-            for name in [queue + suffix for queue in QUEUES for suffix in PRIORITY_KEYS]:
-                pipe.llen(name)
-            queued = sum(pipe.hlen("unacked").execute())
-        with connect(database_url, autocommit=True) as conn:
-            owed = conn.execute(backlog_sql(units=False), {"p": user_prefix + "%"}).fetchone() or {}
-        state = f"{queued} messages queued or reserved, still owed: {owed}"
-        if not queued and not any(owed.values()):
-            return time.monotonic() - started, "idle"
+
+def settle(
+    database_url: str, user_prefix: str, timeout: float, units: bool = False, redis_url: str | None = None
+) -> tuple[float, dict[str, int], bool]:
+    """Wait until the stack owes the users `user_prefix`… nothing (`backlog_sql`) and, with `redis_url`, nothing
+    is queued or reserved in any Celery queue; (seconds, what is still owed, settled)."""
+    started = time.monotonic()
+    while True:
+        rows = query(database_url, backlog_sql(units=units), {"p": user_prefix + "%"})
+        state = {key: int(value) for key, value in rows[0].items()}
+        if redis_url:
+            with redis.Redis.from_url(redis_url, socket_timeout=5) as client:
+                pipe = client.pipeline(transaction=False)
+                for name in [queue + suffix for queue in QUEUES for suffix in PRIORITY_KEYS]:
+                    pipe.llen(name)
+                state["queued"] = sum(pipe.hlen("unacked").execute())
+        if not any(state.values()) or time.monotonic() - started > timeout:
+            return time.monotonic() - started, state, not any(state.values())
         time.sleep(1.0)
-    return time.monotonic() - started, state
 
 
-def fetch_db(database_url: str, user_prefix: str) -> dict[str, list[dict[str, Any]]]:
-    from shared.infra.db import connect
+def start_stack(run: BenchRun, name: str, **options: Any) -> tuple[LocalStack, str]:
+    """A private stack with `engram up`'s workers (their default pool sizes), stopped with the run; its API key."""
+    workers = up_workers()
+    workdir = run.workdir(f"engram-{name}-")
+    stack = LocalStack(workdir, workers[0].concurrency, workers=workers, **options)
+    run.callback(stack.stop)
+    print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
+    return stack, stack.start()
 
-    users = "user_id IN (SELECT id FROM users WHERE external_id LIKE %(p)s)"
-    with connect(database_url, autocommit=True) as conn:
-        return {
-            name: conn.execute(sql, {"p": user_prefix + "%"}).fetchall()
-            for name, sql in {
-                "turns": f"SELECT id, finished_at FROM turns WHERE {users}",
-                "calls": f"""SELECT purpose, input_tokens, cache_read_tokens, cache_write_tokens FROM llm_calls
-                   WHERE {users}""",
-                # When the memory's chunk text was first embedded: the embedding cache row is written in the same
-                # transaction as the first chunk, and survives a re-index (which replaces the chunk row).
-                "memories": f"""SELECT m.key, m.created_at,
-                          (SELECT min(least(c.created_at, coalesce(e.created_at, c.created_at)))
-                             FROM memory_chunks c LEFT JOIN embedding_cache e ON e.content_hash = c.content_hash
-                            WHERE c.memory_id = m.id AND c.embedding IS NOT NULL) AS embedded_at
-                   FROM memories m WHERE m.{users} AND m.key LIKE 'note/%%'""",
-                # Each message's transcript unit: stored with the message, its vector stored by the drain.
-                "unit_lags": f"""SELECT extract(epoch FROM embedded_at - created_at) AS lag FROM memory_chunks
-                   WHERE {users} AND message_id IS NOT NULL AND embedded_at IS NOT NULL""",
-            }.items()
-        }
+
+def warm_up(url: str, api_key: str, plans: list[SessionPlan]) -> None:
+    """Turns through every layer before the clock starts (imports, pools, the embedding model)."""
+    if bad := [r for r in Driver(url, api_key, plans, TURN_TIMEOUT_S).start().wait() if r.status != "done"]:
+        raise BenchError(f"warm-up turns did not finish: {bad}")
 
 
 def prompt_tokens(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Prompt tokens as the provider billed them (uncached input, cache reads, cache writes) and the share
-    of the prompt read from the cache."""
+    """Prompt tokens as billed (uncached input, cache reads, cache writes) and the share read from the cache."""
     figures = {
         "input": sum(c["input_tokens"] or 0 for c in calls),
         "cache_read": sum(c["cache_read_tokens"] or 0 for c in calls),
@@ -368,36 +324,47 @@ def prompt_tokens(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"calls": len(calls), **figures, "cached_share": ratio(figures["cache_read"], sum(figures.values()), 3)}
 
 
-def summarise(
-    records: list[TurnRecord], db: dict[str, list[dict[str, Any]]], load_s: float, drain_s: float
-) -> dict[str, Any]:
+def summarise(records: list[TurnRecord], database_url: str, load_s: float, drain_s: float) -> dict[str, Any]:
     """The figures: per purpose from the llm_calls ledger; a fact's lag from its turn's finished_at to its memory
     stored (text-searchable) and to its first embedding (vector-searchable), for the memory keyed by the turn's
     token; each message's transcript unit from stored to its vector. Database times are transaction starts."""
+    users = "user_id IN (SELECT id FROM users WHERE external_id LIKE %(p)s)"
+    db = {
+        name: query(database_url, sql, {"p": USER_PREFIX + "%"})
+        for name, sql in {
+            "turns": f"SELECT id, finished_at FROM turns WHERE {users}",
+            "calls": f"""SELECT purpose, input_tokens, cache_read_tokens, cache_write_tokens FROM llm_calls
+               WHERE {users}""",
+            # When the memory's chunk text was first embedded: the embedding cache row is written in the same
+            # transaction as the first chunk, and survives a re-index (which replaces the chunk row).
+            "memories": f"""SELECT m.key, m.created_at,
+                      (SELECT min(least(c.created_at, coalesce(e.created_at, c.created_at)))
+                         FROM memory_chunks c LEFT JOIN embedding_cache e ON e.content_hash = c.content_hash
+                        WHERE c.memory_id = m.id AND c.embedding IS NOT NULL) AS embedded_at
+               FROM memories m WHERE m.{users} AND m.key LIKE 'note/%%'""",
+            # Each message's transcript unit: stored with the message, its vector stored by the drain.
+            "unit_lags": f"""SELECT extract(epoch FROM embedded_at - created_at) AS lag FROM memory_chunks
+               WHERE {users} AND message_id IS NOT NULL AND embedded_at IS NOT NULL""",
+        }.items()
+    }
     done = [r for r in records if r.status == "done"]
     turns = max(len(records), 1)
     calls = db["calls"]
     background = [c for c in calls if c["purpose"] != "chat"]
     finished = {row["id"]: row["finished_at"].timestamp() for row in db["turns"] if row["finished_at"] is not None}
-    memories: dict[str, dict[str, Any]] = {}
-    for memory in sorted(db["memories"], key=lambda m: m["created_at"], reverse=True):
-        memories[memory["key"].removeprefix("note/")] = memory  # the first one stored for the token
+    # The first memory stored for each token (the dict keeps the last of those sorted latest first).
+    by_age = sorted(db["memories"], key=lambda m: m["created_at"], reverse=True)
+    memories = {memory["key"].removeprefix("note/"): memory for memory in by_age}
     stored: list[float] = []
     searchable: list[float] = []
-    missing = 0
     for record in done:
         traced, end = memories.get(record.token), finished.get(record.turn_id or -1)
-        if end is None:
-            continue
-        if traced is None or traced["embedded_at"] is None:
-            missing += 1
+        if end is None or traced is None or traced["embedded_at"] is None:
             continue
         stored.append(traced["created_at"].timestamp() - end)
         searchable.append(traced["embedded_at"].timestamp() - end)
-    lag, units = (
-        distribution(searchable, (50, 95), 2),
-        distribution([float(r["lag"]) for r in db["unit_lags"]], (50, 95), 2),
-    )
+    lag = distribution(searchable, (50, 95), 2)
+    units = distribution([float(r["lag"]) for r in db["unit_lags"]], (50, 95), 2)
     purposes = sorted({c["purpose"] for c in calls})
     return {
         "background_calls_per_100_turns": round(len(background) * 100 / turns, 1),
@@ -406,24 +373,19 @@ def summarise(
         "vector_searchable_lag_p95_s": lag["p95"],
         "transcript_vector_lag_p50_s": units["p50"],
         "transcript_vector_lag_p95_s": units["p95"],
+        "transcript_units": units["n"],
         "text_searchable_lag_p95_s": distribution(stored, (95,), 2)["p95"],
-        "all_facts_stored": missing == 0 and len(searchable) == len(done),
-        "turns_without_searchable_memory": missing,
+        "all_facts_stored": len(searchable) == len(done),
+        "turns_without_searchable_memory": len(done) - len(searchable),
         "turns": len(records),
         "turns_done": len(done),
-        "turns_failed": [
-            f"session {r.session} turn {r.number}: {r.status} {r.error}" for r in records if r.status != "done"
-        ][:10],
+        "turns_failed": [f"{r.session}/{r.number} {r.status}: {r.error}" for r in records if r.status != "done"][:10],
         "load_s": round(load_s, 1),
         "drain_s": round(drain_s, 1),
         "sustained_turns_per_s": ratio(len(done), load_s + drain_s),
         "turn_e2e_s": distribution([r.done_seen - r.submitted for r in done if r.done_seen], (50, 95), 2),
-        "client_503_retries": sum(r.retried_503 for r in records),
-        "client_error_retries": sum(r.retried_errors for r in records),
         "calls_per_100_turns": {p: round(sum(c["purpose"] == p for c in calls) * 100 / turns, 1) for p in purposes},
         "tokens_by_purpose": {p: prompt_tokens([c for c in calls if c["purpose"] == p]) for p in purposes},
-        "vector_searchable_lag_s": lag,
-        "transcript_vector_lag_s": units,
     }
 
 
@@ -433,13 +395,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=20, help="turns per session")
     parser.add_argument("--ramp-s", type=float, default=60.0, help="sessions start spread over this many seconds")
     parser.add_argument("--max-wait-s", type=float, default=20.0, help="ENGRAM_EXTRACTION_MAX_WAIT_SECONDS")
-    backend = Settings.model_fields["embedding_backend"]
-    parser.add_argument(
-        "--embedding-backend",
-        choices=get_args(backend.annotation),
-        default=os.environ.get("ENGRAM_EMBEDDING_BACKEND") or backend.default,
-        help="ENGRAM_EMBEDDING_BACKEND of the engram processes (default: the caller's, else the setting's default)",
-    )
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.turns < 2:
         parser.error("--sessions must be at least 1 and --turns at least 2")
@@ -450,47 +405,43 @@ def bench(args: argparse.Namespace) -> int:
     # In this process: only in-process can the fake pick a reply from each request's content.
     fake = FakeLLM(latency_s=LLM_LATENCY_S)
     fake.default = pipeline_reply
-    run_id = uuid.uuid4().hex[:6]
-    user_prefix = f"pipe-{run_id}-"
-    with BenchRun(keep=args.keep) as cleanup:
-        cleanup.callback(fake.stop)
+    with BenchRun(keep=args.keep) as run:
+        run.callback(fake.stop)
         fake.start()
-        workdir = cleanup.workdir("engram-bench-pipeline-")
         env = {
             "ENGRAM_AUTO_MEMORY": "true",
             "ENGRAM_EXTRACTION_DEBOUNCE_SECONDS": str(DEBOUNCE_S),
             "ENGRAM_EXTRACTION_MAX_WAIT_SECONDS": str(args.max_wait_s),
             "ENGRAM_COMPACTION_THRESHOLD_TOKENS": str(COMPACTION_TOKENS),
-            "ENGRAM_EMBEDDING_BACKEND": args.embedding_backend,
         }
-        # The stack drops the caller's ENGRAM_* settings, except where an export made beforehand lives.
-        if os.environ.get("ENGRAM_EMBEDDING_ONNX_PATH"):
-            env["ENGRAM_EMBEDDING_ONNX_PATH"] = os.environ["ENGRAM_EMBEDDING_ONNX_PATH"]
-        # `engram up`'s workers with their default pool sizes, its default debounce stretch.
-        workers = up_workers()
-        stack = LocalStack(
-            workdir, workers[0].concurrency, llm_url=fake.anthropic_base_url, workers=workers, beat=True, env=env
-        )
-        cleanup.callback(stack.stop)
-        print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
-        api_key = stack.start()
+        # The stack drops the caller's ENGRAM_* settings but for the embedding backend and its exported model.
+        env |= {k: v for k, v in os.environ.items() if k in ("ENGRAM_EMBEDDING_BACKEND", "ENGRAM_EMBEDDING_ONNX_PATH")}
+        stack, api_key = start_stack(run, "bench-pipeline", llm_url=fake.anthropic_base_url, beat=True, env=env)
         print("warming up ...", file=sys.stderr, flush=True)
-        warm_up(stack.url, api_key, stack.database_url, 120)
-        plans = make_plans(args, run_id)
+        # Concurrent turns, their extraction and embedding, and a search load the model and open the pools.
+        warm_up(stack.url, api_key, make_plans(4, 1, "warmup-", 0))
+        headers = {"Authorization": f"Bearer {api_key}"}
+        httpx.post(
+            f"{stack.url}/v1/users/warmup-000/memories/search", json={"query": "warm-up"}, headers=headers, timeout=60
+        )
+        embedded = """SELECT count(*) AS n FROM memory_chunks c JOIN memories m ON m.id = c.memory_id JOIN users u
+                      ON u.id = m.user_id WHERE u.external_id LIKE 'warmup-%' AND c.embedding IS NOT NULL"""
+        wait_until(lambda: query(stack.database_url, embedded)[0]["n"] >= 4, 120, "the warm-up memories embedded")
+        plans = make_plans(args.sessions, args.turns, USER_PREFIX, SEED, args.ramp_s)
         print(f"running {args.sessions} sessions x {args.turns} turns ...", file=sys.stderr, flush=True)
         origin = time.time()
         records = Driver(stack.url, api_key, plans, TURN_TIMEOUT_S).start().wait()
         load_s = time.time() - origin
         stack.check_alive()
         print(f"load done in {load_s:.0f} s; draining the pipeline ...", file=sys.stderr, flush=True)
-        drain_s, drain_state = drain(stack.redis_url, stack.database_url, user_prefix)
+        drain_s, owed, drained = settle(stack.database_url, USER_PREFIX, DRAIN_TIMEOUT_S, redis_url=stack.redis_url)
         stack.check_alive()
-        summary = summarise(records, fetch_db(stack.database_url, user_prefix), load_s, drain_s)
-        summary["drain_state"] = drain_state
+        summary = summarise(records, stack.database_url, load_s, drain_s)
+        summary |= {"drained": drained, "still_owed": owed}
         title = f"engram pipeline benchmark: {args.sessions} sessions x {args.turns} turns, cap {args.max_wait_s:g} s"
         emit(outline(title, summary), summary, args.json)
-        healthy = summary["turns_done"] == args.sessions * args.turns and drain_state == "idle"
-        cleanup.keep = cleanup.keep or not healthy  # worth a post-mortem: keep the data dir
+        healthy = summary["turns_done"] == args.sessions * args.turns and drained
+        run.keep = run.keep or not healthy  # worth a post-mortem: keep the data dir
         return 0 if healthy else 1
 
 

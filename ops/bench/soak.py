@@ -1,10 +1,10 @@
-"""Soak: mixed load at half the sustainable rate for a long time, watching for what only time shows: memory that
-keeps growing, leaking connections or file descriptors, late errors, latency that creeps up. Goals (issue 30)
-and figures: docs/benchmarks.md, "Soak".
+"""Soak: mixed load at half the sustainable rate for a long time, watching for what only time shows (growing memory,
+leaking connections or file descriptors, late errors, creeping latency). Goals and figures: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import statistics
@@ -20,10 +20,10 @@ from typing import Any
 
 import httpx
 import psutil
-import psycopg
 
-from ops.bench.harness import BenchRun, backlog_sql, bench_parser, distribution, emit, megabytes, outline, run_main
-from ops.bench.stack import BenchError, LocalStack, up_workers
+from ops.bench.harness import BenchRun, bench_parser, distribution, emit, megabytes, outline, run_main
+from ops.bench.pipeline import settle, start_stack
+from ops.bench.stack import BenchError, LocalStack
 
 JOBS = ("enrichment", "consolidation", "decay", "reflection", "cache_eviction")
 ENGRAM_PROCESSES = ("gateway", "worker-turns", "worker-background", "beat")
@@ -52,7 +52,7 @@ class Load:
         self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {api_key}"}, timeout=120)
         self.users = [f"{USER_PREFIX}{i}" for i in range(users)]
         self.session_turns = session_turns
-        self._count = 0
+        self._count = itertools.count(1)
         self._turns: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
 
@@ -78,9 +78,8 @@ class Load:
         self._ok(self.http.post(f"/v1/users/{user}/sessions/{session}/messages", json={"messages": messages}))
 
     def _next(self) -> tuple[int, str]:
-        with self._lock:
-            self._count += 1
-            return self._count, self.users[self._count % len(self.users)]
+        n = next(self._count)  # atomic
+        return n, self.users[n % len(self.users)]
 
     @staticmethod
     def _ok(response: httpx.Response) -> httpx.Response:
@@ -167,28 +166,15 @@ def calibrate(load: Load, sessions: int, seconds: float, database_url: str) -> C
         loop_s = time.monotonic() - started
         stop.set()
         beside.result()
-    settle_s = settle(database_url)
-    return Calibration(sum(done), loop_s, SETTLE_TIMEOUT_S if settle_s is None else settle_s, settle_s is not None)
-
-
-def settle(database_url: str) -> float | None:
-    """Seconds until the stack owes the benchmark's users nothing (`backlog_sql`, transcript units included);
-    None past SETTLE_TIMEOUT_S."""
-    started = time.monotonic()
-    while time.monotonic() - started < SETTLE_TIMEOUT_S:
-        with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
-            row = conn.execute(backlog_sql(units=True), {"p": USER_PREFIX + "%"}).fetchone()
-        if row is not None and not any(row):
-            return time.monotonic() - started
-        time.sleep(1.0)
-    return None
+    settle_s, _, settled = settle(database_url, USER_PREFIX, SETTLE_TIMEOUT_S, units=True)
+    return Calibration(sum(done), loop_s, settle_s, settled)
 
 
 def run_open_loop(
-    load: Load, rate: float, seconds: float, on_window: Callable[[list[Sample]], None], window_s: float
-) -> tuple[list[Sample], list[str]]:
+    load: Load, rate: float, seconds: float, window_s: float, stack: LocalStack
+) -> tuple[list[Sample], list[str], list[dict[str, dict[str, float | int | None]]]]:
     """Every operation due at its time (its latency counts from then), on a pool large enough that the client
-    is never the bottleneck; the samples and the first errors."""
+    is never the bottleneck; the samples, the first errors and the stack's processes at each window's end."""
     samples: list[Sample] = []  # appended by the pool's threads (list.append is atomic)
     errors: list[str] = []
     ops = (
@@ -204,14 +190,23 @@ def run_open_loop(
     )
 
     def run(due: float, op: str, fn: Callable[[], None], origin: float) -> None:
-        error: str | None = None
+        ok = True
         try:
             fn()
         except Exception as exc:  # counted, not raised: the soak goes on
-            error = f"{op}: {type(exc).__name__}: {exc}"
-        samples.append(Sample(due, op, (time.monotonic() - origin - due) * 1000, error is None))  # list.append: atomic
-        if error is not None and len(errors) < 20:
-            errors.append(error)
+            ok = False
+            errors.append(f"{op}: {type(exc).__name__}: {exc}")  # list.append is atomic
+        samples.append(Sample(due, op, (time.monotonic() - origin - due) * 1000, ok))
+
+    assert stack.postgres is not None and stack.redis is not None and stack.redis.proc is not None
+    roots = {child.name: child.pid for child in stack.children}
+    roots |= {"postgres": stack.postgres.pid or 0, "valkey": stack.redis.proc.pid}
+    snapshots: list[dict[str, dict[str, float | int | None]]] = []
+
+    def on_window() -> None:
+        stack.check_alive()
+        snapshots.append(process_figures(roots))
+        print(f"window {len(snapshots)}: {len(samples)} operations, {sum(not s.ok for s in samples)} errors")
 
     origin = time.monotonic()
     next_window = window_s
@@ -219,14 +214,14 @@ def run_open_loop(
         for due, op, fn in schedule:
             while (now := time.monotonic() - origin) < due:
                 if now >= next_window:
-                    on_window(samples)
+                    on_window()
                     next_window += window_s
                 time.sleep(min(0.05, due - now))
             pool.submit(run, due, op, fn, origin)
         while time.monotonic() - origin < seconds:
             time.sleep(0.1)
-    on_window(samples)
-    return samples, errors
+    on_window()
+    return samples, errors, snapshots
 
 
 def process_figures(roots: Mapping[str, int]) -> dict[str, dict[str, float | int | None]]:
@@ -235,10 +230,9 @@ def process_figures(roots: Mapping[str, int]) -> dict[str, dict[str, float | int
     for name, pid in roots.items():
         rss = fds = conns = 0
         # Postgres serves on a Unix socket; its processes (one per connection) say what TCP cannot.
-        try:
+        tree: list[psutil.Process] = []
+        with contextlib.suppress(psutil.Error):
             tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-        except psutil.Error:
-            tree = []
         for proc in tree:
             try:
                 rss += proc.memory_info().rss
@@ -259,7 +253,6 @@ def windows(samples: list[Sample], window_s: float, count: int) -> list[dict[str
             {
                 "window": index + 1,
                 "operations": len(inside),
-                "rounds": sum(s.op == "turn" for s in inside),
                 "errors": sum(not s.ok for s in inside),
                 "p95_ms": {op: distribution(values, (95,))["p95"] for op, values in by_op.items()},
             }
@@ -271,11 +264,9 @@ def flatness(later: list[dict[str, Any]]) -> dict[str, float | None]:
     """Per operation, the largest distance of a window's p95 from the median of the windows' p95 (0.1 = 10 %);
     None with fewer than two windows to compare."""
     out: dict[str, float | None] = {}
-    if len(later) < 2:
-        return {op: None for window in later for op in window["p95_ms"]}
     for op in sorted({op for window in later for op in window["p95_ms"]}):
         values = [w["p95_ms"][op] for w in later if w["p95_ms"].get(op) is not None]
-        middle = statistics.median(values) if values else None
+        middle = statistics.median(values) if values and len(later) > 1 else None
         out[op] = round(max(abs(v - middle) / middle for v in values), 3) if middle else None
     return out
 
@@ -296,37 +287,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     # eviction fire during the run.
     schedules = {f"ENGRAM_JOB_{job.upper()}_SCHEDULE": f"{i}-59/5 * * * *" for i, job in enumerate(JOBS)}
     with BenchRun(keep=args.keep) as run:
-        workers = up_workers()
-        workdir = run.workdir("engram-soak-")
-        stack = LocalStack(
-            workdir, workers[0].concurrency, workers=workers, beat=True, env=schedules, ready_timeout=300
-        )
-        run.callback(stack.stop)
-        api_key = stack.start()
+        stack, api_key = start_stack(run, "soak", beat=True, env=schedules, ready_timeout=300)
         load = Load(stack.url, api_key, args.users, args.session_turns)
         run.callback(load.http.close)
         load.prepare(args.history)
-        if settle(stack.database_url) is None:
+        if not settle(stack.database_url, USER_PREFIX, SETTLE_TIMEOUT_S, units=True)[2]:
             raise BenchError(f"the users' history was not worked through within {SETTLE_TIMEOUT_S:.0f} s")
         # The sustainable rate from 60 s of closed-loop rounds, from twice as many clients as turn processes.
-        calibration = calibrate(load, workers[0].concurrency * 2, 60.0, stack.database_url)
+        calibration = calibrate(load, stack.worker_specs[0].concurrency * 2, 60.0, stack.database_url)
         if not calibration.settled or not calibration.rounds:
             raise BenchError(f"calibrating: {calibration.rounds} rounds, caught up: {calibration.settled}")
         rate = calibration.sustainable_per_s / 2
         print(f"sustainable {calibration.sustainable_per_s:.2f} rounds/s; soaking at {rate:.2f}", flush=True)
-        roots = {child.name: child.pid for child in stack.children}
-        if stack.postgres is not None and stack.postgres.pid is not None:
-            roots["postgres"] = stack.postgres.pid
-        if stack.redis is not None and stack.redis.proc is not None:
-            roots["valkey"] = stack.redis.proc.pid
-        snapshots: list[dict[str, dict[str, float | int | None]]] = []
-
-        def on_window(samples: list[Sample]) -> None:
-            stack.check_alive()
-            snapshots.append(process_figures(roots))
-            print(f"window {len(snapshots)}: {len(samples)} operations, {sum(not s.ok for s in samples)} errors")
-
-        samples, errors = run_open_loop(load, rate, seconds, on_window, window_s)
+        samples, errors, snapshots = run_open_loop(load, rate, seconds, window_s, stack)
 
     table = windows(samples, window_s, int(seconds // window_s))
     warm, end = snapshots[0], snapshots[-1]
@@ -343,14 +316,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "p95_flat_within_20pct": all(f is not None and f <= P95_FLAT_GOAL for f in flat.values()),
     }
     summary = {
-        "minutes": args.minutes,
         "sustainable_rounds_per_s": round(calibration.sustainable_per_s, 2),
         "answered_rounds_per_s": round(calibration.answered_per_s, 2),
         "calibration_settle_s": round(calibration.settle_s, 1),
         "rounds_per_s": round(rate, 2),
         "operations": len(samples),
         "errors": failed,
-        "error_examples": errors,
+        "error_examples": errors[:20],
         "windows": table,
         "processes": {name: {"warm": warm[name], "end": end[name]} for name in warm},
         "rss_growth": growth,

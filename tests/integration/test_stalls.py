@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ops.bench.stalls import process_tree, stopped
+from ops.bench.chaos import process_tree, stopped
 from ops.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from ops.fake_llm import FakeLLM, FakeReply
 from shared.access.auth import create_key

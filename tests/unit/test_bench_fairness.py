@@ -8,9 +8,7 @@ from ops.bench.fairness import parse_args, split
 from ops.bench.turns import TurnResult
 
 
-@pytest.mark.parametrize(
-    "argv", [["--burst", "0"], ["--interval", "0"], ["--max-active-sessions", "-1"], ["--drain-max-turns", "0"]]
-)
+@pytest.mark.parametrize("argv", [["--burst", "0"], ["--interval", "0"], ["--max-active-sessions", "-1"]])
 def test_bad_arguments_are_refused_with_a_message(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         parse_args(argv)
