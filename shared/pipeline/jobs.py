@@ -162,6 +162,16 @@ def _mine(
 # ------------------------------------------------------------------------------ extraction
 
 
+def _unextracted(conn: Conn, session_id: int) -> list[TranscriptRow]:
+    """The session's messages extraction has not read yet, oldest first (at most 400: one job's worth)."""
+    rows = conn.execute(
+        """SELECT id, role, content, name, created_at FROM session_messages
+           WHERE session_id = %s AND extracted_at IS NULL ORDER BY id LIMIT 400""",
+        (session_id,),
+    ).fetchall()
+    return cast("list[TranscriptRow]", rows)
+
+
 def extract_session(
     session_id: int, settings: Settings, provider: ChatProvider | None = None, now: datetime | None = None
 ) -> JobOutcome:
@@ -171,14 +181,7 @@ def extract_session(
         session = _session(conn, session_id)
         if session is None:
             return JobOutcome(skipped="session gone")
-        rows = cast(
-            "list[TranscriptRow]",
-            conn.execute(
-                """SELECT id, role, content, name, created_at FROM session_messages
-                   WHERE session_id = %s AND extracted_at IS NULL ORDER BY id LIMIT 400""",
-                (session_id,),
-            ).fetchall(),
-        )
+        rows = _unextracted(conn, session_id)
         several = bool(rows) and several_speakers(conn, session_id, _transcript(rows))
     if not rows:
         return JobOutcome(skipped="nothing new")
@@ -420,14 +423,7 @@ def extract_and_compact(
         return extract_session(session_id, settings, provider, now), found
     session, messages, kept, tool_rows = found
     with db.connection() as conn:
-        rows = cast(
-            "list[TranscriptRow]",
-            conn.execute(
-                """SELECT id, role, content, name, created_at FROM session_messages
-                   WHERE session_id = %s AND extracted_at IS NULL ORDER BY id LIMIT 400""",
-                (session_id,),
-            ).fetchall(),
-        )
+        rows = _unextracted(conn, session_id)
     compacted_ids = {m["id"] for m in messages}
     transcript = _transcript(messages)
     summarised = [m for m in transcript if is_conversational(m)]
