@@ -17,7 +17,7 @@ from shared.infra.redis_client import get_redis
 from shared.maintenance.schedule import spec_of
 from shared.memory.userdata import Erasure, drop_live_state
 from shared.pipeline import debounce
-from shared.pipeline.jobs import plan_after_turn
+from shared.pipeline.triggers import plan_after_turn
 from shared.queueing import fairness
 from shared.queueing import task_names as names
 from shared.queueing.dispatch import AcceptedWork

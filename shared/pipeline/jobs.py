@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from shared.context.compiler import context_window
 from shared.infra import db
 from shared.infra.config import Settings
 from shared.infra.db import Conn
 from shared.infra.logging import get_logger
 from shared.infra.metrics import observe_extraction_lag
-from shared.llm.factory import chat_model, provider_name
+from shared.llm.factory import provider_name
 from shared.llm.ledger import CallRecord, LedgerScope
 from shared.llm.types import ChatProvider
 from shared.memory.keys import MemoryRejected
@@ -47,13 +46,13 @@ from shared.pipeline.extraction_parsing import ExtractedFacts, parse_extraction,
 from shared.pipeline.offline_compaction import offline_active_task, offline_summary
 from shared.pipeline.offline_extraction import offline_extract
 from shared.pipeline.speakers import several_speakers
+from shared.pipeline.triggers import compaction_threshold, flush_needed
 from shared.turns.accept import refresh_token_count
 from shared.turns.rows import SessionRow, TranscriptRow, session_row
 
 log = get_logger(__name__)
 
 DOCUMENT_THRESHOLD_CHARS = 5000
-COMPACTION_SHARE_OF_WINDOW = 0.6
 
 
 @dataclass
@@ -64,12 +63,6 @@ class JobOutcome:
     styles_changed: bool = False
     calls: list[CallRecord] = field(default_factory=list)
     skipped: str | None = None  # why nothing was done
-
-
-def compaction_threshold(settings: Settings) -> int:
-    if settings.compaction_threshold_tokens:
-        return settings.compaction_threshold_tokens
-    return int(context_window(chat_model(settings), settings.context_window_tokens) * COMPACTION_SHARE_OF_WINDOW)
 
 
 def session_owner(session_id: int) -> tuple[int | None, int | None]:
@@ -224,11 +217,6 @@ def _observe_lag(rows: Sequence[TranscriptRow]) -> None:
 
 
 # ----------------------------------------------------------------------------------- flush
-
-
-def flush_needed(session: SessionRow) -> bool:
-    """Once per compaction cycle: the cycle's number is compaction_count."""
-    return bool(session["memory_flush_compaction_count"] < session["compaction_count"])
 
 
 def flush_session(
@@ -484,21 +472,3 @@ def _move_to_document(conn: Conn, session: SessionRow, row: dict[str, Any]) -> i
         (f"[{name} result stored as document {created['id']}; read it with read_document]", row["id"]),
     )
     return 1
-
-
-# ------------------------------------------------------------------------------- triggers
-
-
-@dataclass(frozen=True)
-class AfterTurnPlan:
-    flush: bool
-    compact: bool
-
-
-def plan_after_turn(session: SessionRow, settings: Settings) -> AfterTurnPlan:
-    threshold = compaction_threshold(settings)
-    tokens = session["token_count"]
-    compact = tokens >= threshold
-    # Compaction mines everything first, so a flush is only scheduled below the threshold.
-    flush = not compact and tokens >= settings.flush_ratio * threshold and flush_needed(session)
-    return AfterTurnPlan(flush=flush, compact=compact)

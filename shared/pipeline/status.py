@@ -6,7 +6,7 @@ from typing import Any
 
 from shared.infra.config import get_settings
 from shared.infra.db import Conn
-from shared.pipeline.jobs import plan_after_turn
+from shared.pipeline.triggers import plan_after_turn
 from shared.turns.accept import find_session
 
 
