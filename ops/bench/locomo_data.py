@@ -12,6 +12,7 @@ from typing import Any
 
 from ops.bench.harness import BenchError
 
+DEV_FILE = Path("/work/shared/bench/locomo-dev.json")
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 EXCLUDED_CATEGORIES = frozenset({5})  # adversarial: no evidence to retrieve
 
@@ -82,12 +83,22 @@ def turn_text(turn: dict[str, Any]) -> str:
     return text
 
 
-def load_conversations(path: Path) -> list[Conversation]:
-    data = json.loads(path.read_text(encoding="utf-8"))
+def read_locomo(path: Path) -> list[dict[str, Any]]:
+    """The file's JSON list of conversations, as every LoCoMo benchmark reads it; a BenchError says why not."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BenchError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise BenchError(f"{path}: not a LoCoMo-format JSON file ({exc})") from exc
     if not isinstance(data, list):
         raise BenchError(f"{path}: expected a JSON list of conversations")
+    return data
+
+
+def load_conversations(path: Path) -> list[Conversation]:
     conversations = []
-    for index, sample in enumerate(data):
+    for index, sample in enumerate(read_locomo(path)):
         body = sample.get("conversation") or {}
         sessions = sorted(
             (int(m.group(1)), key) for key in body if (m := _SESSION_KEY.fullmatch(key)) and isinstance(body[key], list)

@@ -1,8 +1,6 @@
-"""End-to-end mode of the LoCoMo benchmark (`python -m ops.bench.locomo_retrieval --mode e2e --file F`):
-conversations go in through the messages API of a private stack (offline model, `engram up`'s workers),
-questions are asked of `POST /v1/users/{id}/context` at each budget, and evidence recall is the share of a
-question's evidence turns whose whole normalised text (`normalise`) occurs in the returned context.
-docs/benchmarks.md describes the protocol.
+"""End-to-end mode of the LoCoMo benchmark (`python -m ops.bench.locomo_retrieval --mode e2e --file F`): ingest
+through a private stack's messages API, then evidence recall in `POST /v1/users/{id}/context` at each budget (an
+evidence turn counts when its whole `normalise`d text occurs in the context). docs/benchmarks.md has the protocol.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from typing import Any
 
 from engramhq_client import EngramAPIError, EngramClient
 
-from ops.bench.harness import BenchError, BenchRun, add_keep_flag, emit, outline, percentile, rounded
+from ops.bench.harness import BenchError, BenchRun, emit, mean, outline, percentile, rounded
 from ops.bench.locomo_data import CATEGORIES, Conversation, session_messages
 from ops.bench.stack import LocalStack, up_workers
 from shared.context.tokens import O200K, TokenCounter, counter_for
@@ -114,7 +112,6 @@ def transcript_units(database_url: str, users: Sequence[str]) -> dict[str, Any]:
 @dataclass
 class BudgetStats:
     recall: dict[str, list[float]] = field(default_factory=dict)  # "all" or a category → per question
-    complete: list[float] = field(default_factory=list)  # 1.0 when every evidence turn was present
     tokens: list[int] = field(default_factory=list)
     over_budget: int = 0  # reported tokens > max_tokens
     recount_mismatch: int = 0  # our count of the returned text differs from the reported one
@@ -125,7 +122,6 @@ class BudgetStats:
     def add_recall(self, category: int, value: float) -> None:
         for group in ("all", str(category)):
             self.recall.setdefault(group, []).append(value)
-        self.complete.append(1.0 if value == 1.0 else 0.0)
 
 
 def recounter(tokenizer: str) -> TokenCounter | None:
@@ -166,22 +162,17 @@ def ask(
                 s.section_items[section.name] = s.section_items.get(section.name, 0) + len(section.items)
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def summarise(stats: dict[int, BudgetStats], questions: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for budget, s in stats.items():
         out[str(budget)] = {
-            "evidence_recall": rounded(_mean(s.recall.get("all", [])), 4),
+            "evidence_recall": rounded(mean(s.recall.get("all", [])), 4),
             "by_category": {
-                name: rounded(_mean(s.recall.get(str(c), [])), 4)
+                name: rounded(mean(s.recall.get(str(c), [])), 4)
                 for c, name in CATEGORIES.items()
                 if s.recall.get(str(c))
             },
-            "all_evidence_present": rounded(_mean(s.complete), 4),
-            "tokens_mean": rounded(_mean(s.tokens), 1),
+            "tokens_mean": rounded(mean(s.tokens), 1),
             "tokens_max": max(s.tokens, default=0),
             "over_budget": s.over_budget,
             "recounted": s.recounted,
@@ -202,7 +193,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)), help="max_tokens values, a,b,c")
     group.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an ENGRAM_ setting (repeat)")
     group.add_argument("--wait-timeout", type=float, default=600.0, help="seconds for the memory pipeline to finish")
-    add_keep_flag(group, "keep the stack's temporary directory (logs, data)")
+    group.add_argument("--keep", action="store_true", help="keep the stack's temporary directory (logs, data)")
 
 
 def parse_budgets(raw: str) -> list[int]:

@@ -1,13 +1,6 @@
-"""Retrieval benchmark on LoCoMo-format conversations: recall@5/10 and NDCG@10 of memory search.
-
-    python -m ops.bench.locomo_retrieval path/to/locomo.json [--json] [--limit-conversations N] [--database-url URL]
-    python -m ops.bench.locomo_retrieval --mode e2e --file path/to/locomo.json [--json]  (ops/bench/locomo_e2e.py)
-
-One engram user per conversation in a fresh tenant (embedded Postgres unless a database URL is given); its turns
-stored as the messages API stores them (`--store units`, each a transcript unit) or as episode memories with their
-neighbouring turns as context (`--store episodes`). Each question with evidence is searched by the text leg, the
-vector leg and as the product searches (`service.search_memories`, "hybrid"); results map back to dia_ids.
-Search latency covers the search call only; docs/benchmarks.md has the protocol and the figures.
+"""Retrieval benchmark on LoCoMo-format conversations: recall@5/10 and NDCG@10 of memory search (text leg,
+vector leg, and hybrid as the product searches), per question category; `--mode e2e` runs ops/bench/locomo_e2e.py.
+docs/benchmarks.md has the protocol and the figures.
 """
 
 from __future__ import annotations
@@ -86,7 +79,6 @@ METRICS = (*(f"recall@{k}" for k in K_VALUES), "ndcg@10")
 class Ingested:
     scope: Scope
     dia_ids: dict[int, set[str]]  # memory id (episodes) or message id (units) → the turns whose text it holds
-    rejected: int = 0
 
     def found(self, result: SearchResult) -> frozenset[str]:
         key = result.id if result.source == "memory" else result.message_id
@@ -113,18 +105,31 @@ def neighbour_context(turns: Sequence[Turn], index: int) -> str:
     return "\n".join(neighbours)[:MAX_CONTEXT_CHARS]
 
 
-def ingest_units(
-    conn: Conn, embedder: Embedder, tenant_id: int, conversation: Conversation, times: IngestTimes
+def ingest(
+    conn: Conn, embedder: Embedder, tenant_id: int, conversation: Conversation, times: IngestTimes, units: bool = False
 ) -> Ingested:
-    """The conversation as messages, each a transcript unit, with the units' vectors stored."""
+    """The conversation stored (as messages, each a transcript unit, or as episodes), then embedded and indexed."""
+    ingested = Ingested(Scope(tenant_id, ensure_user(conn, tenant_id, conversation.sample_id)), {})
     started = time.perf_counter()
-    user = conversation.sample_id
-    ingested = Ingested(Scope(tenant_id, ensure_user(conn, tenant_id, user)), {})
+    (_store_units if units else _store_episodes)(conn, conversation, ingested, times)
+    conn.commit()
+    times.store_seconds += time.perf_counter() - started
+    times.turns += len(conversation.turns)
+    started = time.perf_counter()
+    ensure_embedding_space(conn, embedder)
+    conn.commit()  # the first use alters memory_chunks; keep that lock short
+    (_index_units if units else _index_episodes)(conn, embedder, ingested)
+    conn.commit()
+    times.index_seconds += time.perf_counter() - started
+    return ingested
+
+
+def _store_units(conn: Conn, conversation: Conversation, ingested: Ingested, times: IngestTimes) -> None:
     for number, messages in sorted(session_messages(conversation).items()):
         result = ingest_messages(
             conn,
-            tenant_id=tenant_id,
-            user_external_id=user,
+            tenant_id=ingested.scope.tenant_id,
+            user_external_id=conversation.sample_id,
             session_key=f"session-{number}",
             messages=[
                 IngestMessage(m["role"], m["content"], m.get("created_at"), m.get("name"), m["idempotency_key"])
@@ -133,13 +138,9 @@ def ingest_units(
         )
         for message, message_id in zip(messages, result.message_ids, strict=True):
             ingested.dia_ids.setdefault(message_id, set()).add(message["idempotency_key"])
-    conn.commit()
-    times.store_seconds += time.perf_counter() - started
-    times.turns += len(conversation.turns)
 
-    started = time.perf_counter()
-    ensure_embedding_space(conn, embedder)
-    conn.commit()
+
+def _index_units(conn: Conn, embedder: Embedder, ingested: Ingested) -> None:
     units = conn.execute(
         "SELECT id, text FROM memory_chunks WHERE user_id = %s AND message_id IS NOT NULL AND embedding IS NULL",
         (ingested.scope.user_id,),
@@ -150,15 +151,9 @@ def ingest_units(
             "UPDATE memory_chunks SET embedding = %s, embedded_at = now() WHERE id = %s",
             [(Vector(vector), unit["id"]) for unit, vector in zip(units, vectors, strict=True)],
         )
-    conn.commit()
-    times.index_seconds += time.perf_counter() - started
-    return ingested
 
 
-def ingest(conn: Conn, embedder: Embedder, tenant_id: int, conversation: Conversation, times: IngestTimes) -> Ingested:
-    scope = Scope(tenant_id, ensure_user(conn, tenant_id, conversation.sample_id))
-    ingested = Ingested(scope, {})
-    started = time.perf_counter()
+def _store_episodes(conn: Conn, conversation: Conversation, ingested: Ingested, times: IngestTimes) -> None:
     for index, turn in enumerate(conversation.turns):
         item = MemoryInput(
             key=turn.dia_id,
@@ -173,33 +168,23 @@ def ingest(conn: Conn, embedder: Embedder, tenant_id: int, conversation: Convers
             },
         )
         try:
-            result = store_memory(conn, scope, item, "locomo-bench")
+            result = store_memory(conn, ingested.scope, item, "locomo-bench")
         except MemoryRejected:
-            ingested.rejected += 1
+            times.rejected += 1
             continue
-        if result.action != "added":
-            times.deduplicated += 1
+        times.deduplicated += result.action != "added"
         ingested.dia_ids.setdefault(int(result.memory["id"]), set()).add(turn.dia_id)
-    conn.commit()
-    times.store_seconds += time.perf_counter() - started
-    times.turns += len(conversation.turns)
-    times.rejected += ingested.rejected
 
-    started = time.perf_counter()
-    ensure_embedding_space(conn, embedder)
-    conn.commit()  # the first use alters memory_chunks; keep that lock short
+
+def _index_episodes(conn: Conn, embedder: Embedder, ingested: Ingested) -> None:
     ids = sorted(ingested.dia_ids)
     rows = conn.execute(
         "SELECT id, namespace, key, value, kind, metadata FROM memories WHERE id = ANY(%s) ORDER BY id", (ids,)
     ).fetchall()
     # One batched call fills the embedding cache; index_memory then finds every vector there.
-    texts = [text for row in rows for _, text in embedding_inputs(row)]
-    embed_texts(conn, embedder, texts, batch_size=256)
+    embed_texts(conn, embedder, [text for row in rows for _, text in embedding_inputs(row)], batch_size=256)
     for memory_id in ids:
         index_memory(conn, embedder, memory_id)
-    conn.commit()
-    times.index_seconds += time.perf_counter() - started
-    return ingested
 
 
 def options_for(mode: str) -> SearchOptions:
@@ -273,23 +258,17 @@ def summary(stats: dict[str, ModeStats], times: IngestTimes, embed_ms: list[floa
 
 
 def read_conversations(args: argparse.Namespace) -> list[Conversation]:
-    """The file's conversations (both modes parse it the same way), cut to --limit-conversations."""
-    path = Path(args.file)
+    """The file's conversations (every LoCoMo benchmark parses it the same way), cut to --limit-conversations."""
     try:
-        conversations = load_conversations(path)
-    except OSError as exc:
-        raise BenchError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise BenchError(f"{path}: not a LoCoMo-format JSON file ({exc})") from exc
-    if args.limit_conversations is not None:
-        conversations = conversations[: args.limit_conversations]
+        conversations = load_conversations(Path(args.file))[: args.limit_conversations]
+    except (TypeError, AttributeError, ValueError) as exc:
+        raise BenchError(f"{args.file}: not a LoCoMo-format JSON file ({exc})") from exc
     if not conversations:
         raise BenchError("no conversations to run")
     return conversations
 
 
-def run(args: argparse.Namespace) -> int:
-    conversations = read_conversations(args)
+def run(args: argparse.Namespace, conversations: list[Conversation]) -> int:
     url = args.database_url or get_settings().database_url
     embedder = service.process_embedder()  # the one the product's search embeds questions with
     stats = {mode: ModeStats() for mode in MODES}
@@ -301,13 +280,9 @@ def run(args: argparse.Namespace) -> int:
         tenant_id = ensure_tenant(conn, f"locomo-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
         conn.commit()
         embedder.embed(["warm-up"])  # load the model outside the timed sections
-        store = ingest_units if args.store == "units" else ingest
         for conversation in conversations:
-            ingested = store(conn, embedder, tenant_id, conversation, times)
-            print(
-                f"{conversation.sample_id}: {len(conversation.turns)} turns, {len(conversation.questions)} questions",
-                file=sys.stderr,
-            )
+            ingested = ingest(conn, embedder, tenant_id, conversation, times, units=args.store == "units")
+            print(f"{conversation.sample_id}: {len(conversation.turns)} turns", file=sys.stderr)
             evaluate(conn, embedder, conversation, ingested, stats, embed_ms)
     result = summary(stats, times, embed_ms)
     emit(outline("LoCoMo retrieval (search latency without the query embedding)", result), result, args.json)
@@ -328,8 +303,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--database-url", default=None, help="retrieval mode (default: ENGRAM_DATABASE_URL)")
     locomo_e2e.add_arguments(parser)
     args = parser.parse_args(argv)
-    if args.path and args.file and args.path != args.file:
-        parser.error("give the file once: as the argument or as --file")
     args.file = args.file or args.path
     if not args.file:
         parser.error("a LoCoMo-format JSON file is required (argument or --file)")
@@ -337,11 +310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--limit-conversations must be at least 1")
 
     def bench() -> int:
-        conversations = read_conversations(args) if args.mode == "e2e" else None  # a bad file: before starting
+        conversations = read_conversations(args)  # a bad file: before starting anything
         configure_logging("WARNING")  # on stderr: stdout is the report
-        if conversations is not None:
-            return locomo_e2e.run(args, conversations)
-        return run(args)
+        return (locomo_e2e.run if args.mode == "e2e" else run)(args, conversations)
 
     return run_main(bench, error_code=2)
 
