@@ -191,11 +191,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         pages = _measure(key, _pages(loaded["memory_id"], args.sessions), args.requests)
     max_p95 = max(page["p95"] or 0.0 for page in pages.values())
     summary = {
-        "users": args.users,
-        "memories": args.memories,
-        "sessions": args.sessions,
-        "messages_per_session": args.messages,
-        "requests_per_page": args.requests,
         "load_s": round(load_s, 1),
         "pages": pages,
         "max_p95_ms": max_p95,

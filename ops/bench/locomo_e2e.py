@@ -26,7 +26,6 @@ from shared.context.tokens import O200K, TokenCounter, counter_for
 DEFAULT_BUDGETS = (500, 1000, 2000)
 BATCH = 200  # messages per ingest call: under the gateway's default ENGRAM_INGEST_MAX_MESSAGES (500)
 MAX_QUERY_CHARS = 2000  # the context endpoint's limit on `query`
-SECTION_NAMES = ("profile", "active_task", "summary", "relevant_memories", "transcript", "what_you_know", "reflection")
 _NOT_WORD = re.compile(r"[\W_]+")
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:@-]+")
 
@@ -54,25 +53,15 @@ def user_id_for(index: int, conversation: Conversation) -> str:
     return f"locomo-{index:03d}-{safe}"
 
 
-@dataclass
-class IngestReport:
-    sessions: list[tuple[str, str]] = field(default_factory=list)  # (user, session key)
-    messages: int = 0
-    seconds: float = 0.0
-
-
-def ingest_all(client: EngramClient, users: Sequence[tuple[str, Conversation]]) -> IngestReport:
-    report = IngestReport()
-    started = time.perf_counter()
+def ingest_all(client: EngramClient, users: Sequence[tuple[str, Conversation]]) -> list[tuple[str, str]]:
+    """Every conversation through the messages API; returns the (user, session key) pairs."""
+    sessions = []
     for user, conversation in users:
         for number, messages in sorted(session_messages(conversation).items()):
-            key = f"session-{number}"
             for start in range(0, len(messages), BATCH):
-                client.ingest(user, key, messages[start : start + BATCH])
-            report.sessions.append((user, key))
-            report.messages += len(messages)
-    report.seconds = time.perf_counter() - started
-    return report
+                client.ingest(user, f"session-{number}", messages[start : start + BATCH])
+            sessions.append((user, f"session-{number}"))
+    return sessions
 
 
 def wait_idle(client: EngramClient, sessions: Sequence[tuple[str, str]], timeout: float) -> int:
@@ -89,26 +78,6 @@ def wait_idle(client: EngramClient, sessions: Sequence[tuple[str, str]], timeout
     return created
 
 
-def transcript_units(database_url: str, users: Sequence[str]) -> dict[str, Any]:
-    """These users' transcript units, how many have their vector, and the wait from stored to vector stored."""
-    from shared.infra.db import connect
-
-    with connect(database_url) as conn:
-        rows = conn.execute(
-            """SELECT c.embedding IS NOT NULL AS embedded, extract(epoch FROM c.embedded_at - c.created_at) AS lag
-               FROM memory_chunks c JOIN users u ON u.id = c.user_id
-               WHERE u.external_id = ANY(%s) AND c.message_id IS NOT NULL""",
-            (list(users),),
-        ).fetchall()
-    lags = [float(row["lag"]) for row in rows if row["lag"] is not None]
-    return {
-        "transcript_units": len(rows),
-        "transcript_units_embedded": sum(1 for row in rows if row["embedded"]),
-        "vector_searchable_s_p50": rounded(percentile(lags, 50), 2),
-        "vector_searchable_s_p95": rounded(percentile(lags, 95), 2),
-    }
-
-
 @dataclass
 class BudgetStats:
     recall: dict[str, list[float]] = field(default_factory=dict)  # "all" or a category → per question
@@ -117,19 +86,12 @@ class BudgetStats:
     recount_mismatch: int = 0  # our count of the returned text differs from the reported one
     recounted: int = 0
     latencies_ms: list[float] = field(default_factory=list)
-    section_items: dict[str, int] = field(default_factory=dict)  # items per section, summed
-
-    def add_recall(self, category: int, value: float) -> None:
-        for group in ("all", str(category)):
-            self.recall.setdefault(group, []).append(value)
 
 
 def recounter(tokenizer: str) -> TokenCounter | None:
     # The server counts with the OpenAI encoding of its model, o200k_base for a model it does not know.
-    if tokenizer == O200K:
-        counter = counter_for("openai", "gpt-4o")
-        return counter if counter.name == O200K else None
-    return None
+    counter = counter_for("openai", "gpt-4o") if tokenizer == O200K else None
+    return counter if counter is not None and counter.name == O200K else None
 
 
 def ask(
@@ -150,7 +112,8 @@ def ask(
             packed = client.context(user, query=question.text[:MAX_QUERY_CHARS], max_tokens=budget)
             elapsed = (time.perf_counter() - started) * 1000
             s = stats[budget]
-            s.add_recall(question.category, evidence_recall(evidence, packed.context))
+            for group in ("all", str(question.category)):
+                s.recall.setdefault(group, []).append(evidence_recall(evidence, packed.context))
             s.tokens.append(packed.tokens)
             s.over_budget += packed.tokens > budget
             counter = recounter(packed.tokenizer)
@@ -158,11 +121,9 @@ def ask(
                 s.recounted += 1
                 s.recount_mismatch += counter.count(packed.context) != packed.tokens
             s.latencies_ms.append(elapsed)
-            for section in packed.sections:
-                s.section_items[section.name] = s.section_items.get(section.name, 0) + len(section.items)
 
 
-def summarise(stats: dict[int, BudgetStats], questions: int) -> dict[str, Any]:
+def summarise(stats: dict[int, BudgetStats]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for budget, s in stats.items():
         out[str(budget)] = {
@@ -179,11 +140,6 @@ def summarise(stats: dict[int, BudgetStats], questions: int) -> dict[str, Any]:
             "recount_mismatch": s.recount_mismatch,
             "latency_ms_p50": rounded(percentile(s.latencies_ms, 50), 1),
             "latency_ms_p95": rounded(percentile(s.latencies_ms, 95), 1),
-            "section_items_mean": {
-                name: round(s.section_items[name] / questions, 2) for name in SECTION_NAMES if name in s.section_items
-            }
-            if questions
-            else {},
         }
     return out
 
@@ -244,12 +200,12 @@ def ask_all(
     users = [(f"{user_id_for(i, c)}-{run_id}", c) for i, c in enumerate(conversations)]
     with EngramClient(stack.url, api_key, timeout=120.0) as client:
         print(f"ingesting {len(users)} conversations ...", file=sys.stderr, flush=True)
-        ingested = ingest_all(client, users)
-        settle_started = time.perf_counter()
-        print(f"waiting for the memory pipeline on {len(ingested.sessions)} sessions ...", file=sys.stderr)
-        memories = wait_idle(client, ingested.sessions, args.wait_timeout)
-        settle_s = time.perf_counter() - settle_started
-        units = transcript_units(stack.database_url, [u for u, _ in users])
+        started = time.perf_counter()
+        sessions = ingest_all(client, users)
+        ingest_s = time.perf_counter() - started
+        print(f"waiting for the memory pipeline on {len(sessions)} sessions ...", file=sys.stderr)
+        memories = wait_idle(client, sessions, args.wait_timeout)
+        settle_s = time.perf_counter() - started - ingest_s
         stack.check_alive()
         # The first context call loads the gateway's embedding model: not a latency a user sees twice.
         client.context(users[0][0], query="warm-up", max_tokens=budgets[0])
@@ -263,14 +219,13 @@ def ask_all(
         "mode": "e2e",
         "file": str(args.file),
         "conversations": len(users),
-        "sessions": len(ingested.sessions),
-        "messages": ingested.messages,
+        "sessions": len(sessions),
+        "messages": sum(len(c.turns) for _, c in users),
         "questions": questions,
         "evidence_turns": sum(len(q.evidence) for _, c in users for q in c.questions),
-        "ingest_s": round(ingested.seconds, 2),
+        "ingest_s": round(ingest_s, 2),
         "settle_s": round(settle_s, 2),
         "memories_created": memories,
-        **units,
-        "budgets": summarise(stats, questions),
+        "budgets": summarise(stats),
         "cpus": os.cpu_count(),
     }

@@ -1,4 +1,4 @@
-"""Retrieval benchmark on LoCoMo-format conversations: recall@5/10 and NDCG@10 of memory search (text leg,
+"""Retrieval benchmark on LoCoMo-format conversations: recall@5/10 of memory search (text leg,
 vector leg, and hybrid as the product searches), per question category; `--mode e2e` runs ops/bench/locomo_e2e.py.
 docs/benchmarks.md has the protocol and the figures.
 """
@@ -6,7 +6,6 @@ docs/benchmarks.md has the protocol and the figures.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 import uuid
@@ -47,14 +46,6 @@ def recall_at(ranked: Sequence[frozenset[str]], evidence: set[str], k: int) -> f
     return len(found & evidence) / len(evidence)
 
 
-def ndcg_at(ranked: Sequence[frozenset[str]], evidence: set[str], k: int, relevant: int) -> float:
-    """Binary relevance; `relevant`: how many stored memories hold evidence (dedup may merge two turns)."""
-    dcg = sum(1.0 / math.log2(rank + 2) for rank, ids in enumerate(ranked[:k]) if ids & evidence)
-    ideal_hits = min(k, relevant)
-    idcg = sum(1.0 / math.log2(rank + 2) for rank in range(ideal_hits))
-    return dcg / idcg if idcg else 0.0
-
-
 @dataclass
 class ModeStats:
     scores: dict[str, list[float]] = field(default_factory=dict)  # "recall@5|all" → per-question values
@@ -65,14 +56,14 @@ class ModeStats:
             self.scores.setdefault(f"{metric}|{group}", []).append(value)
 
     def count(self, group: str) -> int:
-        return len(self.scores.get(f"ndcg@10|{group}", []))
+        return len(self.scores.get(f"recall@10|{group}", []))
 
     def mean(self, metric: str, group: str = "all") -> float | None:
         values = self.scores.get(f"{metric}|{group}")
         return sum(values) / len(values) if values else None
 
 
-METRICS = (*(f"recall@{k}" for k in K_VALUES), "ndcg@10")
+METRICS = tuple(f"recall@{k}" for k in K_VALUES)
 
 
 @dataclass
@@ -212,7 +203,6 @@ def evaluate(
         # The product's path embeds the question itself (cached): done here, outside its timing.
         service.query_vector(conn, question.text)
         evidence = set(question.evidence)
-        relevant = sum(1 for ids in ingested.dia_ids.values() if ids & evidence)
         for mode in MODES:
             options = options_for(mode)
             started = time.perf_counter()
@@ -228,7 +218,6 @@ def evaluate(
             ranked = [ingested.found(r) for r in results]
             for k in K_VALUES:
                 stats[mode].add(question.category, f"recall@{k}", recall_at(ranked, evidence, k))
-            stats[mode].add(question.category, "ndcg@10", ndcg_at(ranked, evidence, 10, relevant))
 
 
 def summary(stats: dict[str, ModeStats], times: IngestTimes, embed_ms: list[float]) -> dict[str, Any]:

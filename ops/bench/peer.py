@@ -83,7 +83,6 @@ def summarise(tallies: dict[str, Tally], ours: str, peer: str) -> dict[str, Any]
             "search_p95": ratio(mine["search_p95_ms"], theirs["search_p95_ms"]),
             "ingest_rate": ratio(mine["ingest_turns_per_s"], theirs["ingest_turns_per_s"]),
         },
-        "load_average": [round(value, 2) for value in os.getloadavg()],
     }
 
 
