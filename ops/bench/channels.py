@@ -211,11 +211,6 @@ def bench(args: argparse.Namespace) -> int:
         wait_for_replies(fake, sent, 1, args.reply_timeout)
         stack.check_alive()
         summary = summarize(sent, fake, 1)
-        summary["config"] = {
-            "users": args.users,
-            "duplicate_share": args.duplicate_share,
-            "turn_worker_concurrency": args.turn_concurrency,
-        }
         emit(outline(f"engram Slack channel benchmark ({os.cpu_count()} CPUs)", summary), summary, args.json)
         exact = summary["replies_posted"] == summary["events"] == summary["events_answered"]
         run.keep = run.keep or not exact

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.bench.harness import bench_parser, emit, outline, run_main
-from ops.bench.locomo_data import normalise_dia_id, read_locomo
+from ops.bench.locomo_data import normalise_dia_id, parse_conversations, read_locomo
 from shared.pipeline.extraction import TranscriptMessage
 from shared.pipeline.offline_extraction import offline_extract
 from shared.text import words
@@ -34,24 +34,16 @@ def content_words(text: str, names: frozenset[str]) -> frozenset[str]:
 
 def measure(data: list[dict[str, Any]]) -> dict[str, Any]:
     observations = covered = facts_total = turns_total = 0
-    for sample in data:
+    for sample, conversation in zip(data, parse_conversations(data), strict=True):
         body = sample.get("conversation") or {}
         names = frozenset(w for key in ("speaker_a", "speaker_b") for w in words(str(body.get(key, ""))) if len(w) >= 2)
         extracted: dict[str, list[str]] = {}  # dia_id → the facts its turn gave
-        for turns in body.values():
-            if not isinstance(turns, list):
-                continue
-            for turn in turns:
-                dia_id = normalise_dia_id(str(turn.get("dia_id", "")))
-                text = str(turn.get("text", "")).strip()
-                if dia_id is None or not text:
-                    continue
-                turns_total += 1
-                message = TranscriptMessage(0, "user", text, str(turn.get("speaker") or ""))
-                facts = offline_extract([message], name_speakers=True)
-                values = [f"{fact_key} {value}" for _, fact_key, value in facts.items()]
-                facts_total += len(values)
-                extracted[dia_id] = values
+        for turn in conversation.turns:
+            message = TranscriptMessage(0, "user", turn.said.strip(), turn.speaker)
+            values = [f"{key} {value}" for _, key, value in offline_extract([message], name_speakers=True).items()]
+            facts_total += len(values)
+            extracted[turn.dia_id] = values
+        turns_total += len(conversation.turns)
         for key, by_speaker in (sample.get("observation") or {}).items():
             if not _SESSION_OBSERVATION.fullmatch(key) or not isinstance(by_speaker, dict):
                 continue

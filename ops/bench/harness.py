@@ -285,24 +285,16 @@ def cpu_seconds(roots: Mapping[str, int], own: str | None = None) -> dict[str, f
     children; the root named `own` (the benchmark's process) counts alone; a tree that is gone counts 0."""
     out: dict[str, float] = {}
     for name, pid in roots.items():
-        total = 0.0
-        descendants: list[psutil.Process] = []
-        try:
+        out[name] = 0.0
+        with contextlib.suppress(psutil.Error):
             root = psutil.Process(pid)
             times = root.cpu_times()
-            total += times.user + times.system
-            if name != own:
-                total += times.children_user + times.children_system
-                descendants = root.children(recursive=True)
-        except psutil.Error:
-            pass
-        for proc in descendants:
-            try:
-                times = proc.cpu_times()
-                total += times.user + times.system
-            except psutil.Error:
-                continue
-        out[name] = total
+            out[name] += times.user + times.system
+            if name != own:  # its reaped children, then its live descendants
+                out[name] += times.children_user + times.children_system
+                for proc in root.children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        out[name] += sum(proc.cpu_times()[:2])
     return out
 
 

@@ -97,8 +97,12 @@ def read_locomo(path: Path) -> list[dict[str, Any]]:
 
 
 def load_conversations(path: Path) -> list[Conversation]:
+    return parse_conversations(read_locomo(path))
+
+
+def parse_conversations(data: list[dict[str, Any]]) -> list[Conversation]:
     conversations = []
-    for index, sample in enumerate(read_locomo(path)):
+    for index, sample in enumerate(data):
         body = sample.get("conversation") or {}
         sessions = sorted(
             (int(m.group(1)), key) for key in body if (m := _SESSION_KEY.fullmatch(key)) and isinstance(body[key], list)

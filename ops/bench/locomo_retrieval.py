@@ -1,13 +1,17 @@
-"""Retrieval benchmark on LoCoMo-format conversations: recall@5/10 of memory search (text leg,
-vector leg, and hybrid as the product searches), per question category; `--mode e2e` runs ops/bench/locomo_e2e.py.
-docs/benchmarks.md has the protocol and the figures.
+"""LoCoMo benchmark. Retrieval mode: recall@5/10 of memory search (text leg, vector leg, and hybrid as the product
+searches) per question category. End-to-end mode (`--mode e2e`): ingest through a private stack's messages API,
+then evidence recall in `POST /v1/users/{id}/context` at each budget (an evidence turn counts when its whole
+`normalise`d text occurs in the context). docs/benchmarks.md has the protocol and the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 import time
+import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,11 +19,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engramhq_client import EngramAPIError, EngramClient
 from pgvector import Vector
 
-from ops.bench.harness import BenchError, BenchRun, bench_parser, distribution, emit, outline, ratio, rounded, run_main
+from ops.bench.harness import BenchRun, bench_parser, distribution, emit, mean, outline, percentile, rounded, run_main
 from ops.bench.locomo_data import CATEGORIES, Conversation, Turn, load_conversations, session_messages
+from ops.bench.stack import BenchError, LocalStack, up_workers
 from shared.access.auth import ensure_tenant
+from shared.context.tokens import O200K, TokenCounter, counter_for
 from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
 from shared.infra.config import get_settings
 from shared.infra.db import Conn, connect
@@ -39,6 +46,11 @@ K_VALUES = (5, 10)
 LIMIT = 10  # results asked of search: the deepest cut-off measured
 CONTEXT_BEFORE, CONTEXT_AFTER = 2, 1  # neighbouring turns stored as each episode's context
 MODES: dict[str, tuple[Leg, ...] | None] = {"text": ("text",), "vector": ("vector",), "hybrid": None}
+DEFAULT_BUDGETS = (500, 1000, 2000)
+BATCH = 200  # messages per ingest call: under the gateway's default ENGRAM_INGEST_MAX_MESSAGES (500)
+MAX_QUERY_CHARS = 2000  # the context endpoint's limit on `query`
+_NOT_WORD = re.compile(r"[\W_]+")
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:@-]+")
 
 
 def recall_at(ranked: Sequence[frozenset[str]], evidence: set[str], k: int) -> float:
@@ -59,8 +71,7 @@ class ModeStats:
         return len(self.scores.get(f"recall@10|{group}", []))
 
     def mean(self, metric: str, group: str = "all") -> float | None:
-        values = self.scores.get(f"{metric}|{group}")
-        return sum(values) / len(values) if values else None
+        return mean(self.scores.get(f"{metric}|{group}", []))
 
 
 METRICS = tuple(f"recall@{k}" for k in K_VALUES)
@@ -76,15 +87,6 @@ class Ingested:
         return frozenset(self.dia_ids.get(key, ())) if key is not None else frozenset()
 
 
-@dataclass
-class IngestTimes:
-    turns: int = 0
-    store_seconds: float = 0.0
-    index_seconds: float = 0.0
-    rejected: int = 0
-    deduplicated: int = 0
-
-
 def neighbour_context(turns: Sequence[Turn], index: int) -> str:
     """The turns around this one in its session, in order: what an episode writer keeps as `metadata.context`."""
     turn = turns[index]
@@ -96,26 +98,19 @@ def neighbour_context(turns: Sequence[Turn], index: int) -> str:
     return "\n".join(neighbours)[:MAX_CONTEXT_CHARS]
 
 
-def ingest(
-    conn: Conn, embedder: Embedder, tenant_id: int, conversation: Conversation, times: IngestTimes, units: bool = False
-) -> Ingested:
+def ingest(conn: Conn, embedder: Embedder, tenant_id: int, conversation: Conversation, units: bool = False) -> Ingested:
     """The conversation stored (as messages, each a transcript unit, or as episodes), then embedded and indexed."""
     ingested = Ingested(Scope(tenant_id, ensure_user(conn, tenant_id, conversation.sample_id)), {})
-    started = time.perf_counter()
-    (_store_units if units else _store_episodes)(conn, conversation, ingested, times)
+    (_store_units if units else _store_episodes)(conn, conversation, ingested)
     conn.commit()
-    times.store_seconds += time.perf_counter() - started
-    times.turns += len(conversation.turns)
-    started = time.perf_counter()
     ensure_embedding_space(conn, embedder)
     conn.commit()  # the first use alters memory_chunks; keep that lock short
     (_index_units if units else _index_episodes)(conn, embedder, ingested)
     conn.commit()
-    times.index_seconds += time.perf_counter() - started
     return ingested
 
 
-def _store_units(conn: Conn, conversation: Conversation, ingested: Ingested, times: IngestTimes) -> None:
+def _store_units(conn: Conn, conversation: Conversation, ingested: Ingested) -> None:
     for number, messages in sorted(session_messages(conversation).items()):
         result = ingest_messages(
             conn,
@@ -144,7 +139,7 @@ def _index_units(conn: Conn, embedder: Embedder, ingested: Ingested) -> None:
         )
 
 
-def _store_episodes(conn: Conn, conversation: Conversation, ingested: Ingested, times: IngestTimes) -> None:
+def _store_episodes(conn: Conn, conversation: Conversation, ingested: Ingested) -> None:
     for index, turn in enumerate(conversation.turns):
         item = MemoryInput(
             key=turn.dia_id,
@@ -161,9 +156,7 @@ def _store_episodes(conn: Conn, conversation: Conversation, ingested: Ingested, 
         try:
             result = store_memory(conn, ingested.scope, item, "locomo-bench")
         except MemoryRejected:
-            times.rejected += 1
             continue
-        times.deduplicated += result.action != "added"
         ingested.dia_ids.setdefault(int(result.memory["id"]), set()).add(turn.dia_id)
 
 
@@ -220,7 +213,7 @@ def evaluate(
                 stats[mode].add(question.category, f"recall@{k}", recall_at(ranked, evidence, k))
 
 
-def summary(stats: dict[str, ModeStats], times: IngestTimes, embed_ms: list[float]) -> dict[str, Any]:
+def summary(stats: dict[str, ModeStats], embed_ms: list[float]) -> dict[str, Any]:
     """Per mode the means over every question (the keys the docs name), then per category and latency."""
     out: dict[str, Any] = {}
     for mode, s in stats.items():
@@ -233,15 +226,6 @@ def summary(stats: dict[str, ModeStats], times: IngestTimes, embed_ms: list[floa
         out[mode]["search_ms"] = distribution(s.latencies_ms, (50, 95))
     asked = stats["hybrid"]
     out["questions"] = {"all": asked.count("all"), **{n: asked.count(str(c)) for c, n in CATEGORIES.items()}}
-    out["ingest"] = {
-        "turns": times.turns,
-        "store_s": round(times.store_seconds, 1),
-        "store_turns_per_s": ratio(times.turns, times.store_seconds, 0),
-        "embed_index_s": round(times.index_seconds, 1),
-        "embed_index_turns_per_s": ratio(times.turns, times.index_seconds, 0),
-        "deduplicated": times.deduplicated,
-        "rejected": times.rejected,
-    }
     out["query_embedding_ms"] = distribution(embed_ms, (50, 95))
     return out
 
@@ -254,6 +238,8 @@ def read_conversations(args: argparse.Namespace) -> list[Conversation]:
         raise BenchError(f"{args.file}: not a LoCoMo-format JSON file ({exc})") from exc
     if not conversations:
         raise BenchError("no conversations to run")
+    if not any(conversation.turns for conversation in conversations):
+        raise BenchError(f"{args.file}: no turns to ingest")
     return conversations
 
 
@@ -261,7 +247,6 @@ def run(args: argparse.Namespace, conversations: list[Conversation]) -> int:
     url = args.database_url or get_settings().database_url
     embedder = service.process_embedder()  # the one the product's search embeds questions with
     stats = {mode: ModeStats() for mode in MODES}
-    times = IngestTimes()
     embed_ms: list[float] = []
     with BenchRun() as cleanup, connect(cleanup.database(url, "engram-locomo-")) as conn:
         apply_migrations(conn)
@@ -270,17 +255,205 @@ def run(args: argparse.Namespace, conversations: list[Conversation]) -> int:
         conn.commit()
         embedder.embed(["warm-up"])  # load the model outside the timed sections
         for conversation in conversations:
-            ingested = ingest(conn, embedder, tenant_id, conversation, times, units=args.store == "units")
+            ingested = ingest(conn, embedder, tenant_id, conversation, units=args.store == "units")
             print(f"{conversation.sample_id}: {len(conversation.turns)} turns", file=sys.stderr)
             evaluate(conn, embedder, conversation, ingested, stats, embed_ms)
-    result = summary(stats, times, embed_ms)
+    result = summary(stats, embed_ms)
     emit(outline("LoCoMo retrieval (search latency without the query embedding)", result), result, args.json)
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from ops.bench import locomo_e2e
+def normalise(text: str) -> str:
+    """Compatibility-normalised, case-folded, letters and digits only, single spaces, padded with a space at
+    each end so that containment of one normalised text in another holds on word boundaries."""
+    words = _NOT_WORD.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+    return f" {words} " if words else ""
 
+
+def evidence_recall(evidence_texts: Sequence[str], context: str) -> float:
+    """The share of the evidence turns (their normalised text) present in the normalised context."""
+    haystack = normalise(context)
+    wanted = [text for text in map(normalise, evidence_texts) if text]
+    return sum(text in haystack for text in wanted) / len(wanted) if wanted else 0.0
+
+
+def user_id_for(index: int, conversation: Conversation) -> str:
+    """An engram user id (ID pattern: letters, digits, ._:@-) that keeps the sample id readable."""
+    safe = _UNSAFE_ID.sub("-", conversation.sample_id).strip("-.:@")[:60] or "conversation"
+    return f"locomo-{index:03d}-{safe}"
+
+
+def ingest_all(client: EngramClient, users: Sequence[tuple[str, Conversation]]) -> list[tuple[str, str]]:
+    """Every conversation through the messages API; returns the (user, session key) pairs."""
+    sessions = []
+    for user, conversation in users:
+        for number, messages in sorted(session_messages(conversation).items()):
+            for start in range(0, len(messages), BATCH):
+                client.ingest(user, f"session-{number}", messages[start : start + BATCH])
+            sessions.append((user, f"session-{number}"))
+    return sessions
+
+
+def wait_idle(client: EngramClient, sessions: Sequence[tuple[str, str]], timeout: float) -> int:
+    """Every session idle by memory-status (within `timeout` overall); returns the memories created."""
+    deadline = time.monotonic() + timeout
+    created = 0
+    for user, key in sessions:
+        remaining = max(0.0, deadline - time.monotonic())
+        try:
+            status = client.wait_until_idle(user, key, timeout=remaining, interval=0.25)
+        except TimeoutError as exc:
+            raise BenchError(f"the memory pipeline did not finish within {timeout:.0f} s: {exc}") from exc
+        created += status.memories_created
+    return created
+
+
+@dataclass
+class BudgetStats:
+    recall: dict[str, list[float]] = field(default_factory=dict)  # "all" or a category → per question
+    tokens: list[int] = field(default_factory=list)
+    over_budget: int = 0  # reported tokens > max_tokens
+    recount_mismatch: int = 0  # our count of the returned text differs from the reported one
+    recounted: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+
+
+def recounter(tokenizer: str) -> TokenCounter | None:
+    # The server counts with the OpenAI encoding of its model, o200k_base for a model it does not know.
+    counter = counter_for("openai", "gpt-4o") if tokenizer == O200K else None
+    return counter if counter is not None and counter.name == O200K else None
+
+
+def ask(
+    client: EngramClient,
+    user: str,
+    conversation: Conversation,
+    budgets: Sequence[int],
+    stats: dict[int, BudgetStats],
+) -> None:
+    texts = {turn.dia_id: turn.said for turn in conversation.turns}
+    for index, question in enumerate(conversation.questions):
+        evidence = [texts[dia_id] for dia_id in question.evidence]
+        # The first call of a question embeds the query; the others find its vector in the embedding cache.
+        # Rotating which budget goes first gives every budget the same share of cold calls.
+        shift = index % len(budgets)
+        for budget in [*budgets[shift:], *budgets[:shift]]:
+            started = time.perf_counter()
+            packed = client.context(user, query=question.text[:MAX_QUERY_CHARS], max_tokens=budget)
+            elapsed = (time.perf_counter() - started) * 1000
+            s = stats[budget]
+            for group in ("all", str(question.category)):
+                s.recall.setdefault(group, []).append(evidence_recall(evidence, packed.context))
+            s.tokens.append(packed.tokens)
+            s.over_budget += packed.tokens > budget
+            counter = recounter(packed.tokenizer)
+            if counter is not None:
+                s.recounted += 1
+                s.recount_mismatch += counter.count(packed.context) != packed.tokens
+            s.latencies_ms.append(elapsed)
+
+
+def summarise(stats: dict[int, BudgetStats]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for budget, s in stats.items():
+        out[str(budget)] = {
+            "evidence_recall": rounded(mean(s.recall.get("all", [])), 4),
+            "by_category": {
+                name: rounded(mean(s.recall.get(str(c), [])), 4)
+                for c, name in CATEGORIES.items()
+                if s.recall.get(str(c))
+            },
+            "tokens_mean": rounded(mean(s.tokens), 1),
+            "tokens_max": max(s.tokens, default=0),
+            "over_budget": s.over_budget,
+            "recounted": s.recounted,
+            "recount_mismatch": s.recount_mismatch,
+            "latency_ms_p50": rounded(percentile(s.latencies_ms, 50), 1),
+            "latency_ms_p95": rounded(percentile(s.latencies_ms, 95), 1),
+        }
+    return out
+
+
+def parse_budgets(raw: str) -> list[int]:
+    try:
+        budgets = [int(part) for part in raw.split(",") if part.strip()]
+    except ValueError as exc:
+        raise BenchError(f"--budgets takes whole numbers separated by commas, not {raw!r}") from exc
+    if not budgets or any(not 1 <= b <= 100_000 for b in budgets):
+        raise BenchError("--budgets must list numbers from 1 to 100000")
+    return list(dict.fromkeys(budgets))
+
+
+def stack_env(args: argparse.Namespace) -> dict[str, str]:
+    env = {"ENGRAM_LLM_PROVIDER": "offline", "ENGRAM_AUTO_MEMORY": "true"}
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("ENGRAM_"):
+            raise BenchError(f"--env takes ENGRAM_KEY=VALUE, not {item!r}")
+        env[key] = value
+    return env
+
+
+def run_e2e(args: argparse.Namespace, conversations: list[Conversation]) -> int:
+    budgets = parse_budgets(args.budgets)
+    env = stack_env(args)
+    with BenchRun(keep=args.keep) as cleanup:
+        workdir = cleanup.workdir("engram-bench-locomo-")
+        stack = LocalStack(workdir, 1, workers=up_workers(1, 1), env=env)
+        cleanup.callback(stack.stop)
+        print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
+        try:
+            result = ask_all(args, stack, stack.start(), conversations, budgets)
+        except EngramAPIError as exc:
+            raise BenchError(str(exc)) from exc  # BenchRun keeps the workdir: the logs say why
+    result["env"] = {key: value for key, value in env.items() if key != "ENGRAM_AUTO_MEMORY"}
+    emit(outline("LoCoMo end to end (evidence recall in the context block, per max_tokens)", result), result, args.json)
+    return 0
+
+
+def ask_all(
+    args: argparse.Namespace,
+    stack: LocalStack,
+    api_key: str,
+    conversations: list[Conversation],
+    budgets: list[int],
+) -> dict[str, Any]:
+    run_id = uuid.uuid4().hex[:6]
+    users = [(f"{user_id_for(i, c)}-{run_id}", c) for i, c in enumerate(conversations)]
+    with EngramClient(stack.url, api_key, timeout=120.0) as client:
+        print(f"ingesting {len(users)} conversations ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        sessions = ingest_all(client, users)
+        ingest_s = time.perf_counter() - started
+        print(f"waiting for the memory pipeline on {len(sessions)} sessions ...", file=sys.stderr)
+        memories = wait_idle(client, sessions, args.wait_timeout)
+        settle_s = time.perf_counter() - started - ingest_s
+        stack.check_alive()
+        # The first context call loads the gateway's embedding model: not a latency a user sees twice.
+        client.context(users[0][0], query="warm-up", max_tokens=budgets[0])
+        stats = {budget: BudgetStats() for budget in budgets}
+        questions = sum(len(c.questions) for _, c in users)
+        print(f"asking {questions} questions at budgets {budgets} ...", file=sys.stderr, flush=True)
+        for user, conversation in users:
+            ask(client, user, conversation, budgets, stats)
+            print(f"  {conversation.sample_id}: {len(conversation.questions)} questions", file=sys.stderr)
+    return {
+        "mode": "e2e",
+        "file": str(args.file),
+        "conversations": len(users),
+        "sessions": len(sessions),
+        "messages": sum(len(c.turns) for _, c in users),
+        "questions": questions,
+        "evidence_turns": sum(len(q.evidence) for _, c in users for q in c.questions),
+        "ingest_s": round(ingest_s, 2),
+        "settle_s": round(settle_s, 2),
+        "memories_created": memories,
+        "budgets": summarise(stats),
+        "cpus": os.cpu_count(),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.locomo_retrieval", __doc__)
     parser.add_argument("path", nargs="?", help="LoCoMo-format JSON file (or --file)")
     parser.add_argument("--file", default=None, help="LoCoMo-format JSON file")
@@ -290,7 +463,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--store", choices=("units", "episodes"), default="units", help="retrieval mode: turns as units or episodes"
     )
     parser.add_argument("--database-url", default=None, help="retrieval mode (default: ENGRAM_DATABASE_URL)")
-    locomo_e2e.add_arguments(parser)
+    group = parser.add_argument_group("e2e mode")
+    group.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)), help="max_tokens values, a,b,c")
+    group.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an ENGRAM_ setting (repeat)")
+    group.add_argument("--wait-timeout", type=float, default=600.0, help="seconds for the memory pipeline to finish")
+    group.add_argument("--keep", action="store_true", help="keep the stack's temporary directory (logs, data)")
     args = parser.parse_args(argv)
     args.file = args.file or args.path
     if not args.file:
@@ -301,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def bench() -> int:
         conversations = read_conversations(args)  # a bad file: before starting anything
         configure_logging("WARNING")  # on stderr: stdout is the report
-        return (locomo_e2e.run if args.mode == "e2e" else run)(args, conversations)
+        return (run_e2e if args.mode == "e2e" else run)(args, conversations)
 
     return run_main(bench, error_code=2)
 

@@ -98,14 +98,11 @@ class Engram:
         self.embedder.embed(["warm-up"])  # load the model (and pin torch to one thread) outside the timings
         self.tenant_id = ensure_tenant(conn, f"peer-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
         conn.commit()
-        self.times = locomo.IngestTimes()
         self.ingested: dict[str, locomo.Ingested] = {}
         self.options = locomo.options_for("hybrid")
 
     def ingest(self, conversation: locomo.Conversation) -> None:
-        self.ingested[conversation.sample_id] = locomo.ingest(
-            self.conn, self.embedder, self.tenant_id, conversation, self.times
-        )
+        self.ingested[conversation.sample_id] = locomo.ingest(self.conn, self.embedder, self.tenant_id, conversation)
 
     def search(self, conversation: locomo.Conversation, question: str, k: int) -> list[frozenset[str]]:
         from shared.memory.search import search
@@ -116,7 +113,7 @@ class Engram:
         vector = query_vector(self.conn, question)
         results = search(self.conn, ingested.scope, question, query_vector=vector, options=self.options)
         self.conn.commit()  # search sets transaction-local HNSW options; start each query afresh
-        return [frozenset(ingested.dia_ids.get(r.id, ())) if r.id is not None else frozenset() for r in results]
+        return [ingested.found(r) for r in results]
 
 
 class Mem0:
@@ -217,16 +214,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def load(args: argparse.Namespace) -> list[locomo.Conversation]:
-    conversations = locomo.read_conversations(args)
-    if not any(conversation.turns for conversation in conversations):
-        raise BenchError(f"{args.file}: no turns to ingest")
-    return conversations
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    return run_main(lambda: run(args, load(args)))  # a bad file is refused before anything starts
+    return run_main(lambda: run(args, locomo.read_conversations(args)))  # a bad file is refused before anything starts
 
 
 if __name__ == "__main__":

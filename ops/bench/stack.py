@@ -79,9 +79,6 @@ class Child:
         assert self.proc is not None
         return self.proc.pid
 
-    def exit_code(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
-
     def tail(self, chars: int | None = 3000) -> str:
         try:
             text = self.log_path.read_text(errors="replace")
@@ -90,7 +87,7 @@ class Child:
         return text if chars is None else text[-chars:]
 
     def check_alive(self) -> None:
-        code = self.exit_code()
+        code = None if self.proc is None else self.proc.poll()
         if code is not None:
             raise BenchError(f"{self.name} exited with code {code}; log tail:\n{self.tail()}")
 
