@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ops.bench.harness import BenchError, BenchRun, bench_parser, distribution, emit, outline, run_main
+from ops.bench.stack import prepare_database
 
 TARGET_P95_MS = 100.0
 OTHER_MEMORIES = 20  # each of the other users'
@@ -25,12 +26,12 @@ def _scalar(cursor: Any) -> Any:
     return row[0]
 
 
-def _load(database_url: str, users: int, memories: int, sessions: int, messages: int) -> dict[str, Any]:
-    """One tenant, `users` users; the heavy one gets the memories and sessions. Set-based SQL: seconds."""
+def _load(database_url: str, users: int, memories: int, sessions: int, messages: int) -> int:
+    """`users` users of the tenant; the heavy one gets the memories and sessions; returns a memory's id."""
     import psycopg
 
     with psycopg.connect(database_url, autocommit=False) as conn:
-        tenant = _scalar(conn.execute("INSERT INTO tenants (name) VALUES ('bench-console') RETURNING id"))
+        tenant = _scalar(conn.execute("SELECT id FROM tenants WHERE name = 'bench'"))  # prepare_database's
         conn.execute(
             """INSERT INTO users (tenant_id, external_id, display_name)
                SELECT %s, CASE WHEN i = 1 THEN 'heavy' ELSE 'user-' || i END, 'User ' || i
@@ -126,7 +127,7 @@ def _load(database_url: str, users: int, memories: int, sessions: int, messages:
     # As autovacuum would leave them after these inserts: planner statistics and a visibility map.
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("VACUUM (ANALYZE)")
-    return {"tenant": tenant, "memory_id": middle}
+    return middle
 
 
 def _pages(memory_id: int, sessions: int) -> dict[str, str]:
@@ -175,20 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         env = {"ENGRAM_LLM_PROVIDER": "offline", "ENGRAM_LOG_LEVEL": "warning"}  # no log line per request
         env |= {"ENGRAM_RATE_LIMIT_KEY_PER_SECOND": "0", "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0"}
         database_url = run.services("engram-bench-console-", env)
-        from shared.access.auth import register_key
-        from shared.infra import db
-        from shared.infra.migrate import apply_migrations
-
-        with db.connect() as conn:
-            apply_migrations(conn)
+        key = prepare_database(database_url)  # the migrations, and a key of the tenant the load fills
         started = time.monotonic()
-        loaded = _load(database_url, args.users, args.memories, args.sessions, args.messages)
+        memory_id = _load(database_url, args.users, args.memories, args.sessions, args.messages)
         load_s = time.monotonic() - started
-        key = "egm_bench-console-key"
-        with db.connect() as conn:
-            register_key(conn, loaded["tenant"], key, "bench")
-            conn.commit()
-        pages = _measure(key, _pages(loaded["memory_id"], args.sessions), args.requests)
+        pages = _measure(key, _pages(memory_id, args.sessions), args.requests)
     max_p95 = max(page["p95"] or 0.0 for page in pages.values())
     summary = {
         "load_s": round(load_s, 1),
@@ -218,15 +210,13 @@ def _measure(key: str, pages: dict[str, str], requests: int) -> dict[str, dict[s
     summary: dict[str, dict[str, float | int | None]] = {}
     for name, path in pages.items():
         times: list[float] = []
-        for attempt in range(requests + 3):
+        for _ in range(requests + 3):
             begin = time.perf_counter()
             response = client.get(path)
-            elapsed = (time.perf_counter() - begin) * 1000
+            times.append((time.perf_counter() - begin) * 1000)
             if response.status_code != 200:
                 raise BenchError(f"{path}: {response.status_code} {response.text[:300]}")
-            if attempt >= 3:
-                times.append(elapsed)
-        summary[name] = distribution(times, (50, 95))
+        summary[name] = distribution(times[3:], (50, 95))  # after 3 warm-ups
         print(f"  {name}: p95 {summary[name]['p95']} ms", file=sys.stderr, flush=True)
     return summary
 

@@ -92,9 +92,8 @@ def derive_pairs(conversations: list[dict[str, Any]]) -> tuple[list[Pair], list[
 def scores(
     pairs: Sequence[Pair], threshold: float, similarity: Sequence[float], guard: Sequence[float]
 ) -> dict[str, float]:
-    tp = sum(1 for p, s in zip(pairs, similarity, strict=True) if s >= threshold and p.duplicate)
-    fp = sum(1 for p, s in zip(pairs, similarity, strict=True) if s >= threshold and not p.duplicate)
-    fn = sum(1 for p, s in zip(pairs, similarity, strict=True) if s < threshold and p.duplicate)
+    outcomes = [(s >= threshold, p.duplicate) for p, s in zip(pairs, similarity, strict=True)]
+    tp, fp, fn = (outcomes.count(outcome) for outcome in ((True, True), (True, False), (False, True)))
     precision = tp / (tp + fp) if tp + fp else 1.0
     recall = tp / (tp + fn) if tp + fn else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0

@@ -136,14 +136,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "counts": result.counts,
             }
             print(f"{name}: {seconds:.2f} s", file=sys.stderr, flush=True)
-    return {
-        "users": args.users,
-        "memories_per_user": args.memories,
-        "memories": total,
-        "seed_seconds": round(seeded_s, 1),
-        "llm_latency_ms": args.llm_latency_ms,
-        "jobs": results,
-    }
+    return {"memories": total, "seed_seconds": round(seeded_s, 1), "jobs": results}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
