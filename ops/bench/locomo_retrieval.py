@@ -46,7 +46,6 @@ K_VALUES = (5, 10)
 LIMIT = 10  # results asked of search: the deepest cut-off measured
 CONTEXT_BEFORE, CONTEXT_AFTER = 2, 1  # neighbouring turns stored as each episode's context
 MODES: dict[str, tuple[Leg, ...] | None] = {"text": ("text",), "vector": ("vector",), "hybrid": None}
-DEFAULT_BUDGETS = (500, 1000, 2000)
 BATCH = 200  # messages per ingest call: under the gateway's default ENGRAM_INGEST_MAX_MESSAGES (500)
 MAX_QUERY_CHARS = 2000  # the context endpoint's limit on `query`
 _NOT_WORD = re.compile(r"[\W_]+")
@@ -374,70 +373,51 @@ def summarise(stats: dict[int, BudgetStats]) -> dict[str, Any]:
     return out
 
 
-def parse_budgets(raw: str) -> list[int]:
-    try:
-        budgets = [int(part) for part in raw.split(",") if part.strip()]
-    except ValueError as exc:
-        raise BenchError(f"--budgets takes whole numbers separated by commas, not {raw!r}") from exc
+def budget_list(raw: str) -> list[int]:
+    budgets = [int(part) for part in raw.split(",") if part.strip()]  # argparse reports a ValueError
     if not budgets or any(not 1 <= b <= 100_000 for b in budgets):
-        raise BenchError("--budgets must list numbers from 1 to 100000")
+        raise argparse.ArgumentTypeError("--budgets must list numbers from 1 to 100000")
     return list(dict.fromkeys(budgets))
 
 
-def stack_env(args: argparse.Namespace) -> dict[str, str]:
-    env = {"ENGRAM_LLM_PROVIDER": "offline", "ENGRAM_AUTO_MEMORY": "true"}
-    for item in args.env:
-        key, sep, value = item.partition("=")
-        if not sep or not key.startswith("ENGRAM_"):
-            raise BenchError(f"--env takes ENGRAM_KEY=VALUE, not {item!r}")
-        env[key] = value
-    return env
+def engram_setting(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key.startswith("ENGRAM_"):
+        raise argparse.ArgumentTypeError(f"--env takes ENGRAM_KEY=VALUE, not {item!r}")
+    return key, value
 
 
 def run_e2e(args: argparse.Namespace, conversations: list[Conversation]) -> int:
-    budgets = parse_budgets(args.budgets)
-    env = stack_env(args)
+    budgets = args.budgets
+    env = {"ENGRAM_LLM_PROVIDER": "offline", "ENGRAM_AUTO_MEMORY": "true", **dict(args.env)}
+    run_id = uuid.uuid4().hex[:6]
+    users = [(f"{user_id_for(i, c)}-{run_id}", c) for i, c in enumerate(conversations)]
+    stats = {budget: BudgetStats() for budget in budgets}
+    questions = sum(len(c.questions) for _, c in users)
     with BenchRun(keep=args.keep) as cleanup:
         workdir = cleanup.workdir("engram-bench-locomo-")
         stack = LocalStack(workdir, 1, workers=up_workers(1, 1), env=env)
         cleanup.callback(stack.stop)
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         try:
-            result = ask_all(args, stack, stack.start(), conversations, budgets)
+            with EngramClient(stack.url, stack.start(), timeout=120.0) as client:
+                print(f"ingesting {len(users)} conversations ...", file=sys.stderr, flush=True)
+                started = time.perf_counter()
+                sessions = ingest_all(client, users)
+                ingest_s = time.perf_counter() - started
+                print(f"waiting for the memory pipeline on {len(sessions)} sessions ...", file=sys.stderr)
+                memories = wait_idle(client, sessions, args.wait_timeout)
+                settle_s = time.perf_counter() - started - ingest_s
+                stack.check_alive()
+                # The first context call loads the gateway's embedding model: not a latency a user sees twice.
+                client.context(users[0][0], query="warm-up", max_tokens=budgets[0])
+                print(f"asking {questions} questions at budgets {budgets} ...", file=sys.stderr, flush=True)
+                for user, conversation in users:
+                    ask(client, user, conversation, budgets, stats)
+                    print(f"  {conversation.sample_id}: {len(conversation.questions)} questions", file=sys.stderr)
         except EngramAPIError as exc:
             raise BenchError(str(exc)) from exc  # BenchRun keeps the workdir: the logs say why
-    result["env"] = {key: value for key, value in env.items() if key != "ENGRAM_AUTO_MEMORY"}
-    emit(outline("LoCoMo end to end (evidence recall in the context block, per max_tokens)", result), result, args.json)
-    return 0
-
-
-def ask_all(
-    args: argparse.Namespace,
-    stack: LocalStack,
-    api_key: str,
-    conversations: list[Conversation],
-    budgets: list[int],
-) -> dict[str, Any]:
-    run_id = uuid.uuid4().hex[:6]
-    users = [(f"{user_id_for(i, c)}-{run_id}", c) for i, c in enumerate(conversations)]
-    with EngramClient(stack.url, api_key, timeout=120.0) as client:
-        print(f"ingesting {len(users)} conversations ...", file=sys.stderr, flush=True)
-        started = time.perf_counter()
-        sessions = ingest_all(client, users)
-        ingest_s = time.perf_counter() - started
-        print(f"waiting for the memory pipeline on {len(sessions)} sessions ...", file=sys.stderr)
-        memories = wait_idle(client, sessions, args.wait_timeout)
-        settle_s = time.perf_counter() - started - ingest_s
-        stack.check_alive()
-        # The first context call loads the gateway's embedding model: not a latency a user sees twice.
-        client.context(users[0][0], query="warm-up", max_tokens=budgets[0])
-        stats = {budget: BudgetStats() for budget in budgets}
-        questions = sum(len(c.questions) for _, c in users)
-        print(f"asking {questions} questions at budgets {budgets} ...", file=sys.stderr, flush=True)
-        for user, conversation in users:
-            ask(client, user, conversation, budgets, stats)
-            print(f"  {conversation.sample_id}: {len(conversation.questions)} questions", file=sys.stderr)
-    return {
+    result = {
         "mode": "e2e",
         "file": str(args.file),
         "conversations": len(users),
@@ -450,7 +430,10 @@ def ask_all(
         "memories_created": memories,
         "budgets": summarise(stats),
         "cpus": os.cpu_count(),
+        "env": {key: value for key, value in env.items() if key != "ENGRAM_AUTO_MEMORY"},
     }
+    emit(outline("LoCoMo end to end (evidence recall in the context block, per max_tokens)", result), result, args.json)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -464,8 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--database-url", default=None, help="retrieval mode (default: ENGRAM_DATABASE_URL)")
     group = parser.add_argument_group("e2e mode")
-    group.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)), help="max_tokens values, a,b,c")
-    group.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an ENGRAM_ setting (repeat)")
+    group.add_argument("--budgets", type=budget_list, default="500,1000,2000", help="max_tokens values, a,b,c")
+    group.add_argument("--env", type=engram_setting, action="append", default=[], help="ENGRAM_KEY=VALUE (repeat)")
     group.add_argument("--wait-timeout", type=float, default=600.0, help="seconds for the memory pipeline to finish")
     group.add_argument("--keep", action="store_true", help="keep the stack's temporary directory (logs, data)")
     args = parser.parse_args(argv)
