@@ -400,7 +400,8 @@ def run_e2e(args: argparse.Namespace, conversations: list[Conversation]) -> int:
         cleanup.callback(stack.stop)
         print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         try:
-            with EngramClient(stack.url, stack.start(), timeout=120.0) as client:
+            api_key = stack.start()  # before stack.url is read: start() sets it
+            with EngramClient(stack.url, api_key, timeout=120.0) as client:
                 print(f"ingesting {len(users)} conversations ...", file=sys.stderr, flush=True)
                 started = time.perf_counter()
                 sessions = ingest_all(client, users)
