@@ -159,7 +159,7 @@ def summarize(phase: Phase, fake: FakeChannels, phase_no: int) -> dict[str, Any]
     }
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.channels", __doc__, keep=True)
     parser.add_argument("--rate", type=float, default=5.0, help="events per second")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long to send them")
@@ -168,11 +168,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=64, help="client threads sending requests")
     parser.add_argument("--turn-concurrency", type=int, default=2, help="processes of the turns+channels worker")
     parser.add_argument("--reply-timeout", type=float, default=300.0, help="wait this long for every reply")
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_main(lambda: bench(parse_args(argv)))
+    args = parser.parse_args(argv)
+    return run_main(lambda: bench(args))
 
 
 def bench(args: argparse.Namespace) -> int:

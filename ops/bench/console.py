@@ -38,8 +38,7 @@ def _load(database_url: str, users: int, memories: int, sessions: int, messages:
                FROM generate_series(1, %s) i""",
             (tenant, users),
         )
-        heavy = conn.execute("SELECT id FROM users WHERE tenant_id = %s AND external_id = 'heavy'", (tenant,))
-        user = _scalar(heavy)
+        user = _scalar(conn.execute("SELECT id FROM users WHERE tenant_id = %s AND external_id = 'heavy'", (tenant,)))
         conn.execute(
             """INSERT INTO sessions (tenant_id, user_id, session_key, summary, compaction_count, updated_at)
                SELECT %s, %s, 'session-' || i, 'Summary of session ' || i, i %% 3, now() - make_interval(mins => i)

@@ -45,7 +45,6 @@ class Conversation:
     sample_id: str
     turns: list[Turn]
     questions: list[Question]
-    skipped_questions: int = 0  # no usable evidence (adversarial, or every id unknown)
 
 
 def normalise_dia_id(raw: str) -> str | None:
@@ -130,10 +129,8 @@ def parse_conversations(data: list[dict[str, Any]]) -> list[Conversation]:
         for qa in sample.get("qa") or []:
             category = int(qa.get("category", 0))
             evidence = parse_evidence(qa.get("evidence") or [], known)
-            if category in EXCLUDED_CATEGORIES or not evidence:
-                conversation.skipped_questions += 1
-                continue
-            conversation.questions.append(Question(str(qa.get("question", "")), category, evidence))
+            if category not in EXCLUDED_CATEGORIES and evidence:  # questions without evidence are left out
+                conversation.questions.append(Question(str(qa.get("question", "")), category, evidence))
         conversations.append(conversation)
     return conversations
 

@@ -66,8 +66,8 @@ class ModeStats:
         for group in ("all", str(category)):
             self.scores.setdefault(f"{metric}|{group}", []).append(value)
 
-    def count(self, group: str) -> int:
-        return len(self.scores.get(f"recall@10|{group}", []))
+    def count(self, group: str, metric: str = "recall@10") -> int:
+        return len(self.scores.get(f"{metric}|{group}", []))
 
     def mean(self, metric: str, group: str = "all") -> float | None:
         return mean(self.scores.get(f"{metric}|{group}", []))
@@ -308,13 +308,11 @@ def wait_idle(client: EngramClient, sessions: Sequence[tuple[str, str]], timeout
 
 
 @dataclass
-class BudgetStats:
-    recall: dict[str, list[float]] = field(default_factory=dict)  # "all" or a category → per question
+class BudgetStats(ModeStats):  # its metric: "evidence_recall"
     tokens: list[int] = field(default_factory=list)
     over_budget: int = 0  # reported tokens > max_tokens
     recount_mismatch: int = 0  # our count of the returned text differs from the reported one
     recounted: int = 0
-    latencies_ms: list[float] = field(default_factory=list)
 
 
 def recounter(tokenizer: str) -> TokenCounter | None:
@@ -341,8 +339,7 @@ def ask(
             packed = client.context(user, query=question.text[:MAX_QUERY_CHARS], max_tokens=budget)
             elapsed = (time.perf_counter() - started) * 1000
             s = stats[budget]
-            for group in ("all", str(question.category)):
-                s.recall.setdefault(group, []).append(evidence_recall(evidence, packed.context))
+            s.add(question.category, "evidence_recall", evidence_recall(evidence, packed.context))
             s.tokens.append(packed.tokens)
             s.over_budget += packed.tokens > budget
             counter = recounter(packed.tokenizer)
@@ -356,11 +353,11 @@ def summarise(stats: dict[int, BudgetStats]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for budget, s in stats.items():
         out[str(budget)] = {
-            "evidence_recall": rounded(mean(s.recall.get("all", [])), 4),
+            "evidence_recall": rounded(s.mean("evidence_recall"), 4),
             "by_category": {
-                name: rounded(mean(s.recall.get(str(c), [])), 4)
+                name: rounded(s.mean("evidence_recall", str(c)), 4)
                 for c, name in CATEGORIES.items()
-                if s.recall.get(str(c))
+                if s.count(str(c), "evidence_recall")
             },
             "tokens_mean": rounded(mean(s.tokens), 1),
             "tokens_max": max(s.tokens, default=0),

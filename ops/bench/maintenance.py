@@ -90,7 +90,7 @@ def seed(conn: Any, users: int, memories: int, now: datetime) -> int:
     return users * memories
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace) -> int:
     from ops.fake_llm import FakeLLM
     from shared.infra import db
     from shared.infra.config import get_settings
@@ -136,27 +136,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "counts": result.counts,
             }
             print(f"{name}: {seconds:.2f} s", file=sys.stderr, flush=True)
-    return {"memories": total, "seed_seconds": round(seeded_s, 1), "jobs": results}
+    summary = {"memories": total, "seed_seconds": round(seeded_s, 1), "jobs": results}
+    emit(outline("maintenance jobs", summary), summary, args.json)
+    return 0
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.maintenance", __doc__)
     parser.add_argument("--users", type=int, default=1000)
     parser.add_argument("--memories", type=int, default=100, help="memories per user")
     parser.add_argument("--llm-latency-ms", type=float, default=50.0, help="fake model latency per call")
     parser.add_argument("--jobs", type=lambda s: s.split(","), default=list(JOB_ORDER), help="comma-separated")
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-
-    def bench() -> int:
-        summary = run(args)
-        emit(outline("maintenance jobs", summary), summary, args.json)
-        return 0
-
-    return run_main(bench)
+    args = parser.parse_args(argv)
+    return run_main(lambda: run(args))
 
 
 if __name__ == "__main__":
