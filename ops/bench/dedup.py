@@ -134,7 +134,6 @@ def evaluate(pairs: Sequence[Pair], guard: Sequence[Pair], embed: Any) -> dict[s
     best = {"jaccard": _chosen(jaccard_rows), "cosine": _chosen(cosine_rows)}
     winner = max(best, key=lambda name: best[name]["f1"])
     return {
-        "bench": "dedup",
         "pairs": n,
         "duplicates": sum(p.duplicate for p in pairs),
         "guard_pairs": len(guard),

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import psutil
 
-from ops.bench.stack import BenchError, Terminated, raise_on_sigterm
+from ops.bench.stack import BenchError, Terminated, raise_on_sigterm, stop_quietly
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -66,9 +66,7 @@ def ratio(numerator: float | None, denominator: float | None, digits: int = 2) -
 def bench_parser(module: str, doc: str | None, keep: bool | str = False) -> argparse.ArgumentParser:
     """`python -m <module>`'s parser with --json and, with `keep` (True, or its help), --keep."""
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n")[0] or None)
-    parser.add_argument(
-        "--json", action="store_true", help="after the report, print the figures as one JSON object (the last line)"
-    )
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object, the last line")
     if keep:
         help = keep if isinstance(keep, str) else "keep the temporary directory (logs, data)"
         parser.add_argument("--keep", action="store_true", help=help)
@@ -157,7 +155,7 @@ class BenchRun(contextlib.ExitStack):
         from ops.embedded import EmbeddedPostgres
 
         server = EmbeddedPostgres(workdir / "postgres")
-        self.callback(_stop, server)
+        self.callback(stop_quietly, server)
         print(f"starting an embedded Postgres in {workdir} ...", file=sys.stderr, flush=True)
         return server.start()
 
@@ -169,7 +167,7 @@ class BenchRun(contextlib.ExitStack):
         workdir = self.workdir(prefix)
         database_url = self._postgres(workdir)
         redis = EmbeddedRedis(workdir / "valkey")
-        self.callback(_stop, redis)
+        self.callback(stop_quietly, redis)
         urls = {"ENGRAM_DATABASE_URL": database_url, "ENGRAM_REDIS_URL": redis.start()}
         os.environ.update({**urls, "ENGRAM_DATA_DIR": str(workdir / "data"), **env})
         return database_url
@@ -195,13 +193,6 @@ class BenchRun(contextlib.ExitStack):
         finally:
             for signum, handler in self._saved.items():
                 signal.signal(signum, handler)
-
-
-def _stop(server: Any) -> None:
-    try:
-        server.stop()
-    except Exception as exc:  # the rest of the cleanup still runs
-        print(f"warning: could not stop {type(server).__name__}: {exc}", file=sys.stderr)
 
 
 MB = 1024 * 1024

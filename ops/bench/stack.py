@@ -203,11 +203,15 @@ class LocalStack:
         self.children.clear()
         for service in (self.redis, self.postgres):
             if service is not None:
-                try:
-                    service.stop()
-                except Exception as exc:  # keep stopping the rest
-                    print(f"warning: could not stop {type(service).__name__}: {exc}", file=sys.stderr)
+                stop_quietly(service)
         self.redis = self.postgres = None
+
+
+def stop_quietly(server: EmbeddedPostgres | EmbeddedRedis) -> None:
+    try:
+        server.stop()
+    except Exception as exc:  # the rest of the cleanup still runs
+        print(f"warning: could not stop {type(server).__name__}: {exc}", file=sys.stderr)
 
 
 def prepare_database(database_url: str) -> str:
