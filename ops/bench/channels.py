@@ -1,11 +1,6 @@
-"""Slack channel benchmark: signed Events API requests at a fixed rate against a private stack (`engram up`'s
-workers, ENGRAM_AUTO_MEMORY off, a zero-latency fake LLM) whose replies go to an in-process fake Slack Web API.
-
-    python -m ops.bench.channels --rate 5 --seconds 20 --json
-
-Three open-loop phases, a share of events sent twice as Slack's retries: sustained (--rate for --seconds: ack
-and event -> reply latency), capacity (--capacity-events at 100/s: the rate the backlog drains at is the
-sustained rate) and burst (10 x that rate: ack latency under a queue). Replies must equal unique events.
+"""Slack channel benchmark: signed Events API requests at `--rate` per second for `--seconds` (a share sent
+twice, as Slack's retries) against a private stack (`engram up`'s workers, ENGRAM_AUTO_MEMORY off, a zero-latency
+fake LLM) whose replies go to an in-process fake Slack: webhook ack and event -> reply latency, one reply each.
 """
 
 from __future__ import annotations
@@ -33,8 +28,6 @@ from shared.channels.slack import sign
 SIGNING_SECRET = "bench-signing-secret"
 BOT_TOKEN = "xoxb-bench-token"
 SLACK_ACK_LIMIT_MS = 3000.0
-CAPACITY_RATE = 100.0  # events/s of the capacity phase: far above what the workers answer
-PHASES = ("sustained", "capacity", "burst")
 _TOKEN = re.compile(r"bench-(\d+)-(\d+)")
 
 
@@ -69,42 +62,34 @@ def _payload(phase_no: int, n: int, users: int) -> bytes:
     return json.dumps(event).encode()
 
 
-def _send(client: httpx.Client, url: str, body: bytes, retry: int | None) -> tuple[float, str | None]:
-    stamp = str(int(time.time()))
-    headers = {
-        "Content-Type": "application/json",
-        "X-Slack-Request-Timestamp": stamp,
-        "X-Slack-Signature": sign(SIGNING_SECRET, stamp, body),
-    }
-    if retry is not None:
-        headers["X-Slack-Retry-Num"] = str(retry)
-    began = time.monotonic()
-    try:
-        response = client.post(url, content=body, headers=headers)
-    except httpx.HTTPError as exc:
-        return (time.monotonic() - began) * 1000, type(exc).__name__
-    elapsed = (time.monotonic() - began) * 1000
-    return elapsed, None if response.status_code == 200 else f"HTTP {response.status_code}"
-
-
 def run_phase(phase: Phase, phase_no: int, url: str, users: int, duplicate_share: float, threads: int) -> None:
-    """Send phase.rate events per second for phase.seconds, each possibly followed by a retry."""
+    """Send phase.rate signed events per second for phase.seconds, a share of them followed by a retry."""
     endpoint = f"{url}/v1/channels/slack/default/events"
     local = threading.local()
     rng = random.Random(phase_no)
 
-    def client() -> httpx.Client:
+    def fire(n: int, body: bytes, retry: bool) -> None:
         if not hasattr(local, "client"):
             local.client = httpx.Client(timeout=30)
-        return local.client
-
-    def fire(n: int, body: bytes, retry: int | None) -> None:
-        if retry is None:
+        if not retry:
             with phase.lock:
                 phase.sent_at[n] = time.monotonic()
-        ack_ms, error = _send(client(), endpoint, body, retry)
+        stamp = str(int(time.time()))
+        headers = {
+            "Content-Type": "application/json",
+            "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": sign(SIGNING_SECRET, stamp, body),
+        }
+        if retry:
+            headers["X-Slack-Retry-Num"] = "1"
+        began = time.monotonic()
+        try:
+            status = local.client.post(endpoint, content=body, headers=headers).status_code
+            error = None if status == 200 else f"HTTP {status}"
+        except httpx.HTTPError as exc:
+            error = type(exc).__name__
         with phase.lock:
-            phase.acks_ms.append(ack_ms)
+            phase.acks_ms.append((time.monotonic() - began) * 1000)
             if error:
                 phase.errors.append(error)
 
@@ -118,11 +103,11 @@ def run_phase(phase: Phase, phase_no: int, url: str, users: int, duplicate_share
             if delay > 0:
                 time.sleep(delay)
             body = _payload(phase_no, n, users)
-            pool.submit(fire, n, body, None)
+            pool.submit(fire, n, body, False)
             if rng.random() < duplicate_share:
                 phase.duplicates_sent += 1
                 retry_due = due + rng.uniform(0.05, 1.0)  # Slack retries after its timeout, in parallel
-                timer = threading.Timer(max(0.0, retry_due - time.monotonic()), pool.submit, (fire, n, body, 1))
+                timer = threading.Timer(max(0.0, retry_due - time.monotonic()), pool.submit, (fire, n, body, True))
                 timer.start()
                 timers.append(timer)
         for timer in timers:  # every retry is submitted before the pool closes
@@ -157,8 +142,6 @@ def wait_for_replies(fake: FakeChannels, phase: Phase, phase_no: int, timeout: f
 def summarize(phase: Phase, fake: FakeChannels, phase_no: int) -> dict[str, Any]:
     posted = replies(fake, phase_no)
     e2e = [(min(times) - phase.sent_at[n]) * 1000 for n, times in posted.items() if n in phase.sent_at]
-    first = min(phase.sent_at.values()) if phase.sent_at else 0.0
-    last = max((t for times in posted.values() for t in times), default=first)
     unique = len(phase.sent_at)
     return {
         "rate_per_s": round(phase.rate, 2),
@@ -173,26 +156,20 @@ def summarize(phase: Phase, fake: FakeChannels, phase_no: int) -> dict[str, Any]
         "ack_ms": distribution(phase.acks_ms, (50, 99)),
         "acks_over_3s": sum(1 for ms in phase.acks_ms if ms >= SLACK_ACK_LIMIT_MS),
         "event_to_reply_ms": distribution(e2e, (50, 99)),
-        "throughput_replies_per_s": round(len(posted) / (last - first), 2) if last > first else None,
     }
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.channels", __doc__, keep=True)
-    parser.add_argument("--rate", type=float, default=5.0, help="sustained phase: events per second")
-    parser.add_argument("--seconds", type=float, default=20.0, help="sustained phase length")
-    parser.add_argument("--capacity-events", type=int, default=200, help="capacity phase: events sent at 100/s")
-    parser.add_argument("--burst-seconds", type=float, default=5.0, help="burst phase (10x the sustained rate)")
+    parser.add_argument("--rate", type=float, default=5.0, help="events per second")
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long to send them")
     parser.add_argument("--users", type=int, default=40, help="distinct Slack users (one DM session each)")
     parser.add_argument("--duplicate-share", type=float, default=0.3, help="share of events sent twice")
     parser.add_argument("--threads", type=int, default=64, help="client threads sending requests")
     parser.add_argument("--turn-concurrency", type=int, default=2, help="processes of the turns+channels worker")
     parser.add_argument("--reply-timeout", type=float, default=300.0, help="wait this long for every reply")
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_main(lambda: bench(parse_args(argv)))
+    args = parser.parse_args(argv)
+    return run_main(lambda: bench(args))
 
 
 def bench(args: argparse.Namespace) -> int:
@@ -218,35 +195,13 @@ def bench(args: argparse.Namespace) -> int:
         if len(replies(fake, 0)) < len(warm.sent_at):
             raise BenchError(f"warm-up events were not answered; worker log:\n{stack.workers[0].tail()}")
 
-        def phase(number: int, rate: float, seconds: float) -> Phase:
-            sent = Phase(rate=rate, seconds=seconds)
-            run_phase(sent, number, stack.url, args.users, args.duplicate_share, args.threads)
-            wait_for_replies(fake, sent, number, args.reply_timeout)
-            stack.check_alive()
-            return sent
-
-        sustained = phase(1, args.rate, args.seconds)
-        drained = summarize(phase(2, CAPACITY_RATE, args.capacity_events / CAPACITY_RATE), fake, 2)
-        measured = max(drained["throughput_replies_per_s"] or 0.0, 1.0)
-        burst = phase(3, 10 * measured, args.burst_seconds)
-        summary: dict[str, Any] = {
-            "sustained": summarize(sustained, fake, 1),
-            "capacity": drained,
-            "burst": summarize(burst, fake, 3),
-            "sustained_rate_per_s": measured,
-            "burst_rate_per_s": round(10 * measured, 2),
-            "config": {
-                "users": args.users,
-                "duplicate_share": args.duplicate_share,
-                "turn_worker_concurrency": args.turn_concurrency,
-                "auto_memory": False,
-                "cpus": os.cpu_count(),
-            },
-        }
+        sent = Phase(rate=args.rate, seconds=args.seconds)
+        run_phase(sent, 1, stack.url, args.users, args.duplicate_share, args.threads)
+        wait_for_replies(fake, sent, 1, args.reply_timeout)
+        stack.check_alive()
+        summary = summarize(sent, fake, 1)
         emit(outline(f"engram Slack channel benchmark ({os.cpu_count()} CPUs)", summary), summary, args.json)
-        exact = all(
-            summary[p]["replies_posted"] == summary[p]["events"] == summary[p]["events_answered"] for p in PHASES
-        )
+        exact = summary["replies_posted"] == summary["events"] == summary["events_answered"]
         run.keep = run.keep or not exact
         return 0 if exact else 1
 

@@ -1,23 +1,18 @@
-"""The web console's server time per page with a heavy user: 10,000 memories and 1,000 sessions.
-
-    python -m ops.bench.console [--memories 10000] [--sessions 1000] [--requests 60] [--json]
-
-One tenant of `--users` users loaded with SQL on an embedded Postgres and valkey (the heavy user's memories,
-sessions, chat turns and LLM calls; a little for the others), vacuumed and analysed. Then, signed in to the
-gateway's ASGI app in-process (Starlette's TestClient), each page is requested `--requests` times after 3
-warm-ups, send to last byte: the server's own time, which issue 29 asks to keep at p95 <= 100 ms.
+"""The web console's server time per page (issue 29: p95 <= 100 ms) with a heavy user loaded with SQL (10,000
+memories, 1,000 sessions), each page requested `--requests` times after 3 warm-ups in-process (Starlette's
+TestClient). docs/benchmarks.md lists the pages and the load.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ops.bench.harness import BenchError, BenchRun, bench_parser, emit, outline, percentile, run_main
+from ops.bench.harness import BenchError, BenchRun, bench_parser, distribution, emit, outline, run_main
+from ops.bench.stack import prepare_database
 
 TARGET_P95_MS = 100.0
 OTHER_MEMORIES = 20  # each of the other users'
@@ -31,20 +26,19 @@ def _scalar(cursor: Any) -> Any:
     return row[0]
 
 
-def _load(database_url: str, users: int, memories: int, sessions: int, messages: int) -> dict[str, Any]:
-    """One tenant, `users` users; the heavy one gets the memories and sessions. Set-based SQL: seconds."""
+def _load(database_url: str, users: int, memories: int, sessions: int, messages: int) -> int:
+    """`users` users of the tenant; the heavy one gets the memories and sessions; returns a memory's id."""
     import psycopg
 
     with psycopg.connect(database_url, autocommit=False) as conn:
-        tenant = _scalar(conn.execute("INSERT INTO tenants (name) VALUES ('bench-console') RETURNING id"))
+        tenant = _scalar(conn.execute("SELECT id FROM tenants WHERE name = 'bench'"))  # prepare_database's
         conn.execute(
             """INSERT INTO users (tenant_id, external_id, display_name)
                SELECT %s, CASE WHEN i = 1 THEN 'heavy' ELSE 'user-' || i END, 'User ' || i
                FROM generate_series(1, %s) i""",
             (tenant, users),
         )
-        heavy = conn.execute("SELECT id FROM users WHERE tenant_id = %s AND external_id = 'heavy'", (tenant,))
-        user = _scalar(heavy)
+        user = _scalar(conn.execute("SELECT id FROM users WHERE tenant_id = %s AND external_id = 'heavy'", (tenant,)))
         conn.execute(
             """INSERT INTO sessions (tenant_id, user_id, session_key, summary, compaction_count, updated_at)
                SELECT %s, %s, 'session-' || i, 'Summary of session ' || i, i %% 3, now() - make_interval(mins => i)
@@ -132,7 +126,7 @@ def _load(database_url: str, users: int, memories: int, sessions: int, messages:
     # As autovacuum would leave them after these inserts: planner statistics and a visibility map.
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("VACUUM (ANALYZE)")
-    return {"tenant": tenant, "memory_id": middle}
+    return middle
 
 
 def _pages(memory_id: int, sessions: int) -> dict[str, str]:
@@ -178,44 +172,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BenchError("every count must be at least 1")
 
     with BenchRun(keep=args.keep) as run:
-        from ops.embedded import EmbeddedRedis
-
-        database_url = run.database(None, "engram-bench-console-")
-        redis = EmbeddedRedis(run.workdir("engram-bench-console-redis-", what="redis data"))
-        redis_url = redis.start()
-        run.callback(redis.stop)
-        os.environ.update(
-            {
-                "ENGRAM_DATABASE_URL": database_url,
-                "ENGRAM_REDIS_URL": redis_url,
-                "ENGRAM_DATA_DIR": str(run.workdir("engram-bench-console-data-")),
-                "ENGRAM_LLM_PROVIDER": "offline",
-                "ENGRAM_LOG_LEVEL": "warning",  # not a log line per request in the report
-                "ENGRAM_RATE_LIMIT_KEY_PER_SECOND": "0",
-                "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0",
-            }
-        )
-        from shared.access.auth import register_key
-        from shared.infra import db
-        from shared.infra.migrate import apply_migrations
-
-        with db.connect() as conn:
-            apply_migrations(conn)
+        env = {"ENGRAM_LLM_PROVIDER": "offline", "ENGRAM_LOG_LEVEL": "warning"}  # no log line per request
+        env |= {"ENGRAM_RATE_LIMIT_KEY_PER_SECOND": "0", "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0"}
+        database_url = run.services("engram-bench-console-", env)
+        key = prepare_database(database_url)  # the migrations, and a key of the tenant the load fills
         started = time.monotonic()
-        loaded = _load(database_url, args.users, args.memories, args.sessions, args.messages)
+        memory_id = _load(database_url, args.users, args.memories, args.sessions, args.messages)
         load_s = time.monotonic() - started
-        key = "egm_bench-console-key"
-        with db.connect() as conn:
-            register_key(conn, loaded["tenant"], key, "bench")
-            conn.commit()
-        pages = _measure(key, _pages(loaded["memory_id"], args.sessions), args.requests)
-    max_p95 = max(page["p95_ms"] for page in pages.values())
+        pages = _measure(key, _pages(memory_id, args.sessions), args.requests)
+    max_p95 = max(page["p95"] or 0.0 for page in pages.values())
     summary = {
-        "users": args.users,
-        "memories": args.memories,
-        "sessions": args.sessions,
-        "messages_per_session": args.messages,
-        "requests_per_page": args.requests,
         "load_s": round(load_s, 1),
         "pages": pages,
         "max_p95_ms": max_p95,
@@ -225,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _measure(key: str, pages: dict[str, str], requests: int) -> dict[str, dict[str, float]]:
+def _measure(key: str, pages: dict[str, str], requests: int) -> dict[str, dict[str, float | int | None]]:
     from fastapi.testclient import TestClient
 
     from ops.gateway import create_app
@@ -240,23 +206,17 @@ def _measure(key: str, pages: dict[str, str], requests: int) -> dict[str, dict[s
     )
     if signed.status_code != 303 or form.status_code != 200:
         raise BenchError(f"could not sign in to the console: {signed.status_code} {signed.text[:200]}")
-    summary: dict[str, dict[str, float]] = {}
+    summary: dict[str, dict[str, float | int | None]] = {}
     for name, path in pages.items():
         times: list[float] = []
-        for attempt in range(requests + 3):
+        for _ in range(requests + 3):
             begin = time.perf_counter()
             response = client.get(path)
-            elapsed = (time.perf_counter() - begin) * 1000
+            times.append((time.perf_counter() - begin) * 1000)
             if response.status_code != 200:
                 raise BenchError(f"{path}: {response.status_code} {response.text[:300]}")
-            if attempt >= 3:
-                times.append(elapsed)
-        summary[name] = {
-            "p50_ms": round(percentile(times, 50) or 0.0, 1),
-            "p95_ms": round(percentile(times, 95) or 0.0, 1),
-            "max_ms": round(max(times), 1),
-        }
-        print(f"  {name}: p95 {summary[name]['p95_ms']} ms", file=sys.stderr, flush=True)
+        summary[name] = distribution(times[3:], (50, 95))  # after 3 warm-ups
+        print(f"  {name}: p95 {summary[name]['p95']} ms", file=sys.stderr, flush=True)
     return summary
 
 

@@ -1,27 +1,21 @@
 """Consolidation's second-level dedup, measured: word-overlap Jaccard vs the embedder's cosine on duplicate and
-non-duplicate pairs derived from LoCoMo at run time (never stored: CC BY-NC 4.0, evaluation only).
-
-    python -m ops.bench.dedup [--file locomo.json] [--json]
-
-A duplicate is an observation with the one turn it cites; not one, the observation with the turn at the same
-position of the speaker's next session, or with the turn the speaker's next observation cites. The guard set
-(two distinct observations of one speaker and session) gives `false_merge`; the chosen threshold is the best F1
-with false_merge <= 1 %. docs/benchmarks.md has the rule's details and its weaknesses.
+non-duplicate pairs derived from LoCoMo at run time (never stored: CC BY-NC 4.0, evaluation only), with a guard
+set of distinct facts for `false_merge`. docs/benchmarks.md has the labelling rule and its weaknesses.
 """
 
 from __future__ import annotations
 
-import json
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from ops.bench.harness import bench_parser, emit, outline
+from ops.bench.harness import BenchError, bench_parser, emit, outline, run_main
+from ops.bench.locomo_data import DEV_FILE, read_locomo
 
-DEFAULT_FILE = Path("/work/shared/bench/locomo-dev.json")
 JACCARD_THRESHOLDS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.75)
 COSINE_THRESHOLDS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)
 _DIA_ID = re.compile(r"D(\d+):(\d+)")
@@ -98,9 +92,8 @@ def derive_pairs(conversations: list[dict[str, Any]]) -> tuple[list[Pair], list[
 def scores(
     pairs: Sequence[Pair], threshold: float, similarity: Sequence[float], guard: Sequence[float]
 ) -> dict[str, float]:
-    tp = sum(1 for p, s in zip(pairs, similarity, strict=True) if s >= threshold and p.duplicate)
-    fp = sum(1 for p, s in zip(pairs, similarity, strict=True) if s >= threshold and not p.duplicate)
-    fn = sum(1 for p, s in zip(pairs, similarity, strict=True) if s < threshold and p.duplicate)
+    outcomes = [(s >= threshold, p.duplicate) for p, s in zip(pairs, similarity, strict=True)]
+    tp, fp, fn = (outcomes.count(outcome) for outcome in ((True, True), (True, False), (False, True)))
     precision = tp / (tp + fp) if tp + fp else 1.0
     recall = tp / (tp + fn) if tp + fn else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
@@ -141,7 +134,6 @@ def evaluate(pairs: Sequence[Pair], guard: Sequence[Pair], embed: Any) -> dict[s
     best = {"jaccard": _chosen(jaccard_rows), "cosine": _chosen(cosine_rows)}
     winner = max(best, key=lambda name: best[name]["f1"])
     return {
-        "bench": "dedup",
         "pairs": n,
         "duplicates": sum(p.duplicate for p in pairs),
         "guard_pairs": len(guard),
@@ -155,25 +147,26 @@ def evaluate(pairs: Sequence[Pair], guard: Sequence[Pair], embed: Any) -> dict[s
     }
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.dedup", __doc__)
-    parser.add_argument("--file", type=Path, default=DEFAULT_FILE, help="LoCoMo JSON (a list of conversations)")
+    parser.add_argument("--file", type=Path, default=DEV_FILE, help="LoCoMo JSON (a list of conversations)")
     args = parser.parse_args(argv)
-    try:
-        conversations = json.loads(args.file.read_text())
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"cannot read {args.file}: {exc}") from exc
-    pairs, guard = derive_pairs(conversations)
+    return run_main(lambda: bench(args.file, args.json))
+
+
+def bench(path: Path, as_json: bool) -> int:
+    pairs, guard = derive_pairs(read_locomo(path))
     if not pairs:
-        raise SystemExit(f"no labelled pairs could be derived from {args.file}")
+        raise BenchError(f"no labelled pairs could be derived from {path}")
     from shared.embeddings.providers import embedder_from_settings
     from shared.infra.config import get_settings
 
     embedder = embedder_from_settings(get_settings())
     result = evaluate(pairs, guard, embedder.embed)
     result["embedder"] = f"{embedder.provider}:{embedder.model}"
-    emit(outline("dedup: Jaccard vs cosine", result), result, args.json)
+    emit(outline("dedup: Jaccard vs cosine", result), result, as_json)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,25 +1,17 @@
-"""How much of what people say about themselves the offline rules extractor catches, against LoCoMo's
-per-session `observation` facts.
-
-    python -m ops.bench.extraction_coverage ../shared/bench/locomo-dev.json [--json]
-
-Every turn is one user message of its speaker, read by `offline_extract` (`name_speakers`, as the pipeline reads
-a two-person conversation). An observation is covered when a fact extracted from one of its evidence turns shares
-a content word with it (not a stopword, not a speaker's name): recall of the rules, not the truth of their facts.
-"""
+"""The offline rules extractor against LoCoMo's per-session `observation` facts: an observation is covered when
+a fact extracted from one of its evidence turns (each turn one user message of its speaker) shares a content
+word with it. `python -m ops.bench.extraction_coverage FILE [--json]`; docs/benchmarks.md has the details."""
 
 from __future__ import annotations
 
-import json
 import re
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ops.bench.harness import BenchError, bench_parser, emit, outline, run_main
-from ops.bench.locomo_data import normalise_dia_id
+from ops.bench.harness import bench_parser, emit, outline, run_main
+from ops.bench.locomo_data import normalise_dia_id, parse_conversations, read_locomo
 from shared.pipeline.extraction import TranscriptMessage
 from shared.pipeline.offline_extraction import offline_extract
 from shared.text import words
@@ -42,28 +34,16 @@ def content_words(text: str, names: frozenset[str]) -> frozenset[str]:
 
 def measure(data: list[dict[str, Any]]) -> dict[str, Any]:
     observations = covered = facts_total = turns_total = 0
-    families: Counter[str] = Counter()
-    for sample in data:
+    for sample, conversation in zip(data, parse_conversations(data), strict=True):
         body = sample.get("conversation") or {}
         names = frozenset(w for key in ("speaker_a", "speaker_b") for w in words(str(body.get(key, ""))) if len(w) >= 2)
         extracted: dict[str, list[str]] = {}  # dia_id → the facts its turn gave
-        for turns in body.values():
-            if not isinstance(turns, list):
-                continue
-            for turn in turns:
-                dia_id = normalise_dia_id(str(turn.get("dia_id", "")))
-                text = str(turn.get("text", "")).strip()
-                if dia_id is None or not text:
-                    continue
-                turns_total += 1
-                message = TranscriptMessage(0, "user", text, str(turn.get("speaker") or ""))
-                facts = offline_extract([message], name_speakers=True)
-                values = []
-                for category, fact_key, value in facts.items():
-                    families[category] += 1
-                    values.append(f"{fact_key} {value}")
-                facts_total += len(values)
-                extracted[dia_id] = values
+        for turn in conversation.turns:
+            message = TranscriptMessage(0, "user", turn.said.strip(), turn.speaker)
+            values = [f"{key} {value}" for _, key, value in offline_extract([message], name_speakers=True).items()]
+            facts_total += len(values)
+            extracted[turn.dia_id] = values
+        turns_total += len(conversation.turns)
         for key, by_speaker in (sample.get("observation") or {}).items():
             if not _SESSION_OBSERVATION.fullmatch(key) or not isinstance(by_speaker, dict):
                 continue
@@ -86,8 +66,6 @@ def measure(data: list[dict[str, Any]]) -> dict[str, Any]:
         "coverage": round(covered / observations, 4) if observations else None,
         "turns": turns_total,
         "facts": facts_total,
-        "facts_per_turn": round(facts_total / turns_total, 4) if turns_total else None,
-        "facts_by_category": dict(families.most_common()),
     }
 
 
@@ -97,16 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def bench() -> int:
-        path = Path(args.file)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise BenchError(f"cannot read {path}: {exc.strerror or exc}") from exc
-        except ValueError as exc:
-            raise BenchError(f"{path}: not JSON ({exc})") from exc
-        if not isinstance(data, list):
-            raise BenchError(f"{path}: expected a JSON list of conversations")
-        result = measure(data)
+        result = measure(read_locomo(Path(args.file)))
         emit(outline("offline rules extraction vs LoCoMo observations", result), result, args.json)
         return 0
 

@@ -1,6 +1,5 @@
-"""What every benchmark under ops/bench shares: one percentile definition, one latency summary, one
-`--json` convention (the last line of stdout is one JSON object), the error exit (`run_main`), the run's
-cleanup (`BenchRun`) and process measurements (peak memory, CPU seconds per process tree)."""
+"""What every benchmark under ops/bench shares: percentiles and summaries, the `--json` convention (the last
+line of stdout is one JSON object), the error exit, the run's cleanup and process measurements."""
 
 from __future__ import annotations
 
@@ -8,6 +7,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import shutil
 import signal
 import sys
@@ -17,14 +17,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import psutil
 
-from ops.bench.stack import BenchError, Terminated, raise_on_sigterm
-
-if TYPE_CHECKING:
-    from ops.embedded import EmbeddedPostgres
+from ops.bench.stack import BenchError, Terminated, raise_on_sigterm, stop_quietly
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -55,6 +52,10 @@ def distribution(
     return summary
 
 
+def mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def ratio(numerator: float | None, denominator: float | None, digits: int = 2) -> float | None:
     """numerator / denominator, or None when either is missing or the denominator is 0."""
     if numerator is None or denominator is None or denominator == 0:
@@ -63,21 +64,13 @@ def ratio(numerator: float | None, denominator: float | None, digits: int = 2) -
 
 
 def bench_parser(module: str, doc: str | None, keep: bool | str = False) -> argparse.ArgumentParser:
-    """`python -m <module>`'s parser, described by the docstring's first line, with --json and, with
-    `keep` (True, or its help), --keep."""
+    """`python -m <module>`'s parser with --json and, with `keep` (True, or its help), --keep."""
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n")[0] or None)
-    parser.add_argument(
-        "--json", action="store_true", help="after the report, print the figures as one JSON object (the last line)"
-    )
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object, the last line")
     if keep:
-        add_keep_flag(parser, *([keep] if isinstance(keep, str) else []))
+        help = keep if isinstance(keep, str) else "keep the temporary directory (logs, data)"
+        parser.add_argument("--keep", action="store_true", help=help)
     return parser
-
-
-def add_keep_flag(
-    parser: argparse.ArgumentParser | argparse._ArgumentGroup, help: str = "keep the temporary directory (logs, data)"
-) -> None:
-    parser.add_argument("--keep", action="store_true", help=help)
 
 
 def emit(report: str, summary: Mapping[str, Any], as_json: bool) -> None:
@@ -89,8 +82,8 @@ def emit(report: str, summary: Mapping[str, Any], as_json: bool) -> None:
 
 
 def outline(title: str, summary: Mapping[str, Any], indent: str = "  ") -> str:
-    """A JSON summary as the human report: the title, then one line per figure, nested sections indented
-    under their name (a section of plain figures, or a list of them, on one line each)."""
+    """A JSON summary as the human report: the title, then one line per figure, sections indented under
+    their name (a section of plain figures, or a list of them, on one line each)."""
 
     def lines(value: Mapping[str, Any], depth: int) -> list[str]:
         out: list[str] = []
@@ -123,8 +116,7 @@ def _figure(value: Any) -> str:
 
 
 def run_main(main: Callable[[], int], error_code: int = 1) -> int:
-    """main(), with a BenchError as `error: …` on stderr and exit code `error_code`, and Ctrl-C or SIGTERM
-    as exit code 130: never a traceback for a condition the benchmark itself detected."""
+    """main(), with a BenchError as `error: …` on stderr and `error_code`, Ctrl-C or SIGTERM as 130."""
     try:
         return main()
     except BenchError as exc:
@@ -136,11 +128,8 @@ def run_main(main: Callable[[], int], error_code: int = 1) -> int:
 
 
 class BenchRun(contextlib.ExitStack):
-    """One run's lifetime (`with BenchRun(keep=args.keep) as run:`). SIGTERM raises `Terminated` (a
-    KeyboardInterrupt) inside it; on exit, what the benchmark registered is undone in reverse order with
-    SIGINT and SIGTERM ignored (a second Ctrl-C must not leave servers behind), then the previous handlers
-    come back. `workdir()` makes a temporary directory, removed at the end unless `keep` is set (by
-    --keep, by the benchmark, or by a BenchError: the logs say why)."""
+    """One run's lifetime: SIGTERM raises `Terminated` inside it; on exit, what was registered is undone in
+    reverse order with SIGINT and SIGTERM ignored. Workdirs are removed unless `keep` (or a BenchError)."""
 
     def __init__(self, keep: bool = False) -> None:
         super().__init__()
@@ -160,15 +149,28 @@ class BenchRun(contextlib.ExitStack):
 
     def database(self, url: str | None, prefix: str) -> str:
         """`url` when given, else an embedded Postgres in a new workdir, stopped at the end of the run."""
-        if url:
-            return url
+        return url or self._postgres(self.workdir(prefix, what="data"))
+
+    def _postgres(self, workdir: Path) -> str:
         from ops.embedded import EmbeddedPostgres
 
-        workdir = self.workdir(prefix, what="data")
         server = EmbeddedPostgres(workdir / "postgres")
-        self.callback(_stop_postgres, server)
+        self.callback(stop_quietly, server)
         print(f"starting an embedded Postgres in {workdir} ...", file=sys.stderr, flush=True)
         return server.start()
+
+    def services(self, prefix: str, env: Mapping[str, str]) -> str:
+        """For a benchmark that runs engram in-process: an embedded Postgres and valkey, their URLs, a data
+        dir and `env` in os.environ (engram's settings); returns the database URL."""
+        from ops.embedded import EmbeddedRedis
+
+        workdir = self.workdir(prefix)
+        database_url = self._postgres(workdir)
+        redis = EmbeddedRedis(workdir / "valkey")
+        self.callback(stop_quietly, redis)
+        urls = {"ENGRAM_DATABASE_URL": database_url, "ENGRAM_REDIS_URL": redis.start()}
+        os.environ.update({**urls, "ENGRAM_DATA_DIR": str(workdir / "data"), **env})
+        return database_url
 
     def _remove_workdir(self, path: Path, what: str) -> None:
         if self.keep:
@@ -191,13 +193,6 @@ class BenchRun(contextlib.ExitStack):
         finally:
             for signum, handler in self._saved.items():
                 signal.signal(signum, handler)
-
-
-def _stop_postgres(server: EmbeddedPostgres) -> None:
-    try:
-        server.stop()
-    except Exception as exc:  # the rest of the cleanup still runs
-        print(f"warning: could not stop the embedded Postgres: {exc}", file=sys.stderr)
 
 
 MB = 1024 * 1024
@@ -225,8 +220,8 @@ class Peak:
 
 
 class MemorySampler(threading.Thread):
-    """Peak RSS (and PSS, which splits the pages prefork children share, unless `pss=False`: slow to read) of
-    process trees (single processes with `tree=False`), sampled every `interval` s and on entry and exit."""
+    """Peak RSS (and PSS unless `pss=False`: slow to read) of process trees (single processes with
+    `tree=False`), sampled every `interval` s and on entry and exit."""
 
     def __init__(self, roots: Mapping[str, int], interval: float = 0.1, tree: bool = True, pss: bool = True) -> None:
         super().__init__(name="memory-sampler", daemon=True)
@@ -276,31 +271,21 @@ class MemorySampler(threading.Thread):
         self.sample()  # in case the peak came after the last tick
 
 
-def cpu_seconds(roots: Mapping[str, int], own: str | None = None, reaped: bool = True) -> dict[str, float]:
-    """CPU seconds (user + system) each process tree has used: the root, its live descendants and (with
-    `reaped`) its reaped children. The root named `own` (the benchmark's process, whose children are
-    counted under their own names) counts alone; a tree that is gone counts 0."""
+def cpu_seconds(roots: Mapping[str, int], own: str | None = None) -> dict[str, float]:
+    """CPU seconds (user + system) of each process tree: the root, its live descendants and its reaped
+    children; the root named `own` (the benchmark's process) counts alone; a tree that is gone counts 0."""
     out: dict[str, float] = {}
     for name, pid in roots.items():
-        total = 0.0
-        descendants: list[psutil.Process] = []
-        try:
+        out[name] = 0.0
+        with contextlib.suppress(psutil.Error):
             root = psutil.Process(pid)
             times = root.cpu_times()
-            total += times.user + times.system
-            if name != own:
-                if reaped:
-                    total += times.children_user + times.children_system
-                descendants = root.children(recursive=True)
-        except psutil.Error:
-            pass
-        for proc in descendants:
-            try:
-                times = proc.cpu_times()
-                total += times.user + times.system
-            except psutil.Error:
-                continue
-        out[name] = total
+            out[name] += times.user + times.system
+            if name != own:  # its reaped children, then its live descendants
+                out[name] += times.children_user + times.children_system
+                for proc in root.children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        out[name] += sum(proc.cpu_times()[:2])
     return out
 
 

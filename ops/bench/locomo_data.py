@@ -12,6 +12,7 @@ from typing import Any
 
 from ops.bench.harness import BenchError
 
+DEV_FILE = Path("/work/shared/bench/locomo-dev.json")
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 EXCLUDED_CATEGORIES = frozenset({5})  # adversarial: no evidence to retrieve
 
@@ -44,7 +45,6 @@ class Conversation:
     sample_id: str
     turns: list[Turn]
     questions: list[Question]
-    skipped_questions: int = 0  # no usable evidence (adversarial, or every id unknown)
 
 
 def normalise_dia_id(raw: str) -> str | None:
@@ -82,10 +82,24 @@ def turn_text(turn: dict[str, Any]) -> str:
     return text
 
 
-def load_conversations(path: Path) -> list[Conversation]:
-    data = json.loads(path.read_text(encoding="utf-8"))
+def read_locomo(path: Path) -> list[dict[str, Any]]:
+    """The file's JSON list of conversations, as every LoCoMo benchmark reads it; a BenchError says why not."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BenchError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise BenchError(f"{path}: not a LoCoMo-format JSON file ({exc})") from exc
     if not isinstance(data, list):
         raise BenchError(f"{path}: expected a JSON list of conversations")
+    return data
+
+
+def load_conversations(path: Path) -> list[Conversation]:
+    return parse_conversations(read_locomo(path))
+
+
+def parse_conversations(data: list[dict[str, Any]]) -> list[Conversation]:
     conversations = []
     for index, sample in enumerate(data):
         body = sample.get("conversation") or {}
@@ -115,10 +129,8 @@ def load_conversations(path: Path) -> list[Conversation]:
         for qa in sample.get("qa") or []:
             category = int(qa.get("category", 0))
             evidence = parse_evidence(qa.get("evidence") or [], known)
-            if category in EXCLUDED_CATEGORIES or not evidence:
-                conversation.skipped_questions += 1
-                continue
-            conversation.questions.append(Question(str(qa.get("question", "")), category, evidence))
+            if category not in EXCLUDED_CATEGORIES and evidence:  # questions without evidence are left out
+                conversation.questions.append(Question(str(qa.get("question", "")), category, evidence))
         conversations.append(conversation)
     return conversations
 

@@ -1,12 +1,6 @@
 """Maintenance jobs at scale: decay, consolidation, enrichment, reflection and cache eviction over synthetic
-users, each run once in-process through beat's entry point (shared.maintenance.jobs.run), on an embedded
-Postgres and valkey, with the fake LLM answering after `--llm-latency-ms` (`--offline`: the offline rules).
-
-    python -m ops.bench.maintenance [--users 1000] [--memories 100] [--llm-latency-ms 50] [--json]
-
-Per user: `--memories` facts and preferences spread over two years (3 in the last week), an idle session of 6
-messages, embedding-cache rows half unused for 40 days. Per job: duration, memories touched per second, peak RSS,
-LLM calls per 1,000 memories and the job's counts.
+users (`--users` x `--memories`), each run once in-process through beat's entry point on an embedded Postgres and
+valkey, the fake LLM answering after `--llm-latency-ms`: per job its duration, memories touched and LLM calls.
 """
 
 from __future__ import annotations
@@ -18,12 +12,9 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ops.bench.harness import BenchRun, MemorySampler, bench_parser, emit, megabytes, outline, ratio, run_main
-
-if TYPE_CHECKING:
-    from ops.fake_llm import FakeLLM
 
 JOB_ORDER = ("enrichment", "consolidation", "decay", "reflection", "cache-eviction")
 
@@ -99,102 +90,65 @@ def seed(conn: Any, users: int, memories: int, now: datetime) -> int:
     return users * memories
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ops.embedded import EmbeddedPostgres, EmbeddedRedis
+def run(args: argparse.Namespace) -> int:
     from ops.fake_llm import FakeLLM
-    from shared.infra import db
-
-    with BenchRun() as cleanup:
-        workdir = cleanup.workdir("engram-bench-maint-")
-        postgres = EmbeddedPostgres(workdir / "postgres")
-        cleanup.callback(postgres.stop)
-        redis = EmbeddedRedis(workdir / "valkey")
-        cleanup.callback(redis.stop)
-        cleanup.callback(db.close_pool)
-        fake = FakeLLM(latency_s=args.llm_latency_ms / 1000)
-        fake.default = fake_answer
-        cleanup.callback(fake.stop)
-        os.environ["ENGRAM_DATABASE_URL"] = postgres.start()
-        os.environ["ENGRAM_REDIS_URL"] = redis.start()
-        os.environ["ENGRAM_DATA_DIR"] = str(workdir / "data")
-        os.environ["ENGRAM_MAINTENANCE_DAILY_TOKEN_BUDGET"] = "0"
-        os.environ["ENGRAM_JOB_PAGE_SIZE"] = str(args.page_size)
-        fake.start()
-        os.environ["ENGRAM_LLM_PROVIDER"] = "offline" if args.offline else "anthropic"
-        if not args.offline:
-            os.environ["ENGRAM_ANTHROPIC_API_KEY"] = "bench"
-            os.environ["ENGRAM_ANTHROPIC_BASE_URL"] = fake.anthropic_base_url
-        return run_jobs(args, fake)
-
-
-def run_jobs(args: argparse.Namespace, fake: FakeLLM) -> dict[str, Any]:
     from shared.infra import db
     from shared.infra.config import get_settings
     from shared.infra.migrate import apply_migrations
     from shared.maintenance import jobs
 
-    settings = get_settings()
-    with db.connect() as conn:
-        apply_migrations(conn)
-    now = datetime.now(UTC)
-    began = time.monotonic()
-    with db.connection() as conn:
-        total = seed(conn, args.users, args.memories, now)
-    seeded_s = time.monotonic() - began
-    results: dict[str, Any] = {}
-    for name in args.jobs:
-        calls_before = len(fake.requests)
-        with MemorySampler({"bench": os.getpid()}, interval=0.05, tree=False, pss=False) as rss:
-            started = time.monotonic()
-            result = jobs.run(name, settings, as_of=now)
-            seconds = time.monotonic() - started
-        calls = len(fake.requests) - calls_before
-        touched = sum(
-            result.counts.get(k, 0)
-            for k in ("examined", "memories_enriched", "messages_read", "reflections_written", "evicted")
-        )
-        results[name] = {
-            "seconds": round(seconds, 2),
-            "touched_per_second": ratio(touched, seconds, 1),
-            "peak_rss_mb": megabytes(rss.peaks["bench"].rss),
-            "llm_calls": calls,
-            "llm_calls_per_1000_memories": round(calls * 1000 / total, 2),
-            "changed": result.changed,
-            "counts": result.counts,
-        }
-        print(f"{name}: {seconds:.2f} s", file=sys.stderr, flush=True)
-    return {
-        "bench": "maintenance",
-        "users": args.users,
-        "memories_per_user": args.memories,
-        "memories": total,
-        "seed_seconds": round(seeded_s, 1),
-        "llm_latency_ms": args.llm_latency_ms,
-        "provider": "offline" if args.offline else "fake-anthropic",
-        "jobs": results,
-    }
+    with BenchRun() as cleanup:
+        fake = FakeLLM(latency_s=args.llm_latency_ms / 1000)
+        fake.default = fake_answer
+        cleanup.callback(fake.stop)
+        fake.start()
+        env = {"ENGRAM_MAINTENANCE_DAILY_TOKEN_BUDGET": "0", "ENGRAM_LLM_PROVIDER": "anthropic"}
+        env |= {"ENGRAM_ANTHROPIC_API_KEY": "bench", "ENGRAM_ANTHROPIC_BASE_URL": fake.anthropic_base_url}
+        cleanup.services("engram-bench-maint-", env)
+        cleanup.callback(db.close_pool)
+        settings = get_settings()
+        with db.connect() as conn:
+            apply_migrations(conn)
+        now = datetime.now(UTC)
+        began = time.monotonic()
+        with db.connection() as conn:
+            total = seed(conn, args.users, args.memories, now)
+        seeded_s = time.monotonic() - began
+        results: dict[str, Any] = {}
+        for name in args.jobs:
+            calls_before = len(fake.requests)
+            with MemorySampler({"bench": os.getpid()}, interval=0.05, tree=False, pss=False) as rss:
+                started = time.monotonic()
+                result = jobs.run(name, settings, as_of=now)
+                seconds = time.monotonic() - started
+            calls = len(fake.requests) - calls_before
+            touched = sum(
+                result.counts.get(k, 0)
+                for k in ("examined", "memories_enriched", "messages_read", "reflections_written", "evicted")
+            )
+            results[name] = {
+                "seconds": round(seconds, 2),
+                "touched_per_second": ratio(touched, seconds, 1),
+                "peak_rss_mb": megabytes(rss.peaks["bench"].rss),
+                "llm_calls": calls,
+                "llm_calls_per_1000_memories": round(calls * 1000 / total, 2),
+                "changed": result.changed,
+                "counts": result.counts,
+            }
+            print(f"{name}: {seconds:.2f} s", file=sys.stderr, flush=True)
+    summary = {"memories": total, "seed_seconds": round(seeded_s, 1), "jobs": results}
+    emit(outline("maintenance jobs", summary), summary, args.json)
+    return 0
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.maintenance", __doc__)
     parser.add_argument("--users", type=int, default=1000)
     parser.add_argument("--memories", type=int, default=100, help="memories per user")
     parser.add_argument("--llm-latency-ms", type=float, default=50.0, help="fake model latency per call")
-    parser.add_argument("--page-size", type=int, default=200, help="ENGRAM_JOB_PAGE_SIZE")
-    parser.add_argument("--offline", action="store_true", help="the offline rules instead of the fake model")
     parser.add_argument("--jobs", type=lambda s: s.split(","), default=list(JOB_ORDER), help="comma-separated")
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-
-    def bench() -> int:
-        summary = run(args)
-        emit(outline("maintenance jobs", summary), summary, args.json)
-        return 0
-
-    return run_main(bench)
+    args = parser.parse_args(argv)
+    return run_main(lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,6 @@
-"""engram side by side with a peer memory library (mem0) on the same LoCoMo-format file.
-
-    python -m ops.bench.peer [path/to/locomo.json] [--limit-conversations N] [--limit-questions N]
-                             [--database-url URL] [--json]
-
-One process, one Postgres, the bundled all-MiniLM-L6-v2 for both, one thread each (engram on its configured
-backend; mem0 on torch, with pgvector, `infer=False`, telemetry off: nothing reaches the network). engram stores
-as ops/bench/locomo_retrieval.py's episodes and searches as the product does; mem0 adds each conversation and
-searches with top_k=10. Who goes first alternates per conversation and per question. Figures per system:
-recall@10, search p50/p95 with the query embedding, ingest turns/s until vector-searchable, and engram/peer.
+"""engram side by side with mem0 on the same LoCoMo-format file, in one process on one Postgres with the same
+bundled MiniLM: recall@10, search p50/p95 with the query embedding, ingest turns/s until vector-searchable, and
+engram / mem0 ratios. Who goes first alternates per conversation and per question; docs/benchmarks.md has more.
 """
 
 from __future__ import annotations
@@ -25,8 +18,8 @@ from typing import Any
 
 from ops.bench import locomo_retrieval as locomo
 from ops.bench.harness import BenchError, BenchRun, bench_parser, distribution, emit, outline, ratio, run_main
+from ops.bench.locomo_data import DEV_FILE
 
-DEFAULT_FILE = Path("/work/shared/bench/locomo-dev.json")
 TOP_K = 10
 
 
@@ -40,7 +33,7 @@ class Tally:
     def figures(self) -> dict[str, Any]:
         latency = distribution(self.latencies_ms, (50, 95))
         return {
-            "recall_at_10": round(sum(self.recalls) / len(self.recalls), 4) if self.recalls else None,
+            "recall_at_10": ratio(sum(self.recalls), len(self.recalls), 4),
             "search_p50_ms": latency["p50"],
             "search_p95_ms": latency["p95"],
             "searches": latency["n"],
@@ -90,7 +83,6 @@ def summarise(tallies: dict[str, Tally], ours: str, peer: str) -> dict[str, Any]
             "search_p95": ratio(mine["search_p95_ms"], theirs["search_p95_ms"]),
             "ingest_rate": ratio(mine["ingest_turns_per_s"], theirs["ingest_turns_per_s"]),
         },
-        "load_average": [round(value, 2) for value in os.getloadavg()],
     }
 
 
@@ -99,23 +91,18 @@ class Engram:
 
     def __init__(self, conn: Any) -> None:
         from shared.access.auth import ensure_tenant
-        from shared.infra.config import get_settings
         from shared.memory.service import process_embedder
 
         self.conn = conn
         self.embedder = process_embedder()  # the settings' embedder, `query_vector`'s too
         self.embedder.embed(["warm-up"])  # load the model (and pin torch to one thread) outside the timings
-        self.backend = get_settings().embedding_backend
         self.tenant_id = ensure_tenant(conn, f"peer-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
         conn.commit()
-        self.times = locomo.IngestTimes()
         self.ingested: dict[str, locomo.Ingested] = {}
         self.options = locomo.options_for("hybrid")
 
     def ingest(self, conversation: locomo.Conversation) -> None:
-        self.ingested[conversation.sample_id] = locomo.ingest(
-            self.conn, self.embedder, self.tenant_id, conversation, self.times
-        )
+        self.ingested[conversation.sample_id] = locomo.ingest(self.conn, self.embedder, self.tenant_id, conversation)
 
     def search(self, conversation: locomo.Conversation, question: str, k: int) -> list[frozenset[str]]:
         from shared.memory.search import search
@@ -126,7 +113,7 @@ class Engram:
         vector = query_vector(self.conn, question)
         results = search(self.conn, ingested.scope, question, query_vector=vector, options=self.options)
         self.conn.commit()  # search sets transaction-local HNSW options; start each query afresh
-        return [frozenset(ingested.dia_ids.get(r.id, ())) if r.id is not None else frozenset() for r in results]
+        return [ingested.found(r) for r in results]
 
 
 class Mem0:
@@ -208,7 +195,6 @@ def run(args: argparse.Namespace, conversations: list[locomo.Conversation]) -> i
     summary = summarise(tallies, engram.name, peer.name)
     summary["file"] = str(args.file)
     summary["conversations"] = len(conversations)
-    summary["engram_embedding_backend"] = engram.backend
     summary["engram_embedding_model"] = engram.embedder.model  # what `auto` chose for the run's database
     emit(outline(f"{engram.name} and {peer.name} (ratios: engram / mem0)", summary), summary, args.json)
     return 0
@@ -216,9 +202,7 @@ def run(args: argparse.Namespace, conversations: list[locomo.Conversation]) -> i
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = bench_parser("ops.bench.peer", __doc__)
-    parser.add_argument(
-        "file", nargs="?", default=str(DEFAULT_FILE), help=f"LoCoMo-format JSON (default {DEFAULT_FILE})"
-    )
+    parser.add_argument("file", nargs="?", default=str(DEV_FILE), help=f"LoCoMo-format JSON (default {DEV_FILE})")
     parser.add_argument("--limit-conversations", type=int, default=None, metavar="N")
     parser.add_argument("--limit-questions", type=int, default=None, metavar="N", help="questions asked in all")
     parser.add_argument("--database-url", default=None, help="default ENGRAM_DATABASE_URL, else embedded Postgres")
@@ -230,17 +214,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def load(args: argparse.Namespace) -> list[locomo.Conversation]:
-    conversations = locomo.read_conversations(args)
-    if not any(conversation.turns for conversation in conversations):
-        raise BenchError(f"{args.file}: no turns to ingest")
-    return conversations
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-
-    return run_main(lambda: run(args, load(args)))  # a bad file is refused before anything starts
+    return run_main(lambda: run(args, locomo.read_conversations(args)))  # a bad file is refused before anything starts
 
 
 if __name__ == "__main__":

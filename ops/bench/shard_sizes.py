@@ -1,10 +1,6 @@
-"""Bytes on disk per row and per user, measured: the inputs of the sharding plan (docs/operations/sharding.md).
-
-    python -m ops.bench.shard_sizes [--users 100] [--dims 384] [--memories 200] [--messages 400] [--json]
-
-On an embedded Postgres with the migrations and the product's HNSW index, `--users` users of one profile are
-loaded with SQL (random unit vectors, text drawn from a 2,000-word vocabulary), then after VACUUM ANALYZE each
-table's rows, total bytes (`pg_total_relation_size`), heap and index bytes, the HNSW index and the total per user.
+"""Bytes on disk per row and per user, the inputs of the sharding plan (docs/operations/sharding.md): `--users`
+users of one profile loaded with SQL into an embedded Postgres with the product's HNSW index, then each table's
+rows and bytes after VACUUM ANALYZE, the HNSW index and the total per user.
 """
 
 from __future__ import annotations
@@ -20,6 +16,8 @@ from psycopg.rows import dict_row
 from ops.bench.harness import BenchRun, bench_parser, emit, outline, run_main
 from shared.infra.migrate import apply_migrations
 
+SESSION_MESSAGES = 40
+MEMORY_WORDS, USER_WORDS, REPLY_WORDS = 12, 20, 60  # words of a memory, a user message, a reply
 _WORDS = "(SELECT array_agg('w' || md5(i::text)::varchar(6)) FROM generate_series(1, 2000) i)"
 
 
@@ -46,7 +44,7 @@ def load(conn: psycopg.Connection[dict[str, Any]], args: argparse.Namespace) -> 
     )
     conn.execute(f"ALTER TABLE memory_chunks ALTER COLUMN embedding TYPE vector({d}) USING NULL")
     conn.execute("CREATE INDEX memory_chunks_embedding_hnsw ON memory_chunks USING hnsw (embedding vector_cosine_ops)")
-    sessions_per_user = max(1, args.messages // args.session_messages)
+    sessions_per_user = max(1, args.messages // SESSION_MESSAGES)
     conn.execute(
         """INSERT INTO sessions (tenant_id, user_id, session_key, summary)
            SELECT 1, u.id, 's' || g, NULL FROM users u, generate_series(1, %s) g""",
@@ -58,13 +56,13 @@ def load(conn: psycopg.Connection[dict[str, Any]], args: argparse.Namespace) -> 
            SELECT 1, s.user_id, s.id, 'done', 'ok', '{"llm_calls": 1, "input_tokens": 900}',
                   '{"llm_ms": 800, "run_ms": 900}', now(), now()
              FROM sessions s, generate_series(1, %s) g""",
-        (args.session_messages // 2,),
+        (SESSION_MESSAGES // 2,),
     )
     conn.execute("ALTER TABLE session_messages DISABLE TRIGGER session_messages_transcript_units")
     conn.execute(
         f"""INSERT INTO session_messages (tenant_id, user_id, session_id, turn_id, role, content, token_estimate)
             SELECT 1, t.user_id, t.session_id, t.id, r.role,
-                   CASE WHEN r.role = 'user' THEN {_text(args.user_words)} ELSE {_text(args.reply_words)} END, 60
+                   CASE WHEN r.role = 'user' THEN {_text(USER_WORDS)} ELSE {_text(REPLY_WORDS)} END, 60
               FROM (SELECT {_WORDS} AS vocab) v, turns t, (VALUES (1, 'user'), (2, 'assistant')) r(n, role),
                    LATERAL (SELECT t.id AS g) gg(g)
              ORDER BY t.id, r.n"""
@@ -80,7 +78,7 @@ def load(conn: psycopg.Connection[dict[str, Any]], args: argparse.Namespace) -> 
     conn.execute(
         f"""INSERT INTO memories (tenant_id, user_id, namespace, key, value, kind, tags, metadata, embedded_at,
                                   content_key)
-            SELECT 1, u.id, 'tacit/facts', 'fact-' || g, {_text(args.memory_words)}, 'fact', ARRAY['topic'],
+            SELECT 1, u.id, 'tacit/facts', 'fact-' || g, {_text(MEMORY_WORDS)}, 'fact', ARRAY['topic'],
                    jsonb_build_object('reinforced_count', 1, 'first_observed', now()), now(),
                    sha256(convert_to(u.id || ':' || g, 'UTF8'))
               FROM (SELECT {_WORDS} AS vocab) v, users u, generate_series(1, %s) g""",
@@ -159,12 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--memories", type=int, default=200, help="memories per user")
     parser.add_argument("--entities", type=int, default=50, help="entities per user")
     parser.add_argument("--messages", type=int, default=400, help="messages per user")
-    parser.add_argument("--session-messages", type=int, default=40, help="messages per session")
-    parser.add_argument("--memory-words", type=int, default=12)
-    parser.add_argument("--user-words", type=int, default=20)
-    parser.add_argument("--reply-words", type=int, default=60)
     args = parser.parse_args(argv)
-    if min(args.users, args.dims, args.memories, args.entities, args.messages, args.session_messages) < 2:
+    if min(args.users, args.dims, args.memories, args.entities, args.messages) < 2:
         parser.error("every count must be at least 2")
     return run_main(lambda: bench(args))
 

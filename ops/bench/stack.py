@@ -1,6 +1,5 @@
-"""A private engram stack for benchmarks in a temporary directory: embedded Postgres and valkey, the
-gateway, Celery workers (one on every queue, or `workers`, e.g. `engram up`'s `up_workers()`), beat if
-asked, and the fake LLM (ops/fake_llm.py) as a process of its own unless the caller runs one (`llm_url`)."""
+"""A private engram stack for benchmarks in a temporary directory: embedded Postgres and valkey, the gateway,
+Celery workers (one on every queue, or `workers`), beat if asked, and the fake LLM unless `llm_url` is given."""
 
 from __future__ import annotations
 
@@ -80,11 +79,7 @@ class Child:
         assert self.proc is not None
         return self.proc.pid
 
-    def exit_code(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
-
     def tail(self, chars: int | None = 3000) -> str:
-        """The log's last `chars` characters (None: all of it)."""
         try:
             text = self.log_path.read_text(errors="replace")
         except FileNotFoundError:
@@ -92,7 +87,7 @@ class Child:
         return text if chars is None else text[-chars:]
 
     def check_alive(self) -> None:
-        code = self.exit_code()
+        code = None if self.proc is None else self.proc.poll()
         if code is not None:
             raise BenchError(f"{self.name} exited with code {code}; log tail:\n{self.tail()}")
 
@@ -128,12 +123,9 @@ class LocalStack:
     ) -> None:
         self.workdir = workdir
         self.ready_timeout = ready_timeout  # seconds for the gateway to answer /readyz
-        self.worker_concurrency = worker_concurrency
         self.llm_latency_ms = llm_latency_ms  # only for the fake this stack starts itself
-        self.llm_url = llm_url  # an Anthropic-format server the caller runs; None = start the fake here
-        self.worker_specs = (
-            tuple(workers) if workers is not None else (WorkerSpec("worker", QUEUES, worker_concurrency),)
-        )
+        self.llm_url = llm_url
+        self.worker_specs = tuple(workers or (WorkerSpec("worker", QUEUES, worker_concurrency),))
         self.beat = beat
         self.extra_env = dict(env or {})
         self.log_dir = workdir / "logs"
@@ -168,7 +160,7 @@ class LocalStack:
         self.worker = self.workers[0] if self.workers else None
         if self.beat:
             self._spawn("beat", beat_argv("WARNING"), env)
-        self._wait_ready(self.ready_timeout)
+        self._wait_ready()
         return api_key
 
     def _start_fake_llm(self) -> str:
@@ -189,8 +181,8 @@ class LocalStack:
         self.children.append(child)
         return child
 
-    def _wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout
         with httpx.Client(base_url=self.url, timeout=5) as http:
             while time.monotonic() < deadline:
                 self.check_alive()
@@ -198,7 +190,7 @@ class LocalStack:
                     if http.get("/readyz").status_code == 200:
                         return
                 time.sleep(0.1)
-        raise BenchError(f"the gateway was not ready within {timeout:.0f}s")
+        raise BenchError(f"the gateway was not ready within {self.ready_timeout:.0f}s")
 
     def check_alive(self) -> None:
         for child in self.children:
@@ -211,11 +203,15 @@ class LocalStack:
         self.children.clear()
         for service in (self.redis, self.postgres):
             if service is not None:
-                try:
-                    service.stop()
-                except Exception as exc:  # keep stopping the rest
-                    print(f"warning: could not stop {type(service).__name__}: {exc}", file=sys.stderr)
+                stop_quietly(service)
         self.redis = self.postgres = None
+
+
+def stop_quietly(server: EmbeddedPostgres | EmbeddedRedis) -> None:
+    try:
+        server.stop()
+    except Exception as exc:  # the rest of the cleanup still runs
+        print(f"warning: could not stop {type(server).__name__}: {exc}", file=sys.stderr)
 
 
 def prepare_database(database_url: str) -> str:

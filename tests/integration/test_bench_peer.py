@@ -49,7 +49,7 @@ class NullPeer:
 def test_engram_half_ingests_and_finds_the_evidence(clean_state: TestServices, tmp_path: Path) -> None:
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(SAMPLE))
-    conversations = peer.load(peer.parse_args([str(path)]))
+    conversations = locomo.read_conversations(peer.parse_args([str(path)]))
     with connect(clean_state.database_url) as conn:
         conn.autocommit = False
         engram = peer.Engram(conn)

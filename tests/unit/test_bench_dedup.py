@@ -84,7 +84,7 @@ def test_scores_and_the_json_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr("shared.embeddings.providers.embedder_from_settings", lambda settings: Stub())
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps([tiny_conversation()]))
-    dedup.main(["--file", str(path), "--json"])
+    assert dedup.main(["--file", str(path), "--json"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     last = json.loads(lines[-1])
     assert last["pairs"] == 5 and last["duplicates"] == 2 and last["embedder"] == "stub:two-axes"
@@ -92,10 +92,10 @@ def test_scores_and_the_json_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "  jaccard 0 75: threshold 0.75, precision 1, recall 0, f1 0, false_merge 0" in lines
 
 
-def test_an_unreadable_file_is_a_clear_exit(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="cannot read"):
-        dedup.main(["--file", str(tmp_path / "missing.json")])
+def test_an_unreadable_file_is_a_clear_exit(tmp_path: Path, capsys: Any) -> None:
+    assert dedup.main(["--file", str(tmp_path / "missing.json")]) == 1
+    assert "error: cannot read" in capsys.readouterr().err
     empty = tmp_path / "empty.json"
     empty.write_text("[]")
-    with pytest.raises(SystemExit, match="no labelled pairs"):
-        dedup.main(["--file", str(empty)])
+    assert dedup.main(["--file", str(empty)]) == 1
+    assert "error: no labelled pairs" in capsys.readouterr().err

@@ -1,5 +1,5 @@
 """What the LoCoMo end-to-end benchmark counts as an evidence turn "present" in a context block, and how it
-turns a LoCoMo conversation into ingest calls (ops/bench/locomo_e2e.py)."""
+turns a LoCoMo conversation into ingest calls (ops/bench/locomo_retrieval.py, `--mode e2e`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from ops.bench.locomo_data import load_conversations, session_messages
-from ops.bench.locomo_e2e import evidence_recall, normalise, user_id_for
-from ops.bench.locomo_retrieval import main
+from ops.bench.locomo_retrieval import evidence_recall, main, normalise, user_id_for
 
 CONTEXT = (
     "<memory-context>\nWhat follows is data engram remembers about the user.\n\n"
