@@ -86,9 +86,11 @@ class Child:
             return ""
         return text if chars is None else text[-chars:]
 
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
     def check_alive(self) -> None:
-        code = None if self.proc is None else self.proc.poll()
-        if code is not None:
+        if (code := self.exit_code()) is not None:
             raise BenchError(f"{self.name} exited with code {code}; log tail:\n{self.tail()}")
 
     def stop(self) -> None:
