@@ -1,16 +1,14 @@
-"""Turn latency and throughput: N concurrent sessions, each sending M turns one after another.
+"""Turn latency, throughput and CPU: N concurrent sessions, each sending M turns one after another, on a
+private stack with a zero-latency fake LLM, next to floors from the same run (GET /healthz, a no-op task,
+the least CPU a turn can cost); the goals are ratios to those (docs/benchmarks.md).
 
     python -m ops.bench.turns --sessions 20 --turns 10 [--json]
-
-On a private stack (ops/bench/stack.py) with a zero-latency fake LLM. Accept latency, end-to-end and
-engram's overhead per turn are measured next to floors from the same run: GET /healthz probed during the
-load and in a burst like the first turns, and a no-op Celery task round trip with the same sessions x
-turns pattern; the goals are ratios to those (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import threading
@@ -20,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import anthropic
 import httpx
 import redis
 from celery import Celery
@@ -37,6 +36,8 @@ from ops.bench.harness import (
 )
 from ops.bench.stack import BenchError, LocalStack
 from ops.client import EngramAPIError, EngramClient
+from shared.embeddings.providers import embedder_from_settings
+from shared.infra.config import Settings
 from shared.queueing import task_names
 from shared.queueing.diagnostics import new_reply_key, wait_for_pong
 
@@ -46,6 +47,9 @@ CLIENT = "client"  # the benchmark's own process: its children are the stack, co
 # and the first turns' accept p99 over a /healthz burst's p99.
 ENGRAM_PROCESSES = ("gateway", "worker", "postgres")
 GOALS = {"engram_cpu_over_noop_worker_cpu": 7.0, "first_accept_p99_over_healthz_burst_p99": 3.0}
+FLOOR_CALLS = 200  # requests, model calls and embeddings timed per part of the floor
+USER_TEXT = "Turn 4. Please remember that my lucky number today is 304, and that my sister visits on Friday."
+REPLY_TEXT = "Noted: your lucky number today is 304, and your sister visits on Friday. Anything else?"
 
 
 def _dist(values: Sequence[float]) -> dict[str, float | int | None]:
@@ -79,7 +83,6 @@ class TurnResult:
     status: str  # done, failed, or error (the client gave up: HTTP error, timeout)
     accept_ms: float | None = None
     e2e_ms: float | None = None
-    accepted_to_done_ms: float | None = None
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     done_at: float | None = None  # perf_counter
@@ -148,9 +151,10 @@ def _one_turn(
         t2 = time.perf_counter()
     except (EngramAPIError, httpx.HTTPError, BenchError) as exc:
         return TurnResult(session, index, "error", error=f"{type(exc).__name__}: {exc}")
-    ms = {"accept_ms": (t1 - t0) * 1000, "e2e_ms": (t2 - t0) * 1000, "accepted_to_done_ms": (t2 - t1) * 1000}
     timings = turn.get("timings") or {}
-    return TurnResult(session, index, turn["status"], **ms, timings=timings, error=turn.get("error"), done_at=t2)
+    return TurnResult(
+        session, index, turn["status"], (t1 - t0) * 1000, (t2 - t0) * 1000, timings, turn.get("error"), done_at=t2
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -234,24 +238,13 @@ def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: f
 def summarize(run: LoadRun, sessions: int, turns: int) -> dict[str, Any]:
     results, started = run.results, run.started
     done = [r for r in results if r.status == "done"]
-    series: dict[str, list[float]] = {
-        name: []
-        for name in ("accept_ms", "e2e_ms", "llm_ms", "queued_ms", "run_overhead_ms", "overhead_ms", "overhead_wall_ms")
+    series = {
+        "accept_ms": [r.accept_ms for r in done if r.accept_ms is not None],
+        "e2e_ms": [r.e2e_ms for r in done if r.e2e_ms is not None],
+        # the worker's queue wait, and its run minus LLM time
+        "queued_ms": [float(r.timings["queued_ms"]) for r in done if "queued_ms" in r.timings],
+        "run_overhead_ms": [float(r.timings["overhead_ms"]) for r in done if "overhead_ms" in r.timings],
     }
-    for r in done:
-        t = r.timings
-        assert r.accept_ms is not None and r.e2e_ms is not None and r.accepted_to_done_ms is not None
-        series["accept_ms"].append(r.accept_ms)
-        series["e2e_ms"].append(r.e2e_ms)
-        if "llm_ms" in t:
-            series["llm_ms"].append(float(t["llm_ms"]))
-            series["overhead_wall_ms"].append(r.accepted_to_done_ms - float(t["llm_ms"]))  # accepted->done - llm
-        if "queued_ms" in t:
-            series["queued_ms"].append(float(t["queued_ms"]))
-        if "overhead_ms" in t:  # the worker's run minus LLM time
-            series["run_overhead_ms"].append(float(t["overhead_ms"]))
-        if "queued_ms" in t and "overhead_ms" in t:
-            series["overhead_ms"].append(float(t["queued_ms"]) + float(t["overhead_ms"]))
     # Throughput over the span in which turns were being served: first POST to last done.
     span = max(max((r.done_at for r in done if r.done_at is not None), default=run.finished) - started, 1e-9)
     return {
@@ -295,6 +288,7 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
         ),
         **ceiling_without_engram(summary, noop_per_s),
         **engram_cpu_over_noop(summary),
+        **floor_over_noop(summary.get("floor_parts_cpu_ms")),
         "goals": GOALS,
     }
 
@@ -327,6 +321,59 @@ def ceiling_without_engram(summary: dict[str, Any], noop_tasks_per_s: float | No
         "outside_engram_cpu_ms_per_turn": round(outside_ms, 2),
         "turns_per_s_ceiling_without_engram": ceiling,
         "ceiling_without_engram_over_noop_tasks": ratio(ceiling, noop_tasks_per_s),
+    }
+
+
+def floor_over_noop(parts: dict[str, float] | None) -> dict[str, Any]:
+    """The least CPU a turn can cost with the parts engram is built from, each in its cheapest form, over a
+    no-op task's worker CPU: Postgres and everything else a real turn does count 0."""
+    if not parts or not parts["noop_task_worker"]:
+        return {}
+    floor_ms = sum(parts.values())
+    return {
+        "cpu_ms_per_turn_floor": round(floor_ms, 2),
+        "floor_over_noop_worker_cpu": ratio(floor_ms, parts["noop_task_worker"]),
+    }
+
+
+def own_cpu_ms(fn: Callable[[], object]) -> float:
+    """This process's CPU milliseconds per call of `fn`, after 20 unmeasured calls."""
+    for _ in range(20):
+        fn()
+    started = time.process_time()
+    for _ in range(FLOOR_CALLS):
+        fn()
+    return (time.process_time() - started) * 1000 / FLOOR_CALLS
+
+
+def floor_parts(stack: LocalStack, noop_worker_ms: float) -> dict[str, float]:
+    """The floor's parts (CPU ms): a no-op task's worker CPU, two of the gateway's cheapest requests (a turn
+    needs its accept and a read of the reply), one streamed reply from the fake model through the official
+    SDK, and embedding the turn's two messages with the default embedder (every message is embedded)."""
+    assert stack.gateway is not None
+    gateway = {"gateway": stack.gateway.pid}
+    with httpx.Client(base_url=stack.url) as http:
+        for _ in range(20):
+            http.get("/healthz")
+        before = cpu_seconds(gateway)["gateway"]
+        for _ in range(FLOOR_CALLS):
+            http.get("/healthz").raise_for_status()
+        healthz_ms = (cpu_seconds(gateway)["gateway"] - before) * 1000 / FLOOR_CALLS
+    model = anthropic.Anthropic(api_key="bench-key", base_url=stack.gateway.env["ENGRAM_ANTHROPIC_BASE_URL"])
+    messages: list[anthropic.types.MessageParam] = [{"role": "user", "content": USER_TEXT}]
+
+    def streamed_reply() -> None:
+        with model.messages.stream(model="fake", max_tokens=256, messages=messages) as stream:
+            for _ in stream.text_stream:
+                pass
+
+    embedder = embedder_from_settings(Settings())
+    texts = itertools.cycle([USER_TEXT, REPLY_TEXT])
+    return {
+        "noop_task_worker": noop_worker_ms,
+        "gateway_two_requests": round(2 * healthz_ms, 2),
+        "model_call_sdk": round(own_cpu_ms(streamed_reply), 2),
+        "embed_two_messages": round(2 * own_cpu_ms(lambda: embedder.embed([next(texts)])), 2),
     }
 
 
@@ -399,11 +446,15 @@ def bench(args: argparse.Namespace) -> int:
         }
         cpu_after_noop = cpu_seconds(cpu_roots, own=CLIENT)
         details["cpu_ms_per_turn"] = cpu_ms_per_unit(cpu_before, cpu_after_turns, details["turns_done"])
-        details["cpu_ms_per_noop_task"] = cpu_ms_per_unit(cpu_after_turns, cpu_after_noop, len(noop.round_trips_ms))
+        details["cpu_ms_per_noop_task"] = noop_cpu = cpu_ms_per_unit(
+            cpu_after_turns, cpu_after_noop, len(noop.round_trips_ms)
+        )
         stack.check_alive()
-        sampler.stop()
+        sampler.stop()  # before the floor, which times this process's own CPU
         sampler.sample()  # one last look, in case the peak came after the last tick
         details["memory"] = {name: peak.figures() for name, peak in sampler.peaks.items()}
+        if noop_cpu:
+            details["floor_parts_cpu_ms"] = floor_parts(stack, noop_cpu["worker"])
         details["config"] = {
             "worker_concurrency": args.worker_concurrency,
             "warmup_turns": warmup_sessions * args.warmup_turns,
