@@ -1,19 +1,12 @@
-"""Hybrid search latency at scale: shared.memory.search.search() over synthetic memories.
+"""Hybrid search latency at scale: shared.memory.search.search() over synthetic memories (templates of
+data/search_scale.json, real MiniLM vectors plus noise) on an embedded Postgres of its own.
 
     python -m ops.bench.search_scale --memories 1000000 --users 10000 [--skew 1] [--json]
-    python -m ops.bench.search_scale --sizes 10000,100000
-
-On an embedded Postgres of its own; the memory tables are truncated for every size. Facts come from the
-templates of data/search_scale.json, each memory a pool fact's real MiniLM vector plus noise, spread over
-`--users` (`--skew s`: user i holds ~1/(i+1)^s), bulk-loaded with the HNSW index dropped, then rebuilt,
-timed. Searches (hybrid, text only, vector only with recall@10 against the exact top 10) use held-out
-questions, each timed around one search() call.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import os
@@ -21,8 +14,8 @@ import random
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -184,12 +177,8 @@ def prepare(conn: Conn, users: int) -> Setup:
     return Setup(tenant_id, user_ids, str(row["indexdef"]))
 
 
-@dataclass
-class Corpus:
-    """What was loaded, kept in memory for exact (numpy) nearest neighbours per user."""
-
-    memory_ids: dict[int, np.ndarray] = field(default_factory=dict)  # user id -> memory ids
-    vectors: dict[int, np.ndarray] = field(default_factory=dict)  # user id -> float32 rows, same order
+# What was loaded, kept in memory for exact (numpy) nearest neighbours: user id -> (memory ids, float32 rows).
+Corpus = dict[int, tuple[np.ndarray, np.ndarray]]
 
 
 def memories_per_user(size: int, users: int, skew: float) -> list[int]:
@@ -222,7 +211,6 @@ def load(
     users = setup.user_ids
     per_user = memories_per_user(size, len(users), args.skew)
 
-    conn.execute(f"TRUNCATE {', '.join(MEMORY_TABLES)} RESTART IDENTITY CASCADE")
     # Bulk load first, index after: the build is then one pass (what a restore or reindex does).
     conn.execute(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
 
@@ -309,11 +297,7 @@ def load(
     for table in ("memories", "memory_chunks", "entities"):
         conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
     conn.commit()
-    corpus = Corpus()
-    for user_id in users:
-        corpus.memory_ids[user_id] = np.asarray(by_user_ids[user_id], dtype=np.int64)
-        corpus.vectors[user_id] = np.stack(by_user_vectors[user_id])
-    return corpus
+    return {u: (np.asarray(by_user_ids[u], dtype=np.int64), np.stack(by_user_vectors[u])) for u in users}
 
 
 def build_index(conn: Conn, indexdef: str, maintenance_work_mem: str) -> float:
@@ -326,30 +310,12 @@ def build_index(conn: Conn, indexdef: str, maintenance_work_mem: str) -> float:
     return time.perf_counter() - start
 
 
-def postmaster_pid(conn: Conn) -> int | None:
-    """The server's postmaster, when it runs on this machine (its memory is then measurable)."""
+def postmaster_pid(conn: Conn) -> int:
+    """The embedded server's postmaster: the parent of this connection's backend."""
     row = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()
     conn.rollback()
-    try:
-        backend = psutil.Process(int(row["pid"])) if row is not None else None
-        parent = backend.parent() if backend is not None else None
-    except psutil.Error:
-        return None  # a remote server: its pid means nothing here
-    return parent.pid if parent is not None else None
-
-
-@contextlib.contextmanager
-def postgres_memory(conn: Conn) -> Iterator[dict[str, Any]]:
-    """Peak RSS/PSS of the Postgres process tree while the body runs ({} for a remote server)."""
-    figures: dict[str, Any] = {}
-    pid = postmaster_pid(conn)
-    if pid is None:
-        yield figures
-        return
-    # PSS: the backends share shared_buffers, which every one's RSS counts again.
-    with MemorySampler({"postgres": pid}, interval=1.0) as sampler:
-        yield figures
-    figures.update(sampler.peaks["postgres"].figures())
+    assert row is not None
+    return psutil.Process(int(row["pid"])).ppid()
 
 
 def vacuum_analyze(url: str) -> None:
@@ -360,27 +326,20 @@ def vacuum_analyze(url: str) -> None:
             conn.execute(f"VACUUM (ANALYZE) {table}")
         # The load and the index build leave hundreds of MB of dirty buffers; without a checkpoint
         # the measured reads would each first write one back (steady-state reads do not).
-        try:
-            conn.execute("CHECKPOINT")
-        except psycopg.errors.InsufficientPrivilege:
-            print("warning: no privilege to CHECKPOINT; early samples may include buffer write-back", file=sys.stderr)
+        conn.execute("CHECKPOINT")
 
 
 def relation_sizes(conn: Conn) -> dict[str, int]:
+    """Bytes of the memory tables (with their indexes and TOAST) and of each of their indexes."""
     rows = conn.execute(
-        """SELECT c.relname AS name, pg_total_relation_size(c.oid) AS total, pg_relation_size(c.oid) AS heap
-           FROM pg_class c WHERE c.relname = ANY(%s) ORDER BY c.relname""",
-        (list(MEMORY_TABLES[:2]),),
-    ).fetchall()
-    sizes = {f"{r['name']} (total)": int(r["total"]) for r in rows}
-    indexes = conn.execute(
-        """SELECT i.relname AS name, pg_relation_size(i.oid) AS size
+        """SELECT t.relname || ' (total)' AS name, pg_total_relation_size(t.oid) AS size
+           FROM pg_class t WHERE t.relname = ANY(%(tables)s)
+           UNION ALL SELECT i.relname, pg_relation_size(i.oid)
            FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
-           WHERE t.relname = ANY(%s) ORDER BY t.relname, i.relname""",
-        (list(MEMORY_TABLES[:2]),),
+           WHERE t.relname = ANY(%(tables)s) ORDER BY 1""",
+        {"tables": list(MEMORY_TABLES[:2])},
     ).fetchall()
-    sizes.update({r["name"]: int(r["size"]) for r in indexes})
-    return sizes
+    return {r["name"]: int(r["size"]) for r in rows}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -393,21 +352,14 @@ class Query:
     vector: np.ndarray
 
 
-def mode_options(mode: str) -> SearchOptions:
-    if mode == "vector":
-        # Only the vector leg, and no minimum score, so the results are the leg's top `limit` and recall
-        # is measurable; relative_floor is applied in Python after the query: the SQL and its cost are the same.
-        return SearchOptions(relative_floor=0.0, legs=("vector",))
-    return SearchOptions()
-
-
 def vector_recall(corpus: Corpus, user_id: int, vector: np.ndarray, results: Sequence[SearchResult], k: int) -> float:
     """Share of the exact top-k (by cosine over the user's vectors) that the search returned. A returned
     memory counts when its similarity reaches the exact k-th best (minus float32 rounding)."""
-    similarity = corpus.vectors[user_id] @ vector
+    memory_ids, vectors = corpus[user_id]
+    similarity = vectors @ vector
     k = min(k, len(similarity))
     kth = float(np.sort(similarity)[-k])
-    position = {int(memory_id): i for i, memory_id in enumerate(corpus.memory_ids[user_id])}
+    position = {int(memory_id): i for i, memory_id in enumerate(memory_ids)}
     hits = sum(1 for r in results if r.id is not None and float(similarity[position[r.id]]) >= kth - 1e-5)
     return min(hits, k) / k
 
@@ -424,7 +376,9 @@ def run_searches(
 ) -> dict[str, Any]:
     """`count` timed searches (after `warmup` untimed ones) of random users and questions, each in its own
     transaction, timed around the call (round trips, planning, execution and result building)."""
-    options = mode_options(mode)
+    # The vector mode: its leg alone, no minimum score, so the results are the leg's top `limit` and recall
+    # is measurable (relative_floor is applied in Python after the query: the SQL and its cost are the same).
+    options = SearchOptions(relative_floor=0.0, legs=("vector",)) if mode == "vector" else SearchOptions()
     latencies, results_per_search, recalls = [], [], []
     for number in range(warmup + count):
         user_id = rng.choice(setup.user_ids)
@@ -455,9 +409,7 @@ def run_searches(
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = bench_parser("ops.bench.search_scale", __doc__, keep="keep the embedded Postgres data directory")
-    size_group = parser.add_mutually_exclusive_group()
-    size_group.add_argument("--sizes", default="10000,100000", help="comma-separated memory counts")
-    size_group.add_argument("--memories", type=int, help="one memory count (instead of --sizes)")
+    parser.add_argument("--memories", type=int, default=10000, help="memories loaded")
     parser.add_argument("--users", type=int, default=100, help="users the memories are spread over")
     parser.add_argument("--skew", type=float, default=0.0, help="0 = spread evenly; s > 0 = user i holds ~1/(i+1)^s")
     parser.add_argument("--queries", type=int, default=200, help="timed searches per mode and size")
@@ -468,69 +420,50 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--maintenance-work-mem", default="2GB", help="for the HNSW build (as for a reindex)")
     args = parser.parse_args(argv)
-    try:
-        args.size_list = (
-            [args.memories] if args.memories is not None else [int(s) for s in args.sizes.split(",") if s.strip()]
-        )
-    except ValueError:
-        parser.error("--sizes must be comma-separated integers")
-    if not args.size_list or min(args.size_list) < args.users or args.users < 1 or args.queries < 1:
-        parser.error("need --users >= 1, --queries >= 1 and every size >= --users")
+    if args.memories < args.users or args.users < 1 or args.queries < 1:
+        parser.error("need --users >= 1, --queries >= 1 and --memories >= --users")
     return args
 
 
 def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
-    now = datetime.now(UTC)
-    rng = random.Random(args.seed)
+    size, rng = args.memories, random.Random(args.seed)
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-
     log(f"generating and embedding {args.pool} facts and {args.questions} questions ...")
-    facts = generate_facts(rng, args.pool, now)
+    facts = generate_facts(rng, args.pool, datetime.now(UTC))
     questions = generate_questions(rng, args.questions, {f.value for f in facts})
     pool_vectors = embed([f.value for f in facts])
     queries = [Query(q, v) for q, v in zip(questions, embed(questions), strict=True)]
-
-    conn = cast(Conn, psycopg.connect(url, row_factory=dict_row))
-    try:
+    # Other work on the machine inflates latencies: the load average is recorded so a reader can tell.
+    config = {"memories": size, "users": args.users, "skew": args.skew, "queries": args.queries, "pool": len(facts)}
+    config.update(cpus=os.cpu_count(), loadavg_start=round(os.getloadavg()[0], 2))
+    with cast(Conn, psycopg.connect(url, row_factory=dict_row)) as conn:
         setup = prepare(conn, args.users)
-        # Other work on the machine inflates latencies: the load average is recorded so a reader can tell.
-        config = {
-            "users": args.users,
-            "skew": args.skew,
-            "queries": args.queries,
-            "pool": len(facts),
-            "cpus": os.cpu_count(),
-        }
-        report: dict[str, Any] = {"config": {**config, "loadavg_start": round(os.getloadavg()[0], 2)}, "sizes": {}}
-        for size in args.size_list:
-            log(f"[{size}] loading, building the HNSW index, VACUUM ANALYZE ...")
-            start = time.perf_counter()
-            corpus = load(conn, setup, size, facts, pool_vectors, args)
-            load_s = time.perf_counter() - start
-            build_s = build_index(conn, setup.hnsw_indexdef, args.maintenance_work_mem)
-            vacuum_analyze(url)
-            sizes = relation_sizes(conn)
-            conn.commit()
-            latency: dict[str, dict[str, Any]] = {}
-            mrng = random.Random(args.seed + size)
-            with postgres_memory(conn) as pg_memory:
-                for mode in ("hybrid", "text", "vector"):
-                    latency[mode] = run_searches(conn, setup, corpus, queries, mode, args.queries, args.warmup, mrng)
-            hybrid_p95 = latency["hybrid"]["p95_ms"]
-            report["sizes"][str(size)] = {
-                "hybrid_p95_ms": hybrid_p95,
-                "meets_goal": hybrid_p95 is not None and hybrid_p95 <= GOAL_P95_MS,
-                "load_s": round(load_s, 1),
-                "hnsw_build_s": round(build_s, 1),
-                "relation_mb": {name: megabytes(value) for name, value in sizes.items()},
-                "postgres_memory": pg_memory,
-                "latency": latency,
-            }
-        report["config"]["loadavg_end"] = round(os.getloadavg()[0], 2)
-        report["goal_hybrid_p95_ms"] = GOAL_P95_MS
-        return report
-    finally:
-        conn.close()
+        log(f"[{size}] loading, building the HNSW index, VACUUM ANALYZE ...")
+        start = time.perf_counter()
+        corpus = load(conn, setup, size, facts, pool_vectors, args)
+        load_s = time.perf_counter() - start
+        build_s = build_index(conn, setup.hnsw_indexdef, args.maintenance_work_mem)
+        vacuum_analyze(url)
+        sizes = relation_sizes(conn)
+        conn.commit()
+        latency: dict[str, dict[str, Any]] = {}
+        mrng = random.Random(args.seed + size)
+        # PSS: the backends share shared_buffers, which every one's RSS counts again.
+        with MemorySampler({"postgres": postmaster_pid(conn)}, interval=1.0) as pg_memory:
+            for mode in ("hybrid", "text", "vector"):
+                latency[mode] = run_searches(conn, setup, corpus, queries, mode, args.queries, args.warmup, mrng)
+    hybrid_p95 = latency["hybrid"]["p95_ms"]
+    return {
+        "hybrid_p95_ms": hybrid_p95,
+        "meets_goal": hybrid_p95 <= GOAL_P95_MS,
+        "goal_hybrid_p95_ms": GOAL_P95_MS,
+        "load_s": round(load_s, 1),
+        "hnsw_build_s": round(build_s, 1),
+        "relation_mb": {name: megabytes(value) for name, value in sizes.items()},
+        "postgres_memory": pg_memory.peaks["postgres"].figures(),
+        "latency": latency,
+        "config": {**config, "loadavg_end": round(os.getloadavg()[0], 2)},
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
