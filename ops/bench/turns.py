@@ -134,26 +134,34 @@ def drive(
     return LoadRun(results, started, time.perf_counter())
 
 
+def wait_turn(
+    client: EngramClient, key: str, user: str, text: str, timeout: float, abort: threading.Event | None = None
+) -> tuple[dict[str, Any], float, float]:
+    """Send a turn and long-poll it until done or failed: the turn (with its turn_id), and the seconds until it
+    was accepted and until it finished."""
+    t0 = time.perf_counter()
+    accepted = turn = client.submit_turn(key, user, text)
+    accept_s = time.perf_counter() - t0
+    while turn["status"] not in TERMINAL:
+        if abort is not None and abort.is_set():
+            raise BenchError("aborted")
+        if time.perf_counter() - t0 > timeout:
+            raise BenchError(f"turn {accepted['turn_id']} not finished after {timeout:.0f}s")
+        turn = client.get_turn(accepted["turn_id"], wait=30)
+    return {**turn, "turn_id": accepted["turn_id"]}, accept_s, time.perf_counter() - t0
+
+
 def _one_turn(
     client: EngramClient, key: str, user: str, session: int, index: int, timeout: float, abort: threading.Event
 ) -> TurnResult:
     text = f"Turn {index + 1}. Please remember that my lucky number today is {session * 100 + index}."
-    t0 = time.perf_counter()
     try:
-        accepted = turn = client.submit_turn(key, user, text)
-        t1 = time.perf_counter()
-        while turn["status"] not in TERMINAL:
-            if abort.is_set():
-                raise BenchError("aborted")
-            if time.perf_counter() - t0 > timeout:
-                raise BenchError(f"turn {accepted['turn_id']} not finished after {timeout:.0f}s")
-            turn = client.get_turn(accepted["turn_id"], wait=30)
-        t2 = time.perf_counter()
+        turn, accept_s, e2e_s = wait_turn(client, key, user, text, timeout, abort)
     except (EngramAPIError, httpx.HTTPError, BenchError) as exc:
         return TurnResult(session, index, "error", error=f"{type(exc).__name__}: {exc}")
     timings = turn.get("timings") or {}
     return TurnResult(
-        session, index, turn["status"], (t1 - t0) * 1000, (t2 - t0) * 1000, timings, turn.get("error"), done_at=t2
+        session, index, turn["status"], accept_s * 1000, e2e_s * 1000, timings, turn.get("error"), time.perf_counter()
     )
 
 
