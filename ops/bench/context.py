@@ -104,10 +104,6 @@ def prompt_tokens(body: Json) -> int:
     return sum(part_tokens(part) for part in anthropic_parts(body)[0])
 
 
-# ---------------------------------------------------------------------------------------------------
-# Running the session
-
-
 @dataclass
 class TurnRecord:
     number: int  # 1-based
@@ -158,10 +154,6 @@ def run_session(
         calls = [r for r in new if tail_text(r.body) is not None]
         records.append(TurnRecord(number, turn, calls, len(new) - len(calls), memory))
     return records
-
-
-# ---------------------------------------------------------------------------------------------------
-# Figures
 
 
 def _share(part: float, whole: float) -> float | None:
@@ -230,10 +222,6 @@ def analyse(records: list[TurnRecord], wall_s: float) -> dict[str, Any]:
             {"turn": r.number, "error": r.turn.get("error")} for r in records if r.turn["status"] != "done"
         ],
     }
-
-
-# ---------------------------------------------------------------------------------------------------
-# Main
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -1,11 +1,8 @@
-"""Prompt-injection benchmark: the corpus of ops/bench/injection_corpus.py against the memory path.
+"""Prompt-injection benchmark: the corpus of ops/bench/injection_corpus.py through the write paths, extraction
+and synthesis (with a fake model that obeys what it is shown) and the context compiler, one user an item, in
+this process against real Postgres (embedded unless a URL is given). docs/benchmarks.md defines the figures.
 
     python -m ops.bench.injection [--json] [--database-url URL] [--workers N]
-
-In this process, against real Postgres (embedded unless a URL is given; a fresh tenant each run) and the
-fake model of ops/fake_llm.py; one user per corpus item. Each attack goes through the REST and agent write
-paths, extraction and personality synthesis with a model that obeys what it is shown, and the context
-compiler; benign statements through the REST path and extraction. docs/benchmarks.md defines the figures.
 """
 
 from __future__ import annotations
@@ -162,6 +159,30 @@ def _attack_free(row: dict[str, Any]) -> bool:
     return seeded or (row["kind"] == "directive" and row["value"] == CLEAN_DIRECTIVE)
 
 
+def unfenced_reasons(
+    sections: Sequence[Any],
+    baseline: dict[str, str],
+    data: dict[str, tuple[str, str]],
+    text: str,
+    probes: Sequence[str],
+) -> list[str]:
+    """Why a prompt region is not as an attack-free one, outside the fences: a data section reads other than its
+    header and preface, another section differs from the baseline's, or a probed text shows."""
+    reasons = []
+    for section in sections:
+        if section.name in data:
+            header, source = data[section.name]
+            if unfenced(section.text) != unfenced(f"{header}\n" + fence(source, ["…"])):
+                reasons.append(f"{section.name}: text outside the data fence")
+        elif strip_markers(baseline.get(section.name, "")) != strip_markers(section.text):
+            # Fence markers differ from session to session (verify() checks them); the text may not.
+            reasons.append(f"{section.name}: differs from an attack-free prompt")
+    region = alnum(unfenced(text))
+    return reasons + [
+        f"attack text outside the fences: {t[:40]!r}" for t in probes if len(alnum(t)) >= 12 and visible(t, region)
+    ]
+
+
 class Runner:
     def __init__(self, tenant_name: str, fake: FakeLLM) -> None:
         self.model = ObeyingModel()
@@ -176,7 +197,6 @@ class Runner:
         with db.connection() as conn:
             self.tenant_id = ensure_tenant(conn, tenant_name)
         # Static and dynamic sections of an attack-free user: the seeds and the clean directive.
-        self.model.disarm()
         user_id, session = self._user(f"baseline-{uuid.uuid4().hex[:8]}")
         self._seed_styles(user_id)
         self._synthesize(user_id)
@@ -266,40 +286,14 @@ class Runner:
             )
         return tc, compile_request(tc, [], iteration=0, now=NOW)
 
-    @staticmethod
-    def _outside_fences(
-        sections: dict[str, str], baseline: dict[str, str], data_sections: dict[str, tuple[str, str]]
-    ) -> list[str]:
-        """Data sections must read, outside their fences, as header and preface; the others as the baseline's."""
-        reasons = []
-        for name, text in sections.items():
-            if name in data_sections:
-                header, source = data_sections[name]
-                if unfenced(text) != unfenced(f"{header}\n" + fence(source, ["…"])):
-                    reasons.append(f"{name}: text outside the data fence")
-            elif name not in baseline or strip_markers(baseline[name]) != strip_markers(text):
-                # Fence markers differ from session to session (verify() checks them); the text may not.
-                reasons.append(f"{name}: differs from an attack-free prompt")
-        return reasons
-
     def _check_prompt(self, outcome: ItemOutcome, user_id: int, session: dict[str, Any], probes: Sequence[str]) -> None:
         tc, compiled = self._compile(user_id, session)
         outcome.problems = list(compiled.problems)
-
-        def reasons(sections: Any, baseline: dict[str, str], data: dict[str, tuple[str, str]], text: str) -> list[str]:
-            region = alnum(unfenced(text))
-            probed = [
-                f"attack text outside the fences: {t[:40]!r}"
-                for t in probes
-                if len(alnum(t)) >= 12 and visible(t, region)
-            ]
-            return self._outside_fences({s.name: s.text for s in sections}, baseline, data) + probed
-
-        outcome.unfenced_static = reasons(
-            tc.static.sections, self.baseline_static, STATIC_DATA_SECTIONS, compiled.system_static
+        outcome.unfenced_static = unfenced_reasons(
+            tc.static.sections, self.baseline_static, STATIC_DATA_SECTIONS, compiled.system_static, probes
         )
-        outcome.unfenced_dynamic = reasons(
-            compiled.dynamic_sections, self.baseline_dynamic, DYNAMIC_DATA_SECTIONS, compiled.system_dynamic
+        outcome.unfenced_dynamic = unfenced_reasons(
+            compiled.dynamic_sections, self.baseline_dynamic, DYNAMIC_DATA_SECTIONS, compiled.system_dynamic, probes
         )
 
     @staticmethod
@@ -480,7 +474,6 @@ class Report:
 
 
 def run(
-    fake: FakeLLM,
     *,
     attacks: Sequence[Attack] = corpus.ATTACKS,
     benign: Sequence[Benign] = corpus.BENIGN,
@@ -488,39 +481,26 @@ def run(
     holdout_benign: Sequence[Benign] = corpus.HOLDOUT_BENIGN,
     workers: int = 1,
 ) -> Report:
-    """Run the corpus against the database in ENGRAM_DATABASE_URL (migrated) and `fake` (started).
-
-    With `workers` > 1 the items are spread over that many threads, each with a fake model server of
-    its own (the obeying model keeps per-item state) started here; the first uses `fake`."""
+    """Run the corpus against the database in ENGRAM_DATABASE_URL (migrated), the items spread over `workers`
+    threads, each with a fake model server of its own (the obeying model keeps per-item state)."""
     started = time.monotonic()
     tenant = f"injection-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     groups: tuple[Sequence[Attack | Benign], ...] = (attacks, benign, holdout_attacks, holdout_benign)
     jobs = [(g, item) for g, items in enumerate(groups) for item in items]
     workers = max(1, min(workers, len(jobs)))
-    fakes = [fake] + [FakeLLM().start() for _ in range(workers - 1)]
-    defaults = [f.default for f in fakes]
-    results: list[ItemOutcome | None] = [None] * len(jobs)
+    results: dict[int, ItemOutcome] = {}
 
     def work(index: int) -> None:
-        runner = Runner(tenant, fakes[index])
-        for position in range(index, len(jobs), workers):
-            item = jobs[position][1]
-            results[position] = runner.run_attack(item) if isinstance(item, Attack) else runner.run_benign(item)
+        with FakeLLM() as fake:
+            runner = Runner(tenant, fake)
+            for position in range(index, len(jobs), workers):
+                item = jobs[position][1]
+                results[position] = runner.run_attack(item) if isinstance(item, Attack) else runner.run_benign(item)
 
-    try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for future in [pool.submit(work, i) for i in range(workers)]:
-                future.result()
-    finally:
-        for f, default in zip(fakes, defaults, strict=True):
-            f.default = default
-        for f in fakes[1:]:
-            f.stop()
-    by_group: list[list[ItemOutcome]] = [[], [], [], []]
-    for (group, _), outcome in zip(jobs, results, strict=True):
-        assert outcome is not None
-        by_group[group].append(outcome)
-    return Report(by_group[0], by_group[1], by_group[2], by_group[3], time.monotonic() - started)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(work, range(workers)))
+    outcomes = [[results[i] for i, (g, _) in enumerate(jobs) if g == group] for group in range(4)]
+    return Report(outcomes[0], outcomes[1], outcomes[2], outcomes[3], time.monotonic() - started)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -535,13 +515,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         with BenchRun() as cleanup:
             cleanup.callback(db.close_pool)
             url = cleanup.database(args.database_url, "engram-injection-")
-            fake = cleanup.enter_context(FakeLLM())
             os.environ["ENGRAM_DATABASE_URL"] = url
             get_settings.cache_clear()
             db.close_pool()
             with db.connect(url) as conn:
                 apply_migrations(conn)
-            report = run(fake, workers=args.workers)
+            report = run(workers=args.workers)
         emit(report.render(), report.summary(), args.json)
         return 0
 

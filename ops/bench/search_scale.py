@@ -1,7 +1,7 @@
 """Hybrid search latency at scale: shared.memory.search.search() over synthetic memories (templates of
 data/search_scale.json, real MiniLM vectors plus noise) on an embedded Postgres of its own.
 
-    python -m ops.bench.search_scale --memories 1000000 --users 10000 [--skew 1] [--json]
+    python -m ops.bench.search_scale --memories 1000000 --users 10000 [--json]
 """
 
 from __future__ import annotations
@@ -52,9 +52,7 @@ MEMORY_TABLES = ("memories", "memory_chunks", "entities", "memory_entities")
 GOAL_P95_MS = 20.0  # the issue's goal for hybrid search at 1M memories over 10k users
 
 
-# ---------------------------------------------------------------------------------------------------
 # Facts and questions: the words and sentence templates are data, beside this module.
-
 _DATA = json.loads((Path(__file__).parent / "data" / "search_scale.json").read_text(encoding="utf-8"))
 VOCAB: dict[str, list[str]] = {
     slot: [w.strip() for w in words.split(",") if w.strip()] for slot, words in _DATA["vocab"].items()
@@ -127,10 +125,6 @@ def generate_questions(rng: random.Random, count: int, exclude: set[str]) -> lis
     return list(questions)
 
 
-# ---------------------------------------------------------------------------------------------------
-# Embeddings
-
-
 def embed(texts: Sequence[str]) -> np.ndarray:
     """Real MiniLM vectors (normalised), as float32 rows."""
     return np.asarray(LocalEmbedder(batch_size=128).embed(list(texts)), dtype=np.float32)
@@ -142,10 +136,6 @@ def noisy(base: np.ndarray, noise_norm: float, rng: np.random.Generator) -> np.n
     out = base + rng.normal(0.0, sigma, size=base.shape).astype(np.float32)
     out /= np.linalg.norm(out, axis=1, keepdims=True)
     return out
-
-
-# ---------------------------------------------------------------------------------------------------
-# Database set-up and loading
 
 
 @dataclass
@@ -181,16 +171,9 @@ def prepare(conn: Conn, users: int) -> Setup:
 Corpus = dict[int, tuple[np.ndarray, np.ndarray]]
 
 
-def memories_per_user(size: int, users: int, skew: float) -> list[int]:
-    """Even split for skew 0; else Zipf-like: user i gets a share proportional to 1 / (i + 1) ** skew."""
-    weights = 1.0 / np.arange(1, users + 1, dtype=np.float64) ** skew
-    counts = np.maximum(1, np.floor(weights / weights.sum() * size)).astype(int)
-    remainder = size - int(counts.sum())
-    if remainder >= 0:
-        counts[:remainder] += 1  # the rounding remainder goes to the heaviest users
-    else:
-        counts[0] += remainder  # the "at least one" floor overshot: the heaviest user gives it back
-    return [int(c) for c in counts]
+def memories_per_user(size: int, users: int) -> list[int]:
+    """An even split, the remainder one each to the first users."""
+    return [size // users + (number < size % users) for number in range(users)]
 
 
 @dataclass
@@ -209,7 +192,7 @@ def load(
     rng = np.random.default_rng(args.seed + size)
     now = datetime.now(UTC)
     users = setup.user_ids
-    per_user = memories_per_user(size, len(users), args.skew)
+    per_user = memories_per_user(size, len(users))
 
     # Bulk load first, index after: the build is then one pass (what a restore or reindex does).
     conn.execute(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
@@ -342,10 +325,6 @@ def relation_sizes(conn: Conn) -> dict[str, int]:
     return {r["name"]: int(r["size"]) for r in rows}
 
 
-# ---------------------------------------------------------------------------------------------------
-# Measuring
-
-
 @dataclass(frozen=True)
 class Query:
     text: str
@@ -403,15 +382,10 @@ def run_searches(
     }
 
 
-# ---------------------------------------------------------------------------------------------------
-# Main
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = bench_parser("ops.bench.search_scale", __doc__, keep="keep the embedded Postgres data directory")
     parser.add_argument("--memories", type=int, default=10000, help="memories loaded")
     parser.add_argument("--users", type=int, default=100, help="users the memories are spread over")
-    parser.add_argument("--skew", type=float, default=0.0, help="0 = spread evenly; s > 0 = user i holds ~1/(i+1)^s")
     parser.add_argument("--queries", type=int, default=200, help="timed searches per mode and size")
     parser.add_argument("--warmup", type=int, default=20, help="untimed searches before each mode")
     parser.add_argument("--pool", type=int, default=4000, help="distinct facts embedded with the real model")
@@ -434,7 +408,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     pool_vectors = embed([f.value for f in facts])
     queries = [Query(q, v) for q, v in zip(questions, embed(questions), strict=True)]
     # Other work on the machine inflates latencies: the load average is recorded so a reader can tell.
-    config = {"memories": size, "users": args.users, "skew": args.skew, "queries": args.queries, "pool": len(facts)}
+    config = {"memories": size, "users": args.users, "queries": args.queries, "pool": len(facts)}
     config.update(cpus=os.cpu_count(), loadavg_start=round(os.getloadavg()[0], 2))
     with cast(Conn, psycopg.connect(url, row_factory=dict_row)) as conn:
         setup = prepare(conn, args.users)

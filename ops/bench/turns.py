@@ -72,10 +72,6 @@ def _threads(count: int, target: Callable[[int], None]) -> list[threading.Thread
     return threads
 
 
-# ---------------------------------------------------------------------------------------------------
-# Load
-
-
 @dataclass
 class TurnResult:
     session: int
@@ -165,10 +161,6 @@ def _one_turn(
     )
 
 
-# ---------------------------------------------------------------------------------------------------
-# Floors
-
-
 def probe_healthz(url: str, stop: threading.Event, latencies: list[float], errors: list[float]) -> None:
     """GET /healthz over one keep-alive connection every 20 ms until `stop` is set."""
     with httpx.Client(base_url=url, timeout=30) as client:
@@ -200,24 +192,18 @@ def healthz_burst(url: str, requests: int) -> list[float]:
     return latencies
 
 
-@dataclass
-class NoopRun:
-    round_trips_ms: list[float]
-    tasks_per_s: float
-    lost: int
-
-
-def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: float) -> NoopRun:
+def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: float) -> dict[str, Any]:
     """`sessions` threads, each sending `per_session` no-op tasks one after another on the turns queue
     and waiting for each reply: the turn pattern without engram's work."""
     app = Celery("engram-bench-noop", broker=redis_url)
     app.conf.broker_connection_retry_on_startup = True
     replies = redis.Redis.from_url(redis_url)
     times: list[float] = []
-    lost: list[int] = []
+    lost = 0
     barrier = threading.Barrier(sessions + 1)
 
     def session(_: int) -> None:
+        nonlocal lost
         barrier.wait()
         for _ in range(per_session):
             key = new_reply_key()
@@ -226,7 +212,7 @@ def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: f
             if wait_for_pong(replies, key, timeout):
                 times.append((time.perf_counter() - t0) * 1000)
             else:
-                lost.append(1)
+                lost += 1
 
     threads = _threads(sessions, session)
     barrier.wait()
@@ -236,11 +222,7 @@ def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: f
     span = max(time.perf_counter() - started, 1e-9)
     replies.close()
     app.close()
-    return NoopRun(times, round(len(times) / span, 2), len(lost))
-
-
-# ---------------------------------------------------------------------------------------------------
-# Figures
+    return {"tasks_per_s": round(len(times) / span, 2), "round_trip_ms": _dist(times), "lost": lost}
 
 
 def summarize(run: LoadRun, sessions: int, turns: int) -> dict[str, Any]:
@@ -385,10 +367,6 @@ def floor_parts(stack: LocalStack, noop_worker_ms: float) -> dict[str, float]:
     }
 
 
-# ---------------------------------------------------------------------------------------------------
-# Main
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = bench_parser("ops.bench.turns", __doc__, keep=True)
     parser.add_argument("--sessions", type=int, default=4, help="concurrent sessions (one thread each)")
@@ -446,16 +424,11 @@ def bench(args: argparse.Namespace) -> int:
         details = summarize(measured, args.sessions, args.turns)
         details["healthz_ms"] = {**_dist(probe_ms), "errors": len(probe_errors)}
         details["healthz_burst_ms"] = _dist(burst_floor)
-        noop = noop_round_trips(stack.redis_url, args.sessions, args.turns, args.turn_timeout)
-        details["noop"] = {
-            "tasks_per_s": noop.tasks_per_s,
-            "round_trip_ms": _dist(noop.round_trips_ms),
-            "lost": noop.lost,
-        }
+        details["noop"] = noop = noop_round_trips(stack.redis_url, args.sessions, args.turns, args.turn_timeout)
         cpu_after_noop = cpu_seconds(cpu_roots, own=CLIENT)
         details["cpu_ms_per_turn"] = cpu_ms_per_unit(cpu_before, cpu_after_turns, details["turns_done"])
         details["cpu_ms_per_noop_task"] = noop_cpu = cpu_ms_per_unit(
-            cpu_after_turns, cpu_after_noop, len(noop.round_trips_ms)
+            cpu_after_turns, cpu_after_noop, noop["round_trip_ms"]["n"]
         )
         stack.check_alive()
         sampler.stop()  # before the floor, which times this process's own CPU

@@ -27,6 +27,10 @@ def test_contradictory_or_bad_sizes_are_a_usage_error(argv: list[str], capsys: p
 
 
 def test_a_million_over_ten_thousand_users_is_a_hundred_each() -> None:
-    counts = memories_per_user(1_000_000, 10_000, 0.0)
+    counts = memories_per_user(1_000_000, 10_000)
     assert sum(counts) == 1_000_000
     assert set(counts) == {100}
+
+
+def test_the_remainder_goes_one_each_to_the_first_users() -> None:
+    assert memories_per_user(10, 4) == [3, 3, 2, 2]
