@@ -113,22 +113,13 @@ class TurnRecord:
     memory_added: bool  # a memory was written through REST just before this turn
 
 
-def _check(response: httpx.Response) -> dict[str, Any]:
-    if response.status_code >= 400:
-        raise BenchError(
-            f"{response.request.method} {response.request.url.path}: {response.status_code} {response.text}"
-        )
-    body: dict[str, Any] = response.json()
-    return body
-
-
 def add_memory(client: EngramClient, user_id: str, number: int) -> None:
     kind, key, value = MEMORIES[number % len(MEMORIES)]
     if number >= len(MEMORIES):  # more writes than facts: new keys, so each one is a new line
         key = f"{key}-{number // len(MEMORIES) + 1}"
-    written = _check(client.http.post(f"/v1/users/{user_id}/memories", json={"kind": kind, "key": key, "value": value}))
-    if written.get("action") != "added":
-        raise BenchError(f"memory {key!r} was not added: {written.get('action')}")
+    response = client.http.post(f"/v1/users/{user_id}/memories", json={"kind": kind, "key": key, "value": value})
+    if response.status_code >= 400 or response.json().get("action") != "added":
+        raise BenchError(f"memory {key!r} was not added: {response.status_code} {response.text}")
 
 
 def run_turn(client: EngramClient, session_key: str, user_id: str, text: str, timeout: float) -> dict[str, Any]:

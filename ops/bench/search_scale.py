@@ -176,15 +176,6 @@ def memories_per_user(size: int, users: int) -> list[int]:
     return [size // users + (number < size % users) for number in range(users)]
 
 
-@dataclass
-class _Row:
-    created: datetime
-    user_id: int
-    fact: Fact
-    key: str
-    vector: np.ndarray
-
-
 def load(
     conn: Conn, setup: Setup, size: int, facts: Sequence[Fact], pool_vectors: np.ndarray, args: argparse.Namespace
 ) -> Corpus:
@@ -197,7 +188,7 @@ def load(
     # Bulk load first, index after: the build is then one pass (what a restore or reindex does).
     conn.execute(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
 
-    rows: list[_Row] = []
+    rows: list[tuple[datetime, int, Fact, str, np.ndarray]] = []  # created, user id, fact, key, vector
     for user_id, count in zip(users, per_user, strict=True):
         # Distinct facts while the pool suffices; a heavier user repeats facts (as distinct noisy vectors).
         chosen = rng.choice(len(facts), size=count, replace=count > len(facts))
@@ -210,10 +201,10 @@ def load(
                 key = f"{fact.key}-{suffix}"
             keys.add((fact.namespace, key))
             created = now - timedelta(seconds=int(rng.integers(0, 730 * 86400)))
-            rows.append(_Row(created, user_id, fact, key, vector))
+            rows.append((created, user_id, fact, key, vector))
     # Ids and physical order follow arrival time, interleaving users as production writes do. Loading
     # user by user would put each user's chunks on a few adjacent pages and flatter the per-user scans.
-    rows.sort(key=lambda r: r.created)
+    rows.sort(key=lambda r: r[0])
 
     mem_rows: list[tuple[Any, ...]] = []
     chunk_rows: list[tuple[Any, ...]] = []
@@ -223,27 +214,24 @@ def load(
     mentions_cache: dict[str, list[tuple[str, str, str]]] = {}
     by_user_ids: dict[int, list[int]] = {u: [] for u in users}
     by_user_vectors: dict[int, list[np.ndarray]] = {u: [] for u in users}
-    for memory_id, row in enumerate(rows, start=1):
-        fact, ids = row.fact, (memory_id, setup.tenant_id, row.user_id)
-        times = [row.created] * 3  # created_at, updated_at, valid_from
+    for memory_id, (created, user_id, fact, key, vector) in enumerate(rows, start=1):
+        ids, times = (memory_id, setup.tenant_id, user_id), [created] * 3  # created_at, updated_at, valid_from
         tags = list(fact.tags)
-        mem_rows.append((*ids, fact.namespace, row.key, fact.value, fact.kind, tags, fact.event_time, *times, "bench"))
-        text = embeddable_text({"namespace": fact.namespace, "key": row.key, "kind": fact.kind, "value": fact.value})
+        mem_rows.append((*ids, fact.namespace, key, fact.value, fact.kind, tags, fact.event_time, *times, "bench"))
+        text = embeddable_text({"namespace": fact.namespace, "key": key, "kind": fact.kind, "value": fact.value})
         digest = hashlib.sha256(text.encode()).hexdigest()
-        chunk_rows.append((*ids, memory_id, text, len(text), digest, row.vector, row.created))
-        by_user_ids[row.user_id].append(memory_id)
-        by_user_vectors[row.user_id].append(row.vector)
+        chunk_rows.append((*ids, memory_id, text, len(text), digest, vector, created))
+        by_user_ids[user_id].append(memory_id)
+        by_user_vectors[user_id].append(vector)
         # The text link_entities() extracts from; facts repeat across users, so cache by text.
-        source = f"{row.key.replace('-', ' ')}: {fact.value}"
+        source = f"{key.replace('-', ' ')}: {fact.value}"
         if source not in mentions_cache:
             mentions_cache[source] = [(m.name, m.normalized, m.entity_type) for m in extract_entities(source)]
         for name, normalized, entity_type in mentions_cache[source]:
-            entity_key = (row.user_id, entity_type, normalized)
+            entity_key = (user_id, entity_type, normalized)
             if entity_key not in entities:
                 entities[entity_key] = len(entity_rows) + 1
-                entity_rows.append(
-                    [len(entity_rows) + 1, setup.tenant_id, row.user_id, name, normalized, entity_type, 0]
-                )
+                entity_rows.append([len(entity_rows) + 1, setup.tenant_id, user_id, name, normalized, entity_type, 0])
             entity_id = entities[entity_key]
             entity_rows[entity_id - 1][6] += 1
             link_rows.add((memory_id, entity_id))
@@ -276,9 +264,6 @@ def load(
                 copy.set_types(types.split())
                 for table_row in table_rows:
                     copy.write_row(table_row)
-    # Explicit ids were loaded; later inserts (none here) would otherwise collide.
-    for table in ("memories", "memory_chunks", "entities"):
-        conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
     conn.commit()
     return {u: (np.asarray(by_user_ids[u], dtype=np.int64), np.stack(by_user_vectors[u])) for u in users}
 

@@ -65,11 +65,30 @@ def cpu_ms_per_unit(before: dict[str, float], after: dict[str, float], units: in
     return per
 
 
-def _threads(count: int, target: Callable[[int], None]) -> list[threading.Thread]:
-    threads = [threading.Thread(target=target, args=(n,), daemon=True) for n in range(count)]
+def together(count: int, target: Callable[[int], None]) -> float:
+    """target(0), …, target(count - 1) on threads released at one barrier; when they were released."""
+    barrier = threading.Barrier(count + 1)
+
+    def run(number: int) -> None:
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return
+        target(number)
+
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(count)]
     for thread in threads:
         thread.start()
-    return threads
+    try:
+        barrier.wait()
+    except BaseException:
+        barrier.abort()  # Ctrl-C before the start: release the threads instead of leaving them waiting
+        raise
+    started = time.perf_counter()
+    for thread in threads:
+        while thread.is_alive():  # short joins keep the main thread responsive to Ctrl-C and SIGTERM
+            thread.join(0.2)
+    return started
 
 
 @dataclass
@@ -96,13 +115,11 @@ def drive(
 ) -> LoadRun:
     """`sessions` threads, each sending its `turns` one after another and waiting for each to finish."""
     results: list[TurnResult] = []
-    barrier = threading.Barrier(sessions + 1)
     run_id = uuid.uuid4().hex[:8]
 
     def session(number: int) -> None:
         client = EngramClient(url, api_key, timeout=30)
         try:
-            barrier.wait()
             for index in range(turns):
                 if abort.is_set():
                     return
@@ -112,21 +129,10 @@ def drive(
                 results.append(result)
                 if result.status == "error":
                     return  # the session's later turns would queue behind one we no longer follow
-        except threading.BrokenBarrierError:
-            return
         finally:
             client.close()
 
-    threads = _threads(sessions, session)
-    started = time.perf_counter()
-    try:
-        barrier.wait()
-    except BaseException:
-        barrier.abort()  # Ctrl-C before the start: release the sessions instead of leaving them waiting
-        raise
-    for thread in threads:
-        while thread.is_alive():  # short joins keep the main thread responsive to Ctrl-C and SIGTERM
-            thread.join(0.2)
+    started = together(sessions, session)
     return LoadRun(results, started, time.perf_counter())
 
 
@@ -178,17 +184,16 @@ def healthz_burst(url: str, requests: int) -> list[float]:
     """`requests` threads, each on a new connection, send one `GET /healthz` at one barrier: the floor
     for the measured run's opening burst (every session's first turn is sent the same way)."""
     latencies: list[float] = []
-    barrier = threading.Barrier(requests)
+    clients = [httpx.Client(base_url=url, timeout=30) for _ in range(requests)]
 
-    def one(_: int) -> None:
-        with httpx.Client(base_url=url, timeout=30) as client:
-            barrier.wait()
-            t0 = time.perf_counter()
-            if client.get("/healthz").status_code == 200:
-                latencies.append((time.perf_counter() - t0) * 1000)
+    def one(number: int) -> None:
+        t0 = time.perf_counter()
+        if clients[number].get("/healthz").status_code == 200:
+            latencies.append((time.perf_counter() - t0) * 1000)
 
-    for thread in _threads(requests, one):
-        thread.join(timeout=35)
+    together(requests, one)
+    for client in clients:
+        client.close()
     return latencies
 
 
@@ -200,11 +205,9 @@ def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: f
     replies = redis.Redis.from_url(redis_url)
     times: list[float] = []
     lost = 0
-    barrier = threading.Barrier(sessions + 1)
 
     def session(_: int) -> None:
         nonlocal lost
-        barrier.wait()
         for _ in range(per_session):
             key = new_reply_key()
             t0 = time.perf_counter()
@@ -214,11 +217,7 @@ def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: f
             else:
                 lost += 1
 
-    threads = _threads(sessions, session)
-    barrier.wait()
-    started = time.perf_counter()
-    for thread in threads:
-        thread.join()
+    started = together(sessions, session)
     span = max(time.perf_counter() - started, 1e-9)
     replies.close()
     app.close()
@@ -413,7 +412,10 @@ def bench(args: argparse.Namespace) -> int:
         probe_ms: list[float] = []
         probe_errors: list[float] = []
         cpu_before = cpu_seconds(cpu_roots, own=CLIENT)
-        probe = _threads(1, lambda _: probe_healthz(stack.url, stop_probe, probe_ms, probe_errors))[0]
+        probe = threading.Thread(
+            target=probe_healthz, args=(stack.url, stop_probe, probe_ms, probe_errors), daemon=True
+        )
+        probe.start()
         try:
             measured = drive(stack.url, api_key, args.sessions, args.turns, args.turn_timeout, abort, "bench")
         finally:
