@@ -256,18 +256,22 @@ class Runner:
     def _synthesize(self, user_id: int) -> None:
         synthesize_personality(self.tenant_id, user_id, self.settings, provider=self.provider, now=NOW)
 
-    def _extract(self, outcome: ItemOutcome, user_id: int, session_id: int) -> int | None:
-        """Run extraction (five items, one per category); the items stored, None when the model saw nothing."""
+    def _extract(self, outcome: ItemOutcome, user_id: int, session_id: int, flagged: bool) -> None:
+        """Run extraction (five items, one per category). When the model was shown the text, the items not
+        stored were refused as an injection if the text is `flagged` (sanitize is the only check they can
+        fail; for a benign text dedup makes some a no-op rather than a refusal)."""
         before = len(self._active(user_id))
         extract_session(session_id, self.settings, provider=self.provider, now=NOW)
         stats = outcome.paths.setdefault("extraction", PathResult())
         stats.offered += 5
         if not self.model.saw_attack:
             stats.not_seen += 5
-            return None
+            return
         stored = len(self._active(user_id)) - before
         stats.stored += stored
-        return stored
+        if flagged:
+            stats.refused_as_injection += 5 - stored
+            outcome.injection_refusals += 5 - stored
 
     def _compile(self, user_id: int, session: dict[str, Any]) -> tuple[Any, Any]:
         relevant = [{"namespace": r["namespace"], "key": r["key"], "value": r["value"]} for r in self._active(user_id)]
@@ -346,31 +350,19 @@ class Runner:
             transcript = [("user", attack.text), ("assistant", "OK.")]
         self._messages(user_id, session_id, transcript)
         self.model.arm(attack.parts if attack.channel == corpus.TURNS else (payload,), payload)
-        stored = self._extract(outcome, user_id, session_id)
-        if stored is not None:  # sanitize is the only check these items can fail
-            outcome.paths["extraction"].refused_as_injection += 5 - stored
-            outcome.injection_refusals += 5 - stored
+        self._extract(outcome, user_id, session_id, flagged=True)
 
         # Synthesis, shown the style observations only: when none came from the attack it has nothing to
         # obey and the call is skipped (its answer would be the attack-free directive).
-        stats = outcome.paths.setdefault("synthesis", PathResult())
-        stats.offered += 1
+        synthesis = "not_seen"
         if any(_is_instruction(r) and not _attack_free(r) for r in self._active(user_id)):
             self.model.arm((payload,), payload)
             self._synthesize(user_id)
-            values = [
-                r["value"]
-                for r in self._active(user_id)
-                if r["namespace"] == "tacit/personality" and r["key"] == "directive"
-            ]
-            if not self.model.saw_attack:
-                stats.not_seen += 1
-            elif values and values[0] != CLEAN_DIRECTIVE:
-                stats.stored += 1
-            else:
-                stats.refused_as_injection += 1
-        else:
-            stats.not_seen += 1
+            directive_slot = ("tacit/personality", "directive")
+            values = [r["value"] for r in self._active(user_id) if (r["namespace"], r["key"]) == directive_slot]
+            if self.model.saw_attack:
+                synthesis = "stored" if values and values[0] != CLEAN_DIRECTIVE else "refused_as_injection"
+        self._record(outcome, "synthesis", synthesis)
         self.model.disarm()
 
         rows = [r for r in self._active(user_id) if not _attack_free(r)]
@@ -388,15 +380,12 @@ class Runner:
         self._record(outcome, "api_fact", self._store(user_id, "api", key="note", value=item.text))
         self._messages(user_id, session["id"], [("user", item.text), ("assistant", "Got it.")])
         self.model.arm((item.text,), item.text)
-        stored = self._extract(outcome, user_id, session["id"])
-        if stored is not None:
-            # Dedup makes some of the five a no-op rather than a refusal: count refusals by the reason.
-            try:
-                sanitize("injected", item.text)
-            except MemoryRejected as exc:
-                if INJECTION_REFUSAL in exc.reason:
-                    outcome.paths["extraction"].refused_as_injection += 5 - stored
-                    outcome.injection_refusals += 5 - stored
+        try:
+            sanitize("injected", item.text)
+            flagged = False
+        except MemoryRejected as exc:
+            flagged = INJECTION_REFUSAL in exc.reason
+        self._extract(outcome, user_id, session["id"], flagged)
         self.model.disarm()
         outcome.stored_rows = self._active(user_id)
         self._check_prompt(outcome, user_id, session, [r["value"] for r in outcome.stored_rows])

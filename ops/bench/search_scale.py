@@ -153,12 +153,12 @@ def prepare(conn: Conn, users: int) -> Setup:
     row = conn.execute("INSERT INTO tenants (name) VALUES (%s) RETURNING id", (TENANT,)).fetchone()
     assert row is not None
     tenant_id = int(row["id"])
-    user_ids = []
-    for number in range(users):
-        sql = "INSERT INTO users (tenant_id, external_id) VALUES (%s, %s) RETURNING id"
-        row = conn.execute(sql, (tenant_id, f"user-{number:04d}")).fetchone()
-        assert row is not None
-        user_ids.append(int(row["id"]))
+    rows = conn.execute(
+        """INSERT INTO users (tenant_id, external_id)
+           SELECT %s, 'user-' || lpad(n::text, 4, '0') FROM generate_series(0, %s - 1) n RETURNING id""",
+        (tenant_id, users),
+    ).fetchall()
+    user_ids = sorted(int(r["id"]) for r in rows)
     ensure_embedding_space(conn, LocalEmbedder())
     conn.commit()
     register_vector_types(conn)
@@ -310,12 +310,6 @@ def relation_sizes(conn: Conn) -> dict[str, int]:
     return {r["name"]: int(r["size"]) for r in rows}
 
 
-@dataclass(frozen=True)
-class Query:
-    text: str
-    vector: np.ndarray
-
-
 def vector_recall(corpus: Corpus, user_id: int, vector: np.ndarray, results: Sequence[SearchResult], k: int) -> float:
     """Share of the exact top-k (by cosine over the user's vectors) that the search returned. A returned
     memory counts when its similarity reaches the exact k-th best (minus float32 rounding)."""
@@ -332,7 +326,7 @@ def run_searches(
     conn: Conn,
     setup: Setup,
     corpus: Corpus,
-    queries: Sequence[Query],
+    queries: Sequence[tuple[str, np.ndarray]],  # question, its vector
     mode: str,
     count: int,
     warmup: int,
@@ -346,10 +340,10 @@ def run_searches(
     latencies, results_per_search, recalls = [], [], []
     for number in range(warmup + count):
         user_id = rng.choice(setup.user_ids)
-        query = rng.choice(queries)
-        vector = None if mode == "text" else query.vector.tolist()
+        text, query_vector = rng.choice(queries)
+        vector = None if mode == "text" else query_vector.tolist()
         start = time.perf_counter()
-        results = search(conn, Scope(setup.tenant_id, user_id), query.text, query_vector=vector, options=options)
+        results = search(conn, Scope(setup.tenant_id, user_id), text, query_vector=vector, options=options)
         elapsed = (time.perf_counter() - start) * 1000
         conn.commit()
         if number < warmup:
@@ -357,7 +351,7 @@ def run_searches(
         latencies.append(elapsed)
         results_per_search.append(len(results))
         if mode == "vector":
-            recalls.append(vector_recall(corpus, user_id, query.vector, results, options.limit))
+            recalls.append(vector_recall(corpus, user_id, query_vector, results, options.limit))
     return {
         **{f"p{q}_ms": round(percentile(latencies, q) or 0.0, 2) for q in (50, 95, 99)},
         "mean_ms": round(float(np.mean(latencies)), 2),
@@ -391,7 +385,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     facts = generate_facts(rng, args.pool, datetime.now(UTC))
     questions = generate_questions(rng, args.questions, {f.value for f in facts})
     pool_vectors = embed([f.value for f in facts])
-    queries = [Query(q, v) for q, v in zip(questions, embed(questions), strict=True)]
+    queries = list(zip(questions, embed(questions), strict=True))
     # Other work on the machine inflates latencies: the load average is recorded so a reader can tell.
     config = {"memories": size, "users": args.users, "queries": args.queries, "pool": len(facts)}
     config.update(cpus=os.cpu_count(), loadavg_start=round(os.getloadavg()[0], 2))
