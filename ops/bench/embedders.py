@@ -48,14 +48,6 @@ def context_windows(conversations: Sequence[Conversation], count: int) -> list[s
     return list(itertools.islice(every_window(), count))
 
 
-def model_tokens(texts: Sequence[str]) -> float:
-    """Mean length in the bundled model's word pieces, as far as it reads (it truncates)."""
-    from shared.embeddings.providers import local_tokenizer
-
-    tokenizer = local_tokenizer()
-    return round(float(np.mean([len(e.ids) for e in tokenizer.encode_batch(list(texts))])), 1) if texts else 0.0
-
-
 def child(
     backend: str, file: Path, onnx_path: Path, batch_size: int, limit: int | None, window_count: int
 ) -> dict[str, Any]:
@@ -107,7 +99,6 @@ def child(
         "recall_at_10": round(float(np.mean(recalls)), 4) if recalls else None,
         "texts_per_s": round(len(texts) / embed_s, 1),
         "windows": len(windows),
-        "window_tokens": model_tokens(windows),
         "window_ms": round(window_s * 1000 / len(windows), 2) if windows else None,
         "load_s": round(load_s, 2),
         "peak_rss_mb": round(rss_mb, 1),
@@ -127,13 +118,9 @@ def run(args: argparse.Namespace) -> int:
         if "onnx" in backends or "onnx-int8" in backends:
             from shared.embeddings.providers import export_local_onnx, int8_path, quantize_local_onnx
 
-            started = time.perf_counter()
-            export_local_onnx(onnx_path)
-            export_s = round(time.perf_counter() - started, 2)
+            export_local_onnx(onnx_path)  # once, not in any backend's load time
             if "onnx-int8" in backends:
-                started = time.perf_counter()
                 quantize_local_onnx(onnx_path, int8_path(onnx_path))
-                quantize_s = round(time.perf_counter() - started, 2)
         for backend in backends:
             options = {"child": backend, "file": args.file, "onnx-path": onnx_path, "batch-size": args.batch_size}
             options.update({"windows": args.windows, "limit-conversations": args.limit_conversations})
@@ -143,11 +130,6 @@ def run(args: argparse.Namespace) -> int:
             if done.returncode != 0:
                 raise BenchError(f"{backend} failed: {done.stderr.strip()[-500:]}")
             results[backend] = json.loads(done.stdout.strip().splitlines()[-1])
-    for backend, figures in results.items():
-        if backend in ("onnx", "onnx-int8"):
-            figures["export_s"] = export_s
-        if backend == "onnx-int8":
-            figures["quantize_s"] = quantize_s
     summary: dict[str, Any] = {}
 
     def cosines(a: str, b: str) -> np.ndarray:

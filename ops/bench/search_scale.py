@@ -286,15 +286,16 @@ def postmaster_pid(conn: Conn) -> int:
     return psutil.Process(int(row["pid"])).ppid()
 
 
-def vacuum_analyze(url: str) -> None:
+def vacuum_analyze(conn: Conn) -> None:
     # VACUUM cannot run in a transaction; it also sets the visibility map and hint bits a freshly
     # COPYed table lacks, so the first measured queries do not pay for them.
-    with psycopg.connect(url, autocommit=True) as conn:
-        for table in MEMORY_TABLES:
-            conn.execute(f"VACUUM (ANALYZE) {table}")
-        # The load and the index build leave hundreds of MB of dirty buffers; without a checkpoint
-        # the measured reads would each first write one back (steady-state reads do not).
-        conn.execute("CHECKPOINT")
+    conn.autocommit = True
+    for table in MEMORY_TABLES:
+        conn.execute(f"VACUUM (ANALYZE) {table}")
+    # The load and the index build leave hundreds of MB of dirty buffers; without a checkpoint
+    # the measured reads would each first write one back (steady-state reads do not).
+    conn.execute("CHECKPOINT")
+    conn.autocommit = False
 
 
 def relation_sizes(conn: Conn) -> dict[str, int]:
@@ -396,7 +397,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
         corpus = load(conn, setup, size, facts, pool_vectors, args)
         load_s = time.perf_counter() - start
         build_s = build_index(conn, setup.hnsw_indexdef, args.maintenance_work_mem)
-        vacuum_analyze(url)
+        vacuum_analyze(conn)
         sizes = relation_sizes(conn)
         conn.commit()
         latency: dict[str, dict[str, Any]] = {}
