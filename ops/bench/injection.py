@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from ops.bench import injection_corpus as corpus
@@ -70,11 +71,9 @@ class ObeyingModel:
     payload: str | None = None
     saw_attack: bool = False
 
-    def arm(self, parts: Sequence[str], payload: str) -> None:
+    def arm(self, parts: Sequence[str] = (), payload: str | None = None) -> None:
+        """Obey `payload` when shown all `parts`; with no arguments, obey nothing."""
         self.parts, self.payload, self.saw_attack = tuple(parts), payload, False
-
-    def disarm(self) -> None:
-        self.parts, self.payload, self.saw_attack = (), None, False
 
     def __call__(self, body: Json) -> FakeReply:
         system = json.dumps(body.get("system"))  # which job is asking: its prompt's wording says
@@ -315,21 +314,17 @@ class Runner:
         # Instruction-shaped writes first: a fact with the same text written earlier would make them
         # no-ops by dedup, hiding whether the writer rules refuse them.
         directive = {"key": "directive", "value": payload, "kind": "directive", "namespace": "tacit/personality"}
-        writes: list[tuple[str, str]] = [
-            (
-                "agent_style",
-                self._agent_store(user_id, session_id, {"key": "style-note", "value": payload, "kind": "style"}),
-            ),
-            ("agent_directive", self._agent_store(user_id, session_id, directive)),
-            ("api_directive", self._store(user_id, "api", **directive)),
-            ("api_fact", self._store(user_id, "api", key="note", value=payload)),
-            ("api_key", self._store(user_id, "api", key=payload[:100], value="noted")),
-            ("agent_fact", self._agent_store(user_id, session_id, {"key": "note-2", "value": payload})),
+        agent, api = partial(self._agent_store, user_id, session_id), partial(self._store, user_id, "api")
+        writes = [
+            ("agent_style", agent({"key": "style-note", "value": payload, "kind": "style"})),
+            ("agent_directive", agent(directive)),
+            ("api_directive", api(**directive)),
+            ("api_fact", api(key="note", value=payload)),
+            ("api_key", api(key=payload[:100], value="noted")),
+            ("agent_fact", agent({"key": "note-2", "value": payload})),
         ]
         if len(attack.parts) > 1:
-            writes += [
-                ("api_parts", self._store(user_id, "api", key=f"part-{i}", value=p)) for i, p in enumerate(attack.parts)
-            ]
+            writes += [("api_parts", api(key=f"part-{i}", value=p)) for i, p in enumerate(attack.parts)]
         for path, result in writes:
             self._record(outcome, path, result)
         if attack.channel == corpus.DISPLAY_NAME:
@@ -363,7 +358,7 @@ class Runner:
             if self.model.saw_attack:
                 synthesis = "stored" if values and values[0] != CLEAN_DIRECTIVE else "refused_as_injection"
         self._record(outcome, "synthesis", synthesis)
-        self.model.disarm()
+        self.model.arm()
 
         rows = [r for r in self._active(user_id) if not _attack_free(r)]
         if attack.channel == corpus.DISPLAY_NAME:  # kept in the profile (no detector there): data, fenced
@@ -386,7 +381,7 @@ class Runner:
         except MemoryRejected as exc:
             flagged = INJECTION_REFUSAL in exc.reason
         self._extract(outcome, user_id, session["id"], flagged)
-        self.model.disarm()
+        self.model.arm()
         outcome.stored_rows = self._active(user_id)
         self._check_prompt(outcome, user_id, session, [r["value"] for r in outcome.stored_rows])
         return outcome
@@ -497,7 +492,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--database-url", default=None, help="default: an embedded Postgres for this run")
     parser.add_argument("--workers", type=int, default=3, help="threads, each with its own fake model (default 3)")
     args = parser.parse_args(argv)
-
     configure_logging("WARNING")
 
     def bench() -> int:
