@@ -100,16 +100,11 @@ def static_prefix(body: Json) -> str:
     return json.dumps(body.get("tools") or [], sort_keys=True) + "\x00" + str(body["system"][0]["text"])
 
 
-def prompt_tokens(body: Json) -> int:
-    return sum(part_tokens(part) for part in anthropic_parts(body)[0])
-
-
 @dataclass
 class TurnRecord:
     number: int  # 1-based
     turn: dict[str, Any]  # as the API returned it when done, with the client's e2e_ms
     calls: list[RecordedRequest]  # this turn's agent-loop requests, in order
-    background_calls: int  # other model requests that arrived meanwhile
     memory_added: bool  # a memory was written through REST just before this turn
 
 
@@ -138,12 +133,11 @@ def run_session(
         memory = bool(memory_every) and number % memory_every == 0
         if memory:
             add_memory(client, user_id, number // memory_every - 1)
-        # Turns run one at a time, so the requests recorded while this one ran are its own (or background).
+        # Turns run one at a time, so the agent-loop requests recorded while this one ran are its own.
         seen = len(fake.requests)
         turn = run_turn(client, session_key, user_id, user_message(number), timeout)
-        new = [r for r in fake.requests[seen:] if r.path == "/v1/messages"]
-        calls = [r for r in new if tail_text(r.body) is not None]
-        records.append(TurnRecord(number, turn, calls, len(new) - len(calls), memory))
+        calls = [r for r in fake.requests[seen:] if r.path == "/v1/messages" and tail_text(r.body) is not None]
+        records.append(TurnRecord(number, turn, calls, memory))
     return records
 
 
@@ -176,14 +170,15 @@ def analyse(records: list[TurnRecord], wall_s: float) -> dict[str, Any]:
         "cached_input_share": _share(read, read + write + uncached),
         "prefix_changes": len(changes),
         "unexpected_prefix_changes": unexpected,
-        "input_tokens_per_turn": round(sum(prompt_tokens(call.body) for _, _, call in calls) / turns),
+        "input_tokens_per_turn": round(
+            sum(part_tokens(p) for *_, c in calls for p in anthropic_parts(c.body)[0]) / turns
+        ),
         "turns": len(records),
         "turns_done": sum(r.turn["status"] == "done" for r in records),
         "memories_added": sum(r.memory_added for r in records),
         "llm_calls": len(calls),
         "llm_calls_per_turn": round(len(calls) / turns, 3),
         "turns_with_tool_iteration": sum(len(r.calls) > 1 for r in records),
-        "background_llm_calls": sum(r.background_calls for r in records),
         "static_prefix": {
             "comparisons": comparisons,
             "identical_share": _share(identical, comparisons),

@@ -1,9 +1,7 @@
-"""Embedding choices on LoCoMo turns. By default the local backends, each in a child process with one compute
-thread: recall@10 of a direct embed-and-rank (the model alone, no engram search), texts/s, context windows timed
-one call each, RSS. With --context-vectors, how a stored memory is embedded with its context: the product's
-concatenated window (concat) against normalised mixes a·v(chunk) + (1−a)·mean(v(each neighbouring turn))
-(lines) and a·v(chunk) + (1−a)·v(stored context) (whole), searched through engram; recall@10 per question
-against concat's, and the model time.
+"""Embedding choices on LoCoMo turns: the local backends, each in a one-thread child process (recall@10 of the
+model alone, texts/s, context windows one call each, RSS), or with --context-vectors the recipes for embedding a
+memory with its context, searched through engram (recall@10 against the product's concatenated window, model
+time). docs/benchmarks.md defines the figures.
 
     python -m ops.bench.embedders --file ../shared/bench/locomo-dev.json [--backends torch,onnx,onnx-int8] [--json]
     python -m ops.bench.embedders --file ../shared/bench/locomo-dev.json --context-vectors [--alphas 0.5,0.6,0.7]
@@ -21,7 +19,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -69,11 +66,9 @@ def context_windows(conversations: Sequence[Conversation], count: int) -> list[s
     return list(itertools.islice(every_window(), count))
 
 
-def child(
-    backend: str, file: Path, onnx_path: Path, batch_size: int, limit: int | None, window_count: int
-) -> dict[str, Any]:
-    """Runs in the backend's own process; returns its figures."""
-    conversations: list[Conversation] = load_conversations(file)[:limit]
+def child(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs in the backend's own process (--child BACKEND); returns its figures."""
+    conversations: list[Conversation] = load_conversations(Path(args.file))[: args.limit_conversations]
     from shared.infra.config import Settings
 
     # The product's own construction of the backend: the local model, whatever the environment configures.
@@ -81,9 +76,9 @@ def child(
         embedding_provider="local",
         embedding_model=None,
         embedding_dimensions=None,
-        embedding_backend=backend,
-        embedding_onnx_path=onnx_path,
-        embedding_batch_size=batch_size,
+        embedding_backend=args.child,
+        embedding_onnx_path=Path(args.onnx_path),
+        embedding_batch_size=args.batch_size,
     )
     embedder = embedder_from_settings(settings)
     started = time.perf_counter()
@@ -105,7 +100,7 @@ def child(
             qi += 1
             ranked = [frozenset({conv.turns[i].dia_id}) for i in order[:10]]
             recalls.append(recall_at(ranked, set(question.evidence), 10))
-    windows = context_windows(conversations, window_count)
+    windows = context_windows(conversations, args.windows)
     started = time.perf_counter()
     for window in windows:  # one call each: what embedding one pending memory (or one query) costs
         embedder.embed([window])
@@ -174,16 +169,12 @@ def run(args: argparse.Namespace) -> int:
 LEGS = ("vector", "hybrid")
 
 
-@dataclass
-class Stored:
-    ingested: locomo.Ingested
-    rows: list[dict[str, Any]]
-    neighbours: dict[int, list[str]] = field(default_factory=dict)  # memory id → its window's turns
-
-
-def _store(conn: Conn, tenant_id: int, conversation: locomo.Conversation) -> Stored:
-    scope = Scope(tenant_id, ensure_user(conn, tenant_id, conversation.sample_id))
-    stored = Stored(locomo.Ingested(scope, {}), [])
+def _store(
+    conn: Conn, tenant_id: int, conversation: locomo.Conversation
+) -> tuple[locomo.Ingested, list[dict[str, Any]], dict[int, list[str]]]:
+    """The turns stored as episodes with their context; the rows, and each memory's neighbouring turns."""
+    ingested = locomo.Ingested(Scope(tenant_id, ensure_user(conn, tenant_id, conversation.sample_id)), {})
+    neighbours: dict[int, list[str]] = {}
     turns = conversation.turns
     for index, turn in enumerate(turns):
         item = MemoryInput(
@@ -194,22 +185,22 @@ def _store(conn: Conn, tenant_id: int, conversation: locomo.Conversation) -> Sto
             metadata={"dia_id": turn.dia_id, CONTEXT_KEY: locomo.neighbour_context(turns, index)},
         )
         try:
-            memory_id = int(store_memory(conn, scope, item, "context-vectors-bench").memory["id"])
+            memory_id = int(store_memory(conn, ingested.scope, item, "context-vectors-bench").memory["id"])
         except MemoryRejected:
             continue
-        stored.ingested.dia_ids.setdefault(memory_id, set()).add(turn.dia_id)
+        ingested.dia_ids.setdefault(memory_id, set()).add(turn.dia_id)
         window = range(index - locomo.CONTEXT_BEFORE, index + locomo.CONTEXT_AFTER + 1)
-        stored.neighbours.setdefault(
+        neighbours.setdefault(
             memory_id,
             [turns[i].text for i in window if i != index and 0 <= i < len(turns) and turns[i].session == turn.session],
         )
-    stored.rows = conn.execute(
+    rows = conn.execute(
         """SELECT id, tenant_id, user_id, namespace, key, value, kind, metadata, updated_at FROM memories
            WHERE id = ANY(%s) ORDER BY id""",
-        (sorted(stored.ingested.dia_ids),),
+        (sorted(ingested.dia_ids),),
     ).fetchall()
     conn.commit()
-    return stored
+    return ingested, rows, neighbours
 
 
 def _timed(embedder: Embedder, texts: list[str], costs: dict[str, float], name: str) -> dict[str, list[float]]:
@@ -245,22 +236,22 @@ def context_vectors(args: argparse.Namespace) -> int:
         register_vector_types(conn)
         embedder.embed(["warm-up"])
         for conversation in conversations:
-            stored = _store(conn, tenant_id, conversation)
-            inputs = {row["id"]: embedding_inputs(row) for row in stored.rows}
-            concat = [text for row in stored.rows for _, text in inputs[row["id"]]]
+            ingested, rows, neighbours = _store(conn, tenant_id, conversation)
+            inputs = {row["id"]: embedding_inputs(row) for row in rows}
+            concat = [text for row in rows for _, text in inputs[row["id"]]]
             pieces = list(
                 dict.fromkeys(
-                    [chunk.text for row in stored.rows for chunk, _ in inputs[row["id"]]]
-                    + [turn for row in stored.rows for turn in stored.neighbours[row["id"]]]
+                    [chunk.text for row in rows for chunk, _ in inputs[row["id"]]]
+                    + [turn for row in rows for turn in neighbours[row["id"]]]
                 )
             )
-            contexts = list(dict.fromkeys(c for row in stored.rows if (c := (row["metadata"] or {}).get(CONTEXT_KEY))))
+            contexts = list(dict.fromkeys(c for row in rows if (c := (row["metadata"] or {}).get(CONTEXT_KEY))))
             concat_vectors = _timed(embedder, concat, costs, "concat")
             piece_vectors = _timed(embedder, pieces, costs, "lines")
             whole_vectors = dict(zip(contexts, embedder.embed(contexts), strict=True))
             for recipe in recipes:
                 items = []
-                for row in stored.rows:
+                for row in rows:
                     vectors = []
                     for chunk, text in inputs[row["id"]]:
                         context = (row["metadata"] or {}).get(CONTEXT_KEY)
@@ -271,7 +262,7 @@ def context_vectors(args: argparse.Namespace) -> int:
                         else:
                             alpha = float(recipe.split("=")[1])
                             around = (
-                                [piece_vectors[t] for t in stored.neighbours[row["id"]]]
+                                [piece_vectors[t] for t in neighbours[row["id"]]]
                                 if recipe.startswith("lines")
                                 else [whole_vectors[context]]
                             )
@@ -280,7 +271,7 @@ def context_vectors(args: argparse.Namespace) -> int:
                 _write_chunks(conn, embedder, items)
                 conn.commit()
                 stats = {mode: locomo.ModeStats() for mode in locomo.MODES}
-                locomo.evaluate(conn, embedder, conversation, stored.ingested, stats, [])
+                locomo.evaluate(conn, embedder, conversation, ingested, stats, [])
                 for leg in LEGS:
                     per_question[recipe][leg].extend(stats[leg].scores.get("recall@10|all", []))
             print(f"{conversation.sample_id}: {len(conversation.turns)} turns", file=sys.stderr, flush=True)
@@ -299,11 +290,8 @@ def _summary(
             values, base = per_question[recipe][leg], per_question["concat"][leg]
             entry: dict[str, Any] = {"recall_at_10": round(sum(values) / len(values), 4) if values else None}
             if recipe != "concat":
-                entry["better_worse_same"] = [
-                    sum(x > y for x, y in zip(values, base, strict=True)),
-                    sum(x < y for x, y in zip(values, base, strict=True)),
-                    sum(x == y for x, y in zip(values, base, strict=True)),
-                ]
+                diffs = [x - y for x, y in zip(values, base, strict=True)]
+                entry["better_worse_same"] = [sum(d > 0 for d in diffs), sum(d < 0 for d in diffs), diffs.count(0)]
             recall[recipe][leg] = entry
     return {
         "questions": len(per_question["concat"]["hybrid"]),
@@ -342,10 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging("WARNING")
         return context_vectors(args)
     if args.child:
-        figures = child(
-            args.child, Path(args.file), Path(args.onnx_path), args.batch_size, args.limit_conversations, args.windows
-        )
-        print(json.dumps(figures))
+        print(json.dumps(child(args)))
         return 0
     return run(args)
 

@@ -15,7 +15,7 @@ import unicodedata
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -102,10 +102,6 @@ class PathResult:
     deduplicated: int = 0  # accepted, but the same content was already stored (nothing new written)
     not_seen: int = 0  # extraction: the model was never shown the attack
 
-    def add(self, other: PathResult) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
 
 @dataclass
 class ItemOutcome:
@@ -118,10 +114,6 @@ class ItemOutcome:
     unfenced_dynamic: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     injection_refusals: int = 0
-
-    @property
-    def refused(self) -> bool:
-        return not self.stored_rows
 
 
 SEED_STYLES = (
@@ -399,7 +391,7 @@ class Report:
     def _attack_figures(outcomes: Sequence[ItemOutcome]) -> dict[str, int]:
         return {
             "attacks": len(outcomes),
-            "attacks_refused": sum(o.refused for o in outcomes),
+            "attacks_refused": sum(not o.stored_rows for o in outcomes),  # nothing from it stored on any path
             "attacks_stored_as_data": sum(bool(o.stored_rows) and not o.instruction_rows for o in outcomes),
             "attacks_stored_as_instructions": sum(bool(o.instruction_rows) for o in outcomes),
             "attacks_unfenced_in_static_prompt": sum(bool(o.unfenced_static) for o in outcomes),
@@ -422,11 +414,12 @@ class Report:
         for category in corpus.CATEGORIES:
             if chosen := [o for o in self.attacks if o.category == category]:
                 by_category[category] = {k.removeprefix("attacks_"): v for k, v in self._attack_figures(chosen).items()}
-        totals: dict[str, PathResult] = {}
+        by_path: dict[str, dict[str, int]] = {}
         for outcome in self.attacks:
             for path, result in outcome.paths.items():
-                totals.setdefault(path, PathResult()).add(result)
-        by_path = {path: dict(vars(total)) for path, total in totals.items()}
+                total = by_path.setdefault(path, dict.fromkeys(vars(result), 0))
+                for name, value in vars(result).items():
+                    total[name] += value
         holdout: dict[str, Any] = {}
         if self.holdout_attacks:
             holdout.update(self._attack_figures(self.holdout_attacks))

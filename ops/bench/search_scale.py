@@ -150,15 +150,13 @@ def prepare(conn: Conn, users: int) -> Setup:
     column as vector(384) and creates the HNSW index the product searches with (its definition is kept)."""
     apply_migrations(conn)  # leaves the connection in autocommit mode
     conn.autocommit = False
-    row = conn.execute("INSERT INTO tenants (name) VALUES (%s) RETURNING id", (TENANT,)).fetchone()
-    assert row is not None
-    tenant_id = int(row["id"])
     rows = conn.execute(
-        """INSERT INTO users (tenant_id, external_id)
-           SELECT %s, 'user-' || lpad(n::text, 4, '0') FROM generate_series(0, %s - 1) n RETURNING id""",
-        (tenant_id, users),
+        """WITH tenant AS (INSERT INTO tenants (name) VALUES (%s) RETURNING id)
+           INSERT INTO users (tenant_id, external_id) SELECT tenant.id, 'user-' || lpad(n::text, 4, '0')
+           FROM tenant, generate_series(0, %s - 1) n RETURNING tenant_id, id""",
+        (TENANT, users),
     ).fetchall()
-    user_ids = sorted(int(r["id"]) for r in rows)
+    tenant_id, user_ids = int(rows[0]["tenant_id"]), sorted(int(r["id"]) for r in rows)
     ensure_embedding_space(conn, LocalEmbedder())
     conn.commit()
     register_vector_types(conn)
@@ -269,24 +267,14 @@ def load(
 
 
 def build_index(conn: Conn, indexdef: str, maintenance_work_mem: str) -> float:
+    """Rebuild the HNSW index (its build time, returned), then VACUUM ANALYZE and CHECKPOINT."""
     # pgvector builds the graph in memory while it fits maintenance_work_mem and falls back to a far
     # slower on-disk build after; Postgres's 64 MB default holds ~40k vectors of 384 dims.
     conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (maintenance_work_mem,))
     start = time.perf_counter()
     conn.execute(indexdef)
     conn.commit()
-    return time.perf_counter() - start
-
-
-def postmaster_pid(conn: Conn) -> int:
-    """The embedded server's postmaster: the parent of this connection's backend."""
-    row = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()
-    conn.rollback()
-    assert row is not None
-    return psutil.Process(int(row["pid"])).ppid()
-
-
-def vacuum_analyze(conn: Conn) -> None:
+    build_s = time.perf_counter() - start
     # VACUUM cannot run in a transaction; it also sets the visibility map and hint bits a freshly
     # COPYed table lacks, so the first measured queries do not pay for them.
     conn.autocommit = True
@@ -296,6 +284,7 @@ def vacuum_analyze(conn: Conn) -> None:
     # the measured reads would each first write one back (steady-state reads do not).
     conn.execute("CHECKPOINT")
     conn.autocommit = False
+    return build_s
 
 
 def relation_sizes(conn: Conn) -> dict[str, int]:
@@ -381,8 +370,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     size, rng = args.memories, random.Random(args.seed)
-    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    log(f"generating and embedding {args.pool} facts and {args.questions} questions ...")
+    print(f"embedding {args.pool} facts and {args.questions} questions ...", file=sys.stderr, flush=True)
     facts = generate_facts(rng, args.pool, datetime.now(UTC))
     questions = generate_questions(rng, args.questions, {f.value for f in facts})
     pool_vectors = embed([f.value for f in facts])
@@ -392,18 +380,18 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     config.update(cpus=os.cpu_count(), loadavg_start=round(os.getloadavg()[0], 2))
     with cast(Conn, psycopg.connect(url, row_factory=dict_row)) as conn:
         setup = prepare(conn, args.users)
-        log(f"[{size}] loading, building the HNSW index, VACUUM ANALYZE ...")
+        print(f"[{size}] loading, building the HNSW index, VACUUM ANALYZE ...", file=sys.stderr, flush=True)
         start = time.perf_counter()
         corpus = load(conn, setup, size, facts, pool_vectors, args)
         load_s = time.perf_counter() - start
         build_s = build_index(conn, setup.hnsw_indexdef, args.maintenance_work_mem)
-        vacuum_analyze(conn)
         sizes = relation_sizes(conn)
         conn.commit()
+        postmaster = psutil.Process(conn.info.backend_pid).ppid()  # the embedded server's
         latency: dict[str, dict[str, Any]] = {}
         mrng = random.Random(args.seed + size)
         # PSS: the backends share shared_buffers, which every one's RSS counts again.
-        with MemorySampler({"postgres": postmaster_pid(conn)}, interval=1.0) as pg_memory:
+        with MemorySampler({"postgres": postmaster}, interval=1.0) as pg_memory:
             for mode in ("hybrid", "text", "vector"):
                 latency[mode] = run_searches(conn, setup, corpus, queries, mode, args.queries, args.warmup, mrng)
     hybrid_p95 = latency["hybrid"]["p95_ms"]

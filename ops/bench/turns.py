@@ -139,8 +139,7 @@ def drive(
 def wait_turn(
     client: EngramClient, key: str, user: str, text: str, timeout: float, abort: threading.Event | None = None
 ) -> tuple[dict[str, Any], float, float]:
-    """Send a turn and long-poll it until done or failed: the turn (with its turn_id), and the seconds until it
-    was accepted and until it finished."""
+    """Send a turn and long-poll it until done or failed: the turn (with its turn_id), seconds to accept, to end."""
     t0 = time.perf_counter()
     accepted = turn = client.submit_turn(key, user, text)
     accept_s = time.perf_counter() - t0
@@ -181,8 +180,7 @@ def probe_healthz(url: str, stop: threading.Event, latencies: list[float], error
 
 
 def healthz_burst(url: str, requests: int) -> list[float]:
-    """`requests` threads, each on a new connection, send one `GET /healthz` at one barrier: the floor
-    for the measured run's opening burst (every session's first turn is sent the same way)."""
+    """One `GET /healthz` on each of `requests` new connections at one barrier, as every session's first turn."""
     latencies: list[float] = []
     clients = [httpx.Client(base_url=url, timeout=30) for _ in range(requests)]
 
@@ -198,8 +196,7 @@ def healthz_burst(url: str, requests: int) -> list[float]:
 
 
 def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: float) -> dict[str, Any]:
-    """`sessions` threads, each sending `per_session` no-op tasks one after another on the turns queue
-    and waiting for each reply: the turn pattern without engram's work."""
+    """The turn pattern without engram's work: `sessions` threads, each sending no-op tasks one after another."""
     app = Celery("engram-bench-noop", broker=redis_url)
     app.conf.broker_connection_retry_on_startup = True
     replies = redis.Redis.from_url(redis_url)
@@ -286,9 +283,8 @@ def engram_cpu_over_noop(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def ceiling_without_engram(summary: dict[str, Any], noop_tasks_per_s: float | None) -> dict[str, Any]:
-    """The most turns/s this machine could give if engram's own work (gateway, worker beyond a no-op task,
-    Postgres, Redis) cost no CPU at all: every core busy with only the benchmark's client, the fake model and
-    a no-op task's worker time per turn. When under 0.5 x the no-op rate, no change to engram meets the goal."""
+    """The most turns/s this machine could give if engram's own work cost no CPU: every core busy with only the
+    client, the fake model and a no-op task's worker time per turn (under 0.5 x the no-op rate: goal unreachable)."""
     turn, noop = summary.get("cpu_ms_per_turn"), summary.get("cpu_ms_per_noop_task")
     if not turn or not noop or not noop_tasks_per_s:
         return {}
@@ -326,9 +322,8 @@ def own_cpu_ms(fn: Callable[[], object]) -> float:
 
 
 def floor_parts(stack: LocalStack, noop_worker_ms: float) -> dict[str, float]:
-    """The floor's parts (CPU ms): a no-op task's worker CPU, two of the gateway's cheapest requests (a turn
-    needs its accept and a read of the reply), one streamed reply from the fake model through the official
-    SDK, and embedding the turn's two messages with the default embedder (every message is embedded)."""
+    """The floor's parts (CPU ms): a no-op task's worker CPU, two GET /healthz (a turn's accept and its read),
+    a streamed reply through the anthropic SDK, embedding the turn's two messages with the default embedder."""
     assert stack.gateway is not None
     gateway = {"gateway": stack.gateway.pid}
     with httpx.Client(base_url=stack.url) as http:
