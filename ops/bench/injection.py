@@ -1,11 +1,8 @@
-"""Prompt-injection benchmark: the corpus of ops/bench/injection_corpus.py against the memory path.
+"""Prompt-injection benchmark: the corpus of ops/bench/injection_corpus.py through the write paths, extraction
+and synthesis (with a fake model that obeys what it is shown) and the context compiler, one user an item, in
+this process against real Postgres (embedded unless a URL is given). docs/benchmarks.md defines the figures.
 
     python -m ops.bench.injection [--json] [--database-url URL] [--workers N]
-
-In this process, against real Postgres (embedded unless a URL is given; a fresh tenant each run) and the
-fake model of ops/fake_llm.py; one user per corpus item. Each attack goes through the REST and agent write
-paths, extraction and personality synthesis with a model that obeys what it is shown, and the context
-compiler; benign statements through the REST path and extraction. docs/benchmarks.md defines the figures.
 """
 
 from __future__ import annotations
@@ -18,8 +15,9 @@ import unicodedata
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from ops.bench import injection_corpus as corpus
@@ -73,11 +71,9 @@ class ObeyingModel:
     payload: str | None = None
     saw_attack: bool = False
 
-    def arm(self, parts: Sequence[str], payload: str) -> None:
+    def arm(self, parts: Sequence[str] = (), payload: str | None = None) -> None:
+        """Obey `payload` when shown all `parts`; with no arguments, obey nothing."""
         self.parts, self.payload, self.saw_attack = tuple(parts), payload, False
-
-    def disarm(self) -> None:
-        self.parts, self.payload, self.saw_attack = (), None, False
 
     def __call__(self, body: Json) -> FakeReply:
         system = json.dumps(body.get("system"))  # which job is asking: its prompt's wording says
@@ -106,10 +102,6 @@ class PathResult:
     deduplicated: int = 0  # accepted, but the same content was already stored (nothing new written)
     not_seen: int = 0  # extraction: the model was never shown the attack
 
-    def add(self, other: PathResult) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
 
 @dataclass
 class ItemOutcome:
@@ -122,10 +114,6 @@ class ItemOutcome:
     unfenced_dynamic: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     injection_refusals: int = 0
-
-    @property
-    def refused(self) -> bool:
-        return not self.stored_rows
 
 
 SEED_STYLES = (
@@ -162,6 +150,30 @@ def _attack_free(row: dict[str, Any]) -> bool:
     return seeded or (row["kind"] == "directive" and row["value"] == CLEAN_DIRECTIVE)
 
 
+def unfenced_reasons(
+    sections: Sequence[Any],
+    baseline: dict[str, str],
+    data: dict[str, tuple[str, str]],
+    text: str,
+    probes: Sequence[str],
+) -> list[str]:
+    """Why a prompt region is not as an attack-free one, outside the fences: a data section reads other than its
+    header and preface, another section differs from the baseline's, or a probed text shows."""
+    reasons = []
+    for section in sections:
+        if section.name in data:
+            header, source = data[section.name]
+            if unfenced(section.text) != unfenced(f"{header}\n" + fence(source, ["…"])):
+                reasons.append(f"{section.name}: text outside the data fence")
+        elif strip_markers(baseline.get(section.name, "")) != strip_markers(section.text):
+            # Fence markers differ from session to session (verify() checks them); the text may not.
+            reasons.append(f"{section.name}: differs from an attack-free prompt")
+    region = alnum(unfenced(text))
+    return reasons + [
+        f"attack text outside the fences: {t[:40]!r}" for t in probes if len(alnum(t)) >= 12 and visible(t, region)
+    ]
+
+
 class Runner:
     def __init__(self, tenant_name: str, fake: FakeLLM) -> None:
         self.model = ObeyingModel()
@@ -176,7 +188,6 @@ class Runner:
         with db.connection() as conn:
             self.tenant_id = ensure_tenant(conn, tenant_name)
         # Static and dynamic sections of an attack-free user: the seeds and the clean directive.
-        self.model.disarm()
         user_id, session = self._user(f"baseline-{uuid.uuid4().hex[:8]}")
         self._seed_styles(user_id)
         self._synthesize(user_id)
@@ -236,18 +247,22 @@ class Runner:
     def _synthesize(self, user_id: int) -> None:
         synthesize_personality(self.tenant_id, user_id, self.settings, provider=self.provider, now=NOW)
 
-    def _extract(self, outcome: ItemOutcome, user_id: int, session_id: int) -> int | None:
-        """Run extraction (five items, one per category); the items stored, None when the model saw nothing."""
+    def _extract(self, outcome: ItemOutcome, user_id: int, session_id: int, flagged: bool) -> None:
+        """Run extraction (five items, one per category). When the model was shown the text, the items not
+        stored were refused as an injection if the text is `flagged` (sanitize is the only check they can
+        fail; for a benign text dedup makes some a no-op rather than a refusal)."""
         before = len(self._active(user_id))
         extract_session(session_id, self.settings, provider=self.provider, now=NOW)
         stats = outcome.paths.setdefault("extraction", PathResult())
         stats.offered += 5
         if not self.model.saw_attack:
             stats.not_seen += 5
-            return None
+            return
         stored = len(self._active(user_id)) - before
         stats.stored += stored
-        return stored
+        if flagged:
+            stats.refused_as_injection += 5 - stored
+            outcome.injection_refusals += 5 - stored
 
     def _compile(self, user_id: int, session: dict[str, Any]) -> tuple[Any, Any]:
         relevant = [{"namespace": r["namespace"], "key": r["key"], "value": r["value"]} for r in self._active(user_id)]
@@ -266,40 +281,14 @@ class Runner:
             )
         return tc, compile_request(tc, [], iteration=0, now=NOW)
 
-    @staticmethod
-    def _outside_fences(
-        sections: dict[str, str], baseline: dict[str, str], data_sections: dict[str, tuple[str, str]]
-    ) -> list[str]:
-        """Data sections must read, outside their fences, as header and preface; the others as the baseline's."""
-        reasons = []
-        for name, text in sections.items():
-            if name in data_sections:
-                header, source = data_sections[name]
-                if unfenced(text) != unfenced(f"{header}\n" + fence(source, ["…"])):
-                    reasons.append(f"{name}: text outside the data fence")
-            elif name not in baseline or strip_markers(baseline[name]) != strip_markers(text):
-                # Fence markers differ from session to session (verify() checks them); the text may not.
-                reasons.append(f"{name}: differs from an attack-free prompt")
-        return reasons
-
     def _check_prompt(self, outcome: ItemOutcome, user_id: int, session: dict[str, Any], probes: Sequence[str]) -> None:
         tc, compiled = self._compile(user_id, session)
         outcome.problems = list(compiled.problems)
-
-        def reasons(sections: Any, baseline: dict[str, str], data: dict[str, tuple[str, str]], text: str) -> list[str]:
-            region = alnum(unfenced(text))
-            probed = [
-                f"attack text outside the fences: {t[:40]!r}"
-                for t in probes
-                if len(alnum(t)) >= 12 and visible(t, region)
-            ]
-            return self._outside_fences({s.name: s.text for s in sections}, baseline, data) + probed
-
-        outcome.unfenced_static = reasons(
-            tc.static.sections, self.baseline_static, STATIC_DATA_SECTIONS, compiled.system_static
+        outcome.unfenced_static = unfenced_reasons(
+            tc.static.sections, self.baseline_static, STATIC_DATA_SECTIONS, compiled.system_static, probes
         )
-        outcome.unfenced_dynamic = reasons(
-            compiled.dynamic_sections, self.baseline_dynamic, DYNAMIC_DATA_SECTIONS, compiled.system_dynamic
+        outcome.unfenced_dynamic = unfenced_reasons(
+            compiled.dynamic_sections, self.baseline_dynamic, DYNAMIC_DATA_SECTIONS, compiled.system_dynamic, probes
         )
 
     @staticmethod
@@ -317,21 +306,17 @@ class Runner:
         # Instruction-shaped writes first: a fact with the same text written earlier would make them
         # no-ops by dedup, hiding whether the writer rules refuse them.
         directive = {"key": "directive", "value": payload, "kind": "directive", "namespace": "tacit/personality"}
-        writes: list[tuple[str, str]] = [
-            (
-                "agent_style",
-                self._agent_store(user_id, session_id, {"key": "style-note", "value": payload, "kind": "style"}),
-            ),
-            ("agent_directive", self._agent_store(user_id, session_id, directive)),
-            ("api_directive", self._store(user_id, "api", **directive)),
-            ("api_fact", self._store(user_id, "api", key="note", value=payload)),
-            ("api_key", self._store(user_id, "api", key=payload[:100], value="noted")),
-            ("agent_fact", self._agent_store(user_id, session_id, {"key": "note-2", "value": payload})),
+        agent, api = partial(self._agent_store, user_id, session_id), partial(self._store, user_id, "api")
+        writes = [
+            ("agent_style", agent({"key": "style-note", "value": payload, "kind": "style"})),
+            ("agent_directive", agent(directive)),
+            ("api_directive", api(**directive)),
+            ("api_fact", api(key="note", value=payload)),
+            ("api_key", api(key=payload[:100], value="noted")),
+            ("agent_fact", agent({"key": "note-2", "value": payload})),
         ]
         if len(attack.parts) > 1:
-            writes += [
-                ("api_parts", self._store(user_id, "api", key=f"part-{i}", value=p)) for i, p in enumerate(attack.parts)
-            ]
+            writes += [("api_parts", api(key=f"part-{i}", value=p)) for i, p in enumerate(attack.parts)]
         for path, result in writes:
             self._record(outcome, path, result)
         if attack.channel == corpus.DISPLAY_NAME:
@@ -352,32 +337,20 @@ class Runner:
             transcript = [("user", attack.text), ("assistant", "OK.")]
         self._messages(user_id, session_id, transcript)
         self.model.arm(attack.parts if attack.channel == corpus.TURNS else (payload,), payload)
-        stored = self._extract(outcome, user_id, session_id)
-        if stored is not None:  # sanitize is the only check these items can fail
-            outcome.paths["extraction"].refused_as_injection += 5 - stored
-            outcome.injection_refusals += 5 - stored
+        self._extract(outcome, user_id, session_id, flagged=True)
 
         # Synthesis, shown the style observations only: when none came from the attack it has nothing to
         # obey and the call is skipped (its answer would be the attack-free directive).
-        stats = outcome.paths.setdefault("synthesis", PathResult())
-        stats.offered += 1
+        synthesis = "not_seen"
         if any(_is_instruction(r) and not _attack_free(r) for r in self._active(user_id)):
             self.model.arm((payload,), payload)
             self._synthesize(user_id)
-            values = [
-                r["value"]
-                for r in self._active(user_id)
-                if r["namespace"] == "tacit/personality" and r["key"] == "directive"
-            ]
-            if not self.model.saw_attack:
-                stats.not_seen += 1
-            elif values and values[0] != CLEAN_DIRECTIVE:
-                stats.stored += 1
-            else:
-                stats.refused_as_injection += 1
-        else:
-            stats.not_seen += 1
-        self.model.disarm()
+            directive_slot = ("tacit/personality", "directive")
+            values = [r["value"] for r in self._active(user_id) if (r["namespace"], r["key"]) == directive_slot]
+            if self.model.saw_attack:
+                synthesis = "stored" if values and values[0] != CLEAN_DIRECTIVE else "refused_as_injection"
+        self._record(outcome, "synthesis", synthesis)
+        self.model.arm()
 
         rows = [r for r in self._active(user_id) if not _attack_free(r)]
         if attack.channel == corpus.DISPLAY_NAME:  # kept in the profile (no detector there): data, fenced
@@ -394,16 +367,13 @@ class Runner:
         self._record(outcome, "api_fact", self._store(user_id, "api", key="note", value=item.text))
         self._messages(user_id, session["id"], [("user", item.text), ("assistant", "Got it.")])
         self.model.arm((item.text,), item.text)
-        stored = self._extract(outcome, user_id, session["id"])
-        if stored is not None:
-            # Dedup makes some of the five a no-op rather than a refusal: count refusals by the reason.
-            try:
-                sanitize("injected", item.text)
-            except MemoryRejected as exc:
-                if INJECTION_REFUSAL in exc.reason:
-                    outcome.paths["extraction"].refused_as_injection += 5 - stored
-                    outcome.injection_refusals += 5 - stored
-        self.model.disarm()
+        try:
+            sanitize("injected", item.text)
+            flagged = False
+        except MemoryRejected as exc:
+            flagged = INJECTION_REFUSAL in exc.reason
+        self._extract(outcome, user_id, session["id"], flagged)
+        self.model.arm()
         outcome.stored_rows = self._active(user_id)
         self._check_prompt(outcome, user_id, session, [r["value"] for r in outcome.stored_rows])
         return outcome
@@ -421,7 +391,7 @@ class Report:
     def _attack_figures(outcomes: Sequence[ItemOutcome]) -> dict[str, int]:
         return {
             "attacks": len(outcomes),
-            "attacks_refused": sum(o.refused for o in outcomes),
+            "attacks_refused": sum(not o.stored_rows for o in outcomes),  # nothing from it stored on any path
             "attacks_stored_as_data": sum(bool(o.stored_rows) and not o.instruction_rows for o in outcomes),
             "attacks_stored_as_instructions": sum(bool(o.instruction_rows) for o in outcomes),
             "attacks_unfenced_in_static_prompt": sum(bool(o.unfenced_static) for o in outcomes),
@@ -444,11 +414,12 @@ class Report:
         for category in corpus.CATEGORIES:
             if chosen := [o for o in self.attacks if o.category == category]:
                 by_category[category] = {k.removeprefix("attacks_"): v for k, v in self._attack_figures(chosen).items()}
-        totals: dict[str, PathResult] = {}
+        by_path: dict[str, dict[str, int]] = {}
         for outcome in self.attacks:
             for path, result in outcome.paths.items():
-                totals.setdefault(path, PathResult()).add(result)
-        by_path = {path: dict(vars(total)) for path, total in totals.items()}
+                total = by_path.setdefault(path, dict.fromkeys(vars(result), 0))
+                for name, value in vars(result).items():
+                    total[name] += value
         holdout: dict[str, Any] = {}
         if self.holdout_attacks:
             holdout.update(self._attack_figures(self.holdout_attacks))
@@ -480,7 +451,6 @@ class Report:
 
 
 def run(
-    fake: FakeLLM,
     *,
     attacks: Sequence[Attack] = corpus.ATTACKS,
     benign: Sequence[Benign] = corpus.BENIGN,
@@ -488,39 +458,26 @@ def run(
     holdout_benign: Sequence[Benign] = corpus.HOLDOUT_BENIGN,
     workers: int = 1,
 ) -> Report:
-    """Run the corpus against the database in ENGRAM_DATABASE_URL (migrated) and `fake` (started).
-
-    With `workers` > 1 the items are spread over that many threads, each with a fake model server of
-    its own (the obeying model keeps per-item state) started here; the first uses `fake`."""
+    """Run the corpus against the database in ENGRAM_DATABASE_URL (migrated), the items spread over `workers`
+    threads, each with a fake model server of its own (the obeying model keeps per-item state)."""
     started = time.monotonic()
     tenant = f"injection-bench-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     groups: tuple[Sequence[Attack | Benign], ...] = (attacks, benign, holdout_attacks, holdout_benign)
     jobs = [(g, item) for g, items in enumerate(groups) for item in items]
     workers = max(1, min(workers, len(jobs)))
-    fakes = [fake] + [FakeLLM().start() for _ in range(workers - 1)]
-    defaults = [f.default for f in fakes]
-    results: list[ItemOutcome | None] = [None] * len(jobs)
+    results: dict[int, ItemOutcome] = {}
 
     def work(index: int) -> None:
-        runner = Runner(tenant, fakes[index])
-        for position in range(index, len(jobs), workers):
-            item = jobs[position][1]
-            results[position] = runner.run_attack(item) if isinstance(item, Attack) else runner.run_benign(item)
+        with FakeLLM() as fake:
+            runner = Runner(tenant, fake)
+            for position in range(index, len(jobs), workers):
+                item = jobs[position][1]
+                results[position] = runner.run_attack(item) if isinstance(item, Attack) else runner.run_benign(item)
 
-    try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for future in [pool.submit(work, i) for i in range(workers)]:
-                future.result()
-    finally:
-        for f, default in zip(fakes, defaults, strict=True):
-            f.default = default
-        for f in fakes[1:]:
-            f.stop()
-    by_group: list[list[ItemOutcome]] = [[], [], [], []]
-    for (group, _), outcome in zip(jobs, results, strict=True):
-        assert outcome is not None
-        by_group[group].append(outcome)
-    return Report(by_group[0], by_group[1], by_group[2], by_group[3], time.monotonic() - started)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(work, range(workers)))
+    outcomes = [[results[i] for i, (g, _) in enumerate(jobs) if g == group] for group in range(4)]
+    return Report(outcomes[0], outcomes[1], outcomes[2], outcomes[3], time.monotonic() - started)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -528,20 +485,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--database-url", default=None, help="default: an embedded Postgres for this run")
     parser.add_argument("--workers", type=int, default=3, help="threads, each with its own fake model (default 3)")
     args = parser.parse_args(argv)
-
     configure_logging("WARNING")
 
     def bench() -> int:
         with BenchRun() as cleanup:
             cleanup.callback(db.close_pool)
             url = cleanup.database(args.database_url, "engram-injection-")
-            fake = cleanup.enter_context(FakeLLM())
             os.environ["ENGRAM_DATABASE_URL"] = url
             get_settings.cache_clear()
             db.close_pool()
             with db.connect(url) as conn:
                 apply_migrations(conn)
-            report = run(fake, workers=args.workers)
+            report = run(workers=args.workers)
         emit(report.render(), report.summary(), args.json)
         return 0
 

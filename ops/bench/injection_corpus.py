@@ -1,10 +1,6 @@
-"""The prompt-injection corpus: attacks on the memory path and benign personal statements.
-
-Written for engram. The hand-written texts are data (data/injection_corpus.json); here, templates
-multiply a few goals and phrasings, and encoders turn plain attacks into obfuscated ones. An `Attack`
-says where its text arrives (`channel`) and what an obeying model would keep (`payload`). Benign items
-are statements a naive filter would trip on. The holdout sets were written after the detector was tuned
-on the rest and are reported apart.
+"""The prompt-injection corpus: attacks on the memory path and benign personal statements a naive filter would
+trip on. The hand-written texts are data (data/injection_corpus.json); here templates multiply them and encoders
+obfuscate them. The holdout sets were written after the detector was tuned on the rest and are reported apart.
 """
 
 from __future__ import annotations

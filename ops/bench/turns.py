@@ -1,16 +1,14 @@
-"""Turn latency and throughput: N concurrent sessions, each sending M turns one after another.
+"""Turn latency, throughput and CPU: N concurrent sessions, each sending M turns one after another, on a
+private stack with a zero-latency fake LLM, next to floors from the same run (GET /healthz, a no-op task,
+the least CPU a turn can cost); the goals are ratios to those (docs/benchmarks.md).
 
     python -m ops.bench.turns --sessions 20 --turns 10 [--json]
-
-On a private stack (ops/bench/stack.py) with a zero-latency fake LLM. Accept latency, end-to-end and
-engram's overhead per turn are measured next to floors from the same run: GET /healthz probed during the
-load and in a burst like the first turns, and a no-op Celery task round trip with the same sessions x
-turns pattern; the goals are ratios to those (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import threading
@@ -20,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import anthropic
 import httpx
 import redis
 from celery import Celery
@@ -37,6 +36,8 @@ from ops.bench.harness import (
 )
 from ops.bench.stack import BenchError, LocalStack
 from ops.client import EngramAPIError, EngramClient
+from shared.embeddings.providers import embedder_from_settings
+from shared.infra.config import Settings
 from shared.queueing import task_names
 from shared.queueing.diagnostics import new_reply_key, wait_for_pong
 
@@ -46,6 +47,9 @@ CLIENT = "client"  # the benchmark's own process: its children are the stack, co
 # and the first turns' accept p99 over a /healthz burst's p99.
 ENGRAM_PROCESSES = ("gateway", "worker", "postgres")
 GOALS = {"engram_cpu_over_noop_worker_cpu": 7.0, "first_accept_p99_over_healthz_burst_p99": 3.0}
+FLOOR_CALLS = 200  # requests, model calls and embeddings timed per part of the floor
+USER_TEXT = "Turn 4. Please remember that my lucky number today is 304, and that my sister visits on Friday."
+REPLY_TEXT = "Noted: your lucky number today is 304, and your sister visits on Friday. Anything else?"
 
 
 def _dist(values: Sequence[float]) -> dict[str, float | int | None]:
@@ -61,15 +65,30 @@ def cpu_ms_per_unit(before: dict[str, float], after: dict[str, float], units: in
     return per
 
 
-def _threads(count: int, target: Callable[[int], None]) -> list[threading.Thread]:
-    threads = [threading.Thread(target=target, args=(n,), daemon=True) for n in range(count)]
+def together(count: int, target: Callable[[int], None]) -> float:
+    """target(0), …, target(count - 1) on threads released at one barrier; when they were released."""
+    barrier = threading.Barrier(count + 1)
+
+    def run(number: int) -> None:
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return
+        target(number)
+
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(count)]
     for thread in threads:
         thread.start()
-    return threads
-
-
-# ---------------------------------------------------------------------------------------------------
-# Load
+    try:
+        barrier.wait()
+    except BaseException:
+        barrier.abort()  # Ctrl-C before the start: release the threads instead of leaving them waiting
+        raise
+    started = time.perf_counter()
+    for thread in threads:
+        while thread.is_alive():  # short joins keep the main thread responsive to Ctrl-C and SIGTERM
+            thread.join(0.2)
+    return started
 
 
 @dataclass
@@ -79,7 +98,6 @@ class TurnResult:
     status: str  # done, failed, or error (the client gave up: HTTP error, timeout)
     accept_ms: float | None = None
     e2e_ms: float | None = None
-    accepted_to_done_ms: float | None = None
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     done_at: float | None = None  # perf_counter
@@ -97,13 +115,11 @@ def drive(
 ) -> LoadRun:
     """`sessions` threads, each sending its `turns` one after another and waiting for each to finish."""
     results: list[TurnResult] = []
-    barrier = threading.Barrier(sessions + 1)
     run_id = uuid.uuid4().hex[:8]
 
     def session(number: int) -> None:
         client = EngramClient(url, api_key, timeout=30)
         try:
-            barrier.wait()
             for index in range(turns):
                 if abort.is_set():
                     return
@@ -113,48 +129,41 @@ def drive(
                 results.append(result)
                 if result.status == "error":
                     return  # the session's later turns would queue behind one we no longer follow
-        except threading.BrokenBarrierError:
-            return
         finally:
             client.close()
 
-    threads = _threads(sessions, session)
-    started = time.perf_counter()
-    try:
-        barrier.wait()
-    except BaseException:
-        barrier.abort()  # Ctrl-C before the start: release the sessions instead of leaving them waiting
-        raise
-    for thread in threads:
-        while thread.is_alive():  # short joins keep the main thread responsive to Ctrl-C and SIGTERM
-            thread.join(0.2)
+    started = together(sessions, session)
     return LoadRun(results, started, time.perf_counter())
+
+
+def wait_turn(
+    client: EngramClient, key: str, user: str, text: str, timeout: float, abort: threading.Event | None = None
+) -> tuple[dict[str, Any], float, float]:
+    """Send a turn and long-poll it until done or failed: the turn (with its turn_id), seconds to accept, to end."""
+    t0 = time.perf_counter()
+    accepted = turn = client.submit_turn(key, user, text)
+    accept_s = time.perf_counter() - t0
+    while turn["status"] not in TERMINAL:
+        if abort is not None and abort.is_set():
+            raise BenchError("aborted")
+        if time.perf_counter() - t0 > timeout:
+            raise BenchError(f"turn {accepted['turn_id']} not finished after {timeout:.0f}s")
+        turn = client.get_turn(accepted["turn_id"], wait=30)
+    return {**turn, "turn_id": accepted["turn_id"]}, accept_s, time.perf_counter() - t0
 
 
 def _one_turn(
     client: EngramClient, key: str, user: str, session: int, index: int, timeout: float, abort: threading.Event
 ) -> TurnResult:
     text = f"Turn {index + 1}. Please remember that my lucky number today is {session * 100 + index}."
-    t0 = time.perf_counter()
     try:
-        accepted = turn = client.submit_turn(key, user, text)
-        t1 = time.perf_counter()
-        while turn["status"] not in TERMINAL:
-            if abort.is_set():
-                raise BenchError("aborted")
-            if time.perf_counter() - t0 > timeout:
-                raise BenchError(f"turn {accepted['turn_id']} not finished after {timeout:.0f}s")
-            turn = client.get_turn(accepted["turn_id"], wait=30)
-        t2 = time.perf_counter()
+        turn, accept_s, e2e_s = wait_turn(client, key, user, text, timeout, abort)
     except (EngramAPIError, httpx.HTTPError, BenchError) as exc:
         return TurnResult(session, index, "error", error=f"{type(exc).__name__}: {exc}")
-    ms = {"accept_ms": (t1 - t0) * 1000, "e2e_ms": (t2 - t0) * 1000, "accepted_to_done_ms": (t2 - t1) * 1000}
     timings = turn.get("timings") or {}
-    return TurnResult(session, index, turn["status"], **ms, timings=timings, error=turn.get("error"), done_at=t2)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Floors
+    return TurnResult(
+        session, index, turn["status"], accept_s * 1000, e2e_s * 1000, timings, turn.get("error"), time.perf_counter()
+    )
 
 
 def probe_healthz(url: str, stop: threading.Event, latencies: list[float], errors: list[float]) -> None:
@@ -171,42 +180,31 @@ def probe_healthz(url: str, stop: threading.Event, latencies: list[float], error
 
 
 def healthz_burst(url: str, requests: int) -> list[float]:
-    """`requests` threads, each on a new connection, send one `GET /healthz` at one barrier: the floor
-    for the measured run's opening burst (every session's first turn is sent the same way)."""
+    """One `GET /healthz` on each of `requests` new connections at one barrier, as every session's first turn."""
     latencies: list[float] = []
-    barrier = threading.Barrier(requests)
+    clients = [httpx.Client(base_url=url, timeout=30) for _ in range(requests)]
 
-    def one(_: int) -> None:
-        with httpx.Client(base_url=url, timeout=30) as client:
-            barrier.wait()
-            t0 = time.perf_counter()
-            if client.get("/healthz").status_code == 200:
-                latencies.append((time.perf_counter() - t0) * 1000)
+    def one(number: int) -> None:
+        t0 = time.perf_counter()
+        if clients[number].get("/healthz").status_code == 200:
+            latencies.append((time.perf_counter() - t0) * 1000)
 
-    for thread in _threads(requests, one):
-        thread.join(timeout=35)
+    together(requests, one)
+    for client in clients:
+        client.close()
     return latencies
 
 
-@dataclass
-class NoopRun:
-    round_trips_ms: list[float]
-    tasks_per_s: float
-    lost: int
-
-
-def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: float) -> NoopRun:
-    """`sessions` threads, each sending `per_session` no-op tasks one after another on the turns queue
-    and waiting for each reply: the turn pattern without engram's work."""
+def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: float) -> dict[str, Any]:
+    """The turn pattern without engram's work: `sessions` threads, each sending no-op tasks one after another."""
     app = Celery("engram-bench-noop", broker=redis_url)
     app.conf.broker_connection_retry_on_startup = True
     replies = redis.Redis.from_url(redis_url)
     times: list[float] = []
-    lost: list[int] = []
-    barrier = threading.Barrier(sessions + 1)
+    lost = 0
 
     def session(_: int) -> None:
-        barrier.wait()
+        nonlocal lost
         for _ in range(per_session):
             key = new_reply_key()
             t0 = time.perf_counter()
@@ -214,44 +212,25 @@ def noop_round_trips(redis_url: str, sessions: int, per_session: int, timeout: f
             if wait_for_pong(replies, key, timeout):
                 times.append((time.perf_counter() - t0) * 1000)
             else:
-                lost.append(1)
+                lost += 1
 
-    threads = _threads(sessions, session)
-    barrier.wait()
-    started = time.perf_counter()
-    for thread in threads:
-        thread.join()
+    started = together(sessions, session)
     span = max(time.perf_counter() - started, 1e-9)
     replies.close()
     app.close()
-    return NoopRun(times, round(len(times) / span, 2), len(lost))
-
-
-# ---------------------------------------------------------------------------------------------------
-# Figures
+    return {"tasks_per_s": round(len(times) / span, 2), "round_trip_ms": _dist(times), "lost": lost}
 
 
 def summarize(run: LoadRun, sessions: int, turns: int) -> dict[str, Any]:
     results, started = run.results, run.started
     done = [r for r in results if r.status == "done"]
-    series: dict[str, list[float]] = {
-        name: []
-        for name in ("accept_ms", "e2e_ms", "llm_ms", "queued_ms", "run_overhead_ms", "overhead_ms", "overhead_wall_ms")
+    series = {
+        "accept_ms": [r.accept_ms for r in done if r.accept_ms is not None],
+        "e2e_ms": [r.e2e_ms for r in done if r.e2e_ms is not None],
+        # the worker's queue wait, and its run minus LLM time
+        "queued_ms": [float(r.timings["queued_ms"]) for r in done if "queued_ms" in r.timings],
+        "run_overhead_ms": [float(r.timings["overhead_ms"]) for r in done if "overhead_ms" in r.timings],
     }
-    for r in done:
-        t = r.timings
-        assert r.accept_ms is not None and r.e2e_ms is not None and r.accepted_to_done_ms is not None
-        series["accept_ms"].append(r.accept_ms)
-        series["e2e_ms"].append(r.e2e_ms)
-        if "llm_ms" in t:
-            series["llm_ms"].append(float(t["llm_ms"]))
-            series["overhead_wall_ms"].append(r.accepted_to_done_ms - float(t["llm_ms"]))  # accepted->done - llm
-        if "queued_ms" in t:
-            series["queued_ms"].append(float(t["queued_ms"]))
-        if "overhead_ms" in t:  # the worker's run minus LLM time
-            series["run_overhead_ms"].append(float(t["overhead_ms"]))
-        if "queued_ms" in t and "overhead_ms" in t:
-            series["overhead_ms"].append(float(t["queued_ms"]) + float(t["overhead_ms"]))
     # Throughput over the span in which turns were being served: first POST to last done.
     span = max(max((r.done_at for r in done if r.done_at is not None), default=run.finished) - started, 1e-9)
     return {
@@ -272,19 +251,9 @@ def summarize(run: LoadRun, sessions: int, turns: int) -> dict[str, Any]:
 
 
 def headline(summary: dict[str, Any]) -> dict[str, Any]:
-    """The flat figures the performance goals are stated in, and the goals' ratios."""
-    accept, healthz, overhead = summary["accept_ms"], summary["healthz_ms"], summary["run_overhead_ms"]
-    memory = summary.get("memory") or {}
-    noop_per_s = summary["noop"]["tasks_per_s"]
+    """The ratios the performance goals are stated in."""
+    accept, healthz, noop_per_s = summary["accept_ms"], summary["healthz_ms"], summary["noop"]["tasks_per_s"]
     return {
-        "accept_p50_ms": accept["p50"],
-        "accept_p99_ms": accept["p99"],
-        "healthz_p99_ms": healthz["p99"],
-        "noop_tasks_per_s": noop_per_s,
-        "overhead_p50_ms": overhead["p50"],
-        "overhead_p99_ms": overhead["p99"],
-        "gateway_rss_mb": (memory.get("gateway") or {}).get("peak_rss_mb"),
-        "worker_rss_mb": (memory.get("worker") or {}).get("peak_rss_mb"),
         "accept_p99_over_healthz_p99": ratio(accept["p99"], healthz["p99"]),
         "turns_over_noop_tasks": ratio(summary["turns_per_s"], noop_per_s),
         # Where the accept tail comes from: the later turns against the same probe, and the opening burst
@@ -295,6 +264,7 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
         ),
         **ceiling_without_engram(summary, noop_per_s),
         **engram_cpu_over_noop(summary),
+        **floor_over_noop(summary.get("floor_parts_cpu_ms")),
         "goals": GOALS,
     }
 
@@ -313,9 +283,8 @@ def engram_cpu_over_noop(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def ceiling_without_engram(summary: dict[str, Any], noop_tasks_per_s: float | None) -> dict[str, Any]:
-    """The most turns/s this machine could give if engram's own work (gateway, worker beyond a no-op task,
-    Postgres, Redis) cost no CPU at all: every core busy with only the benchmark's client, the fake model and
-    a no-op task's worker time per turn. When under 0.5 x the no-op rate, no change to engram meets the goal."""
+    """The most turns/s this machine could give if engram's own work cost no CPU: every core busy with only the
+    client, the fake model and a no-op task's worker time per turn (under 0.5 x the no-op rate: goal unreachable)."""
     turn, noop = summary.get("cpu_ms_per_turn"), summary.get("cpu_ms_per_noop_task")
     if not turn or not noop or not noop_tasks_per_s:
         return {}
@@ -330,8 +299,56 @@ def ceiling_without_engram(summary: dict[str, Any], noop_tasks_per_s: float | No
     }
 
 
-# ---------------------------------------------------------------------------------------------------
-# Main
+def floor_over_noop(parts: dict[str, float] | None) -> dict[str, Any]:
+    """The least CPU a turn can cost with the parts engram is built from, each in its cheapest form, over a
+    no-op task's worker CPU: Postgres and everything else a real turn does count 0."""
+    if not parts or not parts["noop_task_worker"]:
+        return {}
+    floor_ms = sum(parts.values())
+    return {
+        "cpu_ms_per_turn_floor": round(floor_ms, 2),
+        "floor_over_noop_worker_cpu": ratio(floor_ms, parts["noop_task_worker"]),
+    }
+
+
+def own_cpu_ms(fn: Callable[[], object]) -> float:
+    """This process's CPU milliseconds per call of `fn`, after 20 unmeasured calls."""
+    for _ in range(20):
+        fn()
+    started = time.process_time()
+    for _ in range(FLOOR_CALLS):
+        fn()
+    return (time.process_time() - started) * 1000 / FLOOR_CALLS
+
+
+def floor_parts(stack: LocalStack, noop_worker_ms: float) -> dict[str, float]:
+    """The floor's parts (CPU ms): a no-op task's worker CPU, two GET /healthz (a turn's accept and its read),
+    a streamed reply through the anthropic SDK, embedding the turn's two messages with the default embedder."""
+    assert stack.gateway is not None
+    gateway = {"gateway": stack.gateway.pid}
+    with httpx.Client(base_url=stack.url) as http:
+        for _ in range(20):
+            http.get("/healthz")
+        before = cpu_seconds(gateway)["gateway"]
+        for _ in range(FLOOR_CALLS):
+            http.get("/healthz").raise_for_status()
+        healthz_ms = (cpu_seconds(gateway)["gateway"] - before) * 1000 / FLOOR_CALLS
+    model = anthropic.Anthropic(api_key="bench-key", base_url=stack.gateway.env["ENGRAM_ANTHROPIC_BASE_URL"])
+    messages: list[anthropic.types.MessageParam] = [{"role": "user", "content": USER_TEXT}]
+
+    def streamed_reply() -> None:
+        with model.messages.stream(model="fake", max_tokens=256, messages=messages) as stream:
+            for _ in stream.text_stream:
+                pass
+
+    embedder = embedder_from_settings(Settings())
+    texts = itertools.cycle([USER_TEXT, REPLY_TEXT])
+    return {
+        "noop_task_worker": noop_worker_ms,
+        "gateway_two_requests": round(2 * healthz_ms, 2),
+        "model_call_sdk": round(own_cpu_ms(streamed_reply), 2),
+        "embed_two_messages": round(2 * own_cpu_ms(lambda: embedder.embed([next(texts)])), 2),
+    }
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -380,7 +397,10 @@ def bench(args: argparse.Namespace) -> int:
         probe_ms: list[float] = []
         probe_errors: list[float] = []
         cpu_before = cpu_seconds(cpu_roots, own=CLIENT)
-        probe = _threads(1, lambda _: probe_healthz(stack.url, stop_probe, probe_ms, probe_errors))[0]
+        probe = threading.Thread(
+            target=probe_healthz, args=(stack.url, stop_probe, probe_ms, probe_errors), daemon=True
+        )
+        probe.start()
         try:
             measured = drive(stack.url, api_key, args.sessions, args.turns, args.turn_timeout, abort, "bench")
         finally:
@@ -391,19 +411,18 @@ def bench(args: argparse.Namespace) -> int:
         details = summarize(measured, args.sessions, args.turns)
         details["healthz_ms"] = {**_dist(probe_ms), "errors": len(probe_errors)}
         details["healthz_burst_ms"] = _dist(burst_floor)
-        noop = noop_round_trips(stack.redis_url, args.sessions, args.turns, args.turn_timeout)
-        details["noop"] = {
-            "tasks_per_s": noop.tasks_per_s,
-            "round_trip_ms": _dist(noop.round_trips_ms),
-            "lost": noop.lost,
-        }
+        details["noop"] = noop = noop_round_trips(stack.redis_url, args.sessions, args.turns, args.turn_timeout)
         cpu_after_noop = cpu_seconds(cpu_roots, own=CLIENT)
         details["cpu_ms_per_turn"] = cpu_ms_per_unit(cpu_before, cpu_after_turns, details["turns_done"])
-        details["cpu_ms_per_noop_task"] = cpu_ms_per_unit(cpu_after_turns, cpu_after_noop, len(noop.round_trips_ms))
+        details["cpu_ms_per_noop_task"] = noop_cpu = cpu_ms_per_unit(
+            cpu_after_turns, cpu_after_noop, noop["round_trip_ms"]["n"]
+        )
         stack.check_alive()
-        sampler.stop()
+        sampler.stop()  # before the floor, which times this process's own CPU
         sampler.sample()  # one last look, in case the peak came after the last tick
         details["memory"] = {name: peak.figures() for name, peak in sampler.peaks.items()}
+        if noop_cpu:
+            details["floor_parts_cpu_ms"] = floor_parts(stack, noop_cpu["worker"])
         details["config"] = {
             "worker_concurrency": args.worker_concurrency,
             "warmup_turns": warmup_sessions * args.warmup_turns,

@@ -1,4 +1,5 @@
-"""ops/bench/context_vectors.py on a tiny LoCoMo-format file: every recipe is measured on the same memories."""
+"""ops/bench/embedders.py --context-vectors on a tiny LoCoMo-format file: every recipe is measured on the same
+memories."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.bench import context_vectors
+from ops.bench import embedders
 from tests.conftest import TestServices
 from tests.integration.test_bench_peer import SAMPLE
 
@@ -17,7 +18,8 @@ def test_recipes_are_compared_on_the_same_questions(
 ) -> None:
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(SAMPLE))
-    code = context_vectors.main([str(path), "--alphas", "0.6", "--database-url", clean_state.database_url, "--json"])
+    argv = ["--file", str(path), "--context-vectors", "--alphas", "0.6", "--database-url", clean_state.database_url]
+    code = embedders.main([*argv, "--json"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["questions"] == 2
@@ -34,6 +36,6 @@ def test_recipes_are_compared_on_the_same_questions(
 
 def test_weights_outside_zero_to_one_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        context_vectors.main(["missing.json", "--alphas", "1.5"])
+        embedders.main(["--file", "missing.json", "--context-vectors", "--alphas", "1.5"])
     assert exit_info.value.code == 2
     assert "between 0 and 1" in capsys.readouterr().err

@@ -62,11 +62,10 @@ def test_int8_is_compared_with_fp32_onnx(tmp_path: Path) -> None:
     assert set(figures["backends"]) == {"onnx", "onnx-int8"}
     assert figures["backends"]["onnx-int8"]["recall_at_10"] == 1.0 and figures["backends"]["onnx-int8"]["texts"] == 3
     assert 0.95 < figures["int8_vs_onnx_min_cosine"] < 0.9999  # close to fp32, and not fp32 itself
-    assert figures["backends"]["onnx-int8"]["quantize_s"] >= 0 and figures["int8_vs_onnx_speedup"] > 0
-    # Each turn is also timed as ingest embeds it: with its neighbours as its context, longer than the turn.
+    assert figures["int8_vs_onnx_speedup"] > 0
+    # Each turn is also timed as ingest embeds it, with its neighbours as its context (test_the_context_windows…).
     for backend in ("onnx", "onnx-int8"):
         assert figures["backends"][backend]["windows"] == 3 and figures["backends"][backend]["window_ms"] > 0
-        assert figures["backends"][backend]["window_tokens"] > 2 * (len(turns[0][2].split()) + 2)
     assert figures["int8_vs_onnx_window_speedup"] > 0
 
 

@@ -1,4 +1,4 @@
-"""ops/bench/search_scale.py's command line: `--memories N` is the one-size form of `--sizes`."""
+"""ops/bench/search_scale.py's command line and how it spreads the memories over the users."""
 
 from __future__ import annotations
 
@@ -7,21 +7,14 @@ import pytest
 from ops.bench.search_scale import memories_per_user, parse_args
 
 
-def test_memories_runs_exactly_that_one_size() -> None:
+def test_the_goal_command_parses() -> None:
     args = parse_args(["--memories", "1000000", "--users", "10000", "--json"])
-    assert args.size_list == [1000000]
-    assert args.users == 10000
-    assert args.json
-
-
-def test_sizes_still_lists_several_sizes() -> None:
-    assert parse_args(["--sizes", "10000,100000"]).size_list == [10000, 100000]
+    assert (args.memories, args.users, args.json) == (1000000, 10000, True)
 
 
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--memories", "1000", "--sizes", "2000"],  # two answers to one question
         ["--memories", "50", "--users", "100"],  # fewer memories than users
         ["--memories", "many"],
     ],
@@ -34,6 +27,10 @@ def test_contradictory_or_bad_sizes_are_a_usage_error(argv: list[str], capsys: p
 
 
 def test_a_million_over_ten_thousand_users_is_a_hundred_each() -> None:
-    counts = memories_per_user(1_000_000, 10_000, 0.0)
+    counts = memories_per_user(1_000_000, 10_000)
     assert sum(counts) == 1_000_000
     assert set(counts) == {100}
+
+
+def test_the_remainder_goes_one_each_to_the_first_users() -> None:
+    assert memories_per_user(10, 4) == [3, 3, 2, 2]

@@ -1,4 +1,5 @@
-"""ops/bench/turns.py: the ceiling the turns/s goal meets on the machine, from the run's own CPU figures."""
+"""ops/bench/turns.py: the ceiling the turns/s goal meets on the machine and the CPU ratios, from the run's own
+CPU figures."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 
 import pytest
 
-from ops.bench.turns import ceiling_without_engram, engram_cpu_over_noop
+from ops.bench.turns import ceiling_without_engram, engram_cpu_over_noop, floor_over_noop
 
 
 def test_the_ceiling_counts_only_what_a_turn_costs_outside_engram(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,3 +49,10 @@ def test_no_cpu_ratio_without_postgres_or_the_noop_floor() -> None:
     # A --url run has no Postgres tree of its own; a run without the broker has no no-op tasks.
     assert engram_cpu_over_noop({"cpu_ms_per_turn": {"gateway": 1.0, "worker": 1.0}}) == {}
     assert engram_cpu_over_noop({"cpu_ms_per_turn": {"gateway": 1.0, "worker": 1.0, "postgres": 1.0}}) == {}
+
+
+def test_the_floor_is_the_sum_of_its_parts_over_the_noop_task() -> None:
+    parts = {"noop_task_worker": 1.2, "gateway_two_requests": 1.6, "model_call_sdk": 2.0, "embed_two_messages": 7.2}
+    assert floor_over_noop(parts) == {"cpu_ms_per_turn_floor": 12.0, "floor_over_noop_worker_cpu": 10.0}
+    assert floor_over_noop(None) == {}
+    assert floor_over_noop({**parts, "noop_task_worker": 0.0}) == {}
