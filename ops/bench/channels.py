@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from ops.bench.harness import BenchRun, bench_parser, distribution, emit, outline, run_main
-from ops.bench.stack import BenchError, LocalStack, up_workers
+from ops.bench.stack import BenchError, up_workers
 from ops.fake_channels import FakeChannels
 from shared.channels.slack import sign
 
@@ -174,7 +174,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def bench(args: argparse.Namespace) -> int:
     with BenchRun(keep=args.keep) as run:
-        workdir = run.workdir("engram-bench-channels-")
         fake = FakeChannels().start()
         run.callback(fake.stop)
         fake.slack_token = BOT_TOKEN
@@ -184,10 +183,7 @@ def bench(args: argparse.Namespace) -> int:
             "ENGRAM_SLACK_API_URL": fake.slack_api_url,
             "ENGRAM_AUTO_MEMORY": "false",
         }
-        stack = LocalStack(workdir, args.turn_concurrency, 0.0, workers=up_workers(args.turn_concurrency), env=env)
-        run.callback(stack.stop)
-        print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
-        stack.start()
+        stack, _ = run.stack("engram-bench-channels-", up_workers(args.turn_concurrency), env=env)
         # Warm-up: imports, pools and the first prompt of each pool process, not measured.
         warm = Phase(rate=2.0, seconds=2.0)
         run_phase(warm, 0, stack.url, args.users, 0.0, 4)

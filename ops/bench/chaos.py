@@ -25,7 +25,7 @@ import psutil
 import psycopg
 import redis
 
-from ops.bench.harness import BenchRun, bench_parser, distribution, emit, outline, rounded, run_main
+from ops.bench.harness import BenchRun, bench_parser, distribution, emit, env_setting, outline, rounded, run_main
 from ops.bench.pipeline import (
     Driver,
     kind_of,
@@ -340,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stall", action="store_true", help="stall Postgres, valkey and the fake model in turn")
     parser.add_argument("--stall-seconds", type=float, default=30.0)
     parser.add_argument("--turn-concurrency", type=int, default=8, help="ENGRAM_TURN_WORKER_CONCURRENCY")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an extra ENGRAM_ setting")
+    parser.add_argument("--env", type=env_setting, action="append", default=[], help="ENGRAM_KEY=VALUE (repeat)")
     parser.add_argument("--settle-timeout", type=float, default=600.0)
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.turns < 1 or args.stall_seconds <= 0:
@@ -348,17 +348,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, default in (("worker_kills", 5), ("redis_kills", 2), ("postgres_kills", 2)):
         if getattr(args, name) is None:
             setattr(args, name, 0 if args.stall else default)
-    if any("=" not in item or not item.startswith("ENGRAM_") for item in args.env):
-        parser.error(f"--env takes ENGRAM_KEY=VALUE, not {args.env}")
     return run_main(lambda: bench(args))
 
 
 def bench(args: argparse.Namespace) -> int:
-    fake = FakeLLM()
-    fake.default = latency_model(SEED)
     with BenchRun(keep=args.keep) as run:
-        run.callback(fake.stop)
-        fake.start()
+        fake = run.enter_context(FakeLLM())
+        fake.default = latency_model(SEED)
         # With no rate limit (the benchmark measures recovery) and the fake's embeddings (no model in every process).
         env = bench_env(fake.anthropic_base_url) | {
             "ENGRAM_AUTO_MEMORY": "true",
@@ -367,7 +363,7 @@ def bench(args: argparse.Namespace) -> int:
             "ENGRAM_EMBEDDING_BASE_URL": fake.openai_base_url,
             "ENGRAM_EMBEDDING_API_KEY": "bench-key",
         }
-        env.update(item.split("=", 1) for item in args.env)
+        env.update(args.env)
         stack = EngramUp(run.workdir("engram-chaos-"), env)
         run.callback(stack.stop)
         print(f"starting engram up in {stack.workdir}", file=sys.stderr)

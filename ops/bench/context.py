@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 
-from ops.bench.harness import BenchRun, bench_parser, distribution, emit, outline, run_main
-from ops.bench.stack import BenchError, LocalStack
+from ops.bench.harness import BenchRun, bench_parser, distribution, emit, outline, ratio, run_main
+from ops.bench.stack import BenchError
 from ops.bench.turns import wait_turn
 from ops.client import EngramAPIError, EngramClient
 
@@ -141,10 +141,6 @@ def run_session(
     return records
 
 
-def _share(part: float, whole: float) -> float | None:
-    return round(part / whole, 4) if whole else None
-
-
 def analyse(records: list[TurnRecord], wall_s: float) -> dict[str, Any]:
     calls = [(record, iteration, call) for record in records for iteration, call in enumerate(record.calls)]
     # 1. Prefix stability, request to request. A REST write lands between turns, so only a turn's first
@@ -167,7 +163,7 @@ def analyse(records: list[TurnRecord], wall_s: float) -> dict[str, Any]:
     turns = len(records) or 1
     identical = comparisons - len(changes)
     return {
-        "cached_input_share": _share(read, read + write + uncached),
+        "cached_input_share": ratio(read, read + write + uncached, 4),
         "prefix_changes": len(changes),
         "unexpected_prefix_changes": unexpected,
         "input_tokens_per_turn": round(
@@ -181,7 +177,7 @@ def analyse(records: list[TurnRecord], wall_s: float) -> dict[str, Any]:
         "turns_with_tool_iteration": sum(len(r.calls) > 1 for r in records),
         "static_prefix": {
             "comparisons": comparisons,
-            "identical_share": _share(identical, comparisons),
+            "identical_share": ratio(identical, comparisons, 4),
             "target": PREFIX_TARGET,
             "meets_target": comparisons > 0 and identical / comparisons >= PREFIX_TARGET,
             "changes": changes,
@@ -198,7 +194,7 @@ def analyse(records: list[TurnRecord], wall_s: float) -> dict[str, Any]:
     }
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.context", __doc__, keep=True)
     parser.add_argument("--turns", type=int, default=50, help="turns of the scripted session")
     parser.add_argument("--memory-every", type=int, default=10, help="write a memory before every Nth turn (0: never)")
@@ -207,11 +203,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.turns < 2 or args.memory_every < 0:
         parser.error("--turns must be at least 2 (stability compares consecutive requests), --memory-every 0 or more")
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
     return run_main(lambda: bench(args))
 
 
@@ -220,11 +211,9 @@ def bench(args: argparse.Namespace) -> int:
     with BenchRun(keep=args.keep) as cleanup:
         fake = cleanup.enter_context(FakeLLM())
         fake.default = scripted_reply
-        workdir = cleanup.workdir("engram-bench-context-")
-        stack = LocalStack(workdir, args.worker_concurrency, llm_url=fake.anthropic_base_url)
-        cleanup.callback(stack.stop)
-        print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
-        api_key = stack.start()
+        stack, api_key = cleanup.stack(
+            "engram-bench-context-", args.worker_concurrency, llm_url=fake.anthropic_base_url
+        )
         client = EngramClient(stack.url, api_key, timeout=30)
         runs: list[dict[str, Any]] = []
         try:

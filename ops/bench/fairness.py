@@ -14,7 +14,8 @@ from contextlib import closing
 from typing import Any
 
 from ops.bench.harness import BenchError, BenchRun, bench_parser, distribution, emit, outline, ratio, run_main
-from ops.bench.pipeline import query, start_stack
+from ops.bench.pipeline import query
+from ops.bench.stack import up_workers
 from ops.bench.turns import TurnResult, _one_turn, drive
 from ops.client import EngramClient
 from shared.access.auth import create_key
@@ -92,7 +93,7 @@ def bench(args: argparse.Namespace) -> int:
     bound = args.max_active_sessions
     env = {} if bound is None else {"ENGRAM_TENANT_MAX_ACTIVE_SESSIONS": str(bound)}
     with BenchRun(keep=args.keep) as run:
-        stack, key_a = start_stack(run, "fairness", llm_latency_ms=LLM_LATENCY_MS, env=env, ready_timeout=300)
+        stack, key_a = run.stack("engram-fairness-", up_workers(), LLM_LATENCY_MS, env=env)
         with connect(stack.database_url) as conn:
             key_b = create_key(conn, "tenant-b", "bench")
             conn.commit()

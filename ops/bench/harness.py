@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import psutil
 
-from ops.bench.stack import BenchError, Terminated, raise_on_sigterm, stop_quietly
+from ops.bench.stack import BenchError, LocalStack, Terminated, raise_on_sigterm, stop_quietly
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -71,6 +71,14 @@ def bench_parser(module: str, doc: str | None, keep: bool | str = False) -> argp
         help = keep if isinstance(keep, str) else "keep the temporary directory (logs, data)"
         parser.add_argument("--keep", action="store_true", help=help)
     return parser
+
+
+def env_setting(item: str) -> tuple[str, str]:
+    """An --env argument: ENGRAM_KEY=VALUE."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.startswith("ENGRAM_"):
+        raise argparse.ArgumentTypeError(f"--env takes ENGRAM_KEY=VALUE, not {item!r}")
+    return key, value
 
 
 def emit(report: str, summary: Mapping[str, Any], as_json: bool) -> None:
@@ -171,6 +179,13 @@ class BenchRun(contextlib.ExitStack):
         urls = {"ENGRAM_DATABASE_URL": database_url, "ENGRAM_REDIS_URL": redis.start()}
         os.environ.update({**urls, "ENGRAM_DATA_DIR": str(workdir / "data"), **env})
         return database_url
+
+    def stack(self, prefix: str, *args: Any, **options: Any) -> tuple[LocalStack, str]:
+        """A private stack (LocalStack's arguments) in a new workdir, stopped with the run; its API key."""
+        stack = LocalStack(self.workdir(prefix), *args, **options)
+        self.callback(stack.stop)
+        print(f"starting a private stack in {stack.workdir} ...", file=sys.stderr, flush=True)
+        return stack, stack.start()
 
     def _remove_workdir(self, path: Path, what: str) -> None:
         if self.keep:

@@ -22,9 +22,9 @@ from typing import Any
 from engramhq_client import EngramAPIError, EngramClient
 from pgvector import Vector
 
-from ops.bench.harness import BenchRun, bench_parser, distribution, emit, mean, outline, percentile, rounded, run_main
+from ops.bench.harness import BenchRun, bench_parser, distribution, emit, env_setting, mean, outline, rounded, run_main
 from ops.bench.locomo_data import CATEGORIES, Conversation, Turn, load_conversations, session_messages
-from ops.bench.stack import BenchError, LocalStack, up_workers
+from ops.bench.stack import BenchError, up_workers
 from shared.access.auth import ensure_tenant
 from shared.context.tokens import O200K, TokenCounter, counter_for
 from shared.embeddings import Embedder, embed_texts, ensure_embedding_space
@@ -352,6 +352,7 @@ def ask(
 def summarise(stats: dict[int, BudgetStats]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for budget, s in stats.items():
+        latency = distribution(s.latencies_ms, (50, 95))
         out[str(budget)] = {
             "evidence_recall": rounded(s.mean("evidence_recall"), 4),
             "by_category": {
@@ -364,8 +365,8 @@ def summarise(stats: dict[int, BudgetStats]) -> dict[str, Any]:
             "over_budget": s.over_budget,
             "recounted": s.recounted,
             "recount_mismatch": s.recount_mismatch,
-            "latency_ms_p50": rounded(percentile(s.latencies_ms, 50), 1),
-            "latency_ms_p95": rounded(percentile(s.latencies_ms, 95), 1),
+            "latency_ms_p50": latency["p50"],
+            "latency_ms_p95": latency["p95"],
         }
     return out
 
@@ -377,13 +378,6 @@ def budget_list(raw: str) -> list[int]:
     return list(dict.fromkeys(budgets))
 
 
-def engram_setting(item: str) -> tuple[str, str]:
-    key, sep, value = item.partition("=")
-    if not sep or not key.startswith("ENGRAM_"):
-        raise argparse.ArgumentTypeError(f"--env takes ENGRAM_KEY=VALUE, not {item!r}")
-    return key, value
-
-
 def run_e2e(args: argparse.Namespace, conversations: list[Conversation]) -> int:
     budgets = args.budgets
     env = {"ENGRAM_LLM_PROVIDER": "offline", "ENGRAM_AUTO_MEMORY": "true", **dict(args.env)}
@@ -392,12 +386,8 @@ def run_e2e(args: argparse.Namespace, conversations: list[Conversation]) -> int:
     stats = {budget: BudgetStats() for budget in budgets}
     questions = sum(len(c.questions) for _, c in users)
     with BenchRun(keep=args.keep) as cleanup:
-        workdir = cleanup.workdir("engram-bench-locomo-")
-        stack = LocalStack(workdir, 1, workers=up_workers(1, 1), env=env)
-        cleanup.callback(stack.stop)
-        print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
         try:
-            api_key = stack.start()  # before stack.url is read: start() sets it
+            stack, api_key = cleanup.stack("engram-bench-locomo-", up_workers(1, 1), env=env)
             with EngramClient(stack.url, api_key, timeout=120.0) as client:
                 print(f"ingesting {len(users)} conversations ...", file=sys.stderr, flush=True)
                 started = time.perf_counter()
@@ -446,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--database-url", default=None, help="retrieval mode (default: ENGRAM_DATABASE_URL)")
     group = parser.add_argument_group("e2e mode")
     group.add_argument("--budgets", type=budget_list, default="500,1000,2000", help="max_tokens values, a,b,c")
-    group.add_argument("--env", type=engram_setting, action="append", default=[], help="ENGRAM_KEY=VALUE (repeat)")
+    group.add_argument("--env", type=env_setting, action="append", default=[], help="ENGRAM_KEY=VALUE (repeat)")
     group.add_argument("--wait-timeout", type=float, default=600.0, help="seconds for the memory pipeline to finish")
     group.add_argument("--keep", action="store_true", help="keep the stack's temporary directory (logs, data)")
     args = parser.parse_args(argv)

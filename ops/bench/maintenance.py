@@ -98,10 +98,8 @@ def run(args: argparse.Namespace) -> int:
     from shared.maintenance import jobs
 
     with BenchRun() as cleanup:
-        fake = FakeLLM(latency_s=args.llm_latency_ms / 1000)
+        fake = cleanup.enter_context(FakeLLM(latency_s=args.llm_latency_ms / 1000))
         fake.default = fake_answer
-        cleanup.callback(fake.stop)
-        fake.start()
         env = {"ENGRAM_MAINTENANCE_DAILY_TOKEN_BUDGET": "0", "ENGRAM_LLM_PROVIDER": "anthropic"}
         env |= {"ENGRAM_ANTHROPIC_API_KEY": "bench", "ENGRAM_ANTHROPIC_BASE_URL": fake.anthropic_base_url}
         cleanup.services("engram-bench-maint-", env)

@@ -26,7 +26,7 @@ import redis
 from psycopg.rows import dict_row
 
 from ops.bench.harness import BenchRun, backlog_sql, bench_parser, distribution, emit, outline, ratio, run_main
-from ops.bench.stack import BenchError, LocalStack, up_workers
+from ops.bench.stack import BenchError, up_workers
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
 from shared.pipeline.memory_prompt import TASK_BOTH, TASK_SUMMARY
 from shared.queueing.queues import QUEUES
@@ -298,16 +298,6 @@ def settle(
         time.sleep(1.0)
 
 
-def start_stack(run: BenchRun, name: str, **options: Any) -> tuple[LocalStack, str]:
-    """A private stack with `engram up`'s workers (their default pool sizes), stopped with the run; its API key."""
-    workers = up_workers()
-    workdir = run.workdir(f"engram-{name}-")
-    stack = LocalStack(workdir, workers[0].concurrency, workers=workers, **options)
-    run.callback(stack.stop)
-    print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
-    return stack, stack.start()
-
-
 def warm_up(url: str, api_key: str, plans: list[SessionPlan]) -> None:
     """Turns through every layer before the clock starts (imports, pools, the embedding model)."""
     if bad := [r for r in Driver(url, api_key, plans, TURN_TIMEOUT_S).start().wait() if r.status != "done"]:
@@ -403,11 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def bench(args: argparse.Namespace) -> int:
     # In this process: only in-process can the fake pick a reply from each request's content.
-    fake = FakeLLM(latency_s=LLM_LATENCY_S)
-    fake.default = pipeline_reply
     with BenchRun(keep=args.keep) as run:
-        run.callback(fake.stop)
-        fake.start()
+        fake = run.enter_context(FakeLLM(latency_s=LLM_LATENCY_S))
+        fake.default = pipeline_reply
         env = {
             "ENGRAM_AUTO_MEMORY": "true",
             "ENGRAM_EXTRACTION_DEBOUNCE_SECONDS": str(DEBOUNCE_S),
@@ -416,7 +404,9 @@ def bench(args: argparse.Namespace) -> int:
         }
         # The stack drops the caller's ENGRAM_* settings but for the embedding backend and its exported model.
         env |= {k: v for k, v in os.environ.items() if k in ("ENGRAM_EMBEDDING_BACKEND", "ENGRAM_EMBEDDING_ONNX_PATH")}
-        stack, api_key = start_stack(run, "bench-pipeline", llm_url=fake.anthropic_base_url, beat=True, env=env)
+        stack, api_key = run.stack(
+            "engram-bench-pipeline-", up_workers(), llm_url=fake.anthropic_base_url, beat=True, env=env
+        )
         print("warming up ...", file=sys.stderr, flush=True)
         # Concurrent turns, their extraction and embedding, and a search load the model and open the pools.
         warm_up(stack.url, api_key, make_plans(4, 1, "warmup-", 0))

@@ -22,8 +22,8 @@ import httpx
 import psutil
 
 from ops.bench.harness import BenchRun, bench_parser, distribution, emit, megabytes, outline, run_main
-from ops.bench.pipeline import settle, start_stack
-from ops.bench.stack import BenchError, LocalStack
+from ops.bench.pipeline import settle
+from ops.bench.stack import BenchError, LocalStack, up_workers
 
 JOBS = ("enrichment", "consolidation", "decay", "reflection", "cache_eviction")
 ENGRAM_PROCESSES = ("gateway", "worker-turns", "worker-background", "beat")
@@ -287,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # eviction fire during the run.
     schedules = {f"ENGRAM_JOB_{job.upper()}_SCHEDULE": f"{i}-59/5 * * * *" for i, job in enumerate(JOBS)}
     with BenchRun(keep=args.keep) as run:
-        stack, api_key = start_stack(run, "soak", beat=True, env=schedules, ready_timeout=300)
+        stack, api_key = run.stack("engram-soak-", up_workers(), beat=True, env=schedules)
         load = Load(stack.url, api_key, args.users, args.session_turns)
         run.callback(load.http.close)
         load.prepare(args.history)

@@ -1,5 +1,6 @@
 """A private engram stack for benchmarks in a temporary directory: embedded Postgres and valkey, the gateway,
-Celery workers (one on every queue, or `workers`), beat if asked, and the fake LLM unless `llm_url` is given."""
+Celery workers (`workers`, or one on every queue with that many processes), beat if asked, and the fake LLM
+unless `llm_url` is given."""
 
 from __future__ import annotations
 
@@ -114,20 +115,17 @@ class LocalStack:
     def __init__(
         self,
         workdir: Path,
-        worker_concurrency: int,
+        workers: int | Sequence[WorkerSpec],
         llm_latency_ms: float = 0.0,
         llm_url: str | None = None,
         *,
-        workers: Sequence[WorkerSpec] | None = None,
         beat: bool = False,
         env: Mapping[str, str] | None = None,
-        ready_timeout: float = 60,
     ) -> None:
         self.workdir = workdir
-        self.ready_timeout = ready_timeout  # seconds for the gateway to answer /readyz
         self.llm_latency_ms = llm_latency_ms  # only for the fake this stack starts itself
         self.llm_url = llm_url
-        self.worker_specs = tuple(workers or (WorkerSpec("worker", QUEUES, worker_concurrency),))
+        self.worker_specs = (WorkerSpec("worker", QUEUES, workers),) if isinstance(workers, int) else tuple(workers)
         self.beat = beat
         self.extra_env = dict(env or {})
         self.log_dir = workdir / "logs"
@@ -135,7 +133,6 @@ class LocalStack:
         self.redis: EmbeddedRedis | None = None
         self.children: list[Child] = []
         self.gateway: Child | None = None
-        self.worker: Child | None = None  # the first worker, for callers that know only one
         self.workers: list[Child] = []
         self.url = ""
         self.database_url = ""
@@ -159,7 +156,6 @@ class LocalStack:
         for spec in self.worker_specs:
             argv = worker_argv(spec.queues, spec.name, concurrency=spec.concurrency, log_level="WARNING")
             self.workers.append(self._spawn(spec.name, argv, env))
-        self.worker = self.workers[0] if self.workers else None
         if self.beat:
             self._spawn("beat", beat_argv("WARNING"), env)
         self._wait_ready()
@@ -183,8 +179,8 @@ class LocalStack:
         self.children.append(child)
         return child
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.ready_timeout
+    def _wait_ready(self, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
         with httpx.Client(base_url=self.url, timeout=5) as http:
             while time.monotonic() < deadline:
                 self.check_alive()
@@ -192,7 +188,7 @@ class LocalStack:
                     if http.get("/readyz").status_code == 200:
                         return
                 time.sleep(0.1)
-        raise BenchError(f"the gateway was not ready within {self.ready_timeout:.0f}s")
+        raise BenchError(f"the gateway was not ready within {timeout:.0f}s")
 
     def check_alive(self) -> None:
         for child in self.children:

@@ -351,7 +351,7 @@ def floor_parts(stack: LocalStack, noop_worker_ms: float) -> dict[str, float]:
     }
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("ops.bench.turns", __doc__, keep=True)
     parser.add_argument("--sessions", type=int, default=4, help="concurrent sessions (one thread each)")
     parser.add_argument("--turns", type=int, default=5, help="turns per session, sent one after another")
@@ -361,26 +361,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
     return run_main(lambda: bench(args))
 
 
 def bench(args: argparse.Namespace) -> int:
     abort = threading.Event()
     with BenchRun(keep=args.keep) as run:
-        workdir = run.workdir("engram-bench-")
-        stack = LocalStack(workdir, args.worker_concurrency)  # the fake LLM answers at once
-        run.callback(stack.stop)
-        print(f"starting a private stack in {workdir} ...", file=sys.stderr, flush=True)
-        api_key = stack.start()
-        assert stack.gateway is not None and stack.worker is not None and stack.postgres is not None
-        sampler = run.enter_context(MemorySampler({"gateway": stack.gateway.pid, "worker": stack.worker.pid}))
+        stack, api_key = run.stack("engram-bench-", args.worker_concurrency)  # the fake LLM answers at once
+        assert stack.gateway is not None and stack.postgres is not None
+        engram = {"gateway": stack.gateway.pid, "worker": stack.workers[0].pid}
+        sampler = run.enter_context(MemorySampler(engram))
         # Where the CPU of a turn goes, against a no-op task's.
-        cpu_roots = {"gateway": stack.gateway.pid, "worker": stack.worker.pid, CLIENT: os.getpid()}
+        cpu_roots = {**engram, CLIENT: os.getpid()}
         cpu_roots.update({c.name: c.pid for c in stack.children if c.name == "fake-llm"})
         if stack.postgres.pid is not None:
             cpu_roots["postgres"] = stack.postgres.pid
