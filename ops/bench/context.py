@@ -1,8 +1,6 @@
 """Prompt-cache benchmark: scripted sessions (one writing a memory every N turns, one not) on a private stack
 whose model is the fake Anthropic server, in this process so it can read back every request: prefix
 stability, the prompt cache by the fake's rules (ops/fake_cache.py) and input tokens per turn.
-
-    python -m ops.bench.context [--turns 50] [--memory-every 10] [--json]
 """
 
 from __future__ import annotations

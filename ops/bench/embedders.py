@@ -2,9 +2,6 @@
 model alone, texts/s, context windows one call each, RSS), or with --context-vectors the recipes for embedding a
 memory with its context, searched through engram (recall@10 against the product's concatenated window, model
 time). docs/benchmarks.md defines the figures.
-
-    python -m ops.bench.embedders --file ../shared/bench/locomo-dev.json [--backends torch,onnx,onnx-int8] [--json]
-    python -m ops.bench.embedders --file ../shared/bench/locomo-dev.json --context-vectors [--alphas 0.5,0.6,0.7]
 """
 
 from __future__ import annotations
@@ -189,11 +186,7 @@ def _store(
         except MemoryRejected:
             continue
         ingested.dia_ids.setdefault(memory_id, set()).add(turn.dia_id)
-        window = range(index - locomo.CONTEXT_BEFORE, index + locomo.CONTEXT_AFTER + 1)
-        neighbours.setdefault(
-            memory_id,
-            [turns[i].text for i in window if i != index and 0 <= i < len(turns) and turns[i].session == turn.session],
-        )
+        neighbours.setdefault(memory_id, locomo.neighbours(turns, index))
     rows = conn.execute(
         """SELECT id, tenant_id, user_id, namespace, key, value, kind, metadata, updated_at FROM memories
            WHERE id = ANY(%s) ORDER BY id""",

@@ -1,8 +1,6 @@
 """Prompt-injection benchmark: the corpus of ops/bench/injection_corpus.py through the write paths, extraction
 and synthesis (with a fake model that obeys what it is shown) and the context compiler, one user an item, in
 this process against real Postgres (embedded unless a URL is given). docs/benchmarks.md defines the figures.
-
-    python -m ops.bench.injection [--json] [--database-url URL] [--workers N]
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ from shared.llm.factory import chat_provider
 from shared.memory.keys import MemoryRejected, sanitize
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import Scope, store_memory
+from shared.pipeline.extraction_parsing import CATEGORIES as EXTRACTION_CATEGORIES
 from shared.pipeline.jobs import extract_session
 from shared.pipeline.personality_job import synthesize_personality
 from shared.text import estimate_tokens
@@ -48,7 +47,6 @@ from shared.turns.accept import ensure_session, ensure_user
 CLEAN_DIRECTIVE = (
     "You keep your answers short and direct. You match the user's informal, playful tone. You use British spelling."
 )
-EXTRACTION_CATEGORIES = ("preferences", "entities", "decisions", "styles", "artifacts")
 
 
 def alnum(text: str) -> str:

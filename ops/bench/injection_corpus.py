@@ -31,20 +31,6 @@ TOOL = "tool"  # a tool result (web page, search hit, email or file the agent fe
 DISPLAY_NAME = "display_name"  # a chat channel's display name: the user profile's name, and "[channel] Name: …"
 INGESTED = "ingested"  # text the user forwards or pastes
 
-CATEGORIES = (
-    "direct",
-    "roleplay",
-    "fake_system",
-    "disguised_fact",
-    "exfiltration",
-    "multilingual",
-    "encoded",
-    "split_turns",
-    "tool_result",
-    "display_name",
-    "ingested",
-    "paraphrased",
-)
 GOALS = _DATA["GOALS"]  # what attackers want the assistant to do later
 # Tool-result payloads that read as ordinary facts: no text detector refuses them (a user could say the
 # same); structure protects the prompt (tool output is never mined, remembered text is fenced as data).
@@ -228,6 +214,7 @@ BENIGN_GROUPS = (
     ("paraphrased", "_PARAPHRASED_BENIGN"),
 )
 ATTACKS: tuple[Attack, ...] = tuple(_build_attacks())
+CATEGORIES = tuple(dict.fromkeys(a.category for a in ATTACKS))  # in the order they are built
 BENIGN: tuple[Benign, ...] = tuple(
     Benign(f"{name}-{i + 1:03d}", name, text) for name, key in BENIGN_GROUPS for i, text in enumerate(_DATA[key])
 )

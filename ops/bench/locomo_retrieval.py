@@ -86,15 +86,17 @@ class Ingested:
         return frozenset(self.dia_ids.get(key, ())) if key is not None else frozenset()
 
 
-def neighbour_context(turns: Sequence[Turn], index: int) -> str:
-    """The turns around this one in its session, in order: what an episode writer keeps as `metadata.context`."""
-    turn = turns[index]
+def neighbours(turns: Sequence[Turn], index: int) -> list[str]:
+    """The texts of the turns around this one in its session, in order."""
     window = range(index - CONTEXT_BEFORE, index + CONTEXT_AFTER + 1)
-    neighbours = [
-        turns[i].text for i in window if i != index and 0 <= i < len(turns) and turns[i].session == turn.session
-    ]
+    session = turns[index].session
+    return [turns[i].text for i in window if i != index and 0 <= i < len(turns) and turns[i].session == session]
+
+
+def neighbour_context(turns: Sequence[Turn], index: int) -> str:
+    """What an episode writer keeps as `metadata.context`."""
     # The store refuses an oversize context rather than cutting it; cutting is the writer's call.
-    return "\n".join(neighbours)[:MAX_CONTEXT_CHARS]
+    return "\n".join(neighbours(turns, index))[:MAX_CONTEXT_CHARS]
 
 
 def ingest(conn: Conn, embedder: Embedder, tenant_id: int, conversation: Conversation, units: bool = False) -> Ingested:

@@ -1,7 +1,5 @@
 """Hybrid search latency at scale: shared.memory.search.search() over synthetic memories (templates of
 data/search_scale.json, real MiniLM vectors plus noise) on an embedded Postgres of its own.
-
-    python -m ops.bench.search_scale --memories 1000000 --users 10000 [--json]
 """
 
 from __future__ import annotations

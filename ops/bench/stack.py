@@ -147,9 +147,15 @@ class LocalStack:
         redis_url = self.redis_url = self.redis.start()
         api_key = prepare_database(database_url)
 
-        llm_url = self.llm_url or self._start_fake_llm()
-        env = child_env(database_url, redis_url, self.workdir / "data", llm_url)
-        env.update(self.extra_env)
+        env = bench_env(self.llm_url or self._start_fake_llm()) | {
+            "ENGRAM_DATABASE_URL": database_url,
+            "ENGRAM_REDIS_URL": redis_url,
+            "ENGRAM_DATA_DIR": str(self.workdir / "data"),
+            # As `engram up` writes it on first start: channel secrets are sealed with it.
+            "ENGRAM_SECRET_KEY": generate_key(),
+            "PYTHONUNBUFFERED": "1",
+            **self.extra_env,
+        }
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.gateway = self._spawn("gateway", gateway_argv("127.0.0.1", port, log_level="warning"), env)
@@ -236,21 +242,6 @@ def bench_env(llm_url: str) -> dict[str, str]:
             "ENGRAM_LOG_LEVEL": "WARNING",
             "ENGRAM_RATE_LIMIT_KEY_PER_SECOND": "0",
             "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0",
-        }
-    )
-    return env
-
-
-def child_env(database_url: str, redis_url: str, data_dir: Path, llm_url: str) -> dict[str, str]:
-    env = bench_env(llm_url)
-    env.update(
-        {
-            "ENGRAM_DATABASE_URL": database_url,
-            "ENGRAM_REDIS_URL": redis_url,
-            "ENGRAM_DATA_DIR": str(data_dir),
-            # As `engram up` writes it on first start: channel secrets are sealed with it.
-            "ENGRAM_SECRET_KEY": generate_key(),
-            "PYTHONUNBUFFERED": "1",
         }
     )
     return env

@@ -1,8 +1,6 @@
 """Turn latency, throughput and CPU: N concurrent sessions, each sending M turns one after another, on a
 private stack with a zero-latency fake LLM, next to floors from the same run (GET /healthz, a no-op task,
 the least CPU a turn can cost); the goals are ratios to those (docs/benchmarks.md).
-
-    python -m ops.bench.turns --sessions 20 --turns 10 [--json]
 """
 
 from __future__ import annotations
