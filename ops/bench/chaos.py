@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import httpx
 import psutil
 import psycopg
 import redis
@@ -33,10 +32,9 @@ from ops.bench.pipeline import (
     pipeline_reply,
     query,
     settle,
-    wait_until,
     warm_up,
 )
-from ops.bench.stack import BenchError, Child, bench_env
+from ops.bench.stack import BenchError, Child, bench_env, ready, wait_until
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM, FakeReply, Json
 from shared.infra.config import Settings
@@ -121,12 +119,7 @@ class EngramUp:
         self.api_key = key()[0]
         services = json.loads((self.data_dir / "run" / "services.json").read_text())
         self.database_url, self.redis_url = services["database_url"], services["redis_url"]
-        wait_until(self.ready, 120, "the gateway's /readyz answering 200")
-
-    def ready(self) -> bool:
-        with contextlib.suppress(httpx.HTTPError):
-            return httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200
-        return False
+        wait_until(lambda: ready(self.url), 120, "the gateway's /readyz answering 200")
 
     def pid(self, name: str) -> int | None:
         """The live process of `engram up`'s `name` ("worker-turns"…), "postgres" (postmaster) or "redis"."""
@@ -272,7 +265,7 @@ class Chaos:
             back = lambda: self.stack.back(fault.kind, fault.pid)  # noqa: E731
             wait_until(back, HEAL_TIMEOUT_S, f"{fault.target} coming back")
         back_at = time.monotonic()
-        wait_until(self.stack.ready, HEAL_TIMEOUT_S, "the gateway's /readyz answering 200")
+        wait_until(lambda: ready(self.stack.url), HEAL_TIMEOUT_S, "the gateway's /readyz answering 200")
         if fault.kind != "worker":
             fault.gateway_ready_s = round(time.monotonic() - back_at, 2)
 

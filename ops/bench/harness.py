@@ -38,10 +38,6 @@ def rounded(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def shown(value: float | None, spec: str = ".1f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def distribution(
     values: Sequence[float], quantiles: Iterable[float] = (50, 95, 99), digits: int = 1
 ) -> dict[str, float | int | None]:
@@ -302,25 +298,3 @@ def cpu_seconds(roots: Mapping[str, int], own: str | None = None) -> dict[str, f
                     with contextlib.suppress(psutil.Error):
                         out[name] += sum(proc.cpu_times()[:2])
     return out
-
-
-def backlog_sql(*, units: bool) -> str:
-    """What a stack still owes the users whose external ids are LIKE %(p)s, a count a column: turns not
-    finished, user messages not mined, memories without a vector, and with `units` units without one."""
-    unit_count = (
-        """,
-             (SELECT count(*) FROM memory_chunks c JOIN users u ON u.id = c.user_id
-               WHERE u.external_id LIKE %(p)s AND c.message_id IS NOT NULL AND c.embedding IS NULL)
-               AS unembedded_units"""
-        if units
-        else ""
-    )
-    return f"""SELECT
-             (SELECT count(*) FROM turns t JOIN users u ON u.id = t.user_id
-               WHERE u.external_id LIKE %(p)s AND t.status IN ('queued', 'running')) AS open_turns,
-             (SELECT count(*) FROM session_messages m JOIN users u ON u.id = m.user_id
-               WHERE u.external_id LIKE %(p)s AND m.role = 'user' AND m.extracted_at IS NULL) AS unmined_messages,
-             (SELECT count(*) FROM memories m JOIN users u ON u.id = m.user_id
-               WHERE u.external_id LIKE %(p)s AND m.valid_until IS NULL
-                 AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.memory_id = m.id AND c.embedding IS NOT NULL))
-               AS unembedded_memories{unit_count}"""

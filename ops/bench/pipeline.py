@@ -25,8 +25,8 @@ import psycopg
 import redis
 from psycopg.rows import dict_row
 
-from ops.bench.harness import BenchRun, backlog_sql, bench_parser, distribution, emit, outline, ratio, run_main
-from ops.bench.stack import BenchError, up_workers
+from ops.bench.harness import BenchRun, bench_parser, distribution, emit, outline, ratio, run_main
+from ops.bench.stack import BenchError, up_workers, wait_until
 from ops.fake_llm import FakeLLM, FakeReply, Json, echo_reply, last_user_text
 from shared.pipeline.memory_prompt import TASK_BOTH, TASK_SUMMARY
 from shared.queueing.queues import QUEUES
@@ -54,6 +54,21 @@ SUMMARY = """## Decisions
 - none
 ACTIVE TASK: keep track of the user's referenced notes"""
 DIRECTIVE = "You keep answers short and concrete, and you use plain words."
+# What a stack still owes the users whose external ids are LIKE %(p)s, a count a column: turns not finished,
+# user messages not mined, memories without a vector, and (UNITS_SQL appended) transcript units without one.
+BACKLOG_SQL = """SELECT
+             (SELECT count(*) FROM turns t JOIN users u ON u.id = t.user_id
+               WHERE u.external_id LIKE %(p)s AND t.status IN ('queued', 'running')) AS open_turns,
+             (SELECT count(*) FROM session_messages m JOIN users u ON u.id = m.user_id
+               WHERE u.external_id LIKE %(p)s AND m.role = 'user' AND m.extracted_at IS NULL) AS unmined_messages,
+             (SELECT count(*) FROM memories m JOIN users u ON u.id = m.user_id
+               WHERE u.external_id LIKE %(p)s AND m.valid_until IS NULL
+                 AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.memory_id = m.id AND c.embedding IS NOT NULL))
+               AS unembedded_memories"""
+UNITS_SQL = """,
+             (SELECT count(*) FROM memory_chunks c JOIN users u ON u.id = c.user_id
+               WHERE u.external_id LIKE %(p)s AND c.message_id IS NOT NULL AND c.embedding IS NULL)
+               AS unembedded_units"""
 
 _SCRIPT = json.loads((Path(__file__).parent / "data" / "pipeline_script.json").read_text(encoding="utf-8"))
 TOPICS: tuple[str, ...] = tuple(_SCRIPT["topics"])
@@ -270,22 +285,14 @@ def query(database_url: str, sql: str, params: Any = None, timeout: float = DRAI
             time.sleep(POLL_S)
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout:
-            raise BenchError(f"{what} did not happen within {timeout:.0f} s")
-        time.sleep(POLL_S)
-
-
 def settle(
     database_url: str, user_prefix: str, timeout: float, units: bool = False, redis_url: str | None = None
 ) -> tuple[float, dict[str, int], bool]:
-    """Wait until the stack owes the users `user_prefix`… nothing (`backlog_sql`) and, with `redis_url`, nothing
+    """Wait until the stack owes the users `user_prefix`… nothing (BACKLOG_SQL) and, with `redis_url`, nothing
     is queued or reserved in any Celery queue; (seconds, what is still owed, settled)."""
     started = time.monotonic()
     while True:
-        rows = query(database_url, backlog_sql(units=units), {"p": user_prefix + "%"})
+        rows = query(database_url, BACKLOG_SQL + (UNITS_SQL if units else ""), {"p": user_prefix + "%"})
         state = {key: int(value) for key, value in rows[0].items()}
         if redis_url:
             with redis.Redis.from_url(redis_url, socket_timeout=5) as client:

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -164,7 +164,12 @@ class LocalStack:
             self.workers.append(self._spawn(spec.name, argv, env))
         if self.beat:
             self._spawn("beat", beat_argv("WARNING"), env)
-        self._wait_ready()
+
+        def up() -> bool:
+            self.check_alive()
+            return ready(self.url)
+
+        wait_until(up, 300, "the gateway answering /readyz")
         return api_key
 
     def _start_fake_llm(self) -> str:
@@ -185,17 +190,6 @@ class LocalStack:
         self.children.append(child)
         return child
 
-    def _wait_ready(self, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        with httpx.Client(base_url=self.url, timeout=5) as http:
-            while time.monotonic() < deadline:
-                self.check_alive()
-                with contextlib.suppress(httpx.HTTPError):
-                    if http.get("/readyz").status_code == 200:
-                        return
-                time.sleep(0.1)
-        raise BenchError(f"the gateway was not ready within {timeout:.0f}s")
-
     def check_alive(self) -> None:
         for child in self.children:
             child.check_alive()
@@ -209,6 +203,21 @@ class LocalStack:
             if service is not None:
                 stop_quietly(service)
         self.redis = self.postgres = None
+
+
+def ready(url: str) -> bool:
+    """Whether the gateway at `url` answers /readyz with 200."""
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+    return False
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > timeout:
+            raise BenchError(f"{what} did not happen within {timeout:.0f} s")
+        time.sleep(0.2)
 
 
 def stop_quietly(server: EmbeddedPostgres | EmbeddedRedis) -> None:
