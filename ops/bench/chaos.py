@@ -25,15 +25,7 @@ import psycopg
 import redis
 
 from ops.bench.harness import BenchRun, bench_parser, distribution, emit, env_setting, outline, rounded, run_main
-from ops.bench.pipeline import (
-    Driver,
-    kind_of,
-    make_plans,
-    pipeline_reply,
-    query,
-    settle,
-    warm_up,
-)
+from ops.bench.pipeline import Driver, kind_of, make_plans, pipeline_reply, query, settle, warm_up
 from ops.bench.stack import BenchError, Child, bench_env, ready, wait_until
 from ops.embedded import free_port
 from ops.fake_llm import FakeLLM, FakeReply, Json

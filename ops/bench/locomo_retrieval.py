@@ -324,11 +324,7 @@ def recounter(tokenizer: str) -> TokenCounter | None:
 
 
 def ask(
-    client: EngramClient,
-    user: str,
-    conversation: Conversation,
-    budgets: Sequence[int],
-    stats: dict[int, BudgetStats],
+    client: EngramClient, user: str, conversation: Conversation, budgets: Sequence[int], stats: dict[int, BudgetStats]
 ) -> None:
     texts = {turn.dia_id: turn.said for turn in conversation.turns}
     for index, question in enumerate(conversation.questions):

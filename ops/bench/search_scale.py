@@ -23,17 +23,8 @@ import psutil
 import psycopg
 from psycopg.rows import dict_row
 
-from ops.bench.harness import (
-    BenchError,
-    BenchRun,
-    MemorySampler,
-    bench_parser,
-    emit,
-    megabytes,
-    outline,
-    percentile,
-    run_main,
-)
+from ops.bench.harness import BenchRun, MemorySampler, bench_parser, emit, megabytes, outline, percentile, run_main
+from ops.bench.stack import BenchError
 from shared.embeddings import ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
 from shared.embeddings.providers import LocalEmbedder
