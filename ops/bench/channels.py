@@ -1,7 +1,5 @@
-"""Slack channel benchmark: signed Events API requests at `--rate` per second for `--seconds` (a share sent
-twice, as Slack's retries) against a private stack (`engram up`'s workers, ENGRAM_AUTO_MEMORY off, a zero-latency
-fake LLM) whose replies go to an in-process fake Slack: webhook ack and event -> reply latency, one reply each.
-"""
+"""Slack channel benchmark: signed Events API requests (a share sent twice, as Slack retries) against a private
+stack replying to an in-process fake Slack: webhook ack and event -> reply latency, one reply each."""
 
 from __future__ import annotations
 

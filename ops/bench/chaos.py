@@ -1,6 +1,5 @@
-"""Chaos under load: sessions chat through `engram up` while worker processes, valkey and Postgres are SIGKILLed
-mid-turn (`--stall`: SIGSTOPped, the fake model frozen); then Postgres is asked whether anything was lost or done
-twice. Figures: docs/benchmarks.md, "Chaos under load" and "Stalled dependencies".
+"""Chaos under load: worker processes, valkey and Postgres SIGKILLed (`--stall`: stopped) mid-turn under `engram
+up`, then Postgres asked what was lost or done twice. docs/benchmarks.md, "Chaos under load", "Stalled dependencies".
 """
 
 from __future__ import annotations
@@ -46,8 +45,7 @@ LIMIT_GRACE_S = 1.0
 
 
 def latency_model(seed: int) -> Callable[[Json], FakeReply]:
-    """ops/bench/pipeline.py's fake replies, each after a random latency (CHAT_LATENCY_S for chat calls, else
-    BACKGROUND_LATENCY_S). Called on the fake's one event loop thread: the draws need no lock."""
+    """pipeline's fake replies after a random latency, drawn on the fake's one event loop thread (no lock)."""
     rng = random.Random(seed)
 
     def reply(body: Json) -> FakeReply:
@@ -132,11 +130,6 @@ class EngramUp:
                 return bool(client.ping())
         except (psycopg.OperationalError, redis.RedisError):
             return False
-
-    def server(self, kind: str) -> int:
-        if (pid := self.pid(kind)) is None:
-            raise BenchError(f"{kind} is not running")
-        return pid
 
     def stop(self) -> None:
         self.child.stop()
@@ -233,7 +226,9 @@ class Chaos:
             killed, holders = {pid, *process_tree(pid)}, self._lock_holders()
         else:
             target = {"redis": "valkey", "postgres": "postgres", "model": "fake model"}[server]
-            pid = os.getpid() if server == "model" else self.stack.server(server)
+            if (found := os.getpid() if server == "model" else self.stack.pid(server)) is None:
+                raise BenchError(f"{server} is not running")
+            pid = found
         at, running = self._snapshot()
         affected = sorted(t for t, session in running.items() if kind != "worker" or holders.get(session) in killed)
         if kind not in STALL_KINDS:
@@ -251,8 +246,7 @@ class Chaos:
         return Fault(kind, target, pid, time.time(), affected)
 
     def _heal(self, fault: Fault) -> None:
-        """Wait until the killed server is back and the gateway ready again, so the next fault hits a
-        healthy system."""
+        """Wait for the killed server and the gateway to be back, so the next fault hits a healthy system."""
         if fault.kind in ("redis", "postgres"):
             back = lambda: self.stack.back(fault.kind, fault.pid)  # noqa: E731
             wait_until(back, HEAL_TIMEOUT_S, f"{fault.target} coming back")

@@ -1,7 +1,5 @@
-"""The web console's server time per page (issue 29: p95 <= 100 ms) with a heavy user loaded with SQL (10,000
-memories, 1,000 sessions), each page requested `--requests` times after 3 warm-ups in-process (Starlette's
-TestClient). docs/benchmarks.md lists the pages and the load.
-"""
+"""The web console's server time per page (issue 29: p95 <= 100 ms) for a heavy user loaded with SQL, in-process
+(Starlette's TestClient). docs/benchmarks.md lists the pages and the load."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Prompt-cache benchmark: scripted sessions (one writing a memory every N turns, one not) on a private stack
-whose model is the fake Anthropic server, in this process so it can read back every request: prefix
-stability, the prompt cache by the fake's rules (ops/fake_cache.py) and input tokens per turn.
-"""
+"""Prompt-cache benchmark: scripted sessions on a private stack whose model is the fake Anthropic server, in this
+process to read back every request: prefix stability, cache reads by ops/fake_cache.py's rules, input tokens."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Embedding choices on LoCoMo turns: the local backends, each in a one-thread child process (recall@10 of the
-model alone, texts/s, context windows one call each, RSS), or with --context-vectors the recipes for embedding a
-memory with its context, searched through engram (recall@10 against the product's concatenated window, model
-time). docs/benchmarks.md defines the figures.
-"""
+"""Embedding choices on LoCoMo turns: the local backends, each in a one-thread child process, or with
+--context-vectors the recipes for embedding a memory with its context. docs/benchmarks.md defines the figures."""
 
 from __future__ import annotations
 
@@ -315,10 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--child", choices=BACKENDS, help=argparse.SUPPRESS)
     parser.add_argument("--onnx-path", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.batch_size < 1:
-        raise BenchError("--batch-size must be at least 1")
-    if args.windows < 0:
-        raise BenchError("--windows must be 0 or more")
+    if args.batch_size < 1 or args.windows < 0:
+        raise BenchError("--windows must be 0 or more and --batch-size at least 1")
     if args.context_vectors:
         configure_logging("WARNING")
         return context_vectors(args)

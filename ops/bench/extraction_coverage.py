@@ -1,6 +1,5 @@
-"""The offline rules extractor against LoCoMo's per-session `observation` facts: an observation is covered when
-a fact extracted from one of its evidence turns (each turn one user message of its speaker) shares a content
-word with it. `python -m ops.bench.extraction_coverage FILE [--json]`; docs/benchmarks.md has the details."""
+"""The offline rules extractor against LoCoMo's per-session `observation` facts: an observation is covered when a
+fact extracted from one of its evidence turns shares a content word with it. docs/benchmarks.md has the details."""
 
 from __future__ import annotations
 

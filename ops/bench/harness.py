@@ -53,24 +53,21 @@ def mean(values: Sequence[float]) -> float | None:
 
 
 def ratio(numerator: float | None, denominator: float | None, digits: int = 2) -> float | None:
-    """numerator / denominator, or None when either is missing or the denominator is 0."""
     if numerator is None or denominator is None or denominator == 0:
         return None
     return round(numerator / denominator, digits)
 
 
-def bench_parser(module: str, doc: str | None, keep: bool | str = False) -> argparse.ArgumentParser:
-    """`python -m <module>`'s parser with --json and, with `keep` (True, or its help), --keep."""
+def bench_parser(module: str, doc: str | None, keep: bool = False) -> argparse.ArgumentParser:
+    """`python -m <module>`'s parser with --json and, with `keep`, --keep."""
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n")[0] or None)
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object, the last line")
     if keep:
-        help = keep if isinstance(keep, str) else "keep the temporary directory (logs, data)"
-        parser.add_argument("--keep", action="store_true", help=help)
+        parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
     return parser
 
 
 def env_setting(item: str) -> tuple[str, str]:
-    """An --env argument: ENGRAM_KEY=VALUE."""
     key, sep, value = item.partition("=")
     if not sep or not key.startswith("ENGRAM_"):
         raise argparse.ArgumentTypeError(f"--env takes ENGRAM_KEY=VALUE, not {item!r}")
@@ -78,7 +75,6 @@ def env_setting(item: str) -> tuple[str, str]:
 
 
 def emit(report: str, summary: Mapping[str, Any], as_json: bool) -> None:
-    """Print the report (unless empty); with --json, then one compact JSON object as the last line."""
     if report:
         print(report, flush=True)
     if as_json:

@@ -1,7 +1,5 @@
-"""Prompt-injection benchmark: the corpus of ops/bench/injection_corpus.py through the write paths, extraction
-and synthesis (with a fake model that obeys what it is shown) and the context compiler, one user an item, in
-this process against real Postgres (embedded unless a URL is given). docs/benchmarks.md defines the figures.
-"""
+"""Prompt-injection benchmark: ops/bench/injection_corpus.py through the write paths, extraction and synthesis (a
+fake model obeys what it is shown) and the context compiler. docs/benchmarks.md defines the figures."""
 
 from __future__ import annotations
 
@@ -188,7 +186,7 @@ class Runner:
         # Static and dynamic sections of an attack-free user: the seeds and the clean directive.
         user_id, session = self._user(f"baseline-{uuid.uuid4().hex[:8]}")
         self._seed_styles(user_id)
-        self._synthesize(user_id)
+        synthesize_personality(self.tenant_id, user_id, self.settings, provider=self.provider, now=NOW)
         tc, compiled = self._compile(user_id, session)
         if compiled.problems:
             raise BenchError(f"the attack-free prompt has integrity problems: {compiled.problems}")
@@ -241,9 +239,6 @@ class Runner:
             fields = {"key": key, "value": value, "kind": "style", "namespace": "tacit/personality/style"}
             if (outcome := self._store(user_id, "extraction", **fields)) != "stored":
                 raise BenchError(f"seeding a style observation failed: {outcome}")
-
-    def _synthesize(self, user_id: int) -> None:
-        synthesize_personality(self.tenant_id, user_id, self.settings, provider=self.provider, now=NOW)
 
     def _extract(self, outcome: ItemOutcome, user_id: int, session_id: int, flagged: bool) -> None:
         """Run extraction (five items, one per category). When the model was shown the text, the items not
@@ -342,7 +337,7 @@ class Runner:
         synthesis = "not_seen"
         if any(_is_instruction(r) and not _attack_free(r) for r in self._active(user_id)):
             self.model.arm((payload,), payload)
-            self._synthesize(user_id)
+            synthesize_personality(self.tenant_id, user_id, self.settings, provider=self.provider, now=NOW)
             directive_slot = ("tacit/personality", "directive")
             values = [r["value"] for r in self._active(user_id) if (r["namespace"], r["key"]) == directive_slot]
             if self.model.saw_attack:

@@ -1,7 +1,6 @@
-"""The prompt-injection corpus: attacks on the memory path and benign personal statements a naive filter would
-trip on. The hand-written texts are data (data/injection_corpus.json); here templates multiply them and encoders
-obfuscate them. The holdout sets were written after the detector was tuned on the rest and are reported apart.
-"""
+"""The prompt-injection corpus: attacks on the memory path, and benign statements a naive filter would trip on; the
+texts are data (data/injection_corpus.json), multiplied by templates and encoders. The holdout sets, written after
+the detector was tuned on the rest, are reported apart."""
 
 from __future__ import annotations
 

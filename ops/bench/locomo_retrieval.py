@@ -1,8 +1,5 @@
-"""LoCoMo benchmark. Retrieval mode: recall@5/10 of memory search (text leg, vector leg, and hybrid as the product
-searches) per question category. End-to-end mode (`--mode e2e`): ingest through a private stack's messages API,
-then evidence recall in `POST /v1/users/{id}/context` at each budget (an evidence turn counts when its whole
-`normalise`d text occurs in the context). docs/benchmarks.md has the protocol and the figures.
-"""
+"""LoCoMo benchmark: recall@5/10 of memory search per leg and question category, or (`--mode e2e`) evidence recall
+in a private stack's context endpoint at each budget. docs/benchmarks.md has the protocol and the figures."""
 
 from __future__ import annotations
 
@@ -87,7 +84,6 @@ class Ingested:
 
 
 def neighbours(turns: Sequence[Turn], index: int) -> list[str]:
-    """The texts of the turns around this one in its session, in order."""
     window = range(index - CONTEXT_BEFORE, index + CONTEXT_AFTER + 1)
     session = turns[index].session
     return [turns[i].text for i in window if i != index and 0 <= i < len(turns) and turns[i].session == session]
@@ -423,7 +419,7 @@ def run_e2e(args: argparse.Namespace, conversations: list[Conversation]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = bench_parser("ops.bench.locomo_retrieval", __doc__)
+    parser = bench_parser("ops.bench.locomo_retrieval", __doc__, keep=True)
     parser.add_argument("path", nargs="?", help="LoCoMo-format JSON file (or --file)")
     parser.add_argument("--file", default=None, help="LoCoMo-format JSON file")
     parser.add_argument("--mode", choices=("retrieval", "e2e"), default="retrieval")
@@ -436,7 +432,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     group.add_argument("--budgets", type=budget_list, default="500,1000,2000", help="max_tokens values, a,b,c")
     group.add_argument("--env", type=env_setting, action="append", default=[], help="ENGRAM_KEY=VALUE (repeat)")
     group.add_argument("--wait-timeout", type=float, default=600.0, help="seconds for the memory pipeline to finish")
-    group.add_argument("--keep", action="store_true", help="keep the stack's temporary directory (logs, data)")
     args = parser.parse_args(argv)
     args.file = args.file or args.path
     if not args.file:

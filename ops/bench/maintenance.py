@@ -1,7 +1,5 @@
-"""Maintenance jobs at scale: decay, consolidation, enrichment, reflection and cache eviction over synthetic
-users (`--users` x `--memories`), each run once in-process through beat's entry point on an embedded Postgres and
-valkey, the fake LLM answering after `--llm-latency-ms`: per job its duration, memories touched and LLM calls.
-"""
+"""Maintenance jobs at scale over synthetic users, each run once in-process through beat's entry point against a
+fake LLM: per job its duration, memories touched and LLM calls."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""engram side by side with mem0 on the same LoCoMo-format file, in one process on one Postgres with the same
-bundled MiniLM: recall@10, search p50/p95 with the query embedding, ingest turns/s until vector-searchable, and
-engram / mem0 ratios. Who goes first alternates per conversation and per question; docs/benchmarks.md has more.
-"""
+"""engram side by side with mem0 on one LoCoMo-format file, one Postgres and the same MiniLM: recall@10, search
+latency, ingest rate and their ratios, who goes first alternating. docs/benchmarks.md has more."""
 
 from __future__ import annotations
 

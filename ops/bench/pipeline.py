@@ -1,7 +1,5 @@
-"""Background memory pipeline under load: sessions chatting at once on `engram up`'s process layout, against a fake
-model whose extractions give one fact per message, keyed by the message's reference token ("ref pq…"), so each
-turn's fact can be traced to its stored, embedded memory. Figures: docs/benchmarks.md, "Background pipeline".
-"""
+"""Background memory pipeline under load on `engram up`'s process layout, a fake model's extractions keyed by each
+message's reference token ("ref pq…") to trace every fact. Figures: docs/benchmarks.md, "Background pipeline"."""
 
 from __future__ import annotations
 
@@ -199,7 +197,6 @@ class Driver:
         return any(thread.is_alive() for thread in self.threads)
 
     def wait(self, check: Callable[[], None] = lambda: None) -> list[TurnRecord]:
-        """The records once every session is done, calling `check` (which may raise) every 0.2 s."""
         try:
             for thread in self.threads:
                 while thread.is_alive():

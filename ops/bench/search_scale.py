@@ -1,6 +1,5 @@
-"""Hybrid search latency at scale: shared.memory.search.search() over synthetic memories (templates of
-data/search_scale.json, real MiniLM vectors plus noise) on an embedded Postgres of its own.
-"""
+"""Hybrid search latency at scale: shared.memory.search.search() over synthetic memories (data/search_scale.json,
+real MiniLM vectors plus noise) on an embedded Postgres of its own."""
 
 from __future__ import annotations
 
@@ -115,7 +114,6 @@ def generate_questions(rng: random.Random, count: int, exclude: set[str]) -> lis
 
 
 def embed(texts: Sequence[str]) -> np.ndarray:
-    """Real MiniLM vectors (normalised), as float32 rows."""
     return np.asarray(LocalEmbedder(batch_size=128).embed(list(texts)), dtype=np.float32)
 
 
@@ -135,8 +133,7 @@ class Setup:
 
 
 def prepare(conn: Conn, users: int) -> Setup:
-    """The tenant, its users and the embedding space in the run's fresh database: ensure_embedding_space types the
-    column as vector(384) and creates the HNSW index the product searches with (its definition is kept)."""
+    """The tenant, its users and the embedding space: the product's HNSW index, its definition kept."""
     apply_migrations(conn)  # leaves the connection in autocommit mode
     conn.autocommit = False
     rows = conn.execute(
@@ -159,7 +156,6 @@ Corpus = dict[int, tuple[np.ndarray, np.ndarray]]
 
 
 def memories_per_user(size: int, users: int) -> list[int]:
-    """An even split, the remainder one each to the first users."""
     return [size // users + (number < size % users) for number in range(users)]
 
 
@@ -256,7 +252,6 @@ def load(
 
 
 def build_index(conn: Conn, indexdef: str, maintenance_work_mem: str) -> float:
-    """Rebuild the HNSW index (its build time, returned), then VACUUM ANALYZE and CHECKPOINT."""
     # pgvector builds the graph in memory while it fits maintenance_work_mem and falls back to a far
     # slower on-disk build after; Postgres's 64 MB default holds ~40k vectors of 384 dims.
     conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (maintenance_work_mem,))
@@ -341,7 +336,7 @@ def run_searches(
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = bench_parser("ops.bench.search_scale", __doc__, keep="keep the embedded Postgres data directory")
+    parser = bench_parser("ops.bench.search_scale", __doc__, keep=True)
     parser.add_argument("--memories", type=int, default=10000, help="memories loaded")
     parser.add_argument("--users", type=int, default=100, help="users the memories are spread over")
     parser.add_argument("--queries", type=int, default=200, help="timed searches per mode and size")

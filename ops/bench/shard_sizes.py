@@ -1,7 +1,5 @@
-"""Bytes on disk per row and per user, the inputs of the sharding plan (docs/operations/sharding.md): `--users`
-users of one profile loaded with SQL into an embedded Postgres with the product's HNSW index, then each table's
-rows and bytes after VACUUM ANALYZE, the HNSW index and the total per user.
-"""
+"""Bytes on disk per row and per user, the inputs of the sharding plan (docs/operations/sharding.md), for users
+loaded with SQL into an embedded Postgres with the product's HNSW index."""
 
 from __future__ import annotations
 

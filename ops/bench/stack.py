@@ -1,6 +1,5 @@
-"""A private engram stack for benchmarks in a temporary directory: embedded Postgres and valkey, the gateway,
-Celery workers (`workers`, or one on every queue with that many processes), beat if asked, and the fake LLM
-unless `llm_url` is given."""
+"""A private engram stack for benchmarks in a temporary directory: embedded Postgres and valkey, the gateway, the
+workers, beat if asked, and the fake LLM unless `llm_url` is given."""
 
 from __future__ import annotations
 
@@ -139,7 +138,6 @@ class LocalStack:
         self.redis_url = ""
 
     def start(self) -> str:
-        """Start the stack; return an API key for a fresh tenant."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.postgres = EmbeddedPostgres(self.workdir / "postgres")
         database_url = self.database_url = self.postgres.start()
@@ -206,7 +204,6 @@ class LocalStack:
 
 
 def ready(url: str) -> bool:
-    """Whether the gateway at `url` answers /readyz with 200."""
     with contextlib.suppress(httpx.HTTPError):
         return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
     return False

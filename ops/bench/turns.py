@@ -1,7 +1,5 @@
-"""Turn latency, throughput and CPU: N concurrent sessions, each sending M turns one after another, on a
-private stack with a zero-latency fake LLM, next to floors from the same run (GET /healthz, a no-op task,
-the least CPU a turn can cost); the goals are ratios to those (docs/benchmarks.md).
-"""
+"""Turn latency, throughput and CPU of concurrent sessions on a private stack with a zero-latency fake LLM, next to
+floors from the same run (GET /healthz, a no-op task); the goals are ratios to those (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -111,7 +109,6 @@ class LoadRun:
 def drive(
     url: str, api_key: str, sessions: int, turns: int, timeout: float, abort: threading.Event, label: str
 ) -> LoadRun:
-    """`sessions` threads, each sending its `turns` one after another and waiting for each to finish."""
     results: list[TurnResult] = []
     run_id = uuid.uuid4().hex[:8]
 
@@ -165,7 +162,6 @@ def _one_turn(
 
 
 def probe_healthz(url: str, stop: threading.Event, latencies: list[float], errors: list[float]) -> None:
-    """GET /healthz over one keep-alive connection every 20 ms until `stop` is set."""
     with httpx.Client(base_url=url, timeout=30) as client:
         while not stop.is_set():
             t0 = time.perf_counter()
@@ -310,7 +306,6 @@ def floor_over_noop(parts: dict[str, float] | None) -> dict[str, Any]:
 
 
 def own_cpu_ms(fn: Callable[[], object]) -> float:
-    """This process's CPU milliseconds per call of `fn`, after 20 unmeasured calls."""
     for _ in range(20):
         fn()
     started = time.process_time()
