@@ -4,13 +4,13 @@ it. The console writes through the memory-write service every surface uses (shar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from shared.console.paging import PAGE_SIZE, Page, make_page, page_bounds
 from shared.infra.db import Conn
 from shared.maintenance.decay import protection
-from shared.memory.reads import list_memories, memory_events
-from shared.memory.rows import MEMORY_COLUMNS, DecayedMemoryRow
+from shared.memory.reads import get_memory_with_decay, list_memories, memory_events
+from shared.memory.rows import DecayedMemoryRow
 from shared.memory.search import SearchFilters
 from shared.memory.service import search_memories
 from shared.memory.store import Scope
@@ -81,14 +81,7 @@ class MemoryDetail:
 def memory_detail(conn: Conn, scope: Scope, memory_id: int, *, history_page: int = 1) -> MemoryDetail | None:
     """The memory, a page of its history (the events of its namespace and key), its source messages with their
     text, and its entities: four queries whatever the memory."""
-    memory = cast(
-        "DecayedMemoryRow | None",
-        conn.execute(
-            f"""SELECT {MEMORY_COLUMNS}, decayed_at FROM memories
-                WHERE tenant_id = %s AND user_id = %s AND id = %s""",  # the page says when it decayed
-            (scope.tenant_id, scope.user_id, memory_id),
-        ).fetchone(),
-    )
+    memory = get_memory_with_decay(conn, scope, memory_id)  # the page says when it decayed
     if memory is None:
         return None
     limit, offset = page_bounds(history_page)

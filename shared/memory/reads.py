@@ -8,12 +8,12 @@ with `FIND_ACTIVE`, behind the key's lock.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from shared.infra.db import Conn
 from shared.memory.keys import normalize_namespace, sanitize
 from shared.memory.memory_input import clean_tags
-from shared.memory.rows import MEMORY_COLUMNS, MemoryRow, Scope, memory_row, memory_rows
+from shared.memory.rows import MEMORY_COLUMNS, DecayedMemoryRow, MemoryRow, Scope, memory_row, memory_rows
 from shared.text import escape_like
 
 # A key's active row; the write path sends it behind the key's lock (store.py `_lock_and_look`).
@@ -25,13 +25,21 @@ def find_active(conn: Conn, scope: Scope, namespace: str, key: str) -> MemoryRow
     return memory_row(conn.execute(FIND_ACTIVE, (scope.tenant_id, scope.user_id, namespace, key)).fetchone())
 
 
+_ONE_MEMORY = "SELECT {columns} FROM memories WHERE tenant_id = %s AND user_id = %s AND id = %s"
+
+
 def get_memory(conn: Conn, scope: Scope, memory_id: int) -> MemoryRow | None:
     return memory_row(
-        conn.execute(
-            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant_id = %s AND user_id = %s AND id = %s",
-            (scope.tenant_id, scope.user_id, memory_id),
-        ).fetchone()
+        conn.execute(_ONE_MEMORY.format(columns=MEMORY_COLUMNS), (scope.tenant_id, scope.user_id, memory_id)).fetchone()
     )
+
+
+def get_memory_with_decay(conn: Conn, scope: Scope, memory_id: int) -> DecayedMemoryRow | None:
+    """`get_memory`'s row and when decay last lowered its confidence (the console's memory page says it)."""
+    row = conn.execute(
+        _ONE_MEMORY.format(columns=f"{MEMORY_COLUMNS}, decayed_at"), (scope.tenant_id, scope.user_id, memory_id)
+    ).fetchone()
+    return cast("DecayedMemoryRow | None", row)
 
 
 def recall(conn: Conn, scope: Scope, key: str, namespace: str | None = None) -> list[MemoryRow]:

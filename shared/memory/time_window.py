@@ -98,10 +98,10 @@ def time_window(query: str, as_of: datetime | None = None) -> TimeWindow | None:
     """The window of time `query` names, resolved against `as_of` (default now), or None."""
     if not may_name_time(query):
         return None
-    as_of = as_of or datetime.now(UTC)
-    if lone := _lone_day(query, as_of.astimezone(UTC)):
+    asked = (as_of or datetime.now(UTC)).astimezone(UTC)
+    if lone := _lone_day(query, asked):
         return lone
-    base = as_of.astimezone(UTC).replace(tzinfo=None)
+    base = asked.replace(tzinfo=None)
     settings = {"RELATIVE_BASE": base, "PREFER_DATES_FROM": "past", "RETURN_AS_TIMEZONE_AWARE": False}
     search_dates, date_data_parser = _parsers()
     found = search_dates(query, languages=["en"], settings=settings) or []
