@@ -16,8 +16,11 @@ from typing import Any
 
 import anthropic
 import httpx
+import psycopg
 import redis
 from celery import Celery
+from pgvector import Vector
+from psycopg.rows import dict_row
 
 from ops.bench.harness import (
     BenchRun,
@@ -32,8 +35,11 @@ from ops.bench.harness import (
 )
 from ops.bench.stack import BenchError, LocalStack
 from ops.client import EngramAPIError, EngramClient
+from shared.embeddings.cache import register_vector_types
 from shared.embeddings.providers import embedder_from_settings
 from shared.infra.config import Settings
+from shared.memory.rows import Scope
+from shared.memory.search import search
 from shared.queueing import task_names
 from shared.queueing.diagnostics import new_reply_key, wait_for_pong
 
@@ -295,7 +301,7 @@ def ceiling_without_engram(summary: dict[str, Any], noop_tasks_per_s: float | No
 
 def floor_over_noop(parts: dict[str, float] | None) -> dict[str, Any]:
     """The least CPU a turn can cost with the parts engram is built from, each in its cheapest form, over a
-    no-op task's worker CPU: Postgres and everything else a real turn does count 0."""
+    no-op task's worker CPU: what a real turn does beyond those parts counts 0."""
     if not parts or not parts["noop_task_worker"]:
         return {}
     floor_ms = sum(parts.values())
@@ -314,9 +320,51 @@ def own_cpu_ms(fn: Callable[[], object]) -> float:
     return (time.process_time() - started) * 1000 / FLOOR_CALLS
 
 
+def postgres_turn_ms(database_url: str, vector: list[float]) -> float:
+    """Postgres's CPU (the measured connection's backend) for the least a turn stores and reads there, in one
+    transaction: its two messages (each with its transcript unit, by the product's trigger), their vectors, one
+    hybrid search of the user's memories. A second connection deletes the two messages after each round, so
+    every round finds the session as the turns left it. The turn row, the history and context reads and the
+    client's side count 0."""
+    with (
+        psycopg.connect(database_url, row_factory=dict_row) as conn,
+        psycopg.connect(database_url, autocommit=True) as cleanup,
+    ):
+        register_vector_types(conn)
+        session = conn.execute("SELECT tenant_id, user_id, id FROM sessions ORDER BY id LIMIT 1").fetchone()
+        assert session is not None  # the benchmark's sessions
+        row = (session["tenant_id"], session["user_id"], session["id"])
+
+        def turn() -> None:
+            with conn.transaction():
+                ids = [
+                    conn.execute(
+                        """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content)
+                           VALUES (%s, %s, %s, %s, %s) RETURNING id""",
+                        (*row, role, text),
+                    ).fetchone()["id"]  # type: ignore[index]
+                    for role, text in (("user", USER_TEXT), ("assistant", REPLY_TEXT))
+                ]
+                conn.execute(
+                    "UPDATE memory_chunks SET embedding = %s, embedded_at = now() WHERE message_id = ANY(%s)",
+                    (Vector(vector), ids),
+                )
+                search(conn, Scope(row[0], row[1]), USER_TEXT, query_vector=vector)
+            cleanup.execute("DELETE FROM session_messages WHERE id = ANY(%s)", (ids,))
+
+        backend = {"postgres": conn.info.backend_pid}
+        for _ in range(20):  # past psycopg's prepare threshold: the statements run prepared, as pooled ones do
+            turn()
+        before = cpu_seconds(backend)["postgres"]
+        for _ in range(FLOOR_CALLS):
+            turn()
+        return (cpu_seconds(backend)["postgres"] - before) * 1000 / FLOOR_CALLS
+
+
 def floor_parts(stack: LocalStack, noop_worker_ms: float) -> dict[str, float]:
     """The floor's parts (CPU ms): a no-op task's worker CPU, two GET /healthz (a turn's accept and its read),
-    a streamed reply through the anthropic SDK, embedding the turn's two messages with the default embedder."""
+    a streamed reply through the anthropic SDK, embedding the turn's two messages with the default embedder,
+    Postgres storing them and searching once (postgres_turn_ms)."""
     assert stack.gateway is not None
     gateway = {"gateway": stack.gateway.pid}
     with httpx.Client(base_url=stack.url) as http:
@@ -341,6 +389,7 @@ def floor_parts(stack: LocalStack, noop_worker_ms: float) -> dict[str, float]:
         "gateway_two_requests": round(2 * healthz_ms, 2),
         "model_call_sdk": round(own_cpu_ms(streamed_reply), 2),
         "embed_two_messages": round(2 * own_cpu_ms(lambda: embedder.embed([next(texts)])), 2),
+        "postgres_store_and_search": round(postgres_turn_ms(stack.database_url, embedder.embed([USER_TEXT])[0]), 2),
     }
 
 

@@ -15,7 +15,13 @@ def test_a_small_run_reports_the_cpu_ratios_and_the_measured_floor(capsys: pytes
     assert summary["turns_done"] == 6 and summary["noop"]["lost"] == 0
     parts = summary["floor_parts_cpu_ms"]
     # Every part was measured (a process that did no work would show 0 CPU).
-    assert set(parts) == {"noop_task_worker", "gateway_two_requests", "model_call_sdk", "embed_two_messages"}
+    assert set(parts) == {
+        "noop_task_worker",
+        "gateway_two_requests",
+        "model_call_sdk",
+        "embed_two_messages",
+        "postgres_store_and_search",
+    }
     assert all(value > 0 for value in parts.values()), parts
     assert parts["noop_task_worker"] == summary["cpu_ms_per_noop_task"]["worker"]
     assert summary["cpu_ms_per_turn_floor"] == pytest.approx(sum(parts.values()), abs=0.05)
