@@ -262,7 +262,6 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
         "first_accept_p99_over_healthz_burst_p99": ratio(
             summary["accept_first_turn_ms"]["p99"], summary["healthz_burst_ms"]["p99"]
         ),
-        **ceiling_without_engram(summary, noop_per_s),
         **engram_cpu_over_noop(summary),
         **floor_over_noop(summary.get("floor_parts_cpu_ms")),
         "goals": GOALS,
@@ -279,23 +278,6 @@ def engram_cpu_over_noop(summary: dict[str, Any]) -> dict[str, Any]:
         "engram_cpu_ms_per_turn": round(engram_ms, 2),
         "noop_worker_cpu_ms_per_task": round(noop["worker"], 2),
         "engram_cpu_over_noop_worker_cpu": ratio(engram_ms, noop["worker"]),
-    }
-
-
-def ceiling_without_engram(summary: dict[str, Any], noop_tasks_per_s: float | None) -> dict[str, Any]:
-    """The most turns/s this machine could give if engram's own work cost no CPU: every core busy with only the
-    client, the fake model and a no-op task's worker time per turn (under 0.5 x the no-op rate: goal unreachable)."""
-    turn, noop = summary.get("cpu_ms_per_turn"), summary.get("cpu_ms_per_noop_task")
-    if not turn or not noop or not noop_tasks_per_s:
-        return {}
-    outside_ms = turn["client"] + turn["fake-llm"] + noop["worker"]
-    if outside_ms <= 0:
-        return {}
-    ceiling = round((os.cpu_count() or 1) * 1000 / outside_ms, 1)
-    return {
-        "outside_engram_cpu_ms_per_turn": round(outside_ms, 2),
-        "turns_per_s_ceiling_without_engram": ceiling,
-        "ceiling_without_engram_over_noop_tasks": ratio(ceiling, noop_tasks_per_s),
     }
 
 
