@@ -191,9 +191,9 @@ def _check_redis_and_workers(url: str | None, sentinel: SentinelTarget | None) -
             client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
         else:
             timeouts = {"socket_connect_timeout": 3, "socket_timeout": 3}
-            client = redis.sentinel.Sentinel(list(sentinel.sentinels), sentinel_kwargs=timeouts, **timeouts).master_for(
-                sentinel.service
-            )
+            client = redis.sentinel.Sentinel(
+                list(sentinel.sentinels), sentinel_kwargs=timeouts, socket_connect_timeout=3, socket_timeout=3
+            ).master_for(sentinel.service)
         client.ping()
         beating = len(live_workers(client))
     except redis.RedisError as exc:
