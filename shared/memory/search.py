@@ -62,6 +62,9 @@ from shared.memory.search_sql import (
     search_statement,
 )
 
+# Chunks (memories and transcript units) from which a user's searches are planned for that user.
+LARGE_USER_CHUNKS = 5000
+
 __all__ = [
     "ALL_LEGS",
     "ENTITY_BONUS",
@@ -174,10 +177,24 @@ def search_many(
     queries: dict[str, Query] = {}
     if any("qvec" in params for _, params in statements):
         # Keep scanning the HNSW graph until enough rows pass the user/memory filters: both settings are
-        # transaction-local (as SET LOCAL) and sent with the searches, in the same round trip.
+        # transaction-local (as SET LOCAL) and sent with the searches, in the same round trip. So is the plan
+        # choice for a user with at least LARGE_USER_CHUNKS chunks: psycopg prepares a statement it has run five
+        # times, and Postgres then reuses a generic plan made for an average user, the exact scan of the user's
+        # rows; for a user that large, a plan of its own takes the HNSW index instead (docs/benchmarks.md,
+        # "Search at scale": the vector leg of a 200,000-memory user 1.4 s -> 19 ms). Below, planning every
+        # search would cost more than it saves.
         queries["settings"] = (
-            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', %s, true)",
-            (str(max(40, min(1000, fetch_size(options)))),),
+            """SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', %s, true),
+                      set_config('plan_cache_mode', CASE WHEN (
+                          SELECT count(*) FROM (SELECT 1 FROM memory_chunks WHERE user_id = %s AND tenant_id = %s
+                                                LIMIT %s) c) >= %s THEN 'force_custom_plan' ELSE 'auto' END, true)""",
+            (
+                str(max(40, min(1000, fetch_size(options)))),
+                scope.user_id,
+                scope.tenant_id,
+                LARGE_USER_CHUNKS,
+                LARGE_USER_CHUNKS,
+            ),
         )
     queries.update({str(index): statement for index, statement in enumerate(statements)})
     queries.update({f"also:{name}": query for name, query in (also or {}).items()})

@@ -160,3 +160,37 @@ def test_who_speaks_is_read_in_one_index_step_per_person_not_a_step_per_line(con
     # Two people, 2,000 lines: each scan stops at its first row, once per person (and once to find no more).
     assert sum(node["Actual Rows"] * node["Actual Loops"] for node in scans) <= 3, scans
     assert [r["speaker"] for r in conn.execute(sql, params).fetchall()] == ["Ann", "Bob"]
+
+
+def search_plans(conn: Conn) -> tuple[int, int]:
+    """Generic and custom plans Postgres made for the search statement this connection prepared."""
+    row = conn.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%%q_terms AS%%'"
+    ).fetchone()
+    return (int(row["generic_plans"]), int(row["custom_plans"])) if row else (0, 0)
+
+
+def test_a_large_users_searches_are_planned_for_that_user_and_a_small_users_reuse_the_generic_plan(
+    conn: Conn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shared.memory.search as search_module
+
+    large, embedder = seed(conn)
+    small = make_scope(conn, "bob")
+    store_memory(conn, small, MemoryInput(key="trip", value="Caroline went camping in June"), "api")
+    monkeypatch.setattr(search_module, "LARGE_USER_CHUNKS", MEMORIES)  # `large` has MEMORIES chunks, `small` one
+    vector = embedder.embed(["Melanie's camping trip"])[0]
+
+    # Prepared after five runs (psycopg), planned for its first five prepared runs, then Postgres reuses its
+    # generic plan for a small user...
+    for _ in range(15):
+        assert len(search(conn, small, "camping trip", query_vector=vector)) == 1
+    generic, custom = search_plans(conn)
+    assert generic > 0, (generic, custom)
+    # ...but plans each search of a large user for that user: the generic plan is made for an average user.
+    for _ in range(10):
+        assert "camping trip" in search(conn, large, "Melanie's camping trip", query_vector=vector)[0].value
+    assert search_plans(conn) == (generic, custom + 10)
+    # And the choice is the search's own: the next small user's search is back on the generic plan.
+    search(conn, small, "camping trip", query_vector=vector)
+    assert search_plans(conn) == (generic + 1, custom + 10)
