@@ -61,7 +61,6 @@ def _payload(phase_no: int, n: int, users: int) -> bytes:
 
 
 def run_phase(phase: Phase, phase_no: int, url: str, users: int, duplicate_share: float, threads: int) -> None:
-    """Send phase.rate signed events per second for phase.seconds, a share of them followed by a retry."""
     endpoint = f"{url}/v1/channels/slack/default/events"
     local = threading.local()
     rng = random.Random(phase_no)
@@ -97,9 +96,7 @@ def run_phase(phase: Phase, phase_no: int, url: str, users: int, duplicate_share
     with ThreadPoolExecutor(max_workers=threads) as pool:
         for n in range(total):
             due = start + n / phase.rate
-            delay = due - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+            time.sleep(max(0.0, due - time.monotonic()))
             body = _payload(phase_no, n, users)
             pool.submit(fire, n, body, False)
             if rng.random() < duplicate_share:
@@ -125,9 +122,7 @@ def replies(fake: FakeChannels, phase_no: int) -> dict[int, list[float]]:
 def wait_for_replies(fake: FakeChannels, phase: Phase, phase_no: int, timeout: float, quiet: float = 3.0) -> None:
     """Until every event has its reply, then `quiet` seconds without a new post (a duplicate would come then)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(replies(fake, phase_no)) >= len(phase.sent_at):
-            break
+    while time.monotonic() < deadline and len(replies(fake, phase_no)) < len(phase.sent_at):
         time.sleep(0.2)
     settled_at, seen = time.monotonic(), len(fake.slack.calls("chat.postMessage"))
     while time.monotonic() - settled_at < quiet and time.monotonic() < deadline:

@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -42,17 +42,6 @@ STALL_KINDS = ("stall-postgres", "stall-model", "stall-redis")
 # A request answered this much after its limit still counts as in time: the client's clock includes the
 # connect and the gateway's own queueing, which the limit (started when the app sees the request) does not.
 LIMIT_GRACE_S = 1.0
-
-
-def latency_model(seed: int) -> Callable[[Json], FakeReply]:
-    """pipeline's fake replies after a random latency, drawn on the fake's one event loop thread (no lock)."""
-    rng = random.Random(seed)
-
-    def reply(body: Json) -> FakeReply:
-        delay = rng.uniform(*(CHAT_LATENCY_S if kind_of(body) == "chat" else BACKGROUND_LATENCY_S))
-        return replace(pipeline_reply(body), delay_s=delay)
-
-    return reply
 
 
 def process_tree(pid: int) -> list[int]:
@@ -86,8 +75,6 @@ def pid_alive(pid: int) -> bool:
 
 
 class EngramUp:
-    """`engram up` in `workdir`, its output in a log file."""
-
     def __init__(self, workdir: Path, env: dict[str, str]) -> None:
         self.workdir, self.data_dir, port = workdir, workdir / "data", free_port()
         self.url = f"http://127.0.0.1:{port}"
@@ -261,7 +248,6 @@ def log(text: str) -> None:
 
 
 def audit(database_url: str, planned: int, sent_tokens: set[str]) -> dict[str, int]:
-    """Exactly-once checks, from Postgres."""
     p = {"p": USER_PREFIX + "%"}
     turns = query(
         database_url,
@@ -333,7 +319,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def bench(args: argparse.Namespace) -> int:
     with BenchRun(keep=args.keep) as run:
         fake = run.enter_context(FakeLLM())
-        fake.default = latency_model(SEED)
+        rng = random.Random(SEED)
+
+        def reply(body: Json) -> FakeReply:
+            """pipeline's fake replies after a random latency, drawn on the fake's one event loop thread (no lock)."""
+            delay = rng.uniform(*(CHAT_LATENCY_S if kind_of(body) == "chat" else BACKGROUND_LATENCY_S))
+            return replace(pipeline_reply(body), delay_s=delay)
+
+        fake.default = reply
         # With no rate limit (the benchmark measures recovery) and the fake's embeddings (no model in every process).
         env = bench_env(fake.anthropic_base_url) | {
             "ENGRAM_AUTO_MEMORY": "true",

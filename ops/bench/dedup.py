@@ -18,6 +18,7 @@ from ops.bench.locomo_data import DEV_FILE, read_locomo
 
 JACCARD_THRESHOLDS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.75)
 COSINE_THRESHOLDS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)
+MAX_FALSE_MERGE = 0.01
 _DIA_ID = re.compile(r"D(\d+):(\d+)")
 
 
@@ -107,16 +108,6 @@ def scores(
     }
 
 
-def cosine_similarities(pairs: Sequence[Pair], embed: Any) -> list[float]:
-    """Cosine of each pair's two texts; `embed(texts)` returns unit vectors (the project's embedders do)."""
-    texts = sorted({p.fact for p in pairs} | {p.other for p in pairs})
-    vectors = dict(zip(texts, embed(texts), strict=True))
-    return [sum(a * b for a, b in zip(vectors[p.fact], vectors[p.other], strict=True)) for p in pairs]
-
-
-MAX_FALSE_MERGE = 0.01
-
-
 def _chosen(rows: list[dict[str, float]]) -> dict[str, float]:
     safe = [r for r in rows if r["false_merge"] <= MAX_FALSE_MERGE] or rows[-1:]
     return max(safe, key=lambda r: (r["f1"], r["threshold"]))  # a tie goes to the safer, higher threshold
@@ -127,7 +118,10 @@ def evaluate(pairs: Sequence[Pair], guard: Sequence[Pair], embed: Any) -> dict[s
 
     everything = [*pairs, *guard]
     jaccards = [jaccard(p.fact, p.other) for p in everything]
-    cosines = cosine_similarities(everything, embed)
+    # Cosine as a dot product: `embed(texts)` returns unit vectors (the project's embedders do).
+    texts = sorted({p.fact for p in everything} | {p.other for p in everything})
+    vectors = dict(zip(texts, embed(texts), strict=True))
+    cosines = [sum(a * b for a, b in zip(vectors[p.fact], vectors[p.other], strict=True)) for p in everything]
     n = len(pairs)
     jaccard_rows = [scores(pairs, t, jaccards[:n], jaccards[n:]) for t in JACCARD_THRESHOLDS]
     cosine_rows = [scores(pairs, t, cosines[:n], cosines[n:]) for t in COSINE_THRESHOLDS]

@@ -28,7 +28,7 @@ from shared.access.auth import ensure_tenant
 from shared.embeddings import Embedder, ensure_embedding_space
 from shared.embeddings.cache import register_vector_types
 from shared.embeddings.providers import embedder_from_settings
-from shared.infra.config import get_settings
+from shared.infra.config import Settings, get_settings
 from shared.infra.db import Conn, connect
 from shared.infra.logging import configure_logging
 from shared.infra.migrate import apply_migrations
@@ -39,6 +39,7 @@ from shared.memory.store import Scope, store_memory
 from shared.turns.accept import ensure_user
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
+LEGS = ("vector", "hybrid")
 
 
 def context_windows(conversations: Sequence[Conversation], count: int) -> list[str]:
@@ -63,8 +64,6 @@ def context_windows(conversations: Sequence[Conversation], count: int) -> list[s
 def child(args: argparse.Namespace) -> dict[str, Any]:
     """Runs in the backend's own process (--child BACKEND); returns its figures."""
     conversations: list[Conversation] = load_conversations(Path(args.file))[: args.limit_conversations]
-    from shared.infra.config import Settings
-
     # The product's own construction of the backend: the local model, whatever the environment configures.
     settings = Settings(
         embedding_provider="local",
@@ -117,8 +116,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    unknown = sorted(set(backends) - set(BACKENDS))
-    if unknown or not backends:
+    if (unknown := sorted(set(backends) - set(BACKENDS))) or not backends:
         raise BenchError(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}")
     read_conversations(args)  # a readable LoCoMo file, or a BenchError that says why
     results: dict[str, dict[str, Any]] = {}
@@ -160,9 +158,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-LEGS = ("vector", "hybrid")
-
-
 def _store(
     conn: Conn, tenant_id: int, conversation: locomo.Conversation
 ) -> tuple[locomo.Ingested, list[dict[str, Any]], dict[int, list[str]]]:
@@ -194,7 +189,6 @@ def _store(
 
 
 def _timed(embedder: Embedder, texts: list[str], costs: dict[str, float], name: str) -> dict[str, list[float]]:
-    """The texts' vectors, their count, characters and model time added to `costs`."""
     started = time.perf_counter()
     vectors = embedder.embed(texts)
     costs[f"{name}_seconds"] += time.perf_counter() - started

@@ -41,11 +41,8 @@ def rounded(value: float | None, digits: int = 1) -> float | None:
 def distribution(
     values: Sequence[float], quantiles: Iterable[float] = (50, 95, 99), digits: int = 1
 ) -> dict[str, float | int | None]:
-    """{"p50": …, "p95": …, "p99": …, "max": …, "n": …} rounded to `digits`."""
     summary: dict[str, float | int | None] = {f"p{q:g}": rounded(percentile(values, q), digits) for q in quantiles}
-    summary["max"] = rounded(max(values), digits) if values else None
-    summary["n"] = len(values)
-    return summary
+    return summary | {"max": rounded(max(values), digits) if values else None, "n": len(values)}
 
 
 def mean(values: Sequence[float]) -> float | None:
@@ -53,13 +50,10 @@ def mean(values: Sequence[float]) -> float | None:
 
 
 def ratio(numerator: float | None, denominator: float | None, digits: int = 2) -> float | None:
-    if numerator is None or denominator is None or denominator == 0:
-        return None
-    return round(numerator / denominator, digits)
+    return None if numerator is None or not denominator else round(numerator / denominator, digits)
 
 
 def bench_parser(module: str, doc: str | None, keep: bool = False) -> argparse.ArgumentParser:
-    """`python -m <module>`'s parser with --json and, with `keep`, --keep."""
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n")[0] or None)
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object, the last line")
     if keep:
@@ -148,7 +142,6 @@ class BenchRun(contextlib.ExitStack):
         return path
 
     def database(self, url: str | None, prefix: str) -> str:
-        """`url` when given, else an embedded Postgres in a new workdir, stopped at the end of the run."""
         return url or self._postgres(self.workdir(prefix, what="data"))
 
     def _postgres(self, workdir: Path) -> str:
@@ -202,11 +195,8 @@ class BenchRun(contextlib.ExitStack):
                 signal.signal(signum, handler)
 
 
-MB = 1024 * 1024
-
-
 def megabytes(value: int | None) -> float | None:
-    return None if value is None else rounded(value / MB)
+    return None if value is None else rounded(value / 2**20)
 
 
 def _tree(proc: psutil.Process) -> list[psutil.Process]:

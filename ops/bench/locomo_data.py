@@ -75,11 +75,8 @@ def parse_session_date(raw: Any) -> datetime | None:
 
 
 def turn_text(turn: dict[str, Any]) -> str:
-    text = f"{turn.get('speaker', '')}: {turn.get('text', '')}"
     caption = turn.get("blip_caption")
-    if caption:
-        text += f" [image: {caption}]"
-    return text
+    return f"{turn.get('speaker', '')}: {turn.get('text', '')}" + (f" [image: {caption}]" if caption else "")
 
 
 def read_locomo(path: Path) -> list[dict[str, Any]]:
@@ -110,20 +107,11 @@ def parse_conversations(data: list[dict[str, Any]]) -> list[Conversation]:
         for number, key in sessions:
             when = parse_session_date(body.get(f"{key}_date_time"))
             for raw in body[key]:
-                dia_id = normalise_dia_id(str(raw.get("dia_id", "")))
-                if dia_id is None or not str(raw.get("text", "")).strip():
+                dia_id, said = normalise_dia_id(str(raw.get("dia_id", ""))), str(raw.get("text", ""))
+                if dia_id is None or not said.strip():
                     continue
-                turns.append(
-                    Turn(
-                        dia_id,
-                        number,
-                        str(raw.get("speaker", "")),
-                        turn_text(raw),
-                        when,
-                        said=str(raw.get("text", "")),
-                        caption=str(raw.get("blip_caption") or ""),
-                    )
-                )
+                speaker, caption = str(raw.get("speaker", "")), str(raw.get("blip_caption") or "")
+                turns.append(Turn(dia_id, number, speaker, turn_text(raw), when, said=said, caption=caption))
         known = {turn.dia_id for turn in turns}
         conversation = Conversation(str(sample.get("sample_id", f"conversation-{index}")), turns, [])
         for qa in sample.get("qa") or []:

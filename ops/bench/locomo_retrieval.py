@@ -40,6 +40,7 @@ from shared.turns.accept import ensure_user
 from shared.turns.ingest import IngestMessage, ingest_messages
 
 K_VALUES = (5, 10)
+METRICS = tuple(f"recall@{k}" for k in K_VALUES)
 LIMIT = 10  # results asked of search: the deepest cut-off measured
 CONTEXT_BEFORE, CONTEXT_AFTER = 2, 1  # neighbouring turns stored as each episode's context
 MODES: dict[str, tuple[Leg, ...] | None] = {"text": ("text",), "vector": ("vector",), "hybrid": None}
@@ -68,9 +69,6 @@ class ModeStats:
 
     def mean(self, metric: str, group: str = "all") -> float | None:
         return mean(self.scores.get(f"{metric}|{group}", []))
-
-
-METRICS = tuple(f"recall@{k}" for k in K_VALUES)
 
 
 @dataclass
@@ -170,8 +168,7 @@ def _index_episodes(conn: Conn, embedder: Embedder, ingested: Ingested) -> None:
 
 def options_for(mode: str) -> SearchOptions:
     options = options_from_settings(get_settings(), LIMIT)
-    legs = MODES[mode]
-    if legs is not None:
+    if (legs := MODES[mode]) is not None:
         options.legs = legs
         # A lone leg is measured by its ranking alone: the relative floor is a hybrid relevance cut.
         options.relative_floor = 0.0
@@ -199,10 +196,8 @@ def evaluate(
             if mode == "hybrid":
                 results = service.search_memories(conn, ingested.scope, question.text, limit=LIMIT)
             else:
-                text_only = mode == "text"
-                results = search(
-                    conn, ingested.scope, question.text, query_vector=None if text_only else vector, options=options
-                )
+                query_vector = None if mode == "text" else vector
+                results = search(conn, ingested.scope, question.text, query_vector=query_vector, options=options)
             stats[mode].latencies_ms.append((time.perf_counter() - started) * 1000)
             conn.commit()  # search sets transaction-local HNSW options; start each query afresh
             ranked = [ingested.found(r) for r in results]
@@ -281,7 +276,6 @@ def user_id_for(index: int, conversation: Conversation) -> str:
 
 
 def ingest_all(client: EngramClient, users: Sequence[tuple[str, Conversation]]) -> list[tuple[str, str]]:
-    """Every conversation through the messages API; returns the (user, session key) pairs."""
     sessions = []
     for user, conversation in users:
         for number, messages in sorted(session_messages(conversation).items()):
@@ -329,18 +323,16 @@ def ask(
         # Rotating which budget goes first gives every budget the same share of cold calls.
         shift = index % len(budgets)
         for budget in [*budgets[shift:], *budgets[:shift]]:
+            s = stats[budget]
             started = time.perf_counter()
             packed = client.context(user, query=question.text[:MAX_QUERY_CHARS], max_tokens=budget)
-            elapsed = (time.perf_counter() - started) * 1000
-            s = stats[budget]
+            s.latencies_ms.append((time.perf_counter() - started) * 1000)
             s.add(question.category, "evidence_recall", evidence_recall(evidence, packed.context))
             s.tokens.append(packed.tokens)
             s.over_budget += packed.tokens > budget
-            counter = recounter(packed.tokenizer)
-            if counter is not None:
+            if (counter := recounter(packed.tokenizer)) is not None:
                 s.recounted += 1
                 s.recount_mismatch += counter.count(packed.context) != packed.tokens
-            s.latencies_ms.append(elapsed)
 
 
 def summarise(stats: dict[int, BudgetStats]) -> dict[str, Any]:

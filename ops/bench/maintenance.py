@@ -70,8 +70,7 @@ def seed(conn: Any, users: int, memories: int, now: datetime) -> int:
            SELECT tenant_id, id, 'old', %s FROM users""",
         (now - timedelta(hours=3),),
     )
-    lines = ("I live in Lisbon.", "I prefer green tea over coffee.", "I work at Acme Corp.")
-    for line in lines:
+    for line in ("I live in Lisbon.", "I prefer green tea over coffee.", "I work at Acme Corp."):
         conn.execute(
             """INSERT INTO session_messages (tenant_id, user_id, session_id, role, content, created_at)
                SELECT s.tenant_id, s.user_id, s.id, r.role, CASE r.role WHEN 'user' THEN %s ELSE 'Noted!' END, %s

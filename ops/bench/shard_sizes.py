@@ -167,10 +167,8 @@ def bench(args: argparse.Namespace) -> int:
         psycopg.connect(run.database(None, "engram-shard-sizes-"), row_factory=dict_row, autocommit=True) as conn,
     ):
         apply_migrations(conn)  # leaves the connection in autocommit mode
-        conn.autocommit = False
-        load(conn, args)
-        conn.commit()
-        conn.autocommit = True
+        with conn.transaction():
+            load(conn, args)
         conn.execute("VACUUM ANALYZE")
         report = measure(conn, args.users)
     emit(outline("bytes on disk", report), report, args.json)

@@ -240,17 +240,14 @@ def prepare_database(database_url: str) -> str:
 def bench_env(llm_url: str) -> dict[str, str]:
     """An engram process's environment: the caller's without its ENGRAM_* settings, the model at `llm_url`."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_")}
-    env.update(
-        {
-            "ENGRAM_LLM_PROVIDER": "anthropic",
-            "ENGRAM_ANTHROPIC_API_KEY": "bench-key",
-            "ENGRAM_ANTHROPIC_BASE_URL": llm_url,
-            "ENGRAM_LOG_LEVEL": "WARNING",
-            "ENGRAM_RATE_LIMIT_KEY_PER_SECOND": "0",
-            "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0",
-        }
-    )
-    return env
+    return env | {
+        "ENGRAM_LLM_PROVIDER": "anthropic",
+        "ENGRAM_ANTHROPIC_API_KEY": "bench-key",
+        "ENGRAM_ANTHROPIC_BASE_URL": llm_url,
+        "ENGRAM_LOG_LEVEL": "WARNING",
+        "ENGRAM_RATE_LIMIT_KEY_PER_SECOND": "0",
+        "ENGRAM_RATE_LIMIT_TENANT_PER_SECOND": "0",
+    }
 
 
 class Terminated(KeyboardInterrupt):
