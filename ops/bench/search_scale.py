@@ -45,6 +45,7 @@ from shared.memory.entity_extraction import extract_entities
 from shared.memory.indexing import embeddable_text, index_pending_memories
 from shared.memory.memory_input import MemoryInput
 from shared.memory.search import SearchOptions, SearchResult, fetch_size, search, search_statement
+from shared.memory.search_reads import large_user_query
 from shared.memory.store import Scope
 from shared.memory.writes import UserRef
 
@@ -315,12 +316,15 @@ def run_searches(
     # is measurable (relative_floor is applied in Python after the query: the SQL and its cost are the same).
     options = VECTOR_ONLY if mode == "vector" else SearchOptions()
     latencies, results_per_search, recalls = [], [], []
+    large: dict[int, bool] = {}  # by user: the product reads it with the search's other reads (search_reads)
     for number in range(args.warmup + args.queries):
         scope = rng.choice(users)
+        if scope.user_id not in large:
+            large[scope.user_id] = bool(db.first(conn.execute(*large_user_query(scope)).fetchall(), "large"))
         text, query_vector = rng.choice(queries)
         vector = None if mode == "text" else query_vector.tolist()
         start = time.perf_counter()
-        results = search(conn, scope, text, query_vector=vector, options=options)
+        results = search(conn, scope, text, query_vector=vector, options=options, large_user=large[scope.user_id])
         elapsed = (time.perf_counter() - start) * 1000
         conn.commit()
         if number < args.warmup:

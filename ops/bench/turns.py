@@ -292,13 +292,15 @@ def floor_over_noop(parts: dict[str, float] | None) -> dict[str, Any]:
     }
 
 
-def own_cpu_ms(fn: Callable[[], object]) -> float:
+def cpu_ms_per_call(fn: Callable[[], object], clock: Callable[[], float] = time.process_time) -> float:
+    """CPU ms per call of `fn` after 20 warm-up calls (past psycopg's prepare threshold too, so statements run
+    prepared, as pooled ones do); `clock`: CPU seconds of the process that does the work (default this one)."""
     for _ in range(20):
         fn()
-    started = time.process_time()
+    started = clock()
     for _ in range(FLOOR_CALLS):
         fn()
-    return (time.process_time() - started) * 1000 / FLOOR_CALLS
+    return (clock() - started) * 1000 / FLOOR_CALLS
 
 
 def postgres_turn_ms(database_url: str, vector: list[float]) -> float:
@@ -328,22 +330,18 @@ def postgres_turn_ms(database_url: str, vector: list[float]) -> float:
                 ids = [r["id"] for r in inserted.fetchall()]
                 # Each message its own vector, as in a turn (HNSW inserts of one vector again and again slow down).
                 noisy = np.asarray(vector) + rng.normal(0.0, 0.05, size=(len(ids), len(vector)))
-                conn.cursor().executemany(
-                    "UPDATE memory_chunks SET embedding = %s, embedded_at = now() WHERE message_id = %s",
-                    [(Vector(v / np.linalg.norm(v)), i) for v, i in zip(noisy, ids, strict=True)],
-                )
+                with conn.cursor() as cursor:
+                    cursor.executemany(
+                        "UPDATE memory_chunks SET embedding = %s, embedded_at = now() WHERE message_id = %s",
+                        [(Vector(v / np.linalg.norm(v)), i) for v, i in zip(noisy, ids, strict=True)],
+                    )
                 search(conn, Scope(row[0], row[1]), USER_TEXT, query_vector=vector)
             cleanup.execute("DELETE FROM session_messages WHERE id = ANY(%s)", (ids,))
             if next(rounds) % 10 == 9:  # dead rows would tax every later round's trigger and search
                 cleanup.execute("VACUUM session_messages, memory_chunks")
 
         backend = {"postgres": conn.info.backend_pid}
-        for _ in range(20):  # past psycopg's prepare threshold: the statements run prepared, as pooled ones do
-            turn()
-        before = cpu_seconds(backend)["postgres"]
-        for _ in range(FLOOR_CALLS):
-            turn()
-        return (cpu_seconds(backend)["postgres"] - before) * 1000 / FLOOR_CALLS
+        return cpu_ms_per_call(turn, lambda: cpu_seconds(backend)["postgres"])
 
 
 def floor_parts(stack: LocalStack, noop_worker_ms: float) -> dict[str, float]:
@@ -353,12 +351,9 @@ def floor_parts(stack: LocalStack, noop_worker_ms: float) -> dict[str, float]:
     assert stack.gateway is not None
     gateway = {"gateway": stack.gateway.pid}
     with httpx.Client(base_url=stack.url) as http:
-        for _ in range(20):
-            http.get("/healthz")
-        before = cpu_seconds(gateway)["gateway"]
-        for _ in range(FLOOR_CALLS):
-            http.get("/healthz").raise_for_status()
-        healthz_ms = (cpu_seconds(gateway)["gateway"] - before) * 1000 / FLOOR_CALLS
+        healthz_ms = cpu_ms_per_call(
+            lambda: http.get("/healthz").raise_for_status(), lambda: cpu_seconds(gateway)["gateway"]
+        )
     model = anthropic.Anthropic(api_key="bench-key", base_url=stack.gateway.env["ENGRAM_ANTHROPIC_BASE_URL"])
     messages: list[anthropic.types.MessageParam] = [{"role": "user", "content": USER_TEXT}]
 
@@ -372,8 +367,8 @@ def floor_parts(stack: LocalStack, noop_worker_ms: float) -> dict[str, float]:
     return {
         "noop_task_worker": noop_worker_ms,
         "gateway_two_requests": round(2 * healthz_ms, 2),
-        "model_call_sdk": round(own_cpu_ms(streamed_reply), 2),
-        "embed_two_messages": round(2 * own_cpu_ms(lambda: embedder.embed([next(texts)])), 2),
+        "model_call_sdk": round(cpu_ms_per_call(streamed_reply), 2),
+        "embed_two_messages": round(2 * cpu_ms_per_call(lambda: embedder.embed([next(texts)])), 2),
         "postgres_store_and_search": round(postgres_turn_ms(stack.database_url, embedder.embed([USER_TEXT])[0]), 2),
     }
 

@@ -62,9 +62,6 @@ from shared.memory.search_sql import (
     search_statement,
 )
 
-# Chunks (memories and transcript units) from which a user's searches are planned for that user.
-LARGE_USER_CHUNKS = 5000
-
 __all__ = [
     "ALL_LEGS",
     "ENTITY_BONUS",
@@ -152,9 +149,11 @@ def search(
     filters: SearchFilters | None = None,
     options: SearchOptions | None = None,
     touch: bool = False,
+    large_user: bool = False,
 ) -> list[SearchResult]:
-    """Search one user's memories (and transcript units). `query_vector` None = no vector leg."""
-    results = search_many(conn, scope, [Ask(query, query_vector, filters)], options)[0][0]
+    """Search one user's memories (and transcript units). `query_vector` None = no vector leg; `large_user`: as
+    search_reads.SearchReads read it."""
+    results = search_many(conn, scope, [Ask(query, query_vector, filters)], options, large_user=large_user)[0][0]
     if touch:
         touch_accessed(conn, scope, [r.id for r in results if r.id is not None])
     return results
@@ -166,9 +165,12 @@ def search_many(
     asks: Sequence[Ask],
     options: SearchOptions | None = None,
     also: Mapping[str, Query] | None = None,
+    *,
+    large_user: bool = False,
 ) -> tuple[list[list[SearchResult]], dict[str, list[DictRow]]]:
     """Several searches of one user with the same options (a question, its parts, its time window), and other
-    reads (`also`, by name), sent in one round trip: each statement still runs on its own, in order."""
+    reads (`also`, by name), sent in one round trip: each statement still runs on its own, in order.
+    `large_user`: as search_reads.SearchReads read it."""
     options = options or SearchOptions()
     statements = [
         search_statement(scope, ask.query, query_vector=ask.query_vector, filters=ask.filters, options=options)
@@ -178,23 +180,16 @@ def search_many(
     if any("qvec" in params for _, params in statements):
         # Keep scanning the HNSW graph until enough rows pass the user/memory filters: both settings are
         # transaction-local (as SET LOCAL) and sent with the searches, in the same round trip. So is the plan
-        # choice for a user with at least LARGE_USER_CHUNKS chunks: psycopg prepares a statement it has run five
+        # choice for a large user (search_reads.LARGE_USER_CHUNKS): psycopg prepares a statement it has run five
         # times, and Postgres then reuses a generic plan made for an average user, the exact scan of the user's
         # rows; for a user that large, a plan of its own takes the HNSW index instead (docs/benchmarks.md,
         # "Search at scale": the vector leg of a 200,000-memory user 1.4 s -> 19 ms). Below, planning every
-        # search would cost more than it saves.
+        # search would cost more than it saves, and the server's own plan_cache_mode stays.
+        custom_plan = ", set_config('plan_cache_mode', 'force_custom_plan', true)" if large_user else ""
         queries["settings"] = (
-            """SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', %s, true),
-                      set_config('plan_cache_mode', CASE WHEN (
-                          SELECT count(*) FROM (SELECT 1 FROM memory_chunks WHERE user_id = %s AND tenant_id = %s
-                                                LIMIT %s) c) >= %s THEN 'force_custom_plan' ELSE 'auto' END, true)""",
-            (
-                str(max(40, min(1000, fetch_size(options)))),
-                scope.user_id,
-                scope.tenant_id,
-                LARGE_USER_CHUNKS,
-                LARGE_USER_CHUNKS,
-            ),
+            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+            f" set_config('hnsw.ef_search', %s, true){custom_plan}",
+            (str(max(40, min(1000, fetch_size(options)))),),
         )
     queries.update({str(index): statement for index, statement in enumerate(statements)})
     queries.update({f"also:{name}": query for name, query in (also or {}).items()})

@@ -174,16 +174,17 @@ def search_memories(
     questions = [Ask(query, vector, filters)] + [Ask(part, vector, filters) for part in query_parts.parts(query, named)]
     asks = [ask for question in questions for ask in _asks_of(question, within)]
     with db.spare_connection() if len(asks) > 1 else nullcontext() as spare:
-        beside = _searcher().submit(_search_on_spare, spare, scope, asks[1:], options) if spare else None
+        large = prior.large_user
+        beside = _searcher().submit(_search_on_spare, spare, scope, asks[1:], options, large) if spare else None
         try:
-            searched = search_many(conn, scope, asks if beside is None else asks[:1], options)[0]
+            searched = search_many(conn, scope, asks if beside is None else asks[:1], options, large_user=large)[0]
             whole = searched[0]
             # What the question's own best hits lead to: the next round trip, while the others run.
             following = follow_up.follow_up_query(query, whole)
             around = speaker_lines.around_query(scope, whole, filters, limit)
             more = [Ask(following, None, filters)] if following is not None else []  # no vector: full text's
             followed, rows = (
-                search_many(conn, scope, more, options, {"around": around} if around else None)
+                search_many(conn, scope, more, options, {"around": around} if around else None, large_user=large)
                 if more or around is not None
                 else ([], {})
             )
@@ -205,9 +206,11 @@ def search_memories(
     return _touched(conn, scope, results, touch)
 
 
-def _search_on_spare(conn: Conn, scope: Scope, asks: Sequence[Ask], options: SearchOptions) -> list[list[SearchResult]]:
+def _search_on_spare(
+    conn: Conn, scope: Scope, asks: Sequence[Ask], options: SearchOptions, large_user: bool
+) -> list[list[SearchResult]]:
     register_vector_types(conn)
-    return search_many(conn, scope, asks, options)[0]
+    return search_many(conn, scope, asks, options, large_user=large_user)[0]
 
 
 @lru_cache(maxsize=1)

@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 
 from shared.embeddings import embed_texts, ensure_embedding_space
+from shared.embeddings.cache import register_vector_types
 from shared.embeddings.providers import LocalEmbedder
+from shared.infra import db
 from shared.infra.db import Conn
 from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.memory_input import MemoryInput
 from shared.memory.search import SearchOptions, _fuse, search, search_statement
-from shared.memory.search_reads import speakers_query
+from shared.memory.search_reads import read_before_search, speakers_query
 from shared.memory.store import Scope, store_memory
 from tests.integration.test_memory_store import make_scope, make_session
 
@@ -163,34 +165,42 @@ def test_who_speaks_is_read_in_one_index_step_per_person_not_a_step_per_line(con
 
 
 def search_plans(conn: Conn) -> tuple[int, int]:
-    """Generic and custom plans Postgres made for the search statement this connection prepared."""
-    row = conn.execute(
-        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%%q_terms AS%%'"
-    ).fetchone()
-    return (int(row["generic_plans"]), int(row["custom_plans"])) if row else (0, 0)
+    """Generic and custom plans Postgres made for the (hybrid) search statement this connection prepared."""
+    rows = conn.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%%vec_raw AS%%'"
+    ).fetchall()
+    assert len(rows) <= 1, rows  # one statement: every search here has the same options
+    return (int(rows[0]["generic_plans"]), int(rows[0]["custom_plans"])) if rows else (0, 0)
 
 
 def test_a_large_users_searches_are_planned_for_that_user_and_a_small_users_reuse_the_generic_plan(
     conn: Conn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import shared.memory.search as search_module
+    import shared.memory.search_reads as search_reads
 
     large, embedder = seed(conn)
     small = make_scope(conn, "bob")
     store_memory(conn, small, MemoryInput(key="trip", value="Caroline went camping in June"), "api")
-    monkeypatch.setattr(search_module, "LARGE_USER_CHUNKS", MEMORIES)  # `large` has MEMORIES chunks, `small` one
+    conn.commit()
+    monkeypatch.setattr(search_reads, "LARGE_USER_CHUNKS", MEMORIES)  # `large` has MEMORIES chunks, `small` one
+    # Read before the search, with its other reads: how large each user is.
+    assert (read_before_search(conn, large).large_user, read_before_search(conn, small).large_user) == (True, False)
     vector = embedder.embed(["Melanie's camping trip"])[0]
 
-    # Prepared after five runs (psycopg), planned for its first five prepared runs, then Postgres reuses its
-    # generic plan for a small user...
-    for _ in range(15):
-        assert len(search(conn, small, "camping trip", query_vector=vector)) == 1
-    generic, custom = search_plans(conn)
-    assert generic > 0, (generic, custom)
-    # ...but plans each search of a large user for that user: the generic plan is made for an average user.
-    for _ in range(10):
-        assert "camping trip" in search(conn, large, "Melanie's camping trip", query_vector=vector)[0].value
-    assert search_plans(conn) == (generic, custom + 10)
-    # And the choice is the search's own: the next small user's search is back on the generic plan.
-    search(conn, small, "camping trip", query_vector=vector)
-    assert search_plans(conn) == (generic + 1, custom + 10)
+    with db.connect() as fresh:  # a connection no other test prepared statements on
+        register_vector_types(fresh)
+        # Prepared after five runs (psycopg), planned for its first five prepared runs, then Postgres reuses its
+        # generic plan for a small user...
+        for _ in range(15):
+            assert len(search(fresh, small, "camping trip", query_vector=vector)) == 1
+        generic, custom = search_plans(fresh)
+        assert generic > 0, (generic, custom)
+        # ...but plans each search of a large user for that user: the generic plan is made for an average user.
+        for _ in range(10):
+            found = search(fresh, large, "Melanie's camping trip", query_vector=vector, large_user=True)
+            assert "camping trip" in found[0].value
+        assert search_plans(fresh) == (generic, custom + 10)
+        # And the choice ends with the transaction: the next request's small user is back on the generic plan.
+        fresh.commit()
+        search(fresh, small, "camping trip", query_vector=vector)
+        assert search_plans(fresh) == (generic + 1, custom + 10)
