@@ -62,6 +62,10 @@ from shared.memory.search_sql import (
     search_statement,
 )
 
+# A large user's HNSW search looks wider: with many near-alike memories the user's nearest vectors crowd together,
+# and a narrow search returns near neighbours rather than the nearest (docs/benchmarks.md, "Search at scale").
+LARGE_USER_EF_SEARCH = 400
+
 __all__ = [
     "ALL_LEGS",
     "ENTITY_BONUS",
@@ -183,13 +187,14 @@ def search_many(
         # choice for a large user (search_reads.LARGE_USER_CHUNKS): psycopg prepares a statement it has run five
         # times, and Postgres then reuses a generic plan made for an average user, the exact scan of the user's
         # rows; for a user that large, a plan of its own takes the HNSW index instead (docs/benchmarks.md,
-        # "Search at scale": the vector leg of a 200,000-memory user 1.4 s -> 19 ms). Below, planning every
-        # search would cost more than it saves, and the server's own plan_cache_mode stays.
+        # "Search at scale"). Below, planning every search would cost more than it saves, and the server's own
+        # plan_cache_mode stays.
         custom_plan = ", set_config('plan_cache_mode', 'force_custom_plan', true)" if large_user else ""
+        ef_search = max(LARGE_USER_EF_SEARCH if large_user else 40, min(1000, fetch_size(options)))
         queries["settings"] = (
             "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
             f" set_config('hnsw.ef_search', %s, true){custom_plan}",
-            (str(max(40, min(1000, fetch_size(options)))),),
+            (str(ef_search),),
         )
     queries.update({str(index): statement for index, statement in enumerate(statements)})
     queries.update({f"also:{name}": query for name, query in (also or {}).items()})

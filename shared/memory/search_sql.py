@@ -33,6 +33,14 @@ TERM_WEIGHTS = (0.2, 0.2, 0.5, 1.0)
 # to absorb rounding differences between the two at the cut.
 KEEP_MARGIN = 10
 MAX_FETCH = 320
+# Bounds that only a very large user reaches, so a search costs what the leg's matches cost rather than what the
+# user's whole history does (docs/benchmarks.md, "Search at scale"). Full text's document count (BM25's N) stops
+# at CORPUS_COUNT_CAP: past it a term's weight is read against that many documents, which keeps rare terms above
+# common ones and only flattens terms in more documents than that. The substring leg, run when full text finds
+# nothing, reads the newest LIKE_SCAN_CAP memories of the user: without an index to answer ILIKE, it would
+# otherwise test every one.
+CORPUS_COUNT_CAP = 20000
+LIKE_SCAN_CAP = 10000
 _WORD = re.compile(r"[\w'-]{3,}", re.UNICODE)
 # Runs of what is neither a word nor a space; those holding a symbol (category So: emoji, ©, ✓) are searched
 # for as they are, modifiers and joiners included.
@@ -211,8 +219,11 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
         SELECT lexeme, to_tsquery('simple', quote_literal(lexeme)) AS tsq
         FROM unnest(tsvector_to_array(to_tsvector('english', %(query)s))) AS lexeme),
     corpus AS MATERIALIZED (
-        SELECT (SELECT count(*) FROM memories m WHERE ({text_on} OR {entity_on}) AND {memory_filter})
-             + (SELECT count(*) FROM memory_chunks c WHERE {text_on} AND c.user_id = %(user)s AND {transcript_filter})
+        SELECT (SELECT count(*) FROM (SELECT FROM memories m WHERE ({text_on} OR {entity_on}) AND {memory_filter}
+                                      LIMIT %(corpus_cap)s) counted)
+             + (SELECT count(*) FROM (SELECT FROM memory_chunks c
+                                      WHERE {text_on} AND c.user_id = %(user)s AND {transcript_filter}
+                                      LIMIT %(corpus_cap)s) counted)
                AS size),
     ft_hits AS MATERIALIZED (
         SELECT m.id AS doc, t.lexeme, ts_rank(%(term_weights)s::float4[], m.search_tsv, t.tsq) AS tf
@@ -237,9 +248,11 @@ def _build_sql(filters: SearchFilters, options: SearchOptions, params: dict[str,
                (SELECT count(*) FROM unnest(%(patterns)s::text[]) p
                 WHERE m.value ILIKE p OR m.key ILIKE p)::float8 / greatest(cardinality(%(patterns)s::text[]), 1)
                    AS score
-        FROM memories m
-        WHERE {text_on} AND NOT EXISTS (SELECT 1 FROM ft) AND cardinality(%(patterns)s::text[]) > 0
-          AND (m.value ILIKE ANY(%(patterns)s) OR m.key ILIKE ANY(%(patterns)s)) AND {memory_filter}
+        FROM (SELECT m.id, m.key, m.value FROM memories m
+              WHERE {text_on} AND NOT EXISTS (SELECT 1 FROM ft) AND cardinality(%(patterns)s::text[]) > 0
+                AND {memory_filter}
+              ORDER BY m.created_at DESC, m.id DESC LIMIT %(like_scan)s) m
+        WHERE m.value ILIKE ANY(%(patterns)s) OR m.key ILIKE ANY(%(patterns)s)
         ORDER BY score DESC, m.id LIMIT %(fetch)s),
     like_ranked AS (
         SELECT doc, score, row_number() OVER (ORDER BY score DESC, doc) AS rank FROM like_leg),
@@ -369,6 +382,8 @@ def search_statement(
         "floor": options.relative_floor,
         "vector_weight": options.vector_weight,
         "rrf_k": options.rrf_k,
+        "corpus_cap": CORPUS_COUNT_CAP,
+        "like_scan": LIKE_SCAN_CAP,
     }
     if use_vector:
         params["qvec"] = Vector(list(query_vector or []))

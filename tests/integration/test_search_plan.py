@@ -16,7 +16,7 @@ from shared.infra import db
 from shared.infra.db import Conn
 from shared.memory.indexing import embedding_inputs, index_memory
 from shared.memory.memory_input import MemoryInput
-from shared.memory.search import SearchOptions, _fuse, search, search_statement
+from shared.memory.search import LARGE_USER_EF_SEARCH, SearchOptions, _fuse, fetch_size, search, search_statement
 from shared.memory.search_reads import read_before_search, speakers_query
 from shared.memory.store import Scope, store_memory
 from tests.integration.test_memory_store import make_scope, make_session
@@ -200,7 +200,43 @@ def test_a_large_users_searches_are_planned_for_that_user_and_a_small_users_reus
             found = search(fresh, large, "Melanie's camping trip", query_vector=vector, large_user=True)
             assert "camping trip" in found[0].value
         assert search_plans(fresh) == (generic, custom + 10)
+        # Their HNSW search is wider too, for the rest of that transaction only.
+        assert ef_search(fresh) == LARGE_USER_EF_SEARCH
         # And the choice ends with the transaction: the next request's small user is back on the generic plan.
         fresh.commit()
         search(fresh, small, "camping trip", query_vector=vector)
         assert search_plans(fresh) == (generic + 1, custom + 10)
+        assert ef_search(fresh) == fetch_size(SearchOptions()) < LARGE_USER_EF_SEARCH
+
+
+def ef_search(conn: Conn) -> int:
+    return int(conn.execute("SELECT current_setting('hnsw.ef_search') AS ef").fetchone()["ef"])
+
+
+def scanned(plan: list[dict[str, Any]], cte: str) -> int:
+    """Rows the scans under a CTE of the plan returned."""
+    top = next(node for node in plan if node.get("Subplan Name") == f"CTE {cte}")
+    return sum(n["Actual Rows"] * n["Actual Loops"] for n in nodes(top) if n.get("Relation Name") == "memories")
+
+
+def test_a_large_users_search_reads_a_bounded_part_of_their_history(
+    conn: Conn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shared.memory.search_sql as search_sql
+
+    scope, embedder = seed(conn)
+    monkeypatch.setattr(search_sql, "CORPUS_COUNT_CAP", 30)  # a quarter of the user's MEMORIES memories
+    monkeypatch.setattr(search_sql, "LIKE_SCAN_CAP", 30)
+
+    # Full text counts the user's documents up to the cap, and still ranks the rare words above the name.
+    query = "What did Melanie say about the pottery class?"
+    assert scanned(explain(conn, scope, query, embedder.embed([query])[0]), "corpus") <= 30
+    results = search(conn, scope, query)
+    assert len(results) >= 5 and all("pottery class" in r.value for r in results[:5])
+
+    # A word part full text cannot match: the substring leg reads the newest 30 memories, not all 120, and
+    # finds what they hold.
+    assert scanned(explain(conn, scope, "ttery", embedder.embed(["ttery"])[0]), "like_ranked") <= 30
+    notes = sorted(int(re.findall(r"note (\d+)", r.value)[0]) for r in search(conn, scope, "ttery"))
+    newest = range(MEMORIES - 30, MEMORIES)
+    assert notes == [n for n in newest if TOPICS[n % len(TOPICS)] == "pottery class"]
