@@ -355,6 +355,13 @@ def claim_unlocked(conn: Conn, *, table: str, fields: str, pending: str, lock: s
     ).fetchall()
 
 
+def any_pending(conn: Conn, *, table: str, pending: str) -> bool:
+    """Whether a row of `table` matches `pending` (alias m), as `claim_unlocked` would look for it."""
+    return bool(
+        first(conn.execute(f"SELECT EXISTS (SELECT 1 FROM {table} m WHERE {pending}) AS found").fetchall(), "found")
+    )
+
+
 def first(rows: Sequence[DictRow], column: str | None = None) -> Any:
     """A single-row read's row (or that row's `column`), None when it found nothing."""
     if not rows:

@@ -134,8 +134,11 @@ def index_pending_memories(embedder: Embedder, batch_size: int) -> PendingBatch:
         raise ValueError("batch_size must be at least 1")
     # The space is made sure of in a transaction of its own: its first use alters `memory_chunks` and builds
     # its index under a table lock, which inside the indexing transaction would be taken before the memories'
-    # row locks, the opposite order of every writer that updates a memory and then drops its chunks.
+    # row locks, the opposite order of every writer that updates a memory and then drops its chunks. A pass with
+    # nothing to embed records no space: the first write does, with the model configured by then.
     with db.connection() as conn:
+        if not db.any_pending(conn, table="memories", pending=_PENDING):
+            return PendingBatch(0, 0, more=False)
         ensure_embedding_space(conn, embedder)
     with db.connection() as conn:
         claimed = _claim(conn, batch_size)

@@ -43,12 +43,15 @@ class UnitBatch:
     backlog: bool = False
 
 
+_PENDING = "m.message_id IS NOT NULL AND m.embedding IS NULL"
+
+
 def _claim(conn: Conn, limit: int) -> list[dict[str, Any]]:
     return db.claim_unlocked(
         conn,
         table="memory_chunks",
         fields="id, session_id, message_id, text, content_hash, created_at",
-        pending="message_id IS NOT NULL AND embedding IS NULL",
+        pending=_PENDING,
         lock="embed-unit",
         limit=limit,
     )
@@ -58,8 +61,10 @@ def embed_pending_units(embedder: Embedder, batch_size: int) -> UnitBatch:
     """Embed up to `batch_size` units that have no vector yet (one model call) and store their vectors."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    with db.connection() as conn:
-        ensure_embedding_space(conn, embedder)  # its own transaction: see index_pending_memories
+    with db.connection() as conn:  # its own transaction, and only with work to do: see index_pending_memories
+        if not db.any_pending(conn, table="memory_chunks", pending=_PENDING):
+            return UnitBatch(0, more=False)
+        ensure_embedding_space(conn, embedder)
     with db.connection() as conn:
         claimed = _claim(conn, batch_size)
         if not claimed:

@@ -30,9 +30,10 @@ from shared.embeddings.space import (
 )
 from shared.infra import db
 from shared.memory import service
-from shared.memory.indexing import index_pending_memories
+from shared.memory.indexing import PendingBatch, index_pending_memories
 from shared.memory.memory_input import MemoryInput
 from shared.memory.store import store_memory
+from shared.transcript.units import UnitBatch, embed_pending_units
 from shared.turns.accept import ensure_user
 from tests.integration.test_memory_store import make_scope
 from tests.support.services import TestServices
@@ -206,6 +207,23 @@ def test_first_embedder_fixes_the_space_and_another_is_refused() -> None:
     assert "test/text-embedding-3-small (24 dims)" in message
     assert "engram reindex" in message
     assert minilm.calls == [] and other.calls == []  # checking the space embeds nothing
+
+
+def test_an_embedding_pass_with_nothing_to_embed_leaves_the_model_to_the_first_write() -> None:
+    # The beat's embedding pass over a new, empty database (right after `engram up`) records no space: a model
+    # configured before the first memory is written is taken without a reindex.
+    default = CountingEmbedder("hash-16", 16)
+    assert index_pending_memories(default, 8) == PendingBatch(0, 0, more=False)
+    assert embed_pending_units(default, 8) == UnitBatch(0, more=False)
+    with db.connection() as conn:
+        assert current_space(conn) is None
+        store_memory(conn, make_scope(conn), MemoryInput(key="drink", value="I like green tea"), "api")
+    chosen = CountingEmbedder("hash-24", 24)
+    assert index_pending_memories(chosen, 8).memories == 1
+    with db.connection() as conn:
+        space = current_space(conn)
+    assert space is not None and (space["model"], space["dimension"]) == ("hash-24", 24)
+    assert default.calls == [] and len(chosen.calls) == 1
 
 
 def test_space_is_recreated_after_tables_are_truncated() -> None:
