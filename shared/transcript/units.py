@@ -43,7 +43,7 @@ class UnitBatch:
     backlog: bool = False
 
 
-_PENDING = "m.message_id IS NOT NULL AND m.embedding IS NULL"
+_PENDING = "message_id IS NOT NULL AND embedding IS NULL"
 
 
 def _claim(conn: Conn, limit: int) -> list[dict[str, Any]]:

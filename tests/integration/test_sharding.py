@@ -215,10 +215,12 @@ UNROUTED_GAPS: dict[str, str] = {
     "INSERT INTO memory_entities": "memory_entities has no user_id column",
     # Claims of pending work across users hold advisory locks: on Citus those would be taken on worker nodes.
     "FROM memories m WHERE m.embedded_at IS NULL AND m.valid_until IS NULL AND NOT EXISTS": (
-        "embedding drain claim: per-shard claims (or a per-user queue) instead of one global scan"
+        "embedding drain, its check for work and its claim: per-shard claims (or a per-user queue) instead of one"
+        " global scan"
     ),
     "FROM memory_chunks m WHERE message_id IS NOT NULL AND embedding IS NULL": (
-        "transcript drain claim: per-shard claims (or a per-user queue) instead of one global scan"
+        "transcript drain, its check for work and its claim: per-shard claims (or a per-user queue) instead of one"
+        " global scan"
     ),
     # Cross-user by nature, but not in a form Citus runs.
     "FROM llm_calls WHERE tenant_id = t.id AND created_at >=": (
