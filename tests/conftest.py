@@ -97,16 +97,26 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestServices]
     svc.close()
 
 
+# truncate_all: how long one attempt waits for a table lock, and for how long it keeps trying.
+LOCK_WAIT_MS = 200
+TRUNCATE_PATIENCE_S = 120.0
+
+
 def truncate_all() -> None:
     from shared.infra import db
 
-    # A worker may still be finishing the previous test's background task: a deadlock with it
-    # is retried, not fatal. Ids are not restarted: a task a test left behind (a debounced extraction
-    # with an ETA, held in a worker's memory where no purge reaches it) then names rows that are gone,
-    # instead of the next test's "session 1".
-    for attempt in range(10):
+    # A worker may still be finishing the previous test's background work (draining a corpus's transcript units
+    # takes seconds). Its transactions take tables in orders no TRUNCATE of every table can share (a unit batch
+    # claims memory_chunks, then share-locks embedding_space), so an attempt waits at most LOCK_WAIT_MS for a lock
+    # and gives way, rather than holding its locks until the deadlock detector picks it; it tries again until
+    # the worker's transaction that held it has ended, as it does between batches or when the drain is done.
+    # Ids are not restarted: a task a test left behind (a debounced extraction with an ETA, held in a worker's
+    # memory where no purge reaches it) then names rows that are gone, instead of the next test's "session 1".
+    deadline = time.monotonic() + TRUNCATE_PATIENCE_S
+    while True:
         try:
             with db.connection() as conn:
+                conn.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT_MS}ms'")
                 tables = [
                     row["tablename"]
                     for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
@@ -115,9 +125,9 @@ def truncate_all() -> None:
                 conn.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
             break
         except db.DatabaseUnavailable:
-            if attempt == 9:
+            if time.monotonic() > deadline:
                 raise
-            time.sleep(0.3)
+            time.sleep(0.05)
     from shared.embeddings.space import forget_checked_spaces
     from shared.memory.service import forget_recent_queries
 
