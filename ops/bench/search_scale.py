@@ -44,7 +44,7 @@ from shared.memory import service, writes
 from shared.memory.entity_extraction import extract_entities
 from shared.memory.indexing import embeddable_text, index_pending_memories
 from shared.memory.memory_input import MemoryInput
-from shared.memory.search import SearchOptions, SearchResult, fetch_size, search, search_statement
+from shared.memory.search import SearchOptions, SearchResult, search, search_settings, search_statement
 from shared.memory.search_reads import large_user_query
 from shared.memory.store import Scope
 from shared.memory.writes import UserRef
@@ -64,7 +64,6 @@ COPY_COLUMNS = {
 GOAL_P95_MS = 20.0  # the issue's goal for hybrid search at 1M memories over 10k users
 GOAL_CONTEXT_P95_MS, CONTEXT_TOKENS = 50.0, 1000  # and for the context at a 1,000-token budget
 VECTOR_ONLY = SearchOptions(relative_floor=0.0, legs=("vector",))
-HNSW_SETUP = "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', %s, true)"
 
 
 # Facts and questions: the words and sentence templates are data, beside this module.
@@ -346,7 +345,7 @@ def vector_plan(conn: Conn, scope: Scope, question: str, vector: np.ndarray) -> 
     """The plan Postgres picks for the vector mode's statement (EXPLAIN, with the settings search() sends):
     the HNSW index, or the user's rows through the btree on user_id and a sort by distance."""
     sql, params = search_statement(scope, question, query_vector=vector.tolist(), options=VECTOR_ONLY)
-    conn.execute(HNSW_SETUP, (str(max(40, min(1000, fetch_size(VECTOR_ONLY)))),))
+    conn.execute(*search_settings(VECTOR_ONLY, large_user=False))
     plan = "\n".join(row["QUERY PLAN"] for row in conn.execute(f"EXPLAIN {sql}", params).fetchall())
     conn.commit()
     return "hnsw" if HNSW_INDEX in plan else "btree+sort" if "memory_chunks_user_idx" in plan else "other"

@@ -32,6 +32,7 @@ from pgvector import Vector
 
 from shared.embeddings.base import Embedder
 from shared.embeddings.cache import embed_texts, register_vector_types
+from shared.infra import db
 from shared.infra.config import get_settings
 from shared.infra.db import Conn, Query
 from shared.infra.logging import get_logger
@@ -172,6 +173,17 @@ def ensure_embedding_space(
     follow_recorded_space(embedder, space)
     _require_same(space, embedder)
     _remember(_check_key(conn, embedder))  # the key of the model it makes now, if it followed
+
+
+def ensure_space_for_pending(conn: Conn, embedder: Embedder, *, table: str, pending: str) -> bool:
+    """`ensure_embedding_space` for a pass over pending rows (`db.claim_unlocked`'s `table` and `pending`): False,
+    and no space recorded, when there are none, so the first write records the model configured by then. The look
+    for work runs only where the check itself would (no recent check in this process): a pass's claim finds out
+    soon enough otherwise, and a pass per turn pays no extra round trip."""
+    if not _recently_checked(_check_key(conn, embedder)) and not db.any_pending(conn, table=table, pending=pending):
+        return False
+    ensure_embedding_space(conn, embedder)
+    return True
 
 
 def hold_space_for_write(conn: Conn, embedder: Embedder) -> None:

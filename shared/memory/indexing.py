@@ -25,7 +25,13 @@ from typing import Any
 
 from pgvector import Vector
 
-from shared.embeddings import Embedder, embed_texts, ensure_embedding_space, hold_space_for_write
+from shared.embeddings import (
+    Embedder,
+    embed_texts,
+    ensure_embedding_space,
+    ensure_space_for_pending,
+    hold_space_for_write,
+)
 from shared.embeddings.cache import register_vector_types
 from shared.infra import db
 from shared.infra.db import Conn
@@ -137,9 +143,8 @@ def index_pending_memories(embedder: Embedder, batch_size: int) -> PendingBatch:
     # row locks, the opposite order of every writer that updates a memory and then drops its chunks. A pass with
     # nothing to embed records no space: the first write does, with the model configured by then.
     with db.connection() as conn:
-        if not db.any_pending(conn, table="memories", pending=_PENDING):
+        if not ensure_space_for_pending(conn, embedder, table="memories", pending=_PENDING):
             return PendingBatch(0, 0, more=False)
-        ensure_embedding_space(conn, embedder)
     with db.connection() as conn:
         claimed = _claim(conn, batch_size)
         batch: list[tuple[dict[str, Any], list[tuple[Chunk, str]]]] = []

@@ -81,6 +81,7 @@ __all__ = [
     "like_patterns",
     "search",
     "search_many",
+    "search_settings",
     "search_statement",
     "transcript_result",
 ]
@@ -189,18 +190,23 @@ def search_many(
         # rows; for a user that large, a plan of its own takes the HNSW index instead (docs/benchmarks.md,
         # "Search at scale"). Below, planning every search would cost more than it saves, and the server's own
         # plan_cache_mode stays.
-        custom_plan = ", set_config('plan_cache_mode', 'force_custom_plan', true)" if large_user else ""
-        ef_search = max(LARGE_USER_EF_SEARCH if large_user else 40, min(1000, fetch_size(options)))
-        queries["settings"] = (
-            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-            f" set_config('hnsw.ef_search', %s, true){custom_plan}",
-            (str(ef_search),),
-        )
+        queries["settings"] = search_settings(options, large_user)
     queries.update({str(index): statement for index, statement in enumerate(statements)})
     queries.update({f"also:{name}": query for name, query in (also or {}).items()})
     rows = fetch_together(conn, queries)
     found = [_results(rows[str(index)], options, "qvec" in params) for index, (_, params) in enumerate(statements)]
     return found, {name: rows[f"also:{name}"] for name in also or {}}
+
+
+def search_settings(options: SearchOptions, large_user: bool) -> Query:
+    """The transaction-local settings a search with a vector leg is sent with (search_many says why)."""
+    custom_plan = ", set_config('plan_cache_mode', 'force_custom_plan', true)" if large_user else ""
+    ef_search = max(LARGE_USER_EF_SEARCH if large_user else 40, min(1000, fetch_size(options)))
+    sql = (
+        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+        f" set_config('hnsw.ef_search', %s, true){custom_plan}"
+    )
+    return sql, (str(ef_search),)
 
 
 def _results(rows: Sequence[dict[str, Any]], options: SearchOptions, use_vector: bool) -> list[SearchResult]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from pgvector import Vector
 
-from shared.embeddings import Embedder, embed_texts, ensure_embedding_space, hold_space_for_write
+from shared.embeddings import Embedder, embed_texts, ensure_space_for_pending, hold_space_for_write
 from shared.embeddings.cache import register_vector_types
 from shared.infra import db
 from shared.infra.db import Conn
@@ -62,9 +62,8 @@ def embed_pending_units(embedder: Embedder, batch_size: int) -> UnitBatch:
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     with db.connection() as conn:  # its own transaction, and only with work to do: see index_pending_memories
-        if not db.any_pending(conn, table="memory_chunks", pending=_PENDING):
+        if not ensure_space_for_pending(conn, embedder, table="memory_chunks", pending=_PENDING):
             return UnitBatch(0, more=False)
-        ensure_embedding_space(conn, embedder)
     with db.connection() as conn:
         claimed = _claim(conn, batch_size)
         if not claimed:
